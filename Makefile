@@ -1,0 +1,36 @@
+# Two commands: `make demo` runs the main job, `make test` runs the tests.
+# Each creates .venv when missing and installs what it needs (torch pinned to the CPU build).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test test-fast lint bench clean venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/pip install -q -e '.[dev,postgres]' 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/python -c "import infer_forge.cli, torch, transformers, eventsourcing, duckdb"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	FORGE_HOME=$${FORGE_HOME:-$(CURDIR)/.forge} $(BIN)/forge demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -rs --durations=15
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/ledger.py
+
+clean:
+	rm -rf $(VENV) .forge .pytest_cache

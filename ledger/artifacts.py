@@ -1,0 +1,103 @@
+"""Content-addressed artifact store for large outputs (logs, benchmark records, traces).
+
+Layout: `<home>/artifacts/sha256/<2 hex>/<62 hex>`. Contracts:
+- `put` redacts text before hashing, so the digest names exactly the bytes on disk; binary
+  content (not valid UTF-8) is stored as is.
+- Writes go to a temporary file, are fsynced, then renamed: a crash leaves either nothing or
+  the whole artifact, never a partial one under its digest.
+- The same content is stored once (dedup); `get` re-hashes and raises
+  `ArtifactIntegrityError` if the bytes no longer match their digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import ArtifactIntegrityError, NotFoundError
+from .redact import Redactor
+
+PREFIX = "sha256:"
+
+
+class ArtifactStore:
+    def __init__(self, root: Path, redactor: Redactor | None = None):
+        self.root = Path(root)
+        self.redactor = redactor
+
+    def _path(self, digest: str) -> Path:
+        if not digest.startswith(PREFIX) or len(digest) != len(PREFIX) + 64:
+            raise NotFoundError(f"not an artifact digest: {digest!r}")
+        h = digest[len(PREFIX):]
+        return self.root / "sha256" / h[:2] / h[2:]
+
+    def put(self, data: bytes | str) -> str:
+        """Store `data` (redacted if text) and return its digest `sha256:<hex>`."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if self.redactor is not None:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                clean = self.redactor.text(text)
+                if clean is not text:
+                    data = clean.encode("utf-8")
+        digest = PREFIX + hashlib.sha256(data).hexdigest()
+        path = self._path(digest)
+        if path.exists():
+            return digest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return digest
+
+    def put_file(self, path: str | Path) -> str:
+        return self.put(Path(path).read_bytes())
+
+    def get(self, digest: str) -> bytes:
+        path = self._path(digest)
+        if not path.is_file():
+            raise NotFoundError(f"artifact {digest} not found under {self.root}")
+        data = path.read_bytes()
+        actual = PREFIX + hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise ArtifactIntegrityError(f"artifact {digest} is corrupt: its bytes hash to {actual}")
+        return data
+
+    def text(self, digest: str) -> str:
+        return self.get(digest).decode("utf-8", errors="replace")
+
+    def exists(self, digest: str) -> bool:
+        return self._path(digest).is_file()
+
+    def digests(self) -> Iterator[str]:
+        base = self.root / "sha256"
+        if not base.is_dir():
+            return
+        for sub in sorted(base.iterdir()):
+            for f in sorted(sub.iterdir()):
+                if not f.name.startswith(".tmp-"):
+                    yield PREFIX + sub.name + f.name
+
+    def verify(self) -> list[str]:
+        """Problems found (one line each): artifacts whose bytes do not match their digest."""
+        problems = []
+        for d in self.digests():
+            try:
+                self.get(d)
+            except ArtifactIntegrityError as e:
+                problems.append(str(e))
+        return problems

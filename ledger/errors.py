@@ -1,0 +1,40 @@
+"""Errors the ledger raises. Every message is one line that names the stream, file or value."""
+
+
+class LedgerError(Exception):
+    """Base class: anything the ledger refuses or cannot do."""
+
+
+class ConfigError(LedgerError):
+    """forge.toml or FORGE_HOME is missing or invalid."""
+
+
+class ConflictError(LedgerError):
+    """Another writer appended to a stream first (optimistic concurrency)."""
+
+    def __init__(self, stream: str, expected: int, actual: int):
+        self.stream, self.expected, self.actual = stream, expected, actual
+        super().__init__(
+            f"conflict on stream {stream!r}: expected version {expected}, "
+            f"but it is at version {actual}"
+        )
+
+
+class LedgerBusyError(LedgerError):
+    """The store stayed locked by another writer past the lock timeout."""
+
+
+class UnknownEventError(LedgerError):
+    """A stored event's type is not known to this version of infer-forge."""
+
+
+class CorruptEventError(LedgerError):
+    """A stored event's payload cannot be decoded or validated."""
+
+
+class NotFoundError(LedgerError):
+    """A stream, task, position or artifact that does not exist."""
+
+
+class ArtifactIntegrityError(LedgerError):
+    """An artifact's bytes no longer hash to its digest."""

@@ -1,0 +1,126 @@
+"""Task state as a pure fold over a task stream's events (no I/O).
+
+`replay(events)` gives the state after those events; `fingerprint(state)` is a stable hash of
+it, so rebuilding twice (or on another machine) can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import events as E
+from .clock import digest
+
+
+class BlockState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    block_id: str
+    index: int
+    sub_goal: str
+    routing: dict[str, Any] = Field(default_factory=dict)
+    candidate: dict[str, Any] = Field(default_factory=dict)
+    status: str = "running"  # running | handed-off
+    tool_calls: int = 0
+    measurements: int = 0
+    verifications: list[str] = Field(default_factory=list)  # verdicts in order
+    handoff: dict[str, Any] | None = None
+
+
+class TaskState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str | None = None
+    title: str = ""
+    task_type: str = ""
+    goal: str = ""
+    definition_hash: str | None = None
+    point_hash: str | None = None
+    status: str = "undefined"  # undefined | defined | running | exited
+    exit_state: str | None = None
+    exit_reason: str | None = None
+    blocks: list[BlockState] = Field(default_factory=list)
+    measurements: int = 0
+    invalidated: list[str] = Field(default_factory=list)
+    accepted: list[dict[str, Any]] = Field(default_factory=list)
+    rejected: list[dict[str, Any]] = Field(default_factory=list)
+    last_position: int = 0
+    version: int = 0
+
+    def block(self, block_id: str | None) -> BlockState | None:
+        for b in reversed(self.blocks):
+            if b.block_id == block_id:
+                return b
+        return None
+
+
+def apply(state: TaskState, event: E.Event) -> TaskState:
+    """Apply one event in place and return the state (callers own the state object)."""
+    state.version += 1
+    match event:
+        case E.TaskDefined():
+            state.task_id = event.task_id
+            state.title, state.task_type, state.goal = event.title, event.task_type, event.goal
+            state.definition_hash, state.point_hash = event.definition_hash, event.point_hash
+            state.status = "defined"
+        case E.LoopBlockStarted():
+            state.blocks.append(
+                BlockState(
+                    block_id=event.block_id or f"b{event.index}",
+                    index=event.index,
+                    sub_goal=event.sub_goal,
+                    routing=dict(event.routing),
+                    candidate=dict(event.candidate),
+                )
+            )
+            state.status = "running"
+        case E.ToolInvoked():
+            if b := state.block(event.block_id):
+                b.tool_calls += 1
+        case E.MeasurementRecorded():
+            state.measurements += 1
+            if b := state.block(event.block_id):
+                b.measurements += 1
+        case E.MeasurementInvalidated():
+            state.invalidated.append(str(event.measurement_event_id))
+        case E.VerificationRecorded():
+            if b := state.block(event.block_id):
+                b.verifications.append(event.verdict)
+        case E.LoopBlockHandedOff():
+            if b := state.block(event.block_id):
+                b.status = "handed-off"
+                b.handoff = {
+                    "outcome": event.outcome,
+                    "state_reached": event.state_reached,
+                    "findings": list(event.findings),
+                    "next_sub_goal": event.next_sub_goal,
+                }
+        case E.DeliverableAccepted():
+            state.accepted.append({"block_id": event.block_id, "candidate": dict(event.candidate),
+                                   "summary": event.summary})
+        case E.DirectionRejected():
+            state.rejected.append({"block_id": event.block_id, "candidate": dict(event.candidate),
+                                   "reason": event.reason})
+        case E.TaskExited():
+            state.status = "exited"
+            state.exit_state, state.exit_reason = event.state, event.reason
+        case E.TaskReopened():
+            state.status = "running"
+            state.exit_state = state.exit_reason = None
+        case _:
+            pass  # events that do not change task state still advance its version
+    return state
+
+
+def replay(events: Iterable[E.Event], state: TaskState | None = None) -> TaskState:
+    state = state or TaskState()
+    for ev in events:
+        apply(state, ev)
+    return state
+
+
+def fingerprint(state: BaseModel) -> str:
+    return digest(state.model_dump(mode="json"))

@@ -1,0 +1,289 @@
+"""The event store, on the `eventsourcing` library's recorders.
+
+Streams are named by text ids (`workspace`, `task:<id>`, `graph:<id>`, …) and stored as the
+library's originator ids; the global log position is the library's notification id.
+The backend (SQLite file by default, PostgreSQL for teams) is chosen by `forge.toml` only.
+
+Contracts:
+- `save()` writes every event of every given stream, plus a `CommandHandled` marker, in one
+  transaction: all or nothing.
+- Idempotent: a save retried with the same command id adds nothing and returns the first
+  save's result (`duplicate=True`). Every save has a command id (generated when not given), so
+  an internal retry after a lost acknowledgement can never duplicate.
+- Optimistic concurrency: with `expected_version`, a stream that moved raises `ConflictError`
+  naming the stream and both versions. Without it, the save appends at the end and retries
+  on a concurrent append.
+- Every payload passes through the redactor before it is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InfrastructureFactory,
+    IntegrityError,
+    OperationalError,
+    PersistenceError,
+    StoredEvent,
+)
+
+from . import codec
+from .config import Config, load_config
+from .errors import ConflictError, LedgerBusyError, LedgerError, NotFoundError
+from .events import EVENT_TYPES, CommandHandled, Event
+from .redact import Redactor, secret_values_from
+
+COMMAND_PREFIX = "command:"
+BOOKKEEPING_TYPES = frozenset({CommandHandled.TYPE})
+
+
+def task_stream(task_id: str) -> str:
+    return f"task:{task_id}"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An event as stored: its global position, its stream and version in that stream."""
+
+    position: int
+    stream: str
+    version: int
+    event: Event
+
+    @property
+    def type(self) -> str:
+        return self.event.TYPE
+
+
+@dataclass(frozen=True)
+class Append:
+    """One stream's part of a save. `expected_version` None means 'at the end, whatever it is'."""
+
+    stream: str
+    events: Sequence[Event]
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    command_id: str
+    appended: dict[str, list[int]]  # stream -> [first version, last version]
+    positions: list[int] = field(default_factory=list)
+    duplicate: bool = False
+
+
+class Ledger:
+    """Append, read, stream and replay events. Open with `Ledger.open(home)`."""
+
+    def __init__(self, config: Config, recorder: ApplicationRecorder, factory: Any):
+        self.config = config
+        self.recorder = recorder
+        self._factory = factory
+        self.redactor = Redactor(secret_values_from(config.secret_env, config.secret_files))
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, home: str | Path | None = None, *, config: Config | None = None) -> Ledger:
+        config = config or load_config(home)
+        env = config.persistence_env()
+        try:
+            factory = InfrastructureFactory.construct(env)
+            recorder = factory.application_recorder()
+        except (PersistenceError, OSError) as e:
+            raise LedgerError(f"cannot open ledger {config.ledger_url}: {one_line(e)}") from None
+        return cls(config, recorder, factory)
+
+    def close(self) -> None:
+        self._factory.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing --------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int | None = None,
+        command_id: str | None = None,
+    ) -> SaveResult:
+        return self.save(Append(stream, events, expected_version), command_id=command_id)
+
+    def save(self, *appends: Append, command_id: str | None = None, retries: int = 20) -> SaveResult:
+        """Write all events of all `appends` atomically (see module contract)."""
+        cid = command_id or uuid4().hex
+        marker_stream = COMMAND_PREFIX + cid
+        for _ in range(retries):
+            stored: list[StoredEvent] = []
+            appended: dict[str, list[int]] = {}
+            for a in appends:
+                if a.stream.startswith(COMMAND_PREFIX):
+                    raise LedgerError(f"stream name {a.stream!r} is reserved")
+                base = self.version(a.stream) if a.expected_version is None else a.expected_version
+                for i, ev in enumerate(a.events):
+                    stored.append(codec.encode(a.stream, base + 1 + i, ev, self.redactor, cid))
+                if a.events:
+                    appended[a.stream] = [base + 1, base + len(a.events)]
+            marker = CommandHandled(appended=appended, command_id=cid)
+            stored.append(codec.encode(marker_stream, 1, marker, None, cid))
+            try:
+                ids = self.recorder.insert_events(stored)
+            except IntegrityError:
+                prior = self._command_result(cid)
+                if prior is not None:
+                    return prior
+                for a in appends:
+                    if a.expected_version is not None:
+                        actual = self.version(a.stream)
+                        if actual != a.expected_version:
+                            raise ConflictError(a.stream, a.expected_version, actual) from None
+                continue  # a stream without expectation moved under us: read again, retry
+            except OperationalError as e:
+                if "locked" in str(e).lower() or "lock timeout" in str(e).lower():
+                    # The commit may still have happened; the marker tells.
+                    prior = self._command_result(cid)
+                    if prior is not None:
+                        return prior
+                    raise LedgerBusyError(
+                        f"ledger {self.config.ledger_url} is locked by another writer "
+                        f"(waited {self.config.lock_timeout_s}s): {one_line(e)}"
+                    ) from None
+                raise LedgerError(f"ledger write failed: {one_line(e)}") from None
+            positions = list(ids or [])[:-1]
+            return SaveResult(cid, appended, positions)
+        raise LedgerBusyError(f"gave up after {retries} concurrent-append retries (command {cid})")
+
+    def _command_result(self, cid: str) -> SaveResult | None:
+        rows = self.recorder.select_events(COMMAND_PREFIX + cid, limit=1)
+        if not rows:
+            return None
+        marker = codec.decode(COMMAND_PREFIX + cid, 1, rows[0].topic, rows[0].state)
+        assert isinstance(marker, CommandHandled)
+        return SaveResult(cid, dict(marker.appended), [], duplicate=True)
+
+    def command_done(self, command_id: str) -> bool:
+        return bool(self.recorder.select_events(COMMAND_PREFIX + command_id, limit=1))
+
+    # --- reading --------------------------------------------------------------------------
+
+    def version(self, stream: str) -> int:
+        rows = self.recorder.select_events(stream, desc=True, limit=1)
+        return rows[0].originator_version if rows else 0
+
+    def stream(self, stream: str, *, until_version: int | None = None) -> list[Recorded]:
+        """Events of one stream in version order (positions are 0: use `log` for positions)."""
+        rows = self.recorder.select_events(stream, lte=until_version)
+        return [
+            Recorded(0, stream, r.originator_version,
+                     codec.decode(stream, r.originator_version, r.topic, r.state))
+            for r in rows
+        ]
+
+    def max_position(self) -> int:
+        return self.recorder.max_notification_id() or 0
+
+    def log(
+        self,
+        start: int = 1,
+        stop: int | None = None,
+        types: Iterable[str] = (),
+        *,
+        page: int = 1000,
+        include_bookkeeping: bool = False,
+    ) -> Iterator[Recorded]:
+        """The global ordered log from position `start` to `stop` (inclusive)."""
+        for n in self.notifications(start, stop, types, page=page):
+            if not include_bookkeeping and n.topic in BOOKKEEPING_TYPES:
+                continue
+            stream = str(n.originator_id)
+            yield Recorded(
+                n.id, stream, n.originator_version,
+                codec.decode(stream, n.originator_version, n.topic, n.state),
+            )
+
+    def notifications(
+        self, start: int = 1, stop: int | None = None, types: Iterable[str] = (), *, page: int = 1000
+    ) -> Iterator[Any]:
+        """Raw stored notifications (undecoded), paged."""
+        topics = tuple(types)
+        for t in topics:
+            if t not in EVENT_TYPES:
+                raise NotFoundError(f"unknown event type {t!r}")
+        pos = max(1, start)
+        while True:
+            batch = self.recorder.select_notifications(pos, page, stop=stop, topics=topics)
+            if not batch:
+                return
+            yield from batch
+            pos = batch[-1].id + 1
+            if len(batch) < page:
+                return
+
+    def events(
+        self,
+        *,
+        task: str | None = None,
+        types: Iterable[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        stop: int | None = None,
+    ) -> Iterator[Recorded]:
+        """Filter the log by task, event type and time range (time is the event's own)."""
+        stream = task_stream(task) if task else None
+        for r in self.log(1, stop, types):
+            if stream is not None and r.stream != stream and r.event.task_id != task:
+                continue
+            if since is not None and r.event.occurred_at < since:
+                continue
+            if until is not None and r.event.occurred_at > until:
+                continue
+            yield r
+
+    def stream_log(self, stream: str, stop: int | None = None) -> list[Recorded]:
+        """One stream with global positions, up to position `stop`."""
+        rows = self._stream_positions(stream, stop)
+        return [
+            Recorded(pos, stream, v, codec.decode(stream, v, topic, state))
+            for pos, v, topic, state in rows
+        ]
+
+    def _stream_positions(self, stream: str, stop: int | None) -> list[tuple[int, int, str, bytes]]:
+        # The library's select_events carries no positions; one small query per backend.
+        if self.config.backend == "sqlite":
+            sql = (
+                "SELECT rowid, originator_version, topic, state FROM stored_events "
+                "WHERE originator_id=? " + ("AND rowid<=? " if stop else "")
+                + "ORDER BY originator_version"
+            )
+            params: list[Any] = [stream] + ([stop] if stop else [])
+            with self.recorder.datastore.transaction(commit=False) as c:
+                c.execute(sql, params)
+                return [(r[0], r[1], r[2], r[3]) for r in c.fetchall()]
+        sql = (
+            f"SELECT notification_id, originator_version, topic, state FROM "
+            f"{self.recorder.events_table_name} WHERE originator_id=%s "
+            + ("AND notification_id<=%s " if stop else "")
+            + "ORDER BY originator_version"
+        )
+        params = [stream] + ([stop] if stop else [])
+        with self.recorder.datastore.transaction(commit=False) as c:
+            c.execute(sql, params)
+            return [(r["notification_id"], r["originator_version"], r["topic"], bytes(r["state"]))
+                    for r in c.fetchall()]
+
+
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__

@@ -1,0 +1,5 @@
+"""Errors raised by the read side."""
+
+
+class ProjectionError(Exception):
+    """Base class; messages are one line."""
