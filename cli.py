@@ -144,6 +144,27 @@ def init(ctx: click.Context, init_home: Path | None, ledger_url: str | None, as_
         click.echo(f"workspace {verb}: {info['home']} (ledger {info['ledger']})")
 
 
+def _time_arg(value: str | None, field: str) -> datetime | None:
+    """parse_time with a one-line error (click's usage errors take four lines)."""
+    try:
+        return parse_time(value, field)
+    except click.BadParameter:
+        raise click.ClickException(
+            f"{field}: {value!r} is not an ISO-8601 time (e.g. 2026-11-01 or 2026-11-01T12:00Z)"
+        ) from None
+
+
+def _position_arg(value: str | None, field: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise click.ClickException(
+            f"{field}: {value!r} is not a ledger position (an integer from 1; see `forge log`)"
+        ) from None
+
+
 @main.command("log")
 @click.option("--task", help="Only events of this task.")
 @click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
@@ -160,9 +181,9 @@ def log_cmd(ctx, task, types, since, until_time, limit, as_json) -> None:
     Example:
       forge log --task tune-tiny-cpu --type MeasurementRecorded --since 2026-11-01
     """
+    since_t, until_t = _time_arg(since, "--since"), _time_arg(until_time, "--until")
     ws = open_ws(ctx)
-    records = list(ws.ledger.events(task=task, types=types, since=parse_time(since, "--since"),
-                                    until=parse_time(until_time, "--until")))
+    records = list(ws.ledger.events(task=task, types=types, since=since_t, until=until_t))
     if limit:
         records = records[-limit:]
     for r in records:
@@ -180,11 +201,11 @@ def log_cmd(ctx, task, types, since, until_time, limit, as_json) -> None:
 
 @main.command()
 @click.argument("task")
-@click.option("--until", "until", type=int, help="Global position to replay up to (inclusive).")
+@click.option("--until", "until", help="Global position to replay up to (inclusive).")
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 @click.pass_context
 @fail_cleanly
-def replay(ctx, task: str, until: int | None, as_json: bool) -> None:
+def replay(ctx, task: str, until: str | None, as_json: bool) -> None:
     """Rebuild a task's state from the ledger, optionally as it was at a past position.
 
     \b
@@ -194,8 +215,9 @@ def replay(ctx, task: str, until: int | None, as_json: bool) -> None:
     from .ledger.replay import replay_task
     from .ledger.state import fingerprint
 
+    position = _position_arg(until, "--until")
     ws = open_ws(ctx)
-    state = replay_task(ws.ledger, task, until)
+    state = replay_task(ws.ledger, task, position)
     data = state.model_dump(mode="json")
     data["fingerprint"] = fingerprint(state)
     if as_json:
@@ -267,6 +289,8 @@ def check(ctx, as_json: bool) -> None:
                    f"positions 1..{report.max_position}, {report.artifacts} artifacts")
         for p in report.problems:
             click.echo(f"problem: {p}")
+        for n in report.notes:
+            click.echo(f"note: {n}")
         if report.ok:
             click.echo("ok")
     if not report.ok:
@@ -276,7 +300,730 @@ def check(ctx, as_json: bool) -> None:
 # --- specs and task loops (issue 3) -----------------------------------------------------
 
 
+def _parse_kv(pairs: tuple[str, ...], what: str) -> dict[str, Any]:
+    """KEY=VALUE pairs; VALUE parsed as JSON when it is JSON (numbers, true, "text"), else text."""
+    out: dict[str, Any] = {}
+    for p in pairs:
+        key, sep, raw = p.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{p!r} is not KEY=VALUE", param_hint=what)
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _spec_error(e: Exception) -> None:
+    """Print a SpecError's problems one per line on stderr and exit 1."""
+    for line in getattr(e, "problems", [str(e)]):
+        click.echo(f"error: {line}", err=True)
+    raise SystemExit(1)
+
+
+@main.group()
+def point() -> None:
+    """Deployment points, runtime profiles and task specs: show, validate, diff (no workspace)."""
+
+
+@point.command("show")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print kind, hash and spec as JSON.")
+def point_show(file: Path, as_json: bool) -> None:
+    """Show a spec file's kind, canonical content hash and normalized content.
+
+    \b
+    Example:
+      forge point show examples/points/tiny-cpu.yaml
+    """
+    from .ledger.specs import SpecError, canonical, detect_kind, load_spec, spec_hash
+
+    try:
+        spec = load_spec(file)
+    except SpecError as e:
+        _spec_error(e)
+    from .ledger.specs import load_yaml
+
+    kind = detect_kind(load_yaml(file)[0])
+    data = {"file": str(file), "kind": kind, "hash": spec_hash(spec), "spec": canonical(spec)}
+    if as_json:
+        emit_json(data)
+    else:
+        import yaml
+
+        click.echo(f"# {kind} {data['hash']}")
+        click.echo(yaml.safe_dump(data["spec"], sort_keys=True).rstrip())
+
+
+@point.command("validate")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+def point_validate(files: tuple[Path, ...], as_json: bool) -> None:
+    """Validate spec files: one line per problem (file:line: field: message), exit 1 if any.
+
+    \b
+    Example:
+      forge point validate examples/points/*.yaml examples/tasks/*.yaml
+    """
+    from .ledger.specs import SpecError, load_spec, spec_hash
+
+    results, bad = [], False
+    for f in files:
+        try:
+            spec = load_spec(f)
+            results.append({"file": str(f), "ok": True, "kind": type(spec).__name__,
+                            "hash": spec_hash(spec), "problems": []})
+        except SpecError as e:
+            bad = True
+            results.append({"file": str(f), "ok": False, "problems": e.problems})
+    if as_json:
+        emit_json(results)
+    else:
+        for r in results:
+            if r["ok"]:
+                click.echo(f"ok {r['file']} ({r['kind']} {r['hash']})")
+            for p in r["problems"]:
+                click.echo(f"error: {p}", err=True)
+    if bad:
+        raise SystemExit(1)
+
+
+@point.command("diff")
+@click.argument("a", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("b", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+def point_diff(a: Path, b: Path, as_json: bool) -> None:
+    """Name the dimensions that differ between two specs (exit 0 either way).
+
+    \b
+    Example:
+      forge point diff examples/points/tiny-cpu.yaml examples/points/qwen-h200.yaml
+    """
+    from .ledger.specs import SpecError, diff_specs, load_spec, spec_hash
+
+    try:
+        sa, sb = load_spec(a), load_spec(b)
+    except SpecError as e:
+        _spec_error(e)
+    changes = diff_specs(sa, sb)
+    dims = sorted({c["dimension"] for c in changes})
+    if as_json:
+        emit_json({"a": spec_hash(sa), "b": spec_hash(sb), "dimensions": dims,
+                   "changes": changes})
+        return
+    if not changes:
+        click.echo(f"same content ({spec_hash(sa)})")
+    else:
+        click.echo(f"changed dimensions: {', '.join(dims)}")
+    for c in changes:
+        click.echo(f"  {c['path']}: {json.dumps(c['a'])} -> {json.dumps(c['b'])}")
+
+
+@main.group()
+def profile() -> None:
+    """Versioned runtime profiles (service + revision)."""
+
+
+@profile.command("record")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def profile_record(ctx, file: Path, as_json: bool) -> None:
+    """Record a runtime profile revision; rev N+1 records what changed from rev N.
+
+    \b
+    Example:
+      forge profile record examples/profiles/tiny-cpu.yaml
+    """
+    from .harness.loop import record_profile
+
+    info = record_profile(open_ws(ctx), file)
+    if as_json:
+        emit_json(info)
+    else:
+        verb = "recorded" if info["recorded"] else "already recorded"
+        click.echo(f"{info['service']} rev {info['rev']} {verb} ({info['profile_hash']})")
+        for c in info["changes"].get("diff", []):
+            click.echo(f"  {c['path']}: {json.dumps(c['a'])} -> {json.dumps(c['b'])}")
+
+
+@main.group()
+def task() -> None:
+    """Task loops: define, run, resume, inspect, accept, reject, exit."""
+
+
+@task.command("new")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_new(ctx, file: Path, as_json: bool) -> None:
+    """Define a task from YAML (records its point and profile too). Idempotent.
+
+    \b
+    Example:
+      forge task new examples/tasks/tune-tiny-cpu.yaml
+    """
+    from .harness.loop import define_task
+    from .ledger.specs import SpecError
+
+    ws = open_ws(ctx)
+    try:
+        info = define_task(ws, file)
+    except SpecError as e:
+        _spec_error(e)
+    if as_json:
+        emit_json(info)
+    else:
+        verb = "defined" if info["created"] else "already defined"
+        click.echo(f"task {info['task_id']} {verb} ({info['definition_hash']})")
+
+
+@task.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_list(ctx, as_json: bool) -> None:
+    """List tasks with their status.
+
+    \b
+    Example:
+      forge task list --json
+    """
+    from .harness.loop import list_tasks
+
+    rows = list_tasks(open_ws(ctx))
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        status = r["status"] + (f" ({r['exit_state']})" if r["exit_state"] else "")
+        click.echo(f"{r['task_id']:<28} {r['type'] or '':<20} {status:<28} "
+                   f"blocks={r['blocks']} accepted={r['accepted']} rejected={r['rejected']}")
+
+
+@task.command("show")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_show(ctx, task_id: str, as_json: bool) -> None:
+    """Show a task: definition hashes, status and its blocks.
+
+    \b
+    Example:
+      forge task show tune-tiny-cpu
+    """
+    from .harness.loop import task_summary
+
+    s = task_summary(open_ws(ctx), task_id)
+    if as_json:
+        emit_json(s)
+        return
+    click.echo(f"task {task_id} [{s['definition'].get('type')}]: {s['definition'].get('goal')}")
+    click.echo(f"  status: {s['status']}" + (f" ({s['exit_state']}: {s['exit_reason']})"
+                                              if s["exit_state"] else ""))
+    click.echo(f"  point {s['point_hash']}  profile {s['profile_hash']}")
+    click.echo(f"  contract {s['contract_hash']}")
+    for b in s["blocks"]:
+        cand = json.dumps(b["candidate"], sort_keys=True) if b["candidate"] else "baseline"
+        click.echo(f"    {b['block_id']:<5} {b['status']:<11} verdict={b['verdict'] or '-':<12} "
+                   f"{b['decision'] or '-':<9} {cand}")
+    if s["best_so_far"]:
+        click.echo(f"  best so far: {json.dumps(s['best_so_far'], sort_keys=True)}")
+
+
+def _run_loop(ctx, task_id: str, as_json: bool) -> None:
+    from .harness.loop import run_task
+
+    ws = open_ws(ctx)
+
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+        (sys.stderr if as_json else sys.stdout).flush()
+
+    r = run_task(ws, task_id, progress=say)
+    info = {"task_id": r.task_id, "status": r.status, "exit_state": r.exit_state,
+            "exit_reason": r.exit_reason, "blocks": r.blocks}
+    if as_json:
+        emit_json(info)
+    else:
+        click.echo(f"task {task_id}: {r.status}" + (f" {r.exit_state}" if r.exit_state else "")
+                   + f" after {r.blocks} blocks")
+
+
+@task.command("run")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Progress on stderr, result as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_run(ctx, task_id: str, as_json: bool) -> None:
+    """Run a task's loop until it exits (or, for a manual task, waits for a person).
+
+    \b
+    Example:
+      forge task run tune-tiny-cpu
+    """
+    _run_loop(ctx, task_id, as_json)
+
+
+@task.command("resume")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Progress on stderr, result as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_resume(ctx, task_id: str, as_json: bool) -> None:
+    """Resume a killed loop from the ledger alone (finished steps are not repeated).
+
+    \b
+    Example:
+      forge task resume tune-tiny-cpu
+    """
+    _run_loop(ctx, task_id, as_json)
+
+
+@task.command("memory")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole Task Memory as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
+    """Show Task Memory: current block, last handoff, next block, record, best, rejected.
+
+    \b
+    Example:
+      forge task memory tune-tiny-cpu --json
+    """
+    from .projections.memory import task_memory
+
+    mem = task_memory(open_ws(ctx).ledger, task_id)
+    if as_json:
+        emit_json(mem.model_dump(mode="json"))
+        return
+    click.echo(f"task {task_id}: {mem.status}" + (f" ({mem.exit_state})" if mem.exit_state else ""))
+    cur, lh, nb, best = mem.current_block, mem.last_handoff, mem.next_block, mem.best_so_far
+    click.echo("  current block: " + (f"{cur.block_id} {cur.sub_goal}" if cur else "-"))
+    click.echo("  last handoff: " + (f"{lh['block_id']} {lh['outcome']}: {lh['state_reached']}"
+                                     if lh else "-"))
+    click.echo("  next block: " + (f"b{nb['index']} {nb['sub_goal'] or ''}" if nb else "-"))
+    click.echo("  best so far: " + (json.dumps(best, sort_keys=True) if best else "-"))
+    click.echo(f"  no-progress streak: {mem.no_progress_streak}")
+    click.echo(f"  execution record ({len(mem.execution_record)} blocks):")
+    for b in mem.execution_record:
+        v = (b.verification or {}).get("verdict", "-")
+        click.echo(f"    {b.block_id:<5} {b.routing.get('model_tier', '-'):<6} {v:<12} "
+                   f"{b.decision or '-':<9} {json.dumps(b.candidate, sort_keys=True)}")
+    for r in mem.rejected:
+        click.echo(f"  rejected {r['block_id']}: {json.dumps(r['candidate'], sort_keys=True)}: "
+                   f"{r['reason']}")
+
+
+@task.command("accept")
+@click.argument("task_id")
+@click.option("--block", help="Block to accept (default: the open or last block).")
+@click.option("--summary", default="", help="What is delivered.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_accept(ctx, task_id: str, block: str | None, summary: str, as_json: bool) -> None:
+    """Accept a block's candidate (needs a passing verification of the task's contract).
+
+    \b
+    Example:
+      forge task accept tune-tiny-cpu --block b4 --summary "eager + continuous batching"
+    """
+    from .harness.loop import accept
+
+    info = accept(open_ws(ctx), task_id, block=block, summary=summary)
+    emit_json(info) if as_json else click.echo(f"accepted {task_id}/{info['block_id']}")
+
+
+@task.command("reject")
+@click.argument("task_id")
+@click.option("--reason", required=True, help="Why this direction is rejected.")
+@click.option("--block", help="Block to reject (default: the open or last block).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_reject(ctx, task_id: str, reason: str, block: str | None, as_json: bool) -> None:
+    """Reject a block's direction, with a reason.
+
+    \b
+    Example:
+      forge task reject tune-tiny-cpu --reason "bf16 breaks token match"
+    """
+    from .harness.loop import reject
+
+    info = reject(open_ws(ctx), task_id, reason, block=block)
+    emit_json(info) if as_json else click.echo(f"rejected {task_id}/{info['block_id']}")
+
+
+@task.command("exit")
+@click.argument("task_id")
+@click.option("--state", required=True, type=click.Choice(
+    ["delivered", "follow-up-handoff", "failed-budget", "failed-unverifiable", "failed-blocked",
+     "failed-no-progress", "aborted-by-human"]), help="Terminal state.")
+@click.option("--reason", required=True, help="Why the task ends here.")
+@click.option("--handoff", help="Handoff note (required for follow-up-handoff).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_exit(ctx, task_id: str, state: str, reason: str, handoff: str | None,
+              as_json: bool) -> None:
+    """End a task in a typed terminal state (its criteria are checked).
+
+    \b
+    Example:
+      forge task exit tune-tiny-cpu --state aborted-by-human --reason "superseded"
+    """
+    from .harness.loop import exit_task
+
+    info = exit_task(open_ws(ctx), task_id, state, reason, handoff=handoff)
+    emit_json(info) if as_json else click.echo(f"task {task_id} exited: {state}")
+
+
+@main.group()
+def block() -> None:
+    """Loop blocks driven by hand (manual executor): start, verify, handoff."""
+
+
+@block.command("start")
+@click.argument("task_id")
+@click.option("--sub-goal", required=True, help="What this block tries to reach.")
+@click.option("--set", "sets", multiple=True, help="Candidate KEY=VALUE (scope key; repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def block_start(ctx, task_id: str, sub_goal: str, sets: tuple[str, ...], as_json: bool) -> None:
+    """Open a loop block (no --set: a baseline block).
+
+    \b
+    Example:
+      forge block start tune-tiny-cpu --sub-goal "try eager" --set engine.attn_implementation=eager
+    """
+    from .harness.loop import start_block
+
+    info = start_block(open_ws(ctx), task_id, sub_goal, _parse_kv(sets, "--set"))
+    emit_json(info) if as_json else click.echo(f"started {task_id}/{info['block_id']}")
+
+
+@block.command("verify")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.pass_context
+@fail_cleanly
+def block_verify(ctx, task_id: str, as_json: bool) -> None:
+    """Judge the open block's measurements against the contract's gates and the baseline.
+
+    \b
+    Example:
+      forge block verify tune-tiny-cpu
+    """
+    from .harness.loop import verify_block
+
+    info = verify_block(open_ws(ctx), task_id)
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"{task_id}/{info['block_id']}: {info['verdict']}")
+    for g in info["gates"]:
+        click.echo(f"  {g['name']:<14} {g['verdict']:<12} {g['reason']}")
+
+
+@block.command("handoff")
+@click.argument("task_id")
+@click.option("--state-reached", required=True, help="The state this block reached.")
+@click.option("--finding", "findings", multiple=True, help="A finding (repeatable).")
+@click.option("--next", "next_sub_goal", help="The next block's sub-goal.")
+@click.option("--outcome", default="progress",
+              type=click.Choice(["progress", "no-progress", "failed", "delivered"]))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def block_handoff(ctx, task_id, state_reached, findings, next_sub_goal, outcome, as_json) -> None:
+    """Close the open block with a handoff note.
+
+    \b
+    Example:
+      forge block handoff tune-tiny-cpu --state-reached "eager: +2%" --next "try cb"
+    """
+    from .harness.loop import handoff_block
+
+    info = handoff_block(open_ws(ctx), task_id, state_reached=state_reached,
+                         findings=list(findings), next_sub_goal=next_sub_goal, outcome=outcome)
+    emit_json(info) if as_json else click.echo(f"handed off {task_id}/{info['block_id']}")
+
+
+@main.command("run", context_settings={"ignore_unknown_options": True})
+@click.option("--task", "task_id", envvar="FORGE_TASK", required=True,
+              help="Task whose open block records the call (default: $FORGE_TASK).")
+@click.option("--json", "as_json", is_flag=True, help="Print the recorded call as JSON.")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+@fail_cleanly
+def run_cmd(ctx, task_id: str, as_json: bool, argv: tuple[str, ...]) -> None:
+    """Run a command as a recorded tool call of the task's open block; exits with its code.
+
+    \b
+    Example:
+      forge run --task tune-tiny-cpu -- python bench.py --concurrency 8
+    """
+    from .harness.loop import run_command
+
+    info = run_command(open_ws(ctx), task_id, list(argv), tee=not as_json)
+    if as_json:
+        emit_json(info)
+    code = info["exit_code"]
+    if code is None:
+        raise click.ClickException(info["error"] or "command did not run")
+    if code:
+        ctx.exit(code)
+
+
+@main.command("measure")
+@click.argument("task_id")
+@click.option("--metric", "metrics", multiple=True, help="NAME=NUMBER (repeatable).")
+@click.option("--from-json", "from_json", type=click.Path(dir_okay=False, path_type=Path),
+              help="A JSON file with an object of metrics (e.g. a bench_serving result).")
+@click.option("--source", default="manual", help="Where the numbers come from.")
+@click.option("--failed", is_flag=True, help="Record a failed run.")
+@click.option("--error", help="The failed run's error.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json) -> None:
+    """Record a measurement in the task's open block.
+
+    \b
+    Example:
+      forge measure tune-tiny-cpu --metric output_throughput=512 --metric median_ttft_ms=80
+    """
+    from .harness.loop import record_measurement
+
+    values = _parse_kv(metrics, "--metric")
+    if from_json:
+        data = json.loads(from_json.read_text(encoding="utf-8"))
+        values = {**{k: v for k, v in data.items() if isinstance(v, int | float)
+                     and not isinstance(v, bool)}, **values}
+    bad = [k for k, v in values.items() if not isinstance(v, int | float) or isinstance(v, bool)]
+    if bad:
+        raise click.BadParameter(f"not numbers: {', '.join(bad)}", param_hint="--metric")
+    if not values and not failed:
+        raise click.UsageError("give --metric NAME=NUMBER, --from-json FILE or --failed")
+    info = record_measurement(open_ws(ctx), task_id, values, source=source,
+                              success=not failed, error=error,
+                              artifact=from_json)
+    emit_json(info) if as_json else click.echo(f"recorded {info['run_id']} in "
+                                               f"{task_id}/{info['block_id']}")
+
+
 # --- harness: weights, engines, bench, gates, demo (issue 4) ----------------------------
+
+
+# weights and engines (issue 4: weights pull, engines)
+
+
+@main.group()
+def weights() -> None:
+    """Pull and list model weights (FORGE_HOME/models)."""
+
+
+@weights.command("pull")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def weights_pull(ctx, name: str, as_json: bool) -> None:
+    """Pull a model: `tiny-llama` is generated offline (same digest everywhere); a hub id
+    (org/model[@revision]) is downloaded with huggingface_hub.
+
+    \b
+    Example:
+      forge weights pull tiny-llama
+    """
+    from .harness.weights import pull
+
+    pulled = pull(open_ws(ctx), name).as_dict()
+    if as_json:
+        emit_json(pulled)
+    else:
+        verb = "already present" if pulled["reused"] else "pulled"
+        click.echo(f"{pulled['name']} {verb}: {pulled['path']} ({pulled['digest']})")
+
+
+@weights.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the models as JSON.")
+@click.pass_context
+@fail_cleanly
+def weights_list(ctx, as_json: bool) -> None:
+    """List pulled models with their digests.
+
+    \b
+    Example:
+      forge weights list --json
+    """
+    from .harness.weights import list_models
+
+    models = list_models(open_ws(ctx).home)
+    if as_json:
+        emit_json(models)
+    else:
+        for m in models:
+            click.echo(f"{m['name']:<24} {m['digest']}  {m['path']}")
+
+
+@main.group()
+def engine() -> None:
+    """Launch and inspect serving engines (hf, sglang, external)."""
+
+
+@engine.command("up")
+@click.argument("profile", type=click.Path(dir_okay=False, exists=True))
+@click.option("--model", help="A pulled model name, a model directory, or a hub id.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override an engine config key (repeatable), e.g. engine.dtype=bfloat16.")
+@click.option("--once", is_flag=True, help="Describe the running engine and stop at once.")
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+@click.pass_context
+@fail_cleanly
+def engine_up_cmd(ctx, profile: str, model: str | None, sets: tuple[str, ...], once: bool,
+                  as_json: bool) -> None:
+    """Launch a runtime profile's engine, print what runs, keep it up until Ctrl-C.
+
+    \b
+    Example:
+      forge engine up examples/profiles/tiny-cpu.yaml --model tiny-llama --once
+    """
+    from .harness.engines.up import engine_up
+
+    info = engine_up(open_ws(ctx), profile, model=model, sets=sets, once=once,
+                     echo=lambda s: click.echo(s, err=True))
+    if as_json:
+        emit_json(info)
+    else:
+        click.echo(f"{info['engine']} at {info['base_url']}: model {info['model']}")
+        click.echo(f"  command: {' '.join(info.get('launch_command') or [])}")
+        for k, v in sorted((info.get("versions") or {}).items()):
+            click.echo(f"  {k} {v}")
+
+
+# bench (issue 4: benchmark client, bench_serving import)
+
+
+@main.group("bench", invoke_without_command=True)
+@click.option("--url", help="Server base URL, e.g. http://127.0.0.1:8000.")
+@click.option("--model", help="Model name sent in the request body.")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(file_okay=False),
+              help="The model's tokenizer directory (exact prompt lengths).")
+@click.option("--dataset", type=click.Choice(["random", "shared-prefix", "custom"]),
+              default="random", show_default=True)
+@click.option("--dataset-path", type=click.Path(dir_okay=False),
+              help="custom: JSONL of {\"prompt\": ..., \"output_len\": ...}.")
+@click.option("--input-len", type=int, default=128, show_default=True)
+@click.option("--output-len", type=int, default=64, show_default=True)
+@click.option("--range-ratio", type=float, default=1.0, show_default=True,
+              help="Lengths uniform in [L*ratio, L] (sglang's default is 0.0).")
+@click.option("--num-prompts", type=int, default=64, show_default=True)
+@click.option("--max-concurrency", type=click.IntRange(min=1), help="Closed-loop limit.")
+@click.option("--request-rate", type=float, default=float("inf"),
+              help="Poisson arrivals per second (default inf: all at t=0).")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--engine", type=click.Choice(["hf", "sglang", "external", "scripted"]),
+              default="hf", show_default=True, help="Decides extra body fields (ignore_eos).")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
+              show_default=True)
+@click.option("--extra-body", help="JSON object merged into every request body.")
+@click.option("--transport", type=click.Choice(["auto", "raw", "aiohttp"]), default="auto",
+              show_default=True, help="auto: the lean asyncio client for http://, else aiohttp.")
+@click.option("--goodput", multiple=True, help="SLO KEY:MS (ttft, tpot, e2el), repeatable.")
+@click.option("--gsp-num-groups", type=int, default=4, show_default=True)
+@click.option("--gsp-prompts-per-group", type=int, default=16, show_default=True)
+@click.option("--gsp-system-prompt-len", type=int, default=512, show_default=True)
+@click.option("--gsp-question-len", type=int, default=64, show_default=True)
+@click.option("--records-out", type=click.Path(dir_okay=False), help="Per-request JSONL here.")
+@click.option("--record", is_flag=True, help="Append a MeasurementRecorded (+ records artifact).")
+@click.option("--task", "task_id", help="With --record: the task (else stream 'measurements').")
+@click.option("--block", "block_id", help="With --record: the loop block.")
+@click.option("--json", "as_json", is_flag=True, help="Print config and metrics as JSON.")
+@click.pass_context
+@fail_cleanly
+def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len,
+          range_ratio, num_prompts, max_concurrency, request_rate, warmup, seed, engine,
+          endpoint, extra_body, transport, goodput, gsp_num_groups, gsp_prompts_per_group,
+          gsp_system_prompt_len, gsp_question_len, records_out, record, task_id, block_id,
+          as_json) -> None:
+    """Benchmark an OpenAI-compatible server with sglang.bench_serving's metrics.
+
+    \b
+    Example:
+      forge bench --url http://127.0.0.1:8000 --model tiny-llama --tokenizer DIR \\
+        --dataset random --input-len 128 --output-len 64 --num-prompts 64 \\
+        --max-concurrency 8 --goodput ttft:500 --record --task tune-tiny-cpu
+      forge bench import results.jsonl --task tune-tiny-cpu
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if not url or not model:
+        raise click.UsageError("forge bench needs --url and --model (or a subcommand)")
+    if (task_id or block_id) and not record:
+        raise click.UsageError("--task/--block only apply with --record")
+    try:
+        extra = json.loads(extra_body) if extra_body else {}
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not JSON: {e.msg}", param_hint="--extra-body") from None
+    if not isinstance(extra, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--extra-body")
+    from .harness.bench import bench_command, format_table
+
+    out = bench_command(
+        url=url, model=model, dataset=dataset, tokenizer_dir=tokenizer_dir,
+        dataset_path=dataset_path, num_prompts=num_prompts, input_len=input_len,
+        output_len=output_len, range_ratio=range_ratio, max_concurrency=max_concurrency,
+        request_rate=request_rate, warmup=warmup, seed=seed, engine=engine, endpoint=endpoint,
+        extra_body=extra, goodput=goodput, transport=transport,
+        gsp={"gsp_num_groups": gsp_num_groups, "gsp_prompts_per_group": gsp_prompts_per_group,
+             "gsp_system_prompt_len": gsp_system_prompt_len,
+             "gsp_question_len": gsp_question_len},
+        ws=open_ws(ctx) if record else None, task_id=task_id, block_id=block_id,
+        records_out=records_out)
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(format_table(out["metrics"]))
+    if "measurement" in out:
+        m = out["measurement"]
+        click.echo(f"recorded {m['run_id']} in {m['stream']} (records {m['artifact']})")
+
+
+@bench.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--task", "task_id", help="Record into this task's stream (else 'measurements').")
+@click.option("--block", "block_id", help="Link the measurements to this loop block.")
+@click.option("--json", "as_json", is_flag=True, help="Print the import summary as JSON.")
+@click.pass_context
+@fail_cleanly
+def bench_import(ctx, file: Path, task_id, block_id, as_json) -> None:
+    """Record sglang.bench_serving JSONL results (any 0.4–0.5 version) as measurements.
+
+    \b
+    Example:
+      forge bench import sglang_1129_1000_1024_1024.jsonl --task tune-qwen --block b3
+    """
+    from .harness.bench_import import import_results
+
+    out = import_results(open_ws(ctx), file, task_id=task_id, block_id=block_id)
+    if as_json:
+        emit_json(out)
+        return
+    verb = "already imported" if out["duplicate"] else "recorded"
+    click.echo(f"{verb} {out['runs']} bench_serving runs ({', '.join(out['shapes'])}) from "
+               f"{out['file']} in {out['stream']}")
+    for m in out["measurements"]:
+        click.echo(f"  {m['run_id']:<40} {m['shape']}  output_throughput="
+                   f"{m['output_throughput']:.2f}  median_ttft_ms={m['median_ttft_ms']:.2f}")
 
 
 @main.command()
@@ -300,7 +1047,650 @@ def demo(ctx) -> None:
 # --- journal: index, queries, wiki (issue 5) --------------------------------------------
 
 
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.0f}"
+    return str(v)
+
+
+def print_table(columns: list[str], rows: list[Any], max_width: int = 60) -> None:
+    """A plain aligned text table (the default output of query commands)."""
+    cells = [[_cell(v)[:max_width] for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    click.echo("  ".join("-" * w for w in widths))
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+def print_csv(columns: list[str], rows: list[Any]) -> None:
+    import csv
+
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow(["" if v is None else v for v in r])
+
+
+def emit_rows(columns: list[str], rows: list[Any], as_json: bool, as_csv: bool) -> None:
+    if as_json:
+        emit_json([dict(zip(columns, r, strict=True)) for r in rows])
+    elif as_csv:
+        print_csv(columns, rows)
+    else:
+        print_table(columns, rows)
+
+
+@main.group("index")
+def index_group() -> None:
+    """The DuckDB index (FORGE_HOME/index.duckdb): a rebuildable projection of the ledger."""
+
+
+def _index_report(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(report)
+        return
+    click.echo(f"index {report['path']}: position {report['position']} of "
+               f"{report['ledger_position']} ({report['behind']} behind)")
+    if "caught_up" in report:
+        c = report["caught_up"]
+        click.echo(f"  caught up {c['events']} events in {c['seconds']}s "
+                   f"({c['events_per_s']} events/s, {c['batches']} batches)")
+    click.echo("  " + ", ".join(f"{t} {n}" for t, n in report["rows"].items()))
+
+
+@index_group.command("update")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@fail_cleanly
+def index_update(ctx, as_json: bool) -> None:
+    """Catch the index up with the ledger (exactly once; resumes where it stopped).
+
+    \b
+    Example:
+      forge index update
+    """
+    from .projections.index import update
+
+    _index_report(update(open_ws(ctx)), as_json)
+
+
+@index_group.command("rebuild")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@fail_cleanly
+def index_rebuild(ctx, as_json: bool) -> None:
+    """Delete the index and project the whole ledger again.
+
+    \b
+    Example:
+      forge index rebuild --json
+    """
+    from .projections.index import rebuild
+
+    _index_report(rebuild(open_ws(ctx)), as_json)
+
+
+@index_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@fail_cleanly
+def index_status(ctx, as_json: bool) -> None:
+    """Show the tracked position, how far behind the ledger it is, and row counts.
+
+    \b
+    Example:
+      forge index status
+    """
+    from .projections.index import status
+
+    _index_report(status(open_ws(ctx)), as_json)
+
+
+@main.command("sql")
+@click.argument("query")
+@click.option("--json", "as_json", is_flag=True, help="Rows as a JSON list of objects.")
+@click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV with a header.")
+@click.pass_context
+@fail_cleanly
+def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool) -> None:
+    """Run read-only SQL over the index (caught up first). Tables: events, tasks,
+    loop_blocks, tool_calls, measurements, verifications, gate_verdicts, decisions,
+    handoffs, points, runtime_profiles; views: task_overview, block_overview,
+    metric_summary, profile_tradeoff, decision_evidence, valid_measurements.
+
+    \b
+    Example:
+      forge sql "SELECT task_id, kind, reason FROM decisions WHERE kind = 'rejected'"
+    """
+    from .projections.queries import sql_ws
+
+    t = sql_ws(open_ws(ctx), query)
+    emit_rows(t.columns, t.rows, as_json, as_csv)
+
+
+@main.command("compare")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.pass_context
+@fail_cleanly
+def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
+    """Compare two tasks, blocks (task/block), runtime profiles (service@rev) or points:
+    the deployment-point dimensions that differ, each metric's medians and delta (B - A),
+    and the gate verdicts.
+
+    \b
+    Example:
+      forge compare qwen-h200@1 qwen-h200@2
+      forge compare tune-tiny-cpu/b1 tune-tiny-cpu/b2 --json
+    """
+    from .projections.queries import compare_ws
+
+    r = compare_ws(open_ws(ctx), a, b)
+    if as_json:
+        emit_json(r)
+        return
+    click.echo(f"A: {a} ({r['a']['kind']}{', ' + r['a']['scope'] if r['a']['scope'] else ''})")
+    click.echo(f"B: {b} ({r['b']['kind']}{', ' + r['b']['scope'] if r['b']['scope'] else ''})")
+    click.echo("\ndimensions that differ:")
+    if r["differing_dimensions"]:
+        print_table(["dimension", "A", "B"],
+                    [(d["dimension"], d["a"], d["b"]) for d in r["differing_dimensions"]])
+    else:
+        click.echo("  (none: same deployment point)")
+    click.echo("\nmetrics (medians):")
+    print_table(["metric", "A", "B", "delta", "delta %", "n A", "n B"],
+                [(m["metric"], m["a"], m["b"], m["delta"], m["delta_pct"], m["a_n"], m["b_n"])
+                 for m in r["metrics"]])
+    for side in ("a", "b"):
+        gates = r["gates"][side]
+        click.echo(f"\ngates {side.upper()}:")
+        if not gates:
+            click.echo("  (no verification)")
+            continue
+        print_table(["task", "block", "verification", "gate", "verdict", "observed",
+                     "threshold", "reason"],
+                    [(g["task_id"], g["block_id"], g["verification"], g["gate"], g["verdict"],
+                      g["observed"], g["threshold"], g["reason"]) for g in gates])
+
+
+@main.command("filter")
+@click.option("--model", multiple=True, help="Model name (repeat for OR).")
+@click.option("--type", "task_type", multiple=True, help="Task type (repeat for OR).")
+@click.option("--gpu", multiple=True, help="Accelerator model, e.g. H200 (repeat for OR).")
+@click.option("--engine", multiple=True, help="Engine: sglang, hf, external (repeat for OR).")
+@click.option("--metric", multiple=True, help="Metric name (repeat for OR).")
+@click.option("--task", multiple=True, help="Task id (repeat for OR).")
+@click.option("--profile", multiple=True, help="Runtime profile service@rev (repeat for OR).")
+@click.option("--arch", "architecture", multiple=True,
+              help="Architecture: colocated, pd, epd (repeat for OR).")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Rows as a JSON list of objects.")
+@click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV with a header.")
+@click.pass_context
+@fail_cleanly
+def filter_cmd(ctx, model, task_type, gpu, engine, metric, task, profile, architecture,
+               limit, as_json, as_csv) -> None:
+    """Measurements (median per task, block, candidate and metric) matching every given
+    flag; repeated values of one flag are alternatives (OR). Text matches ignore case.
+
+    \b
+    Example:
+      forge filter --model Qwen3-30B-A3B --gpu H200 --gpu H20 --metric output_throughput
+    """
+    from .projections.queries import filter_ws
+
+    t = filter_ws(open_ws(ctx), limit=limit, model=model, task_type=task_type, gpu=gpu,
+                  engine=engine, metric=metric, task=task, profile=profile,
+                  architecture=architecture)
+    emit_rows(t.columns, t.rows, as_json, as_csv)
+
+@main.command("retrieve")
+@click.argument("text")
+@click.option("-k", "--top-k", "k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(["decision", "handoff", "task"]),
+              help="Only this kind of document (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_context
+@fail_cleanly
+def retrieve_cmd(ctx, text: str, k: int, kinds: tuple[str, ...], as_json: bool) -> None:
+    """Semantic search over decisions, handoffs and task goals (sentence embeddings).
+
+    \b
+    Example:
+      forge retrieve "why was the DeepGEMM MoE path rejected on H20?" -k 3
+    """
+    from .wiki.retrieve import retrieve
+
+    r = retrieve(open_ws(ctx), text, k, kinds)
+    if as_json:
+        emit_json(r)
+        return
+    for x in r["results"]:
+        click.echo(f"{x['score']:.3f}  {x['kind']:<8} {x['title']}  ({x['url']})")
+        click.echo(f"       {x['text'][:160]}")
+    click.echo(f"({len(r['results'])} of {r['corpus']} documents; search {r['search_s']}s)")
+
+
+@main.group("wiki")
+def wiki_group() -> None:
+    """The journal: markdown pages (FORGE_HOME/wiki) and a static site (FORGE_HOME/site)."""
+
+
+@wiki_group.command("build")
+@click.option("--no-embeddings", is_flag=True,
+              help="Related pages from shared dimensions only (no embedding model).")
+@click.option("--force", is_flag=True, help="Rebuild even if the wiki is fresh.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@fail_cleanly
+def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
+    """Generate the pages from the index (caught up first) and write the site.
+
+    \b
+    Example:
+      forge wiki build && forge wiki lint
+    """
+    from .wiki.build import build
+
+    rep = build(open_ws(ctx), embeddings=not no_embeddings, force=force)
+    if as_json:
+        emit_json(rep.__dict__)
+        return
+    if rep.fresh:
+        click.echo(f"wiki is fresh at ledger position {rep.position} ({rep.pages} pages)")
+    else:
+        click.echo(f"wiki at ledger position {rep.position}: {rep.pages} pages, "
+                   f"{rep.written} written, {rep.unchanged} unchanged, {rep.removed} removed "
+                   f"in {rep.seconds:.1f}s")
+    click.echo(f"  journal {rep.wiki_dir}\n  site    {rep.site_dir}/index.html")
+
+
+@wiki_group.command("lint")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@fail_cleanly
+def wiki_lint(ctx, as_json: bool) -> None:
+    """Check the journal: broken links, orphan pages, untyped pages, staleness.
+    Exits 1 when it finds a problem.
+
+    \b
+    Example:
+      forge wiki lint --json
+    """
+    from .wiki.lint import lint
+
+    rep = lint(open_ws(ctx))
+    if as_json:
+        emit_json(rep.as_dict())
+    else:
+        click.echo(f"{rep.pages} pages, {rep.links} links")
+        for b in rep.broken:
+            click.echo(f"broken link: {b['page']} -> {b['target']}")
+        for o in rep.orphans:
+            click.echo(f"orphan: {o}")
+        for u in rep.untyped:
+            click.echo(f"no typed frontmatter: {u}")
+        if rep.stale:
+            click.echo(f"stale: wiki reflects position {rep.wiki_position}, ledger is at "
+                       f"{rep.ledger_position} (run forge wiki build)")
+        if rep.ok:
+            click.echo("ok")
+    if not rep.ok:
+        raise SystemExit(1)
+
+
+@wiki_group.command("serve")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port on 127.0.0.1 (0 picks a free one).")
+@click.option("--no-build", is_flag=True, help="Serve the site as it is.")
+@click.option("--no-embeddings", is_flag=True, help="Text search only.")
+@click.pass_context
+@fail_cleanly
+def wiki_serve(ctx, port: int, no_build: bool, no_embeddings: bool) -> None:
+    """Serve the site on localhost with search (semantic plus text).
+
+    \b
+    Example:
+      forge wiki serve --port 8765   # then open http://127.0.0.1:8765/
+    """
+    from .wiki.serve import serve
+
+    serve(open_ws(ctx), port=port, build_first=not no_build, embeddings=not no_embeddings,
+          echo=lambda s: click.echo(s, nl=True) or sys.stdout.flush())
+
+# (end of issue 5 section)
+
+
 # --- task graph (issue 6) ---------------------------------------------------------------
+
+
+@main.group()
+def graph() -> None:
+    """Task graphs: tasks, shared repos and external systems joined by handoff, state and
+    control edges; run in parallel, with verified handoffs and rework propagation.
+
+    \b
+    Example:
+      forge graph new examples/graphs/serving-project.yaml && forge graph run -j 2
+    """
+
+
+def _graph_id(ws, graph_id: str | None) -> str:
+    from .projections.graph import resolve_graph_id
+
+    return resolve_graph_id(ws.ledger, graph_id)
+
+
+_graph_opt = click.option("-g", "--graph", "graph_id",
+                          help="Graph name (default: the latest defined graph).")
+
+
+@graph.command("new")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the graph summary as JSON.")
+@click.pass_context
+@fail_cleanly
+def graph_new(ctx, file: Path, as_json: bool) -> None:
+    """Define a graph from YAML (idempotent for the same file).
+
+    Cycles through handoff/control edges and dangling edges are refused, naming the culprit.
+
+    \b
+    Example:
+      forge graph new examples/graphs/serving-project.yaml
+    """
+    from .harness.graph_runner import define_graph
+    from .projections.graph import summary
+
+    ws = open_ws(ctx)
+    view, created = define_graph(ws, file)
+    if as_json:
+        emit_json({"created": created, **summary(view)})
+        return
+    verb = "defined" if created else "already defined"
+    click.echo(f"graph {view.graph_id} {verb}: {len(view.tasks())} tasks, "
+               f"{len(view.nodes) - len(view.tasks())} repos/systems, {len(view.edges)} edges; "
+               f"ready: {', '.join(view.ready()) or '-'}")
+
+
+@graph.command("show")
+@_graph_opt
+@click.option("--json", "as_json", is_flag=True,
+              help="States, ready queue, blocked, critical path.")
+@click.option("--tree", is_flag=True, help="Draw the gating DAG as a tree.")
+@click.option("--mermaid", is_flag=True, help="Print a Mermaid flowchart.")
+@click.option("--dot", is_flag=True, help="Print Graphviz DOT.")
+@click.pass_context
+@fail_cleanly
+def graph_show(ctx, graph_id, as_json, tree, mermaid, dot) -> None:
+    """Show node states, the ready queue, why blocked nodes wait, and the critical path.
+
+    \b
+    Example:
+      forge graph show --tree
+      forge graph show --mermaid > graph.mmd
+    """
+    from .projections.graph import load_graph, summary, to_dot, to_mermaid, tree_lines
+
+    ws = open_ws(ctx)
+    view = load_graph(ws.ledger, _graph_id(ws, graph_id))
+    if mermaid:
+        click.echo(to_mermaid(view), nl=False)
+        return
+    if dot:
+        click.echo(to_dot(view), nl=False)
+        return
+    data = summary(view)
+    if as_json:
+        emit_json(data)
+        return
+    if tree:
+        for line in tree_lines(view):
+            click.echo(line)
+        return
+    click.echo(f"graph {view.graph_id}: {view.title}")
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(data["counts"].items()))
+    click.echo(f"  {data['tasks']} tasks, {len(view.edges)} edges — {counts}")
+    click.echo(f"  {'node':<28} {'type':<19} {'state':<13} {'att':>3} {'secs':>6}  why")
+    for r in data["rows"]:
+        state = "ready" if r["ready"] and r["state"] == "pending" else r["state"]
+        why = ("ready to re-run: " if r["ready"] and state == "needs-rework" else "") + r["why"]
+        secs = f"{r['duration_s']:.2f}" if r["duration_s"] is not None else "-"
+        click.echo(f"  {r['id']:<28} {r['type']:<19} {state:<13} {r['attempt']:>3} {secs:>6}  "
+                   f"{why}")
+    click.echo(f"  critical path ({data['critical_path_s']:.2f}s): "
+               f"{' -> '.join(data['critical_path'])}")
+
+
+@graph.command("add-node")
+@_graph_opt
+@click.option("--file", "node_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A YAML mapping describing the node (as in the graph file).")
+@click.option("--id", "node_id", help="Node id (when not using --file).")
+@click.option("--kind", type=click.Choice(["task", "repo", "system"]), default="task")
+@click.option("--type", "task_type", help="Task type, e.g. kernel, evaluation.")
+@click.option("--title", default="")
+@click.option("--sh", help="Work: a shell command line.")
+@click.option("--verify", "verify", multiple=True, help="Verification shell line (repeatable).")
+@click.option("--reason", default="", help="Why the graph changes (recorded).")
+@click.pass_context
+@fail_cleanly
+def graph_add_node(ctx, graph_id, node_file, node_id, kind, task_type, title, sh, verify,
+                   reason) -> None:
+    """Add a node to a defined graph (recorded as NodeAdded).
+
+    \b
+    Example:
+      forge graph add-node --id kernel-rope --type kernel --sh 'make rope' --verify './check'
+    """
+    import yaml
+
+    from .harness.graph_runner import add_node
+
+    if node_file:
+        data = yaml.safe_load(node_file.read_text(encoding="utf-8"))
+    else:
+        data = {"id": node_id, "kind": kind, "title": title}
+        if task_type:
+            data["type"] = task_type
+        if sh:
+            data["work"] = {"sh": sh, "verify": [{"name": f"verify{i + 1}", "sh": v}
+                                                 for i, v in enumerate(verify)]}
+    ws = open_ws(ctx)
+    gid = _graph_id(ws, graph_id)
+    view = add_node(ws, gid, data, reason)
+    click.echo(f"graph {gid}: node {data.get('id')} added ({len(view.nodes)} nodes)")
+
+
+@graph.command("add-edge")
+@_graph_opt
+@click.argument("src")
+@click.argument("dst")
+@click.option("--kind", type=click.Choice(["handoff", "state", "control"]), required=True)
+@click.option("--action", type=click.Choice(["start", "stop", "rework"]),
+              help="Control edges: start (default), stop, rework.")
+@click.option("--deliverable", default="", help="Handoff edges: what flows.")
+@click.option("--access", type=click.Choice(["read", "write"]), default="read")
+@click.option("--reason", default="", help="Why the graph changes (recorded).")
+@click.pass_context
+@fail_cleanly
+def graph_add_edge(ctx, graph_id, src, dst, kind, action, deliverable, access, reason) -> None:
+    """Add an edge to a defined graph (recorded as EdgeAdded; cycles are refused).
+
+    \b
+    Example:
+      forge graph add-edge kernel-rope eval-accuracy --kind handoff --deliverable rope.so
+    """
+    from .harness.graph_runner import add_edge
+
+    data: dict[str, Any] = {"from": src, "to": dst, "kind": kind, "access": access,
+                            "deliverable": deliverable}
+    if action:
+        data["action"] = action
+    ws = open_ws(ctx)
+    gid = _graph_id(ws, graph_id)
+    view = add_edge(ws, gid, data, reason)
+    click.echo(f"graph {gid}: edge {src} -> {dst} ({kind}) added ({len(view.edges)} edges)")
+
+
+def _print_run(summary, as_json: bool) -> None:
+    if as_json:
+        emit_json(summary.as_dict())
+    else:
+        c = summary.counts
+        waiting = c.get("pending", 0) + c.get("needs-rework", 0)
+        click.echo(f"run {summary.run_id}: {summary.outcome} in {summary.wall_s:.1f}s with "
+                   f"-j {summary.jobs}: delivered {c.get('delivered', 0)}, rejected "
+                   f"{c.get('rejected', 0)}, waiting {waiting}"
+                   f"; peak in flight {summary.peak_in_flight}; overhead "
+                   f"{summary.overhead_per_node_s * 1000:.0f} ms/node")
+        for node, why in summary.blocked.items():
+            click.echo(f"  blocked {node}: {'; '.join(why)}")
+    if summary.outcome != "completed":
+        raise SystemExit(1)
+
+
+@graph.command("run")
+@_graph_opt
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@click.pass_context
+@fail_cleanly
+def graph_run(ctx, graph_id, jobs, as_json) -> None:
+    """Run ready tasks in parallel worker processes until nothing more can run.
+
+    Progress lines print as nodes start, deliver or are rejected. Exit 1 unless completed.
+
+    \b
+    Example:
+      forge graph run -j 4
+    """
+    from .harness.graph_runner import run_graph
+
+    ws = open_ws(ctx)
+    s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs,
+                  echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
+    _print_run(s, as_json)
+
+
+@graph.command("resume")
+@_graph_opt
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@click.pass_context
+@fail_cleanly
+def graph_resume(ctx, graph_id, jobs, as_json) -> None:
+    """Resume after a crash: re-run nodes that were in flight, never a delivered one.
+
+    \b
+    Example:
+      forge graph resume -j 2
+    """
+    from .harness.graph_runner import run_graph
+
+    ws = open_ws(ctx)
+    s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, resume=True,
+                  echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
+    _print_run(s, as_json)
+
+
+def _print_plan(plan: dict[str, list[str]], as_json: bool) -> None:
+    from .harness.graph_runner import format_plan
+
+    if as_json:
+        emit_json(plan)
+        return
+    for line in format_plan(plan):
+        click.echo(f"needs-rework {line}")
+
+
+@graph.command("rework")
+@_graph_opt
+@click.argument("node")
+@click.option("--reason", required=True, help="Why it must be redone (recorded).")
+@click.option("--json", "as_json", is_flag=True, help="Print node -> path as JSON.")
+@click.pass_context
+@fail_cleanly
+def graph_rework(ctx, graph_id, node, reason, as_json) -> None:
+    """Reopen a task; every downstream consumer is marked needs-rework with the path.
+
+    \b
+    Example:
+      forge graph rework kernel-rmsnorm --reason "epsilon handling wrong for fp16"
+    """
+    from .harness.graph_runner import request_rework
+
+    ws = open_ws(ctx)
+    _print_plan(request_rework(ws, _graph_id(ws, graph_id), node, reason), as_json)
+
+
+@graph.command("invalidate")
+@_graph_opt
+@click.argument("node")
+@click.option("--reason", required=True, help="Why the deliverable is invalid (recorded).")
+@click.option("--evidence", multiple=True, help="Event id or artifact digest (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print node -> path as JSON.")
+@click.pass_context
+@fail_cleanly
+def graph_invalidate(ctx, graph_id, node, reason, evidence, as_json) -> None:
+    """Invalidate a delivered deliverable: the node and its consumers need rework.
+
+    \b
+    Example:
+      forge graph invalidate bench-baseline --reason "measured on the wrong image"
+    """
+    from .harness.graph_runner import invalidate
+
+    ws = open_ws(ctx)
+    _print_plan(invalidate(ws, _graph_id(ws, graph_id), node, reason, evidence), as_json)
+
+
+@graph.command("reject")
+@_graph_opt
+@click.argument("node")
+@click.option("--reason", required=True, help="Why the direction is rejected (recorded).")
+@click.option("--evidence", multiple=True, help="Event id or artifact digest (repeatable).")
+@click.pass_context
+@fail_cleanly
+def graph_reject(ctx, graph_id, node, reason, evidence) -> None:
+    """Reject a direction: the node stays in the graph, linked to its evidence.
+
+    \b
+    Example:
+      forge graph reject kernel-moe-deepgemm --reason "slower than triton on H20" --evidence E1
+    """
+    from .harness.graph_runner import reject
+
+    ws = open_ws(ctx)
+    gid = _graph_id(ws, graph_id)
+    reject(ws, gid, node, reason, evidence)
+    click.echo(f"graph {gid}: {node} rejected")
+
+
+@graph.command("handoff")
+@_graph_opt
+@click.argument("src")
+@click.argument("dst")
+@click.pass_context
+@fail_cleanly
+def graph_handoff(ctx, graph_id, src, dst) -> None:
+    """Hand SRC's deliverable to DST by hand; refused (and recorded) unless SRC is verified.
+
+    \b
+    Example:
+      forge graph handoff kernel-rmsnorm engine-integrate-rmsnorm
+    """
+    from .harness.graph_runner import hand_off
+
+    ws = open_ws(ctx)
+    gid = _graph_id(ws, graph_id)
+    ev = hand_off(ws, gid, src, dst)
+    click.echo(f"graph {gid}: handoff {src} -> {dst} delivered ({ev.deliverable_digest})")
 
 
 if __name__ == "__main__":  # pragma: no cover

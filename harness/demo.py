@@ -1,58 +1,112 @@
-"""`forge demo` — the main job.
+"""`forge demo` — the main job, on the embedded CPU engine.
 
-Interim version (until the embedded-engine loop lands): records a small, realistic task
-history through the ledger, one atomic save per loop step, then replays it.
+Pull the generated `tiny-llama`, pin the demo deployment point, define a deployment-tuning
+task over the `hf` engine's knobs with throughput / TTFT-SLO / token-match / stability gates,
+run the loop (baseline, candidates, verification, accept or reject, exit), and print what
+was decided and how to explore it. Re-running on the same workspace resumes or re-reports:
+the ledger, not this function, holds the state.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from ..ledger import events as E
-from ..ledger.clock import digest
-from ..ledger.replay import replay_task
-from ..ledger.state import fingerprint
-from ..ledger.store import Append, task_stream
-from ..ledger.workspace import Workspace
+from .errors import HarnessError
 
-TASK_ID = "demo-ledger"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEMO_TASK = EXAMPLES / "tasks" / "demo-tiny-cpu.yaml"
 
 
-def run_demo(ws: Workspace, echo: Callable[[str], None] = print) -> None:
-    ledger = ws.ledger
-    stream = task_stream(TASK_ID)
-    point = {"model": {"name": "tiny-llama"}, "accelerator": {"vendor": "cpu"}}
-    point_hash = digest(point)
-    actor = E.Actor.tool("forge-demo")
-    common = {"task_id": TASK_ID, "actor": actor, "input_digests": {"point": point_hash}}
-    echo(f"recording a sample task history into {ws.home}")
-    ledger.append("workspace", [E.DeploymentPointPinned(name="tiny-cpu", point_hash=point_hash,
-                                                        point=point, actor=actor)],
-                  command_id=f"{TASK_ID}:pin")
-    definition = {"type": "deployment-tuning", "goal": "Raise output throughput"}
-    ledger.append(stream, [E.TaskDefined(title="demo", task_type="deployment-tuning",
-                                         goal=definition["goal"], definition=definition,
-                                         definition_hash=digest(definition),
-                                         point_hash=point_hash, **common)],
-                  command_id=f"{TASK_ID}:define")
-    for i, (cb, tput) in enumerate([(False, 460.0), (True, 170.0)], start=1):
-        block = f"b{i}"
-        cand = {"engine.continuous_batching": cb}
-        step = [
-            E.LoopBlockStarted(index=i, sub_goal=f"try continuous_batching={cb}",
-                               routing={"model_tier": "none", "agent_topology": "single"},
-                               candidate=cand, block_id=block, **common),
-            E.MeasurementRecorded(run_id=f"{block}-r1", source="forge-demo",
-                                  metrics={"output_throughput": tput}, candidate=cand,
-                                  block_id=block, **common),
-            E.LoopBlockHandedOff(state_reached=f"{tput} tok/s", block_id=block, **common),
-        ]
-        ledger.save(Append(stream, step), command_id=f"{TASK_ID}:block:{i}")
-    ledger.append(stream, [E.TaskExited(state="follow-up-handoff",
-                                        reason="sample history recorded", **common)],
-                  command_id=f"{TASK_ID}:exit")
-    state = replay_task(ledger, TASK_ID)
-    echo(f"replayed {TASK_ID}: {len(state.blocks)} blocks, {state.measurements} measurements, "
-         f"status {state.status} ({state.exit_state})")
-    echo(f"fingerprint {fingerprint(state)}")
-    echo(f"explore: forge --home {ws.home} log; forge --home {ws.home} replay {TASK_ID}")
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _describe(candidate: dict[str, Any]) -> str:
+    if not candidate:
+        return "baseline (profile as is)"
+    return ", ".join(f"{k.removeprefix('engine.')}={v}" for k, v in sorted(candidate.items()))
+
+
+def candidate_table(memory: Any) -> list[dict[str, Any]]:
+    """One row per loop block: candidate, medians of the gated metrics, verdict, decision."""
+    rows = []
+    for b in memory.execution_record:
+        ver = b.verification or {}
+        rows.append({
+            "block": b.block_id,
+            "candidate": _describe(b.candidate),
+            "output_throughput": b.median("output_throughput"),
+            "median_ttft_ms": b.median("median_ttft_ms"),
+            "token_match": b.median("token_match"),
+            "verdict": ver.get("verdict", "-"),
+            "decision": b.decision or ("baseline" if b.is_baseline else "-"),
+            "reason": b.decision_reason or "",
+        })
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'block':<6} {'candidate':<44} {'tok/s':>8} {'TTFT p50':>9} {'match':>6} " \
+           f"{'verdict':<12} decision"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['block']:<6} {r['candidate'][:44]:<44} {_fmt(r['output_throughput'], '8.1f')} "
+            f"{_fmt(r['median_ttft_ms'], '9.1f')} {_fmt(r['token_match'], '6.3f')} "
+            f"{r['verdict']:<12} {r['decision']}")
+        if r["reason"] and r["decision"] == "rejected":
+            lines.append(f"{'':<7}why: {r['reason'][:150]}")
+    return "\n".join(lines)
+
+
+def run_demo(ws: Any, echo: Callable[[str], None] = print,
+             task_file: Path = DEMO_TASK) -> dict[str, Any]:
+    """Run the main job in workspace `ws`; returns timings and the candidate table."""
+    from .engine_evaluator import EngineEvaluator
+    from .loop import define_task, load_task_from_ledger, run_task
+    from .weights import pull
+
+    if not task_file.is_file():
+        raise HarnessError(f"{task_file}: the demo task file is missing (a source checkout "
+                           "holds it under examples/tasks/)")
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    echo(f"[1/4] workspace {ws.home}")
+    echo("[2/4] pulling tiny-llama (generated offline from a fixed seed; no download)")
+    t = time.monotonic()
+    model = pull(ws, "tiny-llama")
+    timings["pull_s"] = time.monotonic() - t
+    echo(f"      {model.path}  {model.digest}")
+    echo(f"[3/4] pinning the deployment point and defining the task ({task_file.name})")
+    info = define_task(ws, task_file)
+    task_id = info["task_id"]
+    echo(f"      task {task_id}  point {info['point_hash'][:19]}  "
+         f"{'defined' if info['created'] else 'already defined: resuming'}")
+    echo("[4/4] running the loop: baseline, candidates, gates, accept or reject")
+    t = time.monotonic()
+    lt = load_task_from_ledger(ws, task_id)
+    evaluator = EngineEvaluator(ws, lt.task, lt.profile)
+    result = run_task(ws, task_id, evaluator=evaluator,
+                      progress=lambda s: echo(f"      {time.monotonic() - t0:6.1f}s  {s}"))
+    timings["loop_s"] = time.monotonic() - t
+    timings["total_s"] = time.monotonic() - t0
+    rows = candidate_table(result.memory)
+    echo("")
+    echo(format_table(rows))
+    echo("")
+    echo(f"exit: {result.exit_state} — {result.exit_reason}")
+    echo(f"wall time {timings['total_s']:.0f}s (pull {timings['pull_s']:.1f}s, "
+         f"loop {timings['loop_s']:.0f}s)")
+    home = ws.home
+    echo("")
+    echo("explore:")
+    for cmd in (f"forge --home {home} task memory {task_id}",
+                f"forge --home {home} replay {task_id}",
+                f"forge --home {home} log --task {task_id}",
+                f"forge --home {home} check"):
+        echo(f"  {cmd}")
+    return {"task_id": task_id, "exit_state": result.exit_state, "rows": rows,
+            "timings": timings}

@@ -74,7 +74,9 @@ class ArtifactStore:
         data = path.read_bytes()
         actual = PREFIX + hashlib.sha256(data).hexdigest()
         if actual != digest:
-            raise ArtifactIntegrityError(f"artifact {digest} is corrupt: its bytes hash to {actual}")
+            raise ArtifactIntegrityError(
+                f"artifact {digest} is corrupt: its bytes hash to {actual}"
+            )
         return data
 
     def text(self, digest: str) -> str:

@@ -1,8 +1,10 @@
 """`forge check`: the ledger is whole. Returns problems as one-line strings; empty means clean.
 
 Checks: the backend's own integrity check (SQLite `PRAGMA integrity_check`), gap-free global
-positions, every stream's versions contiguous from 1, every event decodes (known type, valid
-payload, upcastable) and every task stream replays, every artifact hashes to its digest.
+positions (on PostgreSQL a rolled-back insert leaves a gap in the sequence: a note, not a
+problem), every stream's versions contiguous from 1, every event decodes (known type, valid
+payload, upcastable) and every task stream replays, every save is whole (its events match its
+CommandHandled marker), every artifact hashes to its digest.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from dataclasses import dataclass, field
 
 from . import codec
 from .errors import LedgerError
+from .events import CommandHandled
 from .state import TaskState, apply
+from .store import COMMAND_PREFIX
 from .workspace import Workspace
 
 
@@ -24,6 +28,7 @@ class CheckReport:
     artifacts: int = 0
     max_position: int = 0
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts worth knowing that are not damage
 
     @property
     def ok(self) -> bool:
@@ -33,40 +38,76 @@ class CheckReport:
 def check_workspace(ws: Workspace, progress: Callable[[int], None] | None = None) -> CheckReport:
     report = CheckReport()
     ledger = ws.ledger
-    if ws.config.backend == "sqlite":
+    sqlite = ws.config.backend == "sqlite"
+    if sqlite:
         with ledger.recorder.datastore.transaction(commit=False) as c:
             c.execute("PRAGMA integrity_check")
             rows = [r[0] for r in c.fetchall()]
         if rows != ["ok"]:
             report.problems.extend(f"sqlite integrity: {r}" for r in rows)
     expected_pos = 1
+    gaps = 0
     versions: dict[str, int] = {}
     tasks: dict[str, TaskState] = {}
-    for n in ledger.notifications(1):
-        stream = str(n.originator_id)
-        if n.id != expected_pos:
-            report.problems.append(f"positions: gap before {n.id} (expected {expected_pos})")
-        expected_pos = n.id + 1
+    saved: dict[str, list[tuple[int, int, str]]] = {}  # stream -> [(first, last, command)]
+    for pos, stream, version, topic, state in ledger.rows(1):
+        if pos != expected_pos:
+            if sqlite:
+                report.problems.append(f"positions: gap before {pos} (expected {expected_pos})")
+            else:
+                gaps += 1
+        expected_pos = pos + 1
         prev = versions.get(stream, 0)
-        if n.originator_version != prev + 1:
-            report.problems.append(
-                f"stream {stream!r}: version {n.originator_version} follows {prev}"
-            )
-        versions[stream] = n.originator_version
+        if version != prev + 1:
+            report.problems.append(f"stream {stream!r}: version {version} follows {prev}")
+        versions[stream] = version
         report.events += 1
         try:
-            event = codec.decode(stream, n.originator_version, n.topic, n.state)
+            event = codec.decode(stream, version, topic, state)
         except LedgerError as e:
-            report.problems.append(f"position {n.id}: {e}")
+            report.problems.append(f"position {pos}: {e}")
             continue
+        if isinstance(event, CommandHandled):
+            cid = stream[len(COMMAND_PREFIX):]
+            for st, (first, last) in event.appended.items():
+                saved.setdefault(st, []).append((first, last, cid))
         if stream.startswith("task:"):
             apply(tasks.setdefault(stream, TaskState()), event)
         if progress is not None and report.events % 10000 == 0:
             progress(report.events)
+    # No partial save: the saves' markers tile every stream's versions exactly.
+    for stream, top in versions.items():
+        if not stream.startswith(COMMAND_PREFIX):
+            report.problems.extend(_untiled(stream, top, saved.pop(stream, [])))
+    for stream, ranges in saved.items():
+        report.problems.extend(_untiled(stream, 0, ranges))
+    if gaps:
+        report.notes.append(f"positions: {gaps} gaps left by rolled-back inserts (PostgreSQL "
+                            "sequences are not transactional; no event is missing)")
     report.max_position = expected_pos - 1
     report.streams = len(versions)
     report.tasks = len(tasks)
-    for digest in ws.artifacts.digests():
-        report.artifacts += 1
+    report.artifacts = sum(1 for _ in ws.artifacts.digests())
     report.problems.extend(ws.artifacts.verify())
     return report
+
+
+def _untiled(stream: str, top: int, ranges: list[tuple[int, int, str]]) -> list[str]:
+    """Versions 1..top of `stream` against the saves that claim them (one line per fault)."""
+    out = []
+    nxt = 1
+    for first, last, cid in sorted(ranges):
+        if first > nxt:
+            out.append(f"stream {stream!r}: versions {nxt}..{first - 1} belong to no save "
+                       "(no CommandHandled marker)")
+        elif first < nxt:
+            out.append(f"stream {stream!r}: save {cid!r} claims versions {first}..{last}, "
+                       "overlapping another save")
+        if last > top:
+            out.append(f"stream {stream!r}: save {cid!r} wrote versions {first}..{last} but "
+                       f"the stream ends at {top} (partial save)")
+        nxt = max(nxt, last + 1)
+    if nxt <= top:
+        out.append(f"stream {stream!r}: versions {nxt}..{top} belong to no save "
+                   "(no CommandHandled marker)")
+    return out

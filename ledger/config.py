@@ -125,8 +125,9 @@ def load_config(home: str | Path | None = None, *, must_exist: bool = True) -> C
     if not isinstance(url, str):
         raise ConfigError(f"{path}: ledger.url: expected a string")
     timeout = ledger.get("lock_timeout_s", 5)
-    if not isinstance(timeout, int) or timeout < 0:
-        raise ConfigError(f"{path}: ledger.lock_timeout_s: expected a non-negative integer")
+    # 0 would mean the library default (SQLite) or waiting forever (PostgreSQL).
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
+        raise ConfigError(f"{path}: ledger.lock_timeout_s: expected a positive integer (seconds)")
     env_names = secrets.get("env", list(DEFAULT_SECRET_ENV))
     files = secrets.get("files", [])
     if not isinstance(env_names, list) or not all(isinstance(x, str) for x in env_names):

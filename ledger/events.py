@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from uuid import UUID, uuid4
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WrapValidator
 
 from .clock import utcnow
 
@@ -51,6 +51,29 @@ class Actor(BaseModel):
 
 SYSTEM = Actor()
 
+_ACTORS: dict[tuple[tuple[str, Any], ...], Actor] = {}
+
+
+def _interned_actor(value: Any, handler: Any) -> Actor:
+    """Validate an actor once per distinct stored form: a ledger holds few actors and many
+    events, and building the nested model is a third of decoding an event. The cache key is
+    the exact (key, value) pairs, so only a form that validated before is ever reused."""
+    if type(value) is dict:
+        try:
+            key = tuple(value.items())
+            actor = _ACTORS.get(key)
+        except TypeError:  # an unhashable value: not a valid actor, let pydantic say why
+            return handler(value)
+        if actor is None:
+            actor = handler(value)
+            if len(_ACTORS) < 4096:
+                _ACTORS[key] = actor
+        return actor
+    return handler(value)
+
+
+InternedActor = Annotated[Actor, WrapValidator(_interned_actor)]
+
 EVENT_TYPES: dict[str, type[Event]] = {}
 # (type name, from_version) -> function turning a stored payload of that version into the next.
 UPCASTERS: dict[tuple[str, int], Callable[[JSON], JSON]] = {}
@@ -69,14 +92,16 @@ def upcaster(type_name: str, from_version: int):
 class Event(BaseModel):
     """The common envelope. Subclasses add the facts."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: a class builds its validator on first use, so a command that touches a
+    # few event types does not pay for all of them at import.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     TYPE: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
 
     event_id: UUID = Field(default_factory=uuid4)
     occurred_at: datetime = Field(default_factory=utcnow)
-    actor: Actor = SYSTEM
+    actor: InternedActor = SYSTEM
     task_id: str | None = None
     block_id: str | None = None
     command_id: str | None = None
@@ -252,3 +277,127 @@ class CommandHandled(Event):
 
     appended: dict[str, list[int]]
     positions: list[int] = Field(default_factory=list)
+
+
+# --- issue 6 (task graph) ---------------------------------------------------------------
+# Stream "graph:<graph id>". Node work (tool calls, verification) goes on the node's own task
+# stream "task:<graph id>.<node id>" with the task events above; the graph stream holds what
+# gates the graph: definitions, claims, verification outcomes, handoffs, rework.
+
+
+class GraphDefined(Event):
+    graph_id: str
+    title: str = ""
+    description: str = ""
+    source: str | None = None  # the YAML file it came from
+    graph_dir: str | None = None  # directory commands resolve {graph_dir} against
+    spec_hash: str
+    # The initial graph (graphspec NodeSpec / EdgeSpec dumps) in one event: folding one large
+    # payload is ~10x faster than thousands of small events. Later changes: NodeAdded/EdgeAdded.
+    nodes: list[JSON] = Field(default_factory=list)
+    edges: list[JSON] = Field(default_factory=list)
+
+
+class NodeAdded(Event):
+    node: JSON  # a graphspec.NodeSpec dump
+    reason: str = ""
+
+
+class EdgeAdded(Event):
+    edge: JSON  # a graphspec.EdgeSpec dump (by alias: from/to)
+    reason: str = ""
+
+
+class GraphRunStarted(Event):
+    run_id: str
+    jobs: int
+    pid: int
+    pid_start: str = ""  # /proc start time, so a reused pid is not mistaken for the runner
+    host: str = ""
+    resumed: bool = False
+
+
+class GraphRunFinished(Event):
+    run_id: str
+    outcome: Literal["completed", "stuck", "failed", "interrupted"]
+    counts: dict[str, int] = Field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+class NodeStarted(Event):
+    """A worker's claim on a node, appended with the graph stream's expected version."""
+
+    node: str
+    attempt: int
+    run_id: str
+    worker: str
+    pid: int
+
+
+class NodeAbandoned(Event):
+    """A claim whose worker or runner died mid-run; the node becomes runnable again."""
+
+    node: str
+    attempt: int
+    reason: str
+
+
+class NodeVerified(Event):
+    node: str
+    attempt: int
+    passed: bool
+    checks: list[JSON] = Field(default_factory=list)  # one record per verification step
+    verification_event_id: UUID | None = None  # the VerificationRecorded on the task stream
+    deliverable: dict[str, str] = Field(default_factory=dict)  # name -> artifact digest
+    deliverable_digest: str | None = None
+
+
+class HandoffDelivered(Event):
+    edge: str
+    src: str
+    dst: str
+    attempt: int
+    deliverable_digest: str | None = None
+    verification_event_id: UUID | None = None
+
+
+class HandoffRefused(Event):
+    edge: str
+    src: str
+    dst: str
+    reason: str
+
+
+class NodeDelivered(Event):
+    node: str
+    attempt: int
+    deliverable_digest: str | None = None
+    duration_s: float = 0.0  # claim to delivery
+    work_s: float = 0.0  # time inside the node's own commands
+
+
+class NodeRejected(Event):
+    """A direction rejected: it stays in the graph with the reason and its evidence."""
+
+    node: str
+    attempt: int = 0
+    reason: str
+    evidence: list[str] = Field(default_factory=list)
+    duration_s: float = 0.0
+    work_s: float = 0.0
+
+
+class DeliverableInvalidated(Event):
+    node: str
+    reason: str
+    evidence: list[str] = Field(default_factory=list)
+
+
+class ReworkRequested(Event):
+    """`node` must re-run: `origin` was reworked/invalidated and `path` carries it to `node`."""
+
+    node: str
+    origin: str
+    trigger: Literal["rework", "invalidate", "control"] = "rework"
+    reason: str
+    path: list[str] = Field(default_factory=list)

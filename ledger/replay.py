@@ -2,25 +2,39 @@
 
 from __future__ import annotations
 
+from . import codec
 from .errors import NotFoundError
 from .state import TaskState, apply
 from .store import Ledger, task_stream
 
 
 def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskState:
-    """State of `task_id` after every event of its stream at position <= `until`."""
+    """State of `task_id` after every event of its stream at position <= `until`.
+
+    Raises NotFoundError for an unknown task or a position outside the ledger, and the
+    codec's errors (naming stream and version) for an event that cannot be decoded."""
     if until is not None:
         if until < 1:
-            raise NotFoundError(f"position {until} is before the first event (positions start at 1)")
+            raise NotFoundError(
+                f"position {until} is before the first event (positions start at 1)"
+            )
         top = ledger.max_position()
         if until > top:
             raise NotFoundError(f"position {until} is past the end of the ledger ({top})")
-    records = ledger.stream_log(task_stream(task_id), stop=until)
-    if not records:
-        if until is None or not ledger.stream_log(task_stream(task_id)):
-            raise NotFoundError(f"unknown task {task_id!r}")
-    state = TaskState()
-    for r in records:
-        apply(state, r.event)
-        state.last_position = r.position
+    stream = task_stream(task_id)
+    rows = ledger.stream_rows(stream, stop=until)
+    if not rows and (until is None or not ledger.stream_rows(stream)):
+        raise NotFoundError(f"unknown task {task_id!r}")
+    return replay_rows(stream, rows)
+
+
+def replay_rows(stream: str, rows: list[tuple[int, int, str, bytes]],
+                state: TaskState | None = None) -> TaskState:
+    """Fold raw rows `(position, version, type, state)` of one stream into task state."""
+    state = state or TaskState()
+    decode = codec.decode
+    for _pos, version, topic, payload in rows:
+        apply(state, decode(stream, version, topic, payload))
+    if rows:
+        state.last_position = rows[-1][0]
     return state

@@ -11,8 +11,8 @@ Contracts:
   save's result (`duplicate=True`). Every save has a command id (generated when not given), so
   an internal retry after a lost acknowledgement can never duplicate.
 - Optimistic concurrency: with `expected_version`, a stream that moved raises `ConflictError`
-  naming the stream and both versions. Without it, the save appends at the end and retries
-  on a concurrent append.
+  naming the stream and both versions. Without it, the save appends at the end (starting
+  from the version this process last wrote, else a read) and retries on a concurrent append.
 - Every payload passes through the redactor before it is written.
 """
 
@@ -87,6 +87,7 @@ class Ledger:
         self.recorder = recorder
         self._factory = factory
         self.redactor = Redactor(secret_values_from(config.secret_env, config.secret_files))
+        self._versions: dict[str, int] = {}  # stream -> last version this process wrote
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -94,9 +95,21 @@ class Ledger:
     def open(cls, home: str | Path | None = None, *, config: Config | None = None) -> Ledger:
         config = config or load_config(home)
         env = config.persistence_env()
+        postgres = config.backend == "postgres"
+        if postgres:
+            # The library re-runs its CREATE statements on every open; processes opening at
+            # once then collide in PostgreSQL's catalog ("tuple concurrently updated").
+            # Create only when the table is missing.
+            env["CREATE_TABLE"] = "false"
         try:
             factory = InfrastructureFactory.construct(env)
             recorder = factory.application_recorder()
+            if postgres and not _pg_table_exists(recorder):
+                try:
+                    recorder.create_table()
+                except PersistenceError:
+                    if not _pg_table_exists(recorder):  # not a concurrent creator: real
+                        raise
         except (PersistenceError, OSError) as e:
             raise LedgerError(f"cannot open ledger {config.ledger_url}: {one_line(e)}") from None
         return cls(config, recorder, factory)
@@ -122,17 +135,25 @@ class Ledger:
     ) -> SaveResult:
         return self.save(Append(stream, events, expected_version), command_id=command_id)
 
-    def save(self, *appends: Append, command_id: str | None = None, retries: int = 20) -> SaveResult:
+    def save(
+        self, *appends: Append, command_id: str | None = None, retries: int = 20
+    ) -> SaveResult:
         """Write all events of all `appends` atomically (see module contract)."""
         cid = command_id or uuid4().hex
         marker_stream = COMMAND_PREFIX + cid
-        for _ in range(retries):
+        for attempt in range(retries):
             stored: list[StoredEvent] = []
             appended: dict[str, list[int]] = {}
             for a in appends:
                 if a.stream.startswith(COMMAND_PREFIX):
                     raise LedgerError(f"stream name {a.stream!r} is reserved")
-                base = self.version(a.stream) if a.expected_version is None else a.expected_version
+                if a.expected_version is not None:
+                    base = a.expected_version
+                else:
+                    # The version this process last wrote saves a read per save; if another
+                    # writer moved the stream since, the insert conflicts and we re-read.
+                    known = self._versions.get(a.stream) if attempt == 0 else None
+                    base = self.version(a.stream) if known is None else known
                 for i, ev in enumerate(a.events):
                     stored.append(codec.encode(a.stream, base + 1 + i, ev, self.redactor, cid))
                 if a.events:
@@ -142,6 +163,8 @@ class Ledger:
             try:
                 ids = self.recorder.insert_events(stored)
             except IntegrityError:
+                for a in appends:
+                    self._versions.pop(a.stream, None)
                 prior = self._command_result(cid)
                 if prior is not None:
                     return prior
@@ -159,9 +182,11 @@ class Ledger:
                         return prior
                     raise LedgerBusyError(
                         f"ledger {self.config.ledger_url} is locked by another writer "
-                        f"(waited {self.config.lock_timeout_s}s): {one_line(e)}"
+                        f"(lock timeout {self.config.lock_timeout_s}s): {one_line(e)}"
                     ) from None
                 raise LedgerError(f"ledger write failed: {one_line(e)}") from None
+            for stream, (_first, last) in appended.items():
+                self._versions[stream] = last
             positions = list(ids or [])[:-1]
             return SaveResult(cid, appended, positions)
         raise LedgerBusyError(f"gave up after {retries} concurrent-append retries (command {cid})")
@@ -180,6 +205,7 @@ class Ledger:
     # --- reading --------------------------------------------------------------------------
 
     def version(self, stream: str) -> int:
+        """The stream's current version (0 if empty), read from the store."""
         rows = self.recorder.select_events(stream, desc=True, limit=1)
         return rows[0].originator_version if rows else 0
 
@@ -205,23 +231,39 @@ class Ledger:
         include_bookkeeping: bool = False,
     ) -> Iterator[Recorded]:
         """The global ordered log from position `start` to `stop` (inclusive)."""
-        for n in self.notifications(start, stop, types, page=page):
-            if not include_bookkeeping and n.topic in BOOKKEEPING_TYPES:
+        decode = codec.decode
+        for pos, stream, version, topic, state in self.rows(start, stop, types, page=page):
+            if not include_bookkeeping and topic in BOOKKEEPING_TYPES:
                 continue
-            stream = str(n.originator_id)
-            yield Recorded(
-                n.id, stream, n.originator_version,
-                codec.decode(stream, n.originator_version, n.topic, n.state),
-            )
+            yield Recorded(pos, stream, version, decode(stream, version, topic, state))
+
+    def rows(
+        self, start: int = 1, stop: int | None = None, types: Iterable[str] = (), *,
+        page: int = 1000,
+    ) -> Iterator[tuple[int, str, int, str, bytes]]:
+        """Raw stored rows `(position, stream, version, type, state)` in global order, paged."""
+        topics = self._check_types(types)
+        pos = max(1, start)
+        while True:
+            where = ["{pos}>={p}"] + (["{pos}<={p}"] if stop is not None else [])
+            params: list[Any] = [pos] + ([stop] if stop is not None else [])
+            if topics:
+                where.append("topic IN (" + ",".join("{p}" for _ in topics) + ")")
+                params.extend(topics)
+            batch = self._select(where, params, "{pos}", page)
+            if not batch:
+                return
+            yield from batch
+            pos = batch[-1][0] + 1
+            if len(batch) < page:
+                return
 
     def notifications(
-        self, start: int = 1, stop: int | None = None, types: Iterable[str] = (), *, page: int = 1000
+        self, start: int = 1, stop: int | None = None, types: Iterable[str] = (), *,
+        page: int = 1000,
     ) -> Iterator[Any]:
-        """Raw stored notifications (undecoded), paged."""
-        topics = tuple(types)
-        for t in topics:
-            if t not in EVENT_TYPES:
-                raise NotFoundError(f"unknown event type {t!r}")
+        """Raw stored notifications (undecoded, the library's objects), paged."""
+        topics = self._check_types(types)
         pos = max(1, start)
         while True:
             batch = self.recorder.select_notifications(pos, page, stop=stop, topics=topics)
@@ -231,6 +273,14 @@ class Ledger:
             pos = batch[-1].id + 1
             if len(batch) < page:
                 return
+
+    @staticmethod
+    def _check_types(types: Iterable[str]) -> tuple[str, ...]:
+        topics = tuple(types)
+        for t in topics:
+            if t not in EVENT_TYPES:
+                raise NotFoundError(f"unknown event type {t!r}")
+        return topics
 
     def events(
         self,
@@ -254,35 +304,63 @@ class Ledger:
 
     def stream_log(self, stream: str, stop: int | None = None) -> list[Recorded]:
         """One stream with global positions, up to position `stop`."""
-        rows = self._stream_positions(stream, stop)
+        decode = codec.decode
         return [
-            Recorded(pos, stream, v, codec.decode(stream, v, topic, state))
-            for pos, v, topic, state in rows
+            Recorded(pos, stream, v, decode(stream, v, topic, state))
+            for pos, v, topic, state in self.stream_rows(stream, stop)
         ]
 
-    def _stream_positions(self, stream: str, stop: int | None) -> list[tuple[int, int, str, bytes]]:
-        # The library's select_events carries no positions; one small query per backend.
+    def stream_rows(
+        self, stream: str, stop: int | None = None
+    ) -> list[tuple[int, int, str, bytes]]:
+        """Raw rows `(position, version, type, state)` of one stream in version order."""
+        where = ["originator_id={p}"] + (["{pos}<={p}"] if stop is not None else [])
+        params: list[Any] = [stream] + ([stop] if stop is not None else [])
+        return [(r[0], r[2], r[3], r[4]) for r in self._select(where, params, "originator_version")]
+
+    _stream_positions = stream_rows  # older name
+
+    def _select(
+        self, where: list[str], params: list[Any], order: str, limit: int | None = None
+    ) -> list[tuple[int, str, int, str, bytes]]:
+        """One query on the events table with the global position: the library's selects
+        carry no positions per stream and build an object per row, which reading 100k events
+        notices. `{pos}` and `{p}` in the fragments become the backend's column/placeholder."""
+        rec = self.recorder
         if self.config.backend == "sqlite":
-            sql = (
-                "SELECT rowid, originator_version, topic, state FROM stored_events "
-                "WHERE originator_id=? " + ("AND rowid<=? " if stop else "")
-                + "ORDER BY originator_version"
-            )
-            params: list[Any] = [stream] + ([stop] if stop else [])
-            with self.recorder.datastore.transaction(commit=False) as c:
-                c.execute(sql, params)
-                return [(r[0], r[1], r[2], r[3]) for r in c.fetchall()]
+            pos_col, ph, table = "rowid", "?", rec.events_table_name
+        else:
+            pos_col, ph = "notification_id", "%s"
+            table = f'"{rec.datastore.schema}"."{rec.events_table_name}"'
         sql = (
-            f"SELECT notification_id, originator_version, topic, state FROM "
-            f"{self.recorder.events_table_name} WHERE originator_id=%s "
-            + ("AND notification_id<=%s " if stop else "")
-            + "ORDER BY originator_version"
-        )
-        params = [stream] + ([stop] if stop else [])
-        with self.recorder.datastore.transaction(commit=False) as c:
-            c.execute(sql, params)
-            return [(r["notification_id"], r["originator_version"], r["topic"], bytes(r["state"]))
-                    for r in c.fetchall()]
+            f"SELECT {pos_col}, originator_id, originator_version, topic, state FROM {table} "
+            f"WHERE " + " AND ".join(where) + f" ORDER BY {order}"
+            + (" LIMIT {p}" if limit is not None else "")
+        ).format(pos=pos_col, p=ph)
+        if limit is not None:
+            params = [*params, limit]
+        try:
+            with rec.datastore.transaction(commit=False) as c:
+                if self.config.backend == "sqlite":
+                    c.sqlite_cursor.row_factory = None  # plain tuples: no per-row Row object
+                c.execute(sql, params)
+                rows = c.fetchall()
+        except OperationalError as e:
+            raise LedgerError(f"ledger read failed: {one_line(e)}") from None
+        if self.config.backend == "sqlite":
+            return rows
+        return [
+            (r["notification_id"], r["originator_id"], r["originator_version"], r["topic"],
+             bytes(r["state"]))
+            for r in rows
+        ]
+
+
+def _pg_table_exists(recorder: Any) -> bool:
+    name = f"{recorder.datastore.schema}.{recorder.events_table_name}"
+    with recorder.datastore.transaction(commit=False) as c:
+        c.execute("SELECT to_regclass(%s) AS t", [name])
+        return c.fetchone()["t"] is not None
 
 
 def one_line(e: BaseException) -> str:

@@ -54,3 +54,91 @@ def run_forge(*args: str, home: Path | None = None, input: str | None = None,
         e.update(env)
     return subprocess.run([*FORGE, *args], capture_output=True, text=True, input=input,
                           env=e, timeout=timeout, cwd=str(REPO))
+
+
+# --- bench client fixtures (issue 4) -----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    """A small byte-level BPE tokenizer directory (trained here, offline, in ~0.1 s)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["The quick brown fox jumps over the lazy dog.",
+              "Lorem ipsum dolor sit amet, consectetur adipiscing elit.",
+              "def f(x): return x * 2 + 1", "Water boils at 100 degrees Celsius."] * 50
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    out = tmp_path_factory.mktemp("tinytok")
+    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture
+def scripted_server():
+    """Factory: start `harness.scripted_server` as a real subprocess; returns its base URL.
+    Every server started is terminated at teardown."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*args: str) -> str:
+        p = subprocess.Popen([sys.executable, "-m", "infer_forge.harness.scripted_server",
+                              "--port", "0", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+        procs.append(p)
+        line = p.stdout.readline()  # blocks until the server prints its URL (or exits)
+        if not line.startswith("listening on "):
+            p.kill()
+            raise RuntimeError(f"scripted server did not start: {line!r} {p.stderr.read()}")
+        return line.split()[-1]
+
+    yield start
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+# --- weights and engines fixtures (issue 4) ----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The generated tiny-llama model directory (pulled once per session, no ledger)."""
+    from infer_forge.harness.weights import fetch_model
+
+    home = tmp_path_factory.mktemp("tiny-model-home")
+    return fetch_model(home, "tiny-llama").path
+
+
+class HFServer:
+    """A running `transformers serve` on tiny-llama: `base_url`, `model_dir`, `model` (the name
+    requests carry), `engine` (the RunningEngine: describe/check/metrics)."""
+
+    def __init__(self, engine, model_dir: Path):
+        self.engine = engine
+        self.base_url = engine.base_url
+        self.model = engine.model
+        self.model_dir = model_dir
+
+
+@pytest.fixture(scope="session")
+def hf_server(tiny_model, tmp_path_factory):
+    """One real `transformers serve` (sdpa, float32, cpu) for the whole session, stopped at
+    the end (its process group is gone afterwards). Start takes ~10-20 s on 2 cores."""
+    from infer_forge.harness.engines.hf import HFEngine
+
+    logs = tmp_path_factory.mktemp("hf-server-logs")
+    running = HFEngine().launch({"device": "cpu", "dtype": "float32",
+                                 "attn_implementation": "sdpa"}, model=tiny_model, logs=logs)
+    try:
+        yield HFServer(running, tiny_model)
+    finally:
+        running.stop()

@@ -1,0 +1,303 @@
+"""Benchmark of the index, queries and wiki (issue 5).
+
+Builds a synthetic ledger with a realistic mix (per task: a definition, loop blocks with
+tool calls, engine launches, repeated measurements of ten metrics, a verification and a
+handoff, a decision and an exit; one save — and one CommandHandled marker — per step),
+then, in the same run:
+  1. the raw notification read rate of that ledger (the baseline);
+  2. catch-up into a fresh index (events/s; the ratio against 1);
+  3. `filter` and `compare` latency, in-process after catch-up (p50/p90 of many calls);
+  4. `forge wiki build` on its task pages, and `retrieve` latency with a warm retriever.
+
+Usage:
+  taskset -c 0,1 .venv/bin/python bench/index.py --events 1000000 [--keep /tmp/bench-ledger]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from uuid import UUID
+
+import orjson
+from eventsourcing.persistence import StoredEvent
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from infer_forge.ledger import codec  # noqa: E402
+from infer_forge.ledger import events as E  # noqa: E402
+from infer_forge.ledger.clock import digest  # noqa: E402
+from infer_forge.ledger.workspace import init_workspace, open_workspace  # noqa: E402
+from infer_forge.projections import index as I  # noqa: E402
+from infer_forge.projections import queries as Q  # noqa: E402
+
+MODELS = ["Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3", "Llama-3.1-8B", "Llama-3.1-70B",
+          "GLM-4.6", "Kimi-K2", "tiny-llama"]
+ACCS = [("nvidia", "H200"), ("nvidia", "H20"), ("nvidia", "B200"), ("amd", "MI300X"),
+        ("cpu", "x86_64")]
+ARCHS = ["colocated", "pd", "epd"]
+TYPES = ["deployment-tuning", "kernel", "communication", "engine-integration", "evaluation"]
+FLAGS = [("chunked_prefill_size", [4096, 8192, 16384]), ("moe_runner_backend",
+         ["deep_gemm", "triton", "cutlass"]), ("attention_backend", ["fa3", "flashinfer",
+         "triton"]), ("schedule_policy", ["lpm", "fcfs"]), ("enable_two_batch_overlap",
+         [True, False]), ("cuda_graph_max_bs_decode", [64, 128, 256])]
+METRICS = ["output_throughput", "request_throughput", "input_throughput", "median_ttft_ms",
+           "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
+           "median_e2e_latency_ms", "token_match"]
+BLOCKS, REPEATS, TOOLS = 8, 3, 3
+
+
+def payload(ev_type: type[E.Event], fields: dict, rnd: random.Random, ts: str) -> bytes:
+    d = {"event_id": str(UUID(int=rnd.getrandbits(128), version=4)), "occurred_at": ts,
+         "actor": {"kind": "tool", "name": "bench", "model": None}, "task_id": None,
+         "block_id": None, "command_id": None, "causation_id": None, "input_digests": {},
+         **fields, "_v": ev_type.SCHEMA_VERSION}
+    return orjson.dumps(d)
+
+
+def synth(ws, n_events: int, seed: int = 0) -> dict:
+    """Append ~n_events (plus one CommandHandled per save) with raw recorder inserts in
+    the codec's exact stored form; a sample is decoded back through the codec."""
+    rnd = random.Random(seed)
+    rec = ws.ledger.recorder
+    ts = "2026-11-29T12:00:00.000000+00:00"
+    points, profiles = [], []
+    ws_events: list[StoredEvent] = []
+    v0 = ws.ledger.version("workspace")
+    for i in range(60):
+        vendor, acc = ACCS[i % len(ACCS)]
+        service, rev = f"svc-{i % 20}", 1 + i // 20
+        prof = {"service": service, "rev": rev,
+                "engine": "hf" if vendor == "cpu" else "sglang",
+                "config": {"tp_size": 1 + i % 4, "chunked_prefill_size": 8192}}
+        ph = digest(prof)
+        profiles.append((service, rev))
+        ws_events.append(StoredEvent("workspace", v0 + len(ws_events) + 1, "RuntimeProfileRevised",
+                                     payload(E.RuntimeProfileRevised, {
+                                         "service": service, "rev": rev, "profile_hash": ph,
+                                         "profile": prof, "previous_hash": None,
+                                         "changes": {}}, rnd, ts)))
+        point = {"model": {"name": MODELS[i % len(MODELS)], "revision": "main"},
+                 "scenario": {"modality": "text", "traffic": {
+                     "input_len": [512, 1024, 4096][i % 3], "output_len": 256,
+                     "concurrency": [8, 32, 64, 128][i % 4]}},
+                 "topology": {"architecture": ARCHS[i % 3],
+                              "parallelism": {"tp": 1 + i % 8, "pp": 1, "dp": 1, "ep": 1}},
+                 "runtime_profile": {"service": service, "rev": rev},
+                 "accelerator": {"vendor": vendor, "model": acc, "count": 8}}
+        pth = digest(point)
+        points.append(pth)
+        ws_events.append(StoredEvent("workspace", v0 + len(ws_events) + 1, "DeploymentPointPinned",
+                                     payload(E.DeploymentPointPinned, {
+                                         "name": f"point-{i}", "point_hash": pth,
+                                         "point": point, "source": None}, rnd, ts)))
+    rec.insert_events(ws_events)
+    total, tasks, batch = len(ws_events), 0, []
+
+    def save(stream: str, version: int, evs: list[tuple[type[E.Event], dict]]) -> int:
+        nonlocal total
+        for k, (cls, f) in enumerate(evs):
+            batch.append(StoredEvent(stream, version + k, cls.TYPE, payload(cls, f, rnd, ts)))
+        cid = f"{stream}:{version}"
+        batch.append(StoredEvent("command:" + cid, 1, "CommandHandled", payload(
+            E.CommandHandled, {"appended": {stream: [version, version + len(evs) - 1]},
+                               "positions": []}, rnd, ts)))
+        total += len(evs)
+        if len(batch) >= 2000:
+            rec.insert_events(batch)
+            batch.clear()
+        return version + len(evs)
+
+    while total < n_events:
+        tid = f"task-{tasks:06d}"
+        pi = rnd.randrange(len(points))
+        ph = points[pi]
+        common = {"task_id": tid, "input_digests": {"point": ph, "repo": f"sha256:r{pi}"}}
+        ttype = TYPES[tasks % len(TYPES)]
+        flag, values = FLAGS[tasks % len(FLAGS)]
+        goal = (f"{ttype}: improve {MODELS[pi % len(MODELS)]} output throughput on "
+                f"{ACCS[pi % len(ACCS)][1]} by tuning {flag} without breaking the SLO")
+        v = save(f"task:{tid}", 1, [(E.TaskDefined, {
+            **common, "title": tid, "task_type": ttype, "goal": goal,
+            "definition": {"type": ttype, "goal": goal, "point": f"point-{pi}"},
+            "definition_hash": f"sha256:{tasks}", "point_hash": ph, "profile_hash": None})])
+        base = 1000.0 + 50 * (pi % 20)
+        for b in range(1, BLOCKS + 1):
+            bid = f"b{b}"
+            cand = {} if b == 1 else {f"engine.{flag}": values[b % len(values)]}
+            evs: list[tuple[type[E.Event], dict]] = [(E.LoopBlockStarted, {
+                **common, "block_id": bid, "index": b, "sub_goal": f"measure {flag} block {b}",
+                "routing": {"model_tier": ["none", "small", "large"][b % 3],
+                            "agent_topology": "single", "executor": "sweep"},
+                "candidate": cand})]
+            for t in range(TOOLS):
+                evs.append((E.ToolInvoked, {**common, "block_id": bid, "tool": "bench",
+                                            "argv": ["forge", "bench", str(t)], "cwd": None,
+                                            "env_digest": None, "exit_code": 0,
+                                            "duration_s": 1.0 + t, "stdout_digest": None,
+                                            "stderr_digest": None, "repo_digest": None,
+                                            "error": None}))
+            evs.append((E.EngineLaunched, {**common, "block_id": bid, "engine": "sglang",
+                                           "command": ["python", "-m", "sglang.launch_server"],
+                                           "url": "http://127.0.0.1:30000", "pid": 1,
+                                           "server_info": {}, "log_digest": None}))
+            gain = 1.0 + rnd.uniform(-0.1, 0.2) * (b > 1)
+            for r in range(REPEATS):
+                tput = base * gain * rnd.uniform(0.97, 1.03)
+                metrics = {m: round(rnd.uniform(10, 1000), 3) for m in METRICS}
+                metrics.update(output_throughput=round(tput, 2),
+                               median_ttft_ms=round(200000 / tput * rnd.uniform(0.9, 1.1), 2),
+                               token_match=1.0 if rnd.random() > 0.1 else 0.6)
+                evs.append((E.MeasurementRecorded, {
+                    **common, "block_id": bid, "run_id": f"{tid}-{bid}-{r}",
+                    "source": "forge-bench", "metrics": metrics, "candidate": cand,
+                    "repeat": r, "success": True, "error": None, "artifact_digest": None,
+                    "meta": {}}))
+            verdict = "pass" if gain > 1.05 else "fail"
+            evs.append((E.VerificationRecorded, {
+                **common, "block_id": bid, "contract_hash": "sha256:c", "point_hash": ph,
+                "candidate": cand, "passed": verdict == "pass", "verdict": verdict,
+                "gates": [{"name": "throughput", "metric": "output_throughput",
+                           "verdict": verdict, "median": base * gain, "threshold": 1.05,
+                           "baseline_median": base, "reason": f"ratio {gain:.3f}"},
+                          {"name": "correctness", "metric": "token_match", "verdict": "pass",
+                           "median": 1.0, "threshold": 0.99, "reason": "token match 1.0"}],
+                "evidence": []}))
+            evs.append((E.EngineStopped, {**common, "block_id": bid, "engine": "sglang",
+                                          "url": "http://127.0.0.1:30000", "exit_code": 0,
+                                          "reason": "teardown", "log_digest": None}))
+            evs.append((E.LoopBlockHandedOff, {
+                **common, "block_id": bid, "outcome": "progress" if gain > 1.05 else
+                "no-progress", "state_reached": f"{flag} block {b}: ratio bucket "
+                f"{round(gain, 1)}", "findings": [f"{flag} at {values[b % len(values)]}"],
+                "next_sub_goal": f"try the next {flag} value"}))
+            v = save(f"task:{tid}", v, evs)
+        accepted = tasks % 3 == 0
+        dec = (E.DeliverableAccepted, {**common, "block_id": "b8", "candidate": cand,
+                                       "summary": f"{flag} raised throughput within the SLO",
+                                       "verification_event_id": None, "evidence": []}) \
+            if accepted else (E.DirectionRejected, {
+                **common, "block_id": "b8", "candidate": cand,
+                "reason": f"{flag} on {ACCS[pi % len(ACCS)][1]} did not pass the "
+                          "throughput gate", "evidence": []})
+        v = save(f"task:{tid}", v, [dec, (E.TaskExited, {
+            **common, "state": "delivered" if accepted else "follow-up-handoff",
+            "reason": "done", "evidence": [], "handoff": None if accepted else
+            f"retry {flag} with a larger batch"})])
+        tasks += 1
+    if batch:
+        rec.insert_events(batch)
+    # The synthetic form is the codec's form: decode a sample through the real codec.
+    for n in ws.ledger.notifications(1, 3000, page=3000):
+        codec.decode(str(n.originator_id), n.originator_version, n.topic, n.state)
+    return {"events": total, "notifications": ws.ledger.max_position(), "tasks": tasks}
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--keep", type=Path, help="Reuse/keep the synthetic ledger here.")
+    ap.add_argument("--batch", type=int, default=I.DEFAULT_BATCH)
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--no-wiki", action="store_true")
+    ap.add_argument("--no-embeddings", action="store_true")
+    args = ap.parse_args()
+    home = args.keep or Path(tempfile.mkdtemp(prefix="forge-bench-index-"))
+    fresh = not (home / "ledger.sqlite").exists()
+    ws, _ = init_workspace(home)
+    if fresh:
+        t = time.perf_counter()
+        info = synth(ws, args.events)
+        print(f"synthetic ledger: {info} in {time.perf_counter() - t:.1f}s at {home}")
+    ws.close()
+    ws = open_workspace(home)
+    n_notes = ws.ledger.max_position()
+    print(f"cores available: {len(os.sched_getaffinity(0))}; notifications: {n_notes}")
+
+    # 1. raw read rate (baseline)
+    t = time.perf_counter()
+    n = sum(1 for _ in ws.ledger.notifications(1, page=args.batch))
+    raw_s = time.perf_counter() - t
+    print(f"raw notification read: {n} in {raw_s:.2f}s = {n / raw_s:,.0f}/s")
+
+    # 2. catch-up into a fresh index
+    for p in (I.index_path(home), Path(str(I.index_path(home)) + ".wal")):
+        if p.exists():
+            p.unlink()
+    con = I.connect(I.index_path(home))
+    con.execute("SET threads = 2")
+    r = I.catch_up(con, ws.ledger, batch=args.batch)
+    print(f"catch-up: {r.events} notifications ({r.projected} events) in {r.seconds:.2f}s = "
+          f"{r.rate:,.0f} events/s; {r.rate / (n / raw_s):.2f}x of the raw read rate")
+    counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+              for t in ("measurements", "tasks", "decisions", "handoffs")}
+    print(f"rows: {counts}")
+
+    # 3. filter / compare, in-process
+    rnd = random.Random(1)
+    tasks = [x[0] for x in con.execute("SELECT task_id FROM tasks").fetchall()]
+    profiles = [x[0] for x in con.execute(
+        "SELECT DISTINCT runtime_profile FROM tasks WHERE runtime_profile IS NOT NULL "
+        "ORDER BY 1").fetchall()]
+    ft, ct = [], []
+    for i in range(args.queries):
+        t = time.perf_counter()
+        Q.filter_measurements(con, model=[MODELS[i % 8], MODELS[(i + 3) % 8]],
+                              gpu=[ACCS[i % 5][1]], metric=["output_throughput",
+                                                            "median_ttft_ms"], limit=1000)
+        ft.append(time.perf_counter() - t)
+        a, b = (rnd.sample(tasks, 2) if i % 2 == 0 else rnd.sample(profiles, 2))
+        t = time.perf_counter()
+        Q.compare(con, a, b)
+        ct.append(time.perf_counter() - t)
+    print(f"filter: p50 {statistics.median(ft) * 1e3:.1f} ms, p90 {pct(ft, .9) * 1e3:.1f} ms; "
+          f"compare: p50 {statistics.median(ct) * 1e3:.1f} ms, p90 {pct(ct, .9) * 1e3:.1f} ms "
+          f"({args.queries} calls each)")
+    con.close()
+
+    if args.no_wiki:
+        return
+    # 4. wiki build and retrieve
+    from infer_forge.wiki.build import build
+    from infer_forge.wiki.retrieve import Retriever
+
+    shutil.rmtree(home / "wiki", ignore_errors=True)
+    shutil.rmtree(home / "site", ignore_errors=True)
+    rep = build(ws, embeddings=not args.no_embeddings)
+    print(f"wiki build (cold): {rep.pages} pages in {rep.seconds:.1f}s {rep.timings}")
+    rep = build(ws, embeddings=not args.no_embeddings, force=True)
+    print(f"wiki build (forced, embeddings cached): {rep.pages} pages, {rep.written} written,"
+          f" in {rep.seconds:.1f}s {rep.timings}")
+    if args.no_embeddings:
+        return
+    t = time.perf_counter()
+    retr = Retriever.from_index(ws)
+    load_s = time.perf_counter() - t
+    qs = ["why was deep_gemm rejected on H20", "chunked prefill raised throughput",
+          "which attention backend failed the throughput gate on B200",
+          "schedule policy handoff", "two batch overlap on MI300X"]
+    retr.search(qs[0])  # warm-up
+    lat = []
+    for i in range(args.queries):
+        t = time.perf_counter()
+        retr.search(qs[i % len(qs)], k=10)
+        lat.append(time.perf_counter() - t)
+    print(f"retrieve: corpus {len(retr.docs)} docs (loaded in {load_s:.1f}s); "
+          f"p50 {statistics.median(lat) * 1e3:.1f} ms, p90 {pct(lat, .9) * 1e3:.1f} ms")
+    ws.close()
+
+
+if __name__ == "__main__":
+    main()

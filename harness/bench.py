@@ -1,0 +1,337 @@
+"""The benchmark client: async, streaming, OpenAI-compatible; sglang.bench_serving's metrics.
+
+Contracts:
+- Transport: for `http://` URLs the lean asyncio-protocol client of `sse_client` (parses and
+  timestamps in `data_received`, once per socket read); otherwise (or `transport="aiohttp"`)
+  one `aiohttp` session, connection limit ≥ concurrency. Either way, each request POSTs
+  `/v1/completions` (or `/v1/chat/completions`) with `stream: true`,
+  `stream_options.include_usage`, `temperature: 0` (greedy) and `max_tokens` = the prompt's
+  output length, plus the engine's extra body fields (`ENGINE_EXTRA_BODY`: `ignore_eos` only
+  for sglang, since `transformers serve` answers 422 to it) and any `extra_body`.
+- Timing as bench_serving: the clock (perf_counter) starts just before the POST (connection
+  acquisition included); TTFT at the first chunk with non-empty text; ITL = gaps between
+  consecutive non-empty chunks; E2E at the last SSE line. Chunks that arrive in one network
+  read share one timestamp (they arrived together). output_len = the server's usage
+  `completion_tokens`, else the requested max.
+- Load: closed loop with `max_concurrency` (a semaphore) and/or open loop at `request_rate`
+  requests/s with seeded Poisson arrivals (`inf` = all at t = 0). `warmup` requests (the first
+  prompt, at most 32 output tokens, sent together) run first and are excluded; if every warmup
+  request fails, `HarnessError` names the first error (a broken setup, not a measurement).
+- Failures are data: a request that fails is a record with `success=False` and `error`.
+- `run_bench` returns a `BenchResult` (records, duration, `compute_metrics` output);
+  `record_measurement` stores the records as a JSONL artifact and appends one
+  `MeasurementRecorded` (to the task stream when a task is given, else `measurements`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from .datasets import Prompt
+from .errors import HarnessError
+from .metrics import RequestRecord, compute_metrics, numeric_metrics
+from .sse_client import RawClient, StreamState
+
+# Body fields an engine needs beyond the OpenAI basics. transformers serve rejects unknown
+# fields with 422, so only sglang gets ignore_eos (fixed output lengths).
+ENGINE_EXTRA_BODY: dict[str, dict[str, Any]] = {
+    "sglang": {"ignore_eos": True},
+    "hf": {},
+    "external": {},
+    "scripted": {},
+}
+MEASUREMENTS_STREAM = "measurements"
+_JSON = {"Content-Type": "application/json"}
+
+
+@dataclass
+class BenchConfig:
+    url: str  # base URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted)
+    model: str
+    endpoint: str = "completions"  # completions | chat
+    max_concurrency: int | None = None
+    request_rate: float = math.inf
+    warmup: int = 1
+    seed: int = 42
+    engine: str = "hf"
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    slo: dict[str, float] | None = None
+    timeout_s: float = 6 * 3600
+    transport: str = "auto"  # auto (raw for http://, else aiohttp) | raw | aiohttp
+
+    def api_url(self) -> str:
+        base = self.url.rstrip("/")
+        if base.endswith("/v1"):
+            base = base[:-3]
+        if self.endpoint not in ("completions", "chat"):
+            raise HarnessError(f"endpoint {self.endpoint!r} is not 'completions' or 'chat'")
+        return base + ("/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions")
+
+    def body_extra(self) -> dict[str, Any]:
+        return {**ENGINE_EXTRA_BODY.get(self.engine, {}), **self.extra_body}
+
+    def validate(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise HarnessError(f"max_concurrency {self.max_concurrency} must be at least 1")
+        if not (self.request_rate > 0):
+            raise HarnessError(f"request_rate {self.request_rate} must be > 0 (inf allowed)")
+        if self.warmup < 0:
+            raise HarnessError(f"warmup {self.warmup} must be ≥ 0")
+        if self.transport not in ("auto", "raw", "aiohttp"):
+            raise HarnessError(f"transport {self.transport!r} is not auto, raw or aiohttp")
+        self.api_url()
+
+    def use_raw(self) -> bool:
+        return self.transport == "raw" or (self.transport == "auto"
+                                           and self.api_url().startswith("http://"))
+
+
+@dataclass
+class BenchResult:
+    config: dict[str, Any]
+    records: list[RequestRecord]
+    warmup_records: list[RequestRecord]
+    duration_s: float
+    metrics: dict[str, Any]
+
+    def records_jsonl(self) -> bytes:
+        rows = [r.to_dict() for r in self.warmup_records + self.records]
+        return b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+    def summary(self) -> dict[str, Any]:
+        return {"config": self.config, "metrics": self.metrics}
+
+
+def _payload(cfg: BenchConfig, p: Prompt, max_tokens: int, extra: Mapping[str, Any]) -> bytes:
+    body: dict[str, Any] = {"model": cfg.model, "max_tokens": max_tokens, "temperature": 0.0,
+                            "stream": True, "stream_options": {"include_usage": True}}
+    if cfg.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": p.prompt}]
+    else:
+        body["prompt"] = p.prompt
+    body.update(extra)
+    return orjson.dumps(body)
+
+
+async def _request(session, url: str, payload: bytes, rec: RequestRecord, chat: bool) -> None:
+    """One streamed request over aiohttp, filling `rec` (never raises)."""
+    perf = time.perf_counter
+    st = perf()
+    rec.start_time = st
+    sse = StreamState(rec, chat, st)
+    try:
+        async with session.post(url, data=payload, headers=_JSON) as resp:
+            if resp.status != 200:
+                body = (await resp.read())[:300].decode("utf-8", "replace")
+                rec.error = f"HTTP {resp.status} {resp.reason or ''}: {' '.join(body.split())}"
+                return
+            async for data in resp.content.iter_any():
+                sse.feed(data, perf())
+                if sse.error:
+                    break
+            sse.finish(perf())
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:  # failures are data
+        rec.error = f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
+        rec.generated_text = "".join(sse.parts)
+
+
+def _session(limit: int, timeout_s: float):
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        read_bufsize=4 * 1024 * 1024,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchResult:
+    cfg.validate()
+    if not prompts:
+        raise HarnessError("no prompts to send")
+    url = cfg.api_url()
+    chat = cfg.endpoint == "chat"
+    extra = cfg.body_extra()
+    n = len(prompts)
+    limit = max(cfg.max_concurrency or n, cfg.warmup, 1)
+    raw = RawClient(url, cfg.timeout_s) if cfg.use_raw() else None
+    session = None if raw else _session(limit, cfg.timeout_s)
+
+    async def send(payload: bytes, rec: RequestRecord) -> None:
+        if raw is not None:
+            await raw.request(payload, rec, chat)
+        else:
+            await _request(session, url, payload, rec, chat)
+
+    try:
+        warm: list[RequestRecord] = []
+        if cfg.warmup:
+            p0 = prompts[0]
+            wp = _payload(cfg, p0, min(p0.output_len, 32), extra)
+            warm = [RequestRecord(prompt_len=p0.prompt_len, output_len=min(p0.output_len, 32),
+                                  index=-1 - i, warmup=True) for i in range(cfg.warmup)]
+            await asyncio.gather(*(send(wp, r) for r in warm))
+            if not any(r.success for r in warm):
+                raise HarnessError(f"warmup failed against {url}: {warm[0].error}")
+        records = [RequestRecord(prompt_len=p.prompt_len, output_len=p.output_len, index=i)
+                   for i, p in enumerate(prompts)]
+        payloads = [_payload(cfg, p, p.output_len, extra) for p in prompts]
+        start = time.perf_counter()
+        if math.isinf(cfg.request_rate) and cfg.max_concurrency:
+            # Closed loop: `max_concurrency` workers pull requests in order (FIFO, as a
+            # semaphore over all requests would, with fewer waiting tasks).
+            it = iter(range(n))
+
+            async def worker() -> None:
+                for i in it:
+                    await send(payloads[i], records[i])
+
+            await asyncio.gather(*(worker() for _ in range(min(cfg.max_concurrency, n))))
+        else:
+            sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+            rng = random.Random(cfg.seed)
+
+            async def limited(i: int) -> None:
+                if sem is None:
+                    await send(payloads[i], records[i])
+                else:
+                    async with sem:
+                        await send(payloads[i], records[i])
+
+            tasks = []
+            for i in range(n):
+                tasks.append(asyncio.create_task(limited(i)))
+                if not math.isinf(cfg.request_rate) and i + 1 < n:
+                    await asyncio.sleep(rng.expovariate(cfg.request_rate))
+            await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
+    finally:
+        if raw is not None:
+            raw.close()
+        if session is not None:
+            await session.close()
+    metrics = compute_metrics(records, duration, cfg.slo)
+    conf = asdict(cfg)
+    conf["request_rate"] = "inf" if math.isinf(cfg.request_rate) else cfg.request_rate
+    conf["num_prompts"] = n
+    conf["extra_body_sent"] = extra
+    return BenchResult(conf, records, warm, duration, metrics)
+
+
+def run_bench(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchResult:
+    """Run the benchmark to completion (see module contract)."""
+    return asyncio.run(run_bench_async(cfg, prompts))
+
+
+def record_measurement(ws, result: BenchResult, *, task_id: str | None = None,
+                       block_id: str | None = None, run_id: str | None = None,
+                       source: str = "forge-bench", candidate: Mapping[str, Any] | None = None,
+                       repeat: int | None = None, meta: Mapping[str, Any] | None = None):
+    """Store the records artifact and append one MeasurementRecorded; returns the event."""
+    from ..ledger import events as E
+    from ..ledger.store import task_stream
+
+    digest = ws.artifacts.put(result.records_jsonl())
+    m = result.metrics
+    failed = int(m.get("failed", 0))
+    ev = E.MeasurementRecorded(
+        task_id=task_id, block_id=block_id,
+        run_id=run_id or f"bench-{digest[7:19]}",
+        source=source,
+        metrics=numeric_metrics(m),
+        candidate=dict(candidate or {}),
+        repeat=repeat,
+        success=m.get("completed", 0) > 0,
+        error=(f"{failed} of {failed + int(m.get('completed', 0))} requests failed"
+               if failed else None),
+        artifact_digest=digest,
+        meta={"config": result.config, "client": "infer-forge", **(meta or {})},
+    )
+    stream = task_stream(task_id) if task_id else MEASUREMENTS_STREAM
+    ws.ledger.append(stream, [ev])
+    return ev
+
+
+METRIC_ROWS = (
+    ("Successful requests:", "completed", "{:.0f}"),
+    ("Failed requests:", "failed", "{:.0f}"),
+    ("Benchmark duration (s):", "duration", "{:.2f}"),
+    ("Total input tokens:", "total_input_tokens", "{:.0f}"),
+    ("Total generated tokens:", "total_output_tokens", "{:.0f}"),
+    ("Request throughput (req/s):", "request_throughput", "{:.2f}"),
+    ("Input token throughput (tok/s):", "input_throughput", "{:.2f}"),
+    ("Output token throughput (tok/s):", "output_throughput", "{:.2f}"),
+    ("Total token throughput (tok/s):", "total_throughput", "{:.2f}"),
+    ("Concurrency:", "concurrency", "{:.2f}"),
+    ("Max concurrent requests:", "max_concurrent_requests", "{:.0f}"),
+    ("Request goodput (req/s):", "request_goodput", "{:.2f}"),
+    ("SLO attainment:", "slo_attainment", "{:.4f}"),
+)
+
+
+def format_table(metrics: Mapping[str, Any]) -> str:
+    """bench_serving-style result block."""
+    lines = ["{:=^60}".format(" Serving Benchmark Result ")]
+    for label, key, fmt in METRIC_ROWS:
+        if key in metrics:
+            lines.append(f"{label:<40} {fmt.format(metrics[key])}")
+    for title, name in (("End-to-End Latency", "e2e_latency"), ("Time to First Token", "ttft"),
+                        ("Time per Output Token (excl. 1st token)", "tpot"),
+                        ("Inter-Token Latency", "itl")):
+        lines.append(f"{title:-^60}")
+        for stat in ("mean", "median", "std", "p90", "p95", "p99"):
+            k = f"{stat}_{name}_ms"
+            if k in metrics:
+                lines.append(f"{stat.capitalize() + ' (ms):':<40} {metrics[k]:.2f}")
+    lines.append("=" * 60)
+    return "\n".join(lines)
+
+
+def bench_command(*, url: str, model: str, dataset: str = "random",
+                  tokenizer_dir: str | None = None, dataset_path: str | None = None,
+                  num_prompts: int = 64, input_len: int = 128, output_len: int = 64,
+                  range_ratio: float = 1.0, max_concurrency: int | None = None,
+                  request_rate: float = math.inf, warmup: int = 1, seed: int = 42,
+                  engine: str = "hf", endpoint: str = "completions",
+                  extra_body: Mapping[str, Any] | None = None, goodput: Sequence[str] = (),
+                  transport: str = "auto", gsp: Mapping[str, int] | None = None, ws=None,
+                  task_id: str | None = None,
+                  block_id: str | None = None, records_out: str | None = None,
+                  ) -> dict[str, Any]:
+    """`forge bench`: build the prompts, run, optionally record; returns a JSON-able summary
+    (`metrics`, `config`, and `measurement` when recorded)."""
+    from .datasets import build_prompts
+    from .metrics import parse_slo
+
+    prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir, dataset_path=dataset_path,
+                            num_prompts=num_prompts, input_len=input_len, output_len=output_len,
+                            range_ratio=range_ratio, seed=seed, **dict(gsp or {}))
+    cfg = BenchConfig(url=url, model=model, endpoint=endpoint, max_concurrency=max_concurrency,
+                      request_rate=request_rate, warmup=warmup, seed=seed, engine=engine,
+                      extra_body=dict(extra_body or {}), slo=parse_slo(list(goodput)),
+                      transport=transport)
+    result = run_bench(cfg, prompts)
+    result.config.update(dataset=dataset, input_len=input_len, output_len=output_len,
+                         range_ratio=range_ratio, tokenizer=tokenizer_dir)
+    out: dict[str, Any] = result.summary()
+    if records_out:
+        with open(records_out, "wb") as f:
+            f.write(result.records_jsonl())
+    if ws is not None:
+        ev = record_measurement(ws, result, task_id=task_id, block_id=block_id)
+        out["measurement"] = {"event_id": str(ev.event_id), "run_id": ev.run_id,
+                              "artifact": ev.artifact_digest,
+                              "stream": f"task:{task_id}" if task_id else MEASUREMENTS_STREAM}
+    return out

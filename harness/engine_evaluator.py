@@ -1,0 +1,162 @@
+"""Evaluating a candidate on a real engine: launch, check outputs, benchmark, tear down.
+
+Contract (an `Evaluator`, see evaluator.py):
+- One engine launch per candidate: the runtime profile's engine configuration with the
+  candidate's `engine.<key>` overrides, on the deployment point's model (a `forge:` recipe is
+  pulled if missing). Other scope dimensions are not this evaluator's to change: a candidate
+  naming one is a failed run saying so.
+- Per launch: greedy outputs on the fixed prompt set (stored as an artifact; the baseline's
+  digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
+  traffic (seeded prompts of exact token lengths, the point's concurrency or request rate).
+  Each run's metrics carry `token_match` against the baseline's outputs (1.0 for the baseline
+  itself) and `failed` (requests that failed).
+- Failures are data: a server that does not start or dies is a `RunResult(success=False)`
+  with the error and the server log's tail; the server never outlives `evaluate`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import HarnessError
+from .evaluator import ENGINE_EVALUATORS, EvalContext, RunResult
+
+GREEDY_MAX_TOKENS = 32
+
+
+def _length(value: Any) -> int:
+    return int(round(value if isinstance(value, int | float) else value.mean))
+
+
+class EngineEvaluator:
+    def __init__(self, ws: Any, task: Any, profile: Any, *,
+                 greedy_max_tokens: int = GREEDY_MAX_TOKENS):
+        self.ws = ws
+        self.task = task
+        self.profile = profile
+        self.greedy_max_tokens = greedy_max_tokens
+        self._prompts: list | None = None
+        self._tokenizer = None
+        self._model_dir: Path | None = None
+
+    @classmethod
+    def for_task(cls, ws: Any, task: Any, profile: Any) -> EngineEvaluator:
+        return cls(ws, task, profile)
+
+    # --- setup, once per evaluator ---------------------------------------------------------
+
+    def _model(self, point: Any) -> Path:
+        if self._model_dir is None:
+            from .weights import model_path, parse_name, pull
+
+            source = point.model.source
+            try:
+                self._model_dir = model_path(Path(self.ws.home), source)
+            except HarnessError:
+                if parse_name(source)[0] != "recipe":
+                    raise
+                self._model_dir = Path(pull(self.ws, source).path)
+        return self._model_dir
+
+    def _setup(self, point: Any) -> None:
+        if self._prompts is not None:
+            return
+        from .datasets import load_tokenizer, random_prompts
+
+        model_dir = self._model(point)
+        self._tokenizer = load_tokenizer(model_dir)
+        t = point.scenario.traffic
+        self._prompts = random_prompts(self._tokenizer, t.num_prompts, _length(t.input_len),
+                                       _length(t.output_len), t.range_ratio, 42)
+
+    # --- one candidate ---------------------------------------------------------------------
+
+    def evaluate(self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
+                 ) -> list[RunResult]:
+        point = ctx.point
+        if point is None:
+            raise HarnessError(f"task {ctx.task_id}: the engine evaluator needs a deployment point")
+        others = [k for k in candidate if not k.startswith("engine.")]
+        if others:
+            return [RunResult({}, success=False, error=f"the engine evaluator can only change "
+                              f"engine.* keys, not {', '.join(sorted(others))}")]
+        self._setup(point)
+        from .bench import BenchConfig, run_bench
+        from .correctness import collect_greedy_outputs, outputs_jsonl
+        from .engines.base import engine_config_of, engine_for
+        from .metrics import numeric_metrics
+
+        name, config = engine_config_of(self.profile)
+        t = point.scenario.traffic
+        say = ctx.progress
+        fields = {"task_id": ctx.task_id, "block_id": ctx.block_id}
+        meta: dict[str, Any] = {"source": "forge-bench", "engine": name}
+        results: list[RunResult] = []
+        try:
+            say(f"launching {name} engine with {dict(candidate) or 'the profile as is'}")
+            with engine_for(name).launch(config, model=self._model_dir, ws=self.ws,
+                                         overrides=candidate, event_fields=fields) as eng:
+                desc = eng.describe()
+                meta["launch_command"] = desc.get("launch_command")
+                meta["server_info_digest"] = self.ws.artifacts.put(
+                    orjson.dumps(desc, default=str, option=orjson.OPT_SORT_KEYS))
+                cfg = BenchConfig(url=eng.base_url, model=eng.model, engine=name,
+                                  max_concurrency=t.concurrency,
+                                  request_rate=t.request_rate or math.inf, warmup=0)
+                # A warm-up pass at the measured concurrency: the first batches pay one-off
+                # costs (allocation, kernel selection) that would inflate run 1.
+                say(f"engine ready in {desc.get('startup_s', 0):.1f}s; warming up")
+                run_bench(cfg, self._prompts[: max(1, t.concurrency or 1)])
+                say("collecting greedy outputs on the fixed prompt set")
+                outputs = collect_greedy_outputs(eng.base_url, eng.model, self._tokenizer,
+                                                 max_tokens=self.greedy_max_tokens, engine=name)
+                meta["outputs_digest"] = self.ws.artifacts.put(outputs_jsonl(outputs))
+                match = self._token_match(outputs, ctx.baseline)
+                for i in range(repeats):
+                    eng.check()
+                    res = run_bench(cfg, self._prompts)
+                    digest = self.ws.artifacts.put(res.records_jsonl())
+                    m = numeric_metrics(res.metrics)
+                    if match is not None:
+                        m["token_match"] = match
+                    failed = int(m.get("failed", 0))
+                    ok = m.get("completed", 0) > 0
+                    say(f"run {i + 1}/{repeats}: {m.get('output_throughput', 0):.1f} tok/s, "
+                        f"TTFT p50 {m.get('median_ttft_ms', float('nan')):.1f} ms, "
+                        f"{failed} failed")
+                    results.append(RunResult(
+                        m, success=ok,
+                        error=None if ok else f"all {failed} requests failed",
+                        artifact_digest=digest, meta={**meta, "repeat": i}))
+        except HarnessError as e:
+            msg = " ".join(str(e).split())
+            say(f"engine run failed: {msg[:200]}")
+            results.append(RunResult({}, success=False, error=msg, meta=meta))
+        return results
+
+    def _token_match(self, outputs: list, baseline: Mapping[str, Any] | None) -> float | None:
+        from .correctness import GreedyOutput, compare_outputs
+
+        if baseline is None:
+            return 1.0 if all(o.success for o in outputs) else None
+        digest = None
+        for run in baseline.get("runs", []):
+            digest = (run.get("meta") or {}).get("outputs_digest")
+            if digest:
+                break
+        if not digest:
+            return None
+        rows = [orjson.loads(line) for line in self.ws.artifacts.get(digest).splitlines() if line]
+        base = [GreedyOutput(**r) for r in rows]
+        rate, _ = compare_outputs(base, outputs)
+        return rate
+
+
+ENGINE_EVALUATORS.setdefault("hf", EngineEvaluator.for_task)
+ENGINE_EVALUATORS.setdefault("sglang", EngineEvaluator.for_task)
+ENGINE_EVALUATORS.setdefault("external", EngineEvaluator.for_task)

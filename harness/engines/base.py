@@ -1,0 +1,300 @@
+"""The one engine interface: launch from a runtime profile's engine configuration, wait
+ready, describe, scrape metrics, profile, stop.
+
+Contracts:
+- `Engine.launch(config, model=..., ws=..., overrides=...)` takes the profile's engine
+  configuration as a plain mapping (e.g. `{"continuous_batching": true, "dtype": "float32"}`)
+  plus candidate overrides (`{"engine.dtype": "bfloat16"}`; the `engine.` prefix is optional,
+  a `None` value removes the key) and returns a ready `RunningEngine`, or raises a one-line
+  HarnessError (unknown key, bad value, server died while starting — with its log tail).
+- `RunningEngine` is a context manager; leaving it stops the server (also on Ctrl-C).
+  `.base_url` is the OpenAI-compatible root, `.model` the model name requests must carry.
+  `.describe()` returns what ran: engine, launch command, resolved args, server info,
+  versions. `.metrics()` scrapes the server's own counters. `.check()` raises if the server
+  died. `.start_profile()/.stop_profile()` raise `NotSupported` where the engine has none.
+- With a workspace, launching records `EngineLaunched` (command, url, pid, server info) and
+  stopping records `EngineStopped` (exit code, reason, the log as an artifact digest) on
+  `stream` (default `engines`), with the given event fields (task_id, block_id, actor).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ...ledger import events as E
+from ..errors import HarnessError
+
+ENGINE_STREAM = "engines"
+JSON = dict[str, Any]
+
+
+class NotSupported(HarnessError):
+    """The engine has no such operation (e.g. profiling on `transformers serve`)."""
+
+
+class ReadOnlyError(HarnessError):
+    """A mutating call on an endpoint configured read-only (production)."""
+
+
+# --- configuration ----------------------------------------------------------------------
+
+
+def apply_overrides(config: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> JSON:
+    """The engine configuration with candidate overrides applied (a new dict)."""
+    out = dict(config or {})
+    for key, value in (overrides or {}).items():
+        k = key[len("engine."):] if key.startswith("engine.") else key
+        if "." in k:
+            raise HarnessError(f"override {key!r}: not an engine configuration key")
+        if value is None:
+            out.pop(k, None)
+        else:
+            out[k] = value
+    return out
+
+
+def engine_config_of(profile: Any) -> tuple[str, JSON]:
+    """(engine name, engine configuration) of a runtime profile, a mapping or a spec object.
+
+    Accepts `{"engine": "hf", "config": {...}}`, `{"engine": {"name": "hf", ...}}` or an
+    object with `.engine` and `.config` attributes (the RuntimeProfile spec)."""
+    def get(key: str) -> Any:
+        if isinstance(profile, Mapping):
+            return profile.get(key)
+        return getattr(profile, key, None)
+
+    engine, config = get("engine"), get("config")
+    if isinstance(engine, Mapping):
+        config = {k: v for k, v in engine.items() if k not in ("name", "kind")} | dict(config or {})
+        engine = engine.get("name") or engine.get("kind")
+    if hasattr(config, "model_dump"):
+        config = config.model_dump()
+    if not isinstance(engine, str) or not engine:
+        raise HarnessError("runtime profile: 'engine' must name an engine (hf, sglang, external)")
+    if config is not None and not isinstance(config, Mapping):
+        raise HarnessError(f"runtime profile: engine config must be a mapping, got {config!r}")
+    config = dict(config or {})
+    endpoint = get("endpoint")
+    if engine == "external" and endpoint and "base_url" not in config:
+        config["base_url"] = endpoint
+    framework = get("framework")
+    if hasattr(framework, "model_dump"):
+        framework = framework.model_dump()
+    if engine == "sglang" and isinstance(framework, Mapping) and framework.get("version") \
+            and framework.get("kind") == "sglang":
+        config.setdefault("version", str(framework["version"]))
+    return engine, config
+
+
+def check_keys(engine: str, config: Mapping[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise HarnessError(f"{engine} engine config: unknown key(s) {', '.join(unknown)} "
+                           f"(known: {', '.join(sorted(known))})")
+
+
+# --- HTTP -------------------------------------------------------------------------------
+
+
+def request_json(method: str, url: str, payload: Any = None, *, timeout: float = 30.0,
+                 headers: Mapping[str, str] | None = None) -> Any:
+    """One JSON request; any failure is a one-line HarnessError naming the URL."""
+    raw = _request(method, url, payload, timeout=timeout, headers=headers)
+    try:
+        return json.loads(raw) if raw.strip() else None
+    except ValueError:
+        raise HarnessError(f"{method} {url}: response is not JSON: {raw[:120]!r}") from None
+
+
+def request_text(method: str, url: str, payload: Any = None, *, timeout: float = 30.0,
+                 headers: Mapping[str, str] | None = None) -> str:
+    return _request(method, url, payload, timeout=timeout, headers=headers).decode(
+        "utf-8", errors="replace")
+
+
+def _request(method: str, url: str, payload: Any, *, timeout: float,
+             headers: Mapping[str, str] | None) -> bytes:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={
+        **({"Content-Type": "application/json"} if data is not None else {}),
+        **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.read()
+    except urllib.error.HTTPError as e:
+        body = (e.read() or b"").decode("utf-8", errors="replace")
+        raise HarnessError(f"{method} {url}: HTTP {e.code}: {' '.join(body.split())[:200]}") \
+            from None
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        reason = getattr(e, "reason", e)
+        raise HarnessError(f"{method} {url}: {reason}") from None
+
+
+# --- the interface ----------------------------------------------------------------------
+
+
+class RunningEngine(ABC):
+    """A server that is up (or an endpoint that is there). Stop it by leaving `with`."""
+
+    engine: str
+    base_url: str
+    model: str
+
+    @abstractmethod
+    def describe(self) -> JSON: ...
+
+    def metrics(self) -> JSON:
+        return {}
+
+    def start_profile(self, **options: Any) -> JSON:
+        raise NotSupported(f"{self.engine} engine at {self.base_url}: no profiler")
+
+    def stop_profile(self) -> JSON:
+        raise NotSupported(f"{self.engine} engine at {self.base_url}: no profiler")
+
+    def check(self) -> None:  # noqa: B027 - optional: endpoints without a process
+        """Raise HarnessError if the server is gone."""
+
+    def stop(self, reason: str = "teardown") -> None:  # noqa: B027 - optional, see check
+        """Stop the server (idempotent). No-op for endpoints we did not start."""
+
+    def __enter__(self) -> RunningEngine:
+        return self
+
+    def __exit__(self, exc_type, *_exc: object) -> None:
+        from .process import exit_reason
+
+        self.stop(reason=exit_reason(exc_type))
+
+
+class Engine(ABC):
+    name: str
+
+    @abstractmethod
+    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None, ws=None,
+               overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> RunningEngine: ...
+
+
+class EventSink:
+    """Records EngineLaunched/EngineStopped for one running engine (no-op without a ledger)."""
+
+    def __init__(self, ws, stream: str | None = None, fields: Mapping[str, Any] | None = None):
+        self.ws = ws
+        self.stream = stream or ENGINE_STREAM
+        self.fields = dict(fields or {})
+        self.fields.setdefault("actor", E.Actor.tool("forge-engine"))
+
+    def launched(self, engine: str, command: list[str], url: str, pid: int | None,
+                 server_info: JSON, log_digest: str | None = None) -> None:
+        if self.ws is None:
+            return
+        self.ws.ledger.append(self.stream, [E.EngineLaunched(
+            engine=engine, command=command, url=url, pid=pid, server_info=server_info,
+            log_digest=log_digest, **self.fields)])
+
+    def stopped(self, engine: str, url: str, exit_code: int | None, reason: str,
+                log_digest: str | None) -> None:
+        if self.ws is None:
+            return
+        self.ws.ledger.append(self.stream, [E.EngineStopped(
+            engine=engine, url=url, exit_code=exit_code, reason=reason, log_digest=log_digest,
+            **self.fields)])
+
+
+def log_dir(ws, explicit: Path | None = None) -> Path:
+    """Where server logs are written while a server runs (the artifact keeps them after)."""
+    if explicit is not None:
+        return Path(explicit)
+    if ws is not None:
+        return Path(ws.home) / "logs"
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "forge-logs"
+
+
+def engine_for(profile_or_name: Any) -> Engine:
+    """The engine adapter for a name ("hf", "sglang", "external") or a runtime profile."""
+    name = profile_or_name if isinstance(profile_or_name, str) else \
+        engine_config_of(profile_or_name)[0]
+    if name == "hf":
+        from .hf import HFEngine
+
+        return HFEngine()
+    if name == "sglang":
+        from .sglang import SGLangEngine
+
+        return SGLangEngine()
+    if name == "external":
+        from .external import ExternalEngine
+
+        return ExternalEngine()
+    raise HarnessError(f"unknown engine {name!r} (known: hf, sglang, external)")
+
+
+def launch_profile(profile: Any, *, model: str | Path | None = None, ws=None,
+                   overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> RunningEngine:
+    """Convenience: pick the engine from a runtime profile and launch its configuration."""
+    name, config = engine_config_of(profile)
+    return engine_for(name).launch(config, model=model, ws=ws, overrides=overrides, **kwargs)
+
+
+class ManagedEngine(RunningEngine):
+    """A RunningEngine backed by a ServerProcess we started: check/stop/log/events."""
+
+    def __init__(self, engine: str, server, *, base_url: str, model: str, config: JSON,
+                 sink: EventSink, versions: JSON | None = None):
+        self.engine = engine
+        self.server = server
+        self.base_url = base_url
+        self.model = model
+        self.config = config
+        self.sink = sink
+        self.versions = versions or {}
+        self._stopped = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.server.pid
+
+    def check(self) -> None:
+        self.server.check()
+
+    def stop(self, reason: str = "teardown") -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if not self.server.alive() and self.server.exit_code is None and reason == "teardown":
+            reason = "crashed"
+        code = self.server.stop(reason=reason)
+        self.sink.stopped(self.engine, self.base_url, code, reason, self.server.log_digest)
+
+    def base_description(self) -> JSON:
+        return {"engine": self.engine, "base_url": self.base_url, "model": self.model,
+                "pid": self.server.pid, "launch_command": list(self.server.cmd),
+                "startup_s": self.server.startup_s, "log_path": str(self.server.log_path),
+                "resolved_args": dict(self.config), "versions": dict(self.versions)}
+
+
+def start_server(engine: str, cmd: list[str], *, base_url: str, health_path: str, ws,
+                 sink: EventSink, log_path: Path, env: Mapping[str, str] | None,
+                 startup_timeout_s: float, ready=None):
+    """Start and wait for a server; a failed start is recorded (with its log) and re-raised."""
+    from .process import ServerProcess, exit_reason
+
+    server = ServerProcess(cmd, health_url=base_url + health_path, log_path=log_path,
+                           name=f"{engine} server", env=env, startup_timeout_s=startup_timeout_s,
+                           ready=ready, artifacts=ws.artifacts if ws is not None else None)
+    server.start()
+    try:
+        server.wait_ready()
+    except BaseException as e:
+        reason = "failed-start" if isinstance(e, Exception) else exit_reason(type(e))
+        sink.stopped(engine, base_url, server.exit_code, reason, server.log_digest)
+        raise
+    return server

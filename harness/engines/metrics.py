@@ -1,0 +1,96 @@
+"""Parsing a server's Prometheus `/metrics` text (prometheus_client's own parser).
+
+`parse_prometheus(text)` -> families `{name: {"type", "help", "samples": [...]}}`;
+malformed text is a one-line HarnessError naming the source. `summarize(families, prefix)`
+-> flat `{short_name: float}`: gauges and counters summed over their label sets (counters
+under `<name>_total`), histograms as `<name>_count`, `_sum`, `_mean` and `_p50/_p90/_p99`
+estimated from the cumulative buckets the way Prometheus' histogram_quantile does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import HarnessError
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def parse_prometheus(text: str, source: str = "/metrics") -> dict[str, dict[str, Any]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not isinstance(text, str):
+        raise HarnessError(f"{source}: expected Prometheus text, got {type(text).__name__}")
+    families: dict[str, dict[str, Any]] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            entry = families.setdefault(fam.name, {"type": fam.type, "help": fam.documentation,
+                                                   "samples": []})
+            for s in fam.samples:
+                entry["samples"].append({"name": s.name, "labels": dict(s.labels),
+                                         "value": float(s.value)})
+    except (ValueError, IndexError, KeyError, TypeError) as e:
+        raise HarnessError(f"{source}: malformed Prometheus text: {' '.join(str(e).split())[:160]}"
+                           ) from None
+    return families
+
+
+def summarize(families: dict[str, dict[str, Any]], prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, fam in families.items():
+        if prefix and not name.startswith(prefix):
+            continue
+        short = name[len(prefix):]
+        kind, samples = fam["type"], fam["samples"]
+        if kind in ("gauge", "untyped", "unknown"):
+            vals = [s["value"] for s in samples if s["name"] == name]
+            if vals:
+                out[short] = sum(vals)
+        elif kind == "counter":
+            vals = [s["value"] for s in samples if s["name"] == name + "_total"]
+            if vals:
+                out[short + "_total"] = sum(vals)
+        elif kind == "histogram":
+            out.update(_histogram(short, name, samples))
+    return out
+
+
+def _histogram(short: str, name: str, samples: list[dict[str, Any]]) -> dict[str, float]:
+    count = sum(s["value"] for s in samples if s["name"] == name + "_count")
+    total = sum(s["value"] for s in samples if s["name"] == name + "_sum")
+    buckets: dict[float, float] = {}
+    for s in samples:
+        if s["name"] == name + "_bucket":
+            le = float(s["labels"].get("le", "nan"))
+            buckets[le] = buckets.get(le, 0.0) + s["value"]
+    out = {f"{short}_count": count, f"{short}_sum": total}
+    if count > 0:
+        out[f"{short}_mean"] = total / count
+        for q in QUANTILES:
+            v = bucket_quantile(q, buckets)
+            if not math.isnan(v):
+                out[f"{short}_p{round(q * 100)}"] = v
+    return out
+
+
+def bucket_quantile(q: float, buckets: dict[float, float]) -> float:
+    """Quantile from cumulative buckets {upper bound: count}, linear within a bucket."""
+    bounds = sorted(buckets)
+    if not bounds or math.isnan(bounds[0]):
+        return math.nan
+    total = buckets[bounds[-1]]
+    if total <= 0:
+        return math.nan
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for b in bounds:
+        c = buckets[b]
+        if c >= rank:
+            if math.isinf(b):
+                return prev_bound  # in the +Inf bucket: the largest finite bound
+            if c == prev_count:
+                return b
+            return prev_bound + (b - prev_bound) * (rank - prev_count) / (c - prev_count)
+        prev_bound, prev_count = b, c
+    return bounds[-1]

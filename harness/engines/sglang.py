@@ -1,0 +1,381 @@
+"""The `sglang` engine: `python -m sglang.launch_server` from a runtime profile.
+
+Configuration: keys are SGLang ServerArgs field names (`tp_size`, `chunked_prefill_size`,
+`attention_backend`, `enable_torch_compile`, …), plus harness keys (`HARNESS_KEYS`):
+`version` (else read from the installed sglang), `python`, `launcher` (argv replacing
+`python -m sglang.launch_server`), `use_config_file` (pass options as `--config YAML`),
+`check_flags` (validate every flag against the server's own `--help`), `extra_args`,
+`env`, `startup_timeout_s`.
+
+Flag mapping (`sglang_options`): booleans are bare flags (false: omitted), lists are nargs,
+mappings are JSON, `chunked_prefill_size: disabled|false` is -1. Renames by version
+(0.5.x names vs 0.4.x names, translated both ways):
+  cuda_graph_max_bs          <-> cuda_graph_max_bs_decode (0.5 adds cuda_graph_max_bs_prefill)
+  disable_cuda_graph: true   <-> cuda_graph_backend_{decode,prefill}: disabled
+  enable_dp_attention + dp_size N  <-> attn_dp_size N
+`--enable-metrics` is always added unless `enable_metrics: false` (needed for /metrics).
+
+Running server: ready when `/health_generate` answers 200 (503 while starting);
+`describe()` reads `/server_info` (resolved args, `launch_command`, version, per-rank
+`internal_states`; `/get_server_info` on older servers) and `/model_info`; `metrics()` parses
+`/metrics`; `start_profile/stop_profile/flush_cache` POST. Malformed answers are one-line
+HarnessErrors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import HarnessError
+from .base import (
+    Engine,
+    EventSink,
+    ManagedEngine,
+    apply_overrides,
+    log_dir,
+    request_json,
+    request_text,
+    start_server,
+)
+from .metrics import parse_prometheus, summarize
+from .process import free_port
+
+HARNESS_KEYS = {"version", "python", "launcher", "use_config_file", "check_flags", "extra_args",
+                "env", "startup_timeout_s"}
+NEW_NAMES_SINCE = (0, 5, 0)
+KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# ServerArgs fields that are not flags of their own here: set by the harness.
+RESERVED = {"host", "port", "model_path"}
+SERVER_INFO_REQUIRED = ("model_path", "version")
+PREFIX = "sglang:"
+
+
+# --- versions and flags -----------------------------------------------------------------
+
+
+def parse_version(v: str | tuple) -> tuple[int, int, int]:
+    if isinstance(v, tuple):
+        return (tuple(v) + (0, 0, 0))[:3]
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(v))
+    if not m:
+        raise HarnessError(f"sglang version {v!r}: expected MAJOR.MINOR[.PATCH]")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def translate(config: Mapping[str, Any], version: str | tuple) -> dict[str, Any]:
+    """Rename keys to what this SGLang version accepts (see module docstring)."""
+    new = parse_version(version) >= NEW_NAMES_SINCE
+    out = dict(config)
+    if new:
+        if "cuda_graph_max_bs" in out:
+            out.setdefault("cuda_graph_max_bs_decode", out.pop("cuda_graph_max_bs"))
+        if out.pop("disable_cuda_graph", False):
+            out["cuda_graph_backend_decode"] = "disabled"
+            out["cuda_graph_backend_prefill"] = "disabled"
+        if out.pop("enable_dp_attention", False):
+            n = out.pop("dp_size", None) or out.get("attn_dp_size")
+            if not n:
+                raise HarnessError("sglang config: enable_dp_attention needs dp_size "
+                                   "(0.5.x: attn_dp_size)")
+            out["attn_dp_size"] = n
+    else:
+        if "cuda_graph_max_bs_decode" in out:
+            out.setdefault("cuda_graph_max_bs", out.pop("cuda_graph_max_bs_decode"))
+        if "cuda_graph_max_bs_prefill" in out:
+            raise HarnessError(f"sglang config: cuda_graph_max_bs_prefill needs sglang >= 0.5 "
+                               f"(have {version})")
+        backends = {side: out.pop(f"cuda_graph_backend_{side}")
+                    for side in ("decode", "prefill") if f"cuda_graph_backend_{side}" in out}
+        if backends:
+            if set(backends.values()) == {"disabled"} and len(backends) == 2:
+                out["disable_cuda_graph"] = True
+            else:
+                raise HarnessError(f"sglang config: cuda_graph_backend_* {backends} cannot be "
+                                   f"expressed before 0.5 (only both 'disabled')")
+        if "attn_dp_size" in out:
+            n = out.pop("attn_dp_size")
+            out["enable_dp_attention"] = True
+            out.setdefault("dp_size", n)
+    return out
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def server_options(config: Mapping[str, Any], version: str | tuple) -> dict[str, Any]:
+    """The ServerArgs options (no harness keys), renamed for `version`, normalized."""
+    opts = {k: v for k, v in config.items() if k not in HARNESS_KEYS}
+    for k in opts:
+        if not KEY_RE.match(k):
+            raise HarnessError(f"sglang config: {k!r} is not a ServerArgs name (snake_case)")
+        if k in RESERVED:
+            raise HarnessError(f"sglang config: {k} is set by the harness (model, host, port)")
+    opts = translate(opts, version)
+    cps = opts.get("chunked_prefill_size")
+    if cps is False or (isinstance(cps, str) and cps.lower() in ("disabled", "off", "none")):
+        opts["chunked_prefill_size"] = -1
+    opts.setdefault("enable_metrics", True)
+    return opts
+
+
+def options_to_args(opts: Mapping[str, Any]) -> list[str]:
+    args: list[str] = []
+    for key in sorted(opts):
+        value = opts[key]
+        if value is None or value is False:
+            continue
+        if value is True:
+            args.append(_flag(key))
+        elif isinstance(value, (list, tuple)):
+            if value:
+                args += [_flag(key), *(str(v) for v in value)]
+        elif isinstance(value, Mapping):
+            args += [_flag(key), json.dumps(value, sort_keys=True)]
+        else:
+            args += [_flag(key), str(value)]
+    return args
+
+
+def options_to_yaml(opts: Mapping[str, Any]) -> str:
+    """The `--config` file: keys are flag names without `--` (SGLang turns each into a flag)."""
+    import yaml
+
+    data = {}
+    for key in sorted(opts):
+        value = opts[key]
+        if value is None or value is False:
+            continue
+        data[key.replace("_", "-")] = (json.dumps(value, sort_keys=True)
+                                       if isinstance(value, Mapping) else value)
+    return yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
+
+
+def sglang_command(config: Mapping[str, Any], *, model: str | Path, port: int,
+                   version: str | tuple, host: str = "127.0.0.1",
+                   config_path: Path | None = None) -> tuple[list[str], str | None]:
+    """(argv, YAML text or None). With `use_config_file`, options go to `config_path`."""
+    opts = server_options(config, version)
+    launcher = config.get("launcher") or [config.get("python") or sys.executable, "-m",
+                                          "sglang.launch_server"]
+    if isinstance(launcher, str) or not all(isinstance(x, str) for x in launcher):
+        raise HarnessError("sglang config: launcher must be a list of strings")
+    cmd = [*launcher, "--model-path", str(model), "--host", host, "--port", str(port)]
+    yaml_text = None
+    if config.get("use_config_file"):
+        if config_path is None:
+            raise HarnessError("sglang: use_config_file needs a path for the YAML file")
+        yaml_text = options_to_yaml(opts)
+        cmd += ["--config", str(config_path)]
+    else:
+        cmd += options_to_args(opts)
+    extra = config.get("extra_args") or []
+    if isinstance(extra, str) or not all(isinstance(x, str) for x in extra):
+        raise HarnessError("sglang config: extra_args must be a list of strings")
+    return cmd + list(extra), yaml_text
+
+
+def help_flags(help_text: str) -> set[str]:
+    """Every `--flag` the server's `--help` mentions."""
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
+
+
+def check_flags(cmd: list[str], help_text: str, version: str) -> None:
+    known = help_flags(help_text)
+    if not known:
+        raise HarnessError("sglang --help: no flags found in its output")
+    unknown = [a.split("=", 1)[0] for a in cmd if a.startswith("--")
+               and a.split("=", 1)[0] not in known]
+    if unknown:
+        raise HarnessError(f"sglang {version} does not accept {', '.join(unknown)} "
+                           "(per its --help)")
+
+
+def installed_version(python: str) -> str:
+    try:
+        r = subprocess.run([python, "-c", "import sglang; print(sglang.__version__)"],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"sglang: cannot run {python}: {e}") from None
+    if r.returncode != 0:
+        raise HarnessError(f"sglang is not installed for {python} "
+                           "(pip install 'infer-forge[sglang]', or set engine config 'version' "
+                           "and 'launcher')")
+    return r.stdout.strip()
+
+
+# --- reading a server -------------------------------------------------------------------
+
+
+def validate_server_info(info: Any, source: str = "/server_info") -> dict[str, Any]:
+    if not isinstance(info, dict):
+        raise HarnessError(f"{source}: expected a JSON object, got {type(info).__name__}")
+    missing = [k for k in SERVER_INFO_REQUIRED if k not in info]
+    if missing:
+        raise HarnessError(f"{source}: missing {', '.join(missing)} (not an SGLang server info)")
+    states = info.get("internal_states", [])
+    if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
+        raise HarnessError(f"{source}: internal_states must be a list of objects")
+    return info
+
+
+def resolved_args(info: Mapping[str, Any]) -> dict[str, Any]:
+    """ServerArgs (and scheduler info) out of /server_info, without the bookkeeping keys."""
+    return {k: v for k, v in info.items()
+            if k not in ("internal_states", "version", "launch_command")}
+
+
+class SGLangClient:
+    """Reads and controls an SGLang server at `base_url` (used by sglang and external)."""
+
+    base_url: str
+
+    def server_info(self) -> dict[str, Any]:
+        try:
+            info = request_json("GET", self.base_url + "/server_info", timeout=30)
+            source = "/server_info"
+        except HarnessError as e:
+            if "HTTP 404" not in str(e):
+                raise
+            info = request_json("GET", self.base_url + "/get_server_info", timeout=30)
+            source = "/get_server_info"
+        return validate_server_info(info, f"{self.base_url}{source}")
+
+    def model_info(self) -> dict[str, Any]:
+        info = request_json("GET", self.base_url + "/model_info", timeout=30)
+        if not isinstance(info, dict) or "model_path" not in info:
+            raise HarnessError(f"{self.base_url}/model_info: expected an object with model_path")
+        return info
+
+    def metrics_text(self) -> str:
+        return request_text("GET", self.base_url + "/metrics", timeout=30)
+
+    def scrape(self) -> dict[str, float]:
+        source = self.base_url + "/metrics"
+        summary = summarize(parse_prometheus(self.metrics_text(), source), PREFIX)
+        if not summary:
+            raise HarnessError(f"{source}: no {PREFIX} metrics (is --enable-metrics set?)")
+        return summary
+
+    def _post(self, path: str, payload: Any = None) -> dict[str, Any]:
+        text = request_text("POST", self.base_url + path, payload, timeout=300)
+        return {"endpoint": path, "message": text.strip()}
+
+    def _start_profile(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        allowed = {"output_dir", "start_step", "num_steps", "activities", "profile_by_stage",
+                   "with_stack", "record_shapes", "profile_id", "merge_profiles"}
+        bad = sorted(set(options) - allowed)
+        if bad:
+            raise HarnessError(f"sglang start_profile: unknown option(s) {', '.join(bad)}")
+        payload = dict(options)
+        if "output_dir" in payload:
+            payload["output_dir"] = str(payload["output_dir"])
+        return self._post("/start_profile", payload)
+
+
+class SGLangRunning(ManagedEngine, SGLangClient):
+    def __init__(self, *args: Any, yaml_text: str | None = None, help_digest: str | None = None,
+                 **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.yaml_text = yaml_text
+        self.help_digest = help_digest
+
+    def describe(self) -> dict[str, Any]:
+        info = self.base_description()
+        si = self.server_info()
+        info.update({
+            "server_info": si, "model_info": self.model_info(), "version": si["version"],
+            "resolved_args": resolved_args(si), "requested_args": dict(self.config),
+            "server_launch_command": si.get("launch_command"),
+        })
+        self.versions.setdefault("sglang", si["version"])
+        info["versions"] = dict(self.versions)
+        if self.yaml_text is not None:
+            info["config_yaml"] = self.yaml_text
+        if self.help_digest:
+            info["help_digest"] = self.help_digest
+        return info
+
+    def metrics(self) -> dict[str, float]:
+        self.check()
+        return self.scrape()
+
+    def start_profile(self, **options: Any) -> dict[str, Any]:
+        self.check()
+        return self._start_profile(options)
+
+    def stop_profile(self) -> dict[str, Any]:
+        self.check()
+        return self._post("/stop_profile")
+
+    def flush_cache(self) -> dict[str, Any]:
+        self.check()
+        return self._post("/flush_cache")
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+
+    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None, ws=None,
+               overrides: Mapping[str, Any] | None = None, stream: str | None = None,
+               event_fields: Mapping[str, Any] | None = None, logs: Path | None = None,
+               host: str = "127.0.0.1", port: int | None = None) -> SGLangRunning:
+        cfg = apply_overrides(config, overrides)
+        if model is None:
+            raise HarnessError("sglang engine: no model given (a hub id or a directory)")
+        model_s = str(model)
+        if ws is not None and not Path(model_s).exists() and "/" not in model_s:
+            from ..weights import model_path
+
+            model_s = str(model_path(ws.home, model_s))
+        python = cfg.get("python") or sys.executable
+        version = str(cfg.get("version") or installed_version(python))
+        port = port or free_port(host)
+        logs_dir = log_dir(ws, logs)
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"sglang-{port}-{os.getpid()}"
+        cmd, yaml_text = sglang_command(cfg, model=model_s, port=port, version=version,
+                                        host=host, config_path=logs_dir / f"{stem}.yaml")
+        if yaml_text is not None:
+            (logs_dir / f"{stem}.yaml").write_text(yaml_text, encoding="utf-8")
+        help_digest = None
+        if cfg.get("check_flags"):
+            help_text = _server_help(cmd)
+            help_digest = ws.artifacts.put(help_text) if ws is not None else None
+            if yaml_text is None:
+                check_flags(cmd[cmd.index("--model-path"):], help_text, version)
+        env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
+        base_url = f"http://{host}:{port}"
+        sink = EventSink(ws, stream, event_fields)
+        server = start_server("sglang", cmd, base_url=base_url, health_path="/health_generate",
+                              ws=ws, sink=sink, log_path=logs_dir / f"{stem}.log", env=env,
+                              startup_timeout_s=float(cfg.get("startup_timeout_s", 900)))
+        running = SGLangRunning("sglang", server, base_url=base_url, model=model_s, config=cfg,
+                                sink=sink, versions={"sglang": version},
+                                yaml_text=yaml_text, help_digest=help_digest)
+        try:
+            si = running.server_info()
+            sink.launched("sglang", cmd, base_url, server.pid, si)
+        except BaseException:
+            running.stop(reason="error")
+            raise
+        return running
+
+
+def _server_help(cmd: list[str]) -> str:
+    launcher = cmd[:cmd.index("--model-path")]
+    try:
+        r = subprocess.run([*launcher, "--help"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"sglang --help: {e}") from None
+    if r.returncode != 0:
+        raise HarnessError(f"sglang --help exited {r.returncode}: "
+                           f"{' '.join((r.stderr or r.stdout).split())[-200:]}")
+    return r.stdout

@@ -1,0 +1,195 @@
+"""Evaluating a candidate: the one interface between the task loop and whatever measures.
+
+Contract:
+- An `Evaluator` runs one candidate (a mapping of scope keys to values, e.g.
+  `{"engine.dtype": "bfloat16"}`; `{}` is the baseline: the profile's own configuration)
+  `repeats` times and returns one `RunResult` per run. Failures are data: a run that could not
+  be measured is a `RunResult(success=False, error=...)`, never an exception. Exceptions are
+  reserved for a broken setup (`HarnessError`: missing executable, bad configuration).
+- Metric names follow `sglang.bench_serving` (output_throughput, request_throughput,
+  median_ttft_ms, p99_ttft_ms, mean_tpot_ms, median_itl_ms, median_e2e_latency_ms, completed,
+  failed, …) plus `token_match` when correctness was measured against the baseline.
+- `CommandEvaluator` is the generic path: it runs a configured argv once per repeat with the
+  candidate as JSON on stdin and in `$FORGE_CANDIDATE`, and reads a JSON object of metrics
+  from the last non-empty line of stdout. Its stdout/stderr are kept as artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .errors import HarnessError
+from .tools import env_digest, repo_digest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..ledger.specs import DeploymentPoint, RuntimeProfile
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One repeated run of one candidate (failures as data)."""
+
+    metrics: dict[str, float]
+    success: bool = True
+    error: str | None = None
+    artifact_digest: str | None = None  # per-request records (JSONL) in the artifact store
+    meta: dict[str, Any] = field(default_factory=dict)  # engine command, server info digest, …
+
+
+def _no_progress(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What an evaluator may use besides the candidate. `point` and `profile` already have the
+    candidate applied (`ledger.specs.apply_candidate`): launch exactly what they say. For a
+    candidate block, `baseline` is `{"block_id", "runs": [{"metrics", "success", "meta",
+    "artifact_digest"}, ...]}` from the baseline block's measurements (None for the baseline
+    itself): token match compares against what the baseline run kept in `meta`/artifacts."""
+
+    workspace: Any
+    task_id: str
+    block_id: str
+    point: DeploymentPoint | None
+    profile: RuntimeProfile | None
+    baseline: dict[str, Any] | None = None  # e.g. {"outputs": [...]} from the baseline run
+    progress: Callable[[str], None] = _no_progress
+
+
+class Evaluator(Protocol):
+    def evaluate(
+        self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
+    ) -> list[RunResult]: ...
+
+
+# Keys of the JSON line that are not metrics.
+_RESERVED = {"success", "error", "meta", "outputs"}
+
+
+def parse_metrics_line(stdout: str) -> tuple[dict[str, float], dict[str, Any]]:
+    """Metrics (finite numbers and bools as floats) and the rest from stdout's last JSON line.
+
+    Raises ValueError with a one-line reason when there is no JSON object there."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError("no output on stdout (expected a JSON object of metrics)")
+    try:
+        obj = json.loads(lines[-1])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"last stdout line is not JSON: {e.msg} in {lines[-1][:120]!r}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"last stdout line is a JSON {type(obj).__name__}, not an object")
+    metrics: dict[str, float] = {}
+    rest: dict[str, Any] = {}
+    for k, v in obj.items():
+        if k in _RESERVED:
+            rest[k] = v
+        elif isinstance(v, bool) or isinstance(v, int | float):
+            f = float(v)
+            if math.isfinite(f):
+                metrics[k] = f
+        elif isinstance(v, dict) and k == "metrics":
+            sub, _ = parse_metrics_line(json.dumps(v))
+            metrics.update(sub)
+    return metrics, rest
+
+
+class CommandEvaluator:
+    """Runs `argv` once per repeat; see the module contract.
+
+    Environment given to the command: FORGE_CANDIDATE (JSON), FORGE_REPEAT (0-based),
+    FORGE_TASK_ID, FORGE_BLOCK_ID, FORGE_BASELINE (JSON, when a baseline is known)."""
+
+    def __init__(self, argv: Sequence[str], *, cwd: str | Path | None = None,
+                 timeout_s: float = 600.0, env: dict[str, str] | None = None):
+        if not argv:
+            raise HarnessError("evaluator.argv: empty command")
+        self.argv = [str(a) for a in argv]
+        self.cwd = str(cwd) if cwd is not None else None
+        self.timeout_s = timeout_s
+        self.env = dict(env or {})
+
+    def evaluate(
+        self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
+    ) -> list[RunResult]:
+        return [self._run_once(candidate, i, ctx) for i in range(repeats)]
+
+    def _run_once(self, candidate: dict[str, Any], repeat: int, ctx: EvalContext) -> RunResult:
+        payload = json.dumps(candidate, sort_keys=True)
+        env = {**os.environ, **self.env, "FORGE_CANDIDATE": payload, "FORGE_REPEAT": str(repeat),
+               "FORGE_TASK_ID": ctx.task_id, "FORGE_BLOCK_ID": ctx.block_id}
+        if ctx.baseline is not None:
+            env["FORGE_BASELINE"] = json.dumps(ctx.baseline, sort_keys=True, default=str)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(self.argv, input=payload, capture_output=True, text=True,
+                                  cwd=self.cwd, env=env, timeout=self.timeout_s)
+        except FileNotFoundError:
+            raise HarnessError(f"evaluator.argv: executable not found: {self.argv[0]}") from None
+        except subprocess.TimeoutExpired:
+            return RunResult({}, success=False,
+                             error=f"evaluator timed out after {self.timeout_s}s",
+                             meta={"argv": self.argv, "repeat": repeat})
+        duration = time.monotonic() - t0
+        cwd = str(Path(self.cwd or os.getcwd()).resolve())
+        secret = tuple(getattr(getattr(ctx.workspace, "config", None), "secret_env", ()) or ())
+        meta: dict[str, Any] = {"argv": self.argv, "repeat": repeat, "exit_code": proc.returncode,
+                                "duration_s": round(duration, 6), "cwd": cwd,
+                                "env_digest": env_digest(env, secret)}
+        if repeat == 0:  # the tree does not change between repeats of one candidate
+            meta["repo_digest"] = repo_digest(cwd)
+        store = getattr(ctx.workspace, "artifacts", None)
+        if store is not None:
+            meta["stdout_digest"] = store.put(proc.stdout)
+            if proc.stderr:
+                meta["stderr_digest"] = store.put(proc.stderr)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+            return RunResult({}, success=False,
+                             error=f"evaluator exited {proc.returncode}: {tail}".rstrip(": "),
+                             meta=meta)
+        try:
+            metrics, rest = parse_metrics_line(proc.stdout)
+        except ValueError as e:
+            return RunResult({}, success=False, error=str(e), meta=meta)
+        if isinstance(rest.get("meta"), dict):
+            meta.update(rest["meta"])
+        if "outputs" in rest:
+            meta["outputs"] = rest["outputs"]
+        ok = bool(rest.get("success", True)) and not rest.get("error")
+        return RunResult(metrics, success=ok, error=rest.get("error") or None,
+                         artifact_digest=meta.get("stdout_digest"), meta=meta)
+
+
+# --- choosing an evaluator for a task ---------------------------------------------------
+
+# engine kind -> factory(ws, task, profile) -> Evaluator. The engine helper registers here
+# (e.g. ENGINE_EVALUATORS["hf"] = EngineEvaluator.for_task) or edits `make_evaluator`.
+ENGINE_EVALUATORS: dict[str, Callable[..., Evaluator]] = {}
+
+
+def make_evaluator(ws: Any, task: Any, profile: Any, *, base_dir: str | Path | None = None
+                   ) -> Evaluator:
+    """The evaluator a task's loop uses: `evaluator: {kind: command, argv}` in the task YAML
+    gives a CommandEvaluator (argv run in the task file's directory); otherwise the engine
+    evaluator registered for the profile's engine."""
+    spec = task.evaluator
+    if spec.kind == "command":
+        return CommandEvaluator(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s)
+    engine = getattr(profile, "engine", None)
+    from . import engine_evaluator  # noqa: F401  (registers the engine evaluators)
+
+    factory = ENGINE_EVALUATORS.get(str(engine))
+    if factory is None:
+        raise HarnessError(f"no evaluator for engine {engine!r} yet: give the task "
+                           "`evaluator: {kind: command, argv: [...]}`")
+    return factory(ws, task, profile)

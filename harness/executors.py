@@ -1,0 +1,196 @@
+"""Executors: the policies that choose each loop block's candidate, behind one small interface.
+
+`Executor.decide(memory, task, point, profile) -> Decision`. The loop owns everything else
+(recording, evaluation, gates, exit), so an agent plugs in without touching the loop.
+
+- `sweep`: grid (scope order, then value order) or seeded random draws over the task's scope;
+  candidates whose effective configuration was already tried (or equals the baseline) are
+  skipped; when none is left it answers `stop`.
+- `command`: any executable; gets Task Memory (plus the task's scope) as JSON on stdin and
+  answers one JSON object on stdout's last line:
+  `{"action": "try", "candidate": {...}, "sub_goal": "..."}` or
+  `{"action": "stop", "reason": "...", "handoff": "..."}`; optional `"model"` names the model
+  that decided. Its call is recorded as a tool call of the block it starts.
+- `manual`: a person or an outside agent drives through the CLI; the loop answers `wait`.
+
+Decisions must depend only on Task Memory (and the specs), so a resumed loop asks again and
+gets the same answer from deterministic policies.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from ..ledger import events as E
+from ..ledger.specs import (
+    DeploymentPoint,
+    Range,
+    RuntimeProfile,
+    SpecError,
+    TaskDefinition,
+    effective_digest,
+    scope_allows,
+)
+from ..projections.memory import TaskMemory
+from .errors import HarnessError
+from .tools import run_tool
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["try", "stop", "wait"]
+    candidate: dict[str, Any] = field(default_factory=dict)
+    sub_goal: str = ""
+    reason: str = ""
+    handoff: str | None = None
+    tool_event: E.ToolInvoked | None = None  # the policy's own call, recorded in the block
+    actor: E.Actor | None = None
+
+
+class Executor(Protocol):
+    kind: str
+
+    def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
+               profile: RuntimeProfile | None) -> Decision: ...
+
+
+def describe(candidate: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(candidate.items())) or "baseline"
+
+
+def grid(scope: dict[str, Any]) -> list[dict[str, Any]]:
+    keys = list(scope)
+    axes = []
+    for k in keys:
+        allowed = scope[k]
+        if isinstance(allowed, Range):
+            vals = allowed.values()
+            if vals is None:
+                raise HarnessError(f"scope {k}: a continuous range needs strategy random "
+                                   "(or a step)")
+            axes.append(vals)
+        else:
+            axes.append(list(allowed))
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
+
+
+class SweepExecutor:
+    kind = "sweep"
+
+    def __init__(self, strategy: str = "grid", seed: int = 0, samples: int | None = None):
+        self.strategy, self.seed, self.samples = strategy, seed, samples
+
+    def candidates(self, task: TaskDefinition) -> list[dict[str, Any]]:
+        scope = task.scope
+        if self.strategy == "grid":
+            return grid(scope)
+        rng = random.Random(self.seed)
+        if all(not isinstance(v, Range) or v.step is not None for v in scope.values()):
+            pool = grid(scope)
+            rng.shuffle(pool)
+            return pool[: self.samples or len(pool)]
+        out = []
+        for _ in range(self.samples or 8):
+            cand = {}
+            for k, v in scope.items():
+                if isinstance(v, Range):
+                    x = rng.uniform(v.min, v.max)
+                    cand[k] = int(round(x)) if v.integer else round(x, 6)
+                else:
+                    cand[k] = rng.choice(list(v))
+            out.append(cand)
+        return out
+
+    def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
+               profile: RuntimeProfile | None) -> Decision:
+        tried = set(memory.tried)
+        for cand in self.candidates(task):
+            if effective_digest(point, profile, cand) in tried:
+                continue
+            return Decision("try", cand, sub_goal=f"try {describe(cand)}")
+        return Decision("stop", reason=f"scope exhausted: {len(tried)} distinct configurations "
+                        "tried")
+
+
+class ManualExecutor:
+    kind = "manual"
+
+    def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
+               profile: RuntimeProfile | None) -> Decision:
+        return Decision("wait", reason="manual task: drive it with forge block start, forge run "
+                        "-- CMD, forge measure, forge block verify, forge block handoff")
+
+
+class CommandExecutor:
+    kind = "command"
+
+    def __init__(self, argv: list[str], *, cwd: str | Path | None = None, timeout_s: float = 600,
+                 ws: Any = None):
+        self.argv, self.cwd, self.timeout_s, self.ws = list(argv), cwd, timeout_s, ws
+
+    def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
+               profile: RuntimeProfile | None) -> Decision:
+        payload = {"memory": memory.model_dump(mode="json"),
+                   "scope": {k: (v.model_dump() if isinstance(v, Range) else v)
+                             for k, v in task.scope.items()},
+                   "goal": task.goal,
+                   "profile_config": profile.config if profile else {}}
+        run = run_tool(self.ws, self.argv, tool="executor", cwd=self.cwd,
+                       input=json.dumps(payload, sort_keys=True, default=str),
+                       timeout=self.timeout_s)
+        ev = run.event
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or [""])[-1][:300]
+            return Decision("stop", reason=f"executor {self.argv[0]} failed "
+                            f"(exit {run.returncode}): {last}", tool_event=ev)
+        lines = [ln for ln in run.stdout.splitlines() if ln.strip()]
+        try:
+            answer = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            answer = None
+        if not isinstance(answer, dict) or answer.get("action") not in ("try", "stop"):
+            return Decision("stop", reason=f"executor {self.argv[0]} answered no valid action "
+                            "(expected JSON with action try|stop on its last stdout line)",
+                            tool_event=ev)
+        actor = E.Actor.agent(Path(self.argv[0]).name, answer["model"]) \
+            if answer.get("model") else E.Actor.tool(Path(self.argv[0]).name)
+        if answer["action"] == "stop":
+            return Decision("stop", reason=str(answer.get("reason") or "executor stopped"),
+                            handoff=answer.get("handoff"), tool_event=ev, actor=actor)
+        cand = answer.get("candidate") or {}
+        if not isinstance(cand, dict):
+            return Decision("stop", reason="executor answered a candidate that is not a mapping",
+                            tool_event=ev, actor=actor)
+        return Decision("try", cand, sub_goal=str(answer.get("sub_goal") or
+                                                  f"try {describe(cand)}"),
+                        tool_event=ev, actor=actor)
+
+
+def out_of_scope(task: TaskDefinition, point: DeploymentPoint | None,
+                 profile: RuntimeProfile | None, candidate: dict[str, Any]) -> str | None:
+    """Why a candidate may not run (outside the task's scope or an invalid spec), or None."""
+    for k, v in sorted(candidate.items()):
+        if k not in task.scope:
+            return f"{k} is not in the task's scope ({', '.join(task.scope) or 'empty'})"
+        if not scope_allows(task.scope, k, v):
+            return f"{k}={json.dumps(v)} is not an allowed value"
+    try:
+        effective_digest(point, profile, candidate)
+    except SpecError as e:
+        return str(e)
+    return None
+
+
+def make_executor(task: TaskDefinition, *, ws: Any = None, base_dir: str | Path | None = None
+                  ) -> Executor:
+    spec = task.executor
+    if spec.kind == "sweep":
+        return SweepExecutor(spec.strategy, spec.seed, spec.samples)
+    if spec.kind == "manual":
+        return ManualExecutor()
+    return CommandExecutor(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s, ws=ws)

@@ -1,0 +1,202 @@
+"""Gates: a contract's gates judged on repeated runs, noise-aware. Pure functions, no I/O.
+
+Contract:
+- Each gate is judged on the successful runs' samples of its metric: the median, and a
+  seeded percentile-bootstrap confidence interval of the median (relative gates: of the
+  ratio of the candidate's median to the baseline's median, both resampled).
+- Verdict: `pass` when the whole interval is on the good side of the threshold, `fail` when
+  the whole interval is on the bad side, otherwise `inconclusive` (too noisy to tell). A
+  missing metric or baseline is `inconclusive`, never a guess.
+- Stability: at least `repeats` runs, none failed (a run with failed requests cannot pass),
+  failed requests per run <= max_failed_requests, and the coefficient of variation of the
+  metric (default: the primary gate's metric) <= max_cv.
+- The overall verdict: `fail` if any gate fails, else `inconclusive` if any is, else `pass`.
+  Every gate result records its numbers and a one-line reason.
+- Same inputs and seed → same result, byte for byte.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..ledger.specs import Contract, Gate
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    kind: str
+    verdict: str  # pass | fail | inconclusive
+    reason: str
+    metric: str | None = None
+    threshold: float | None = None
+    direction: str | None = None  # at_least | at_most
+    n: int = 0
+    median: float | None = None
+    baseline_median: float | None = None
+    ratio: float | None = None
+    ci: list[float] | None = None
+    cv: float | None = None
+    failed_runs: int = 0
+    failed_requests: float = 0.0
+    samples: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    gates: list[GateResult]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def reason(self) -> str:
+        """One line naming each gate that did not pass, with its numbers."""
+        bad = [g for g in self.gates if g.verdict != "pass"]
+        return "; ".join(f"{g.name} {g.verdict}: {g.reason}" for g in bad) or "all gates pass"
+
+
+def _r(x: float | None, nd: int = 6) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def bootstrap_ci(
+    samples: Sequence[float], *, baseline: Sequence[float] | None = None, confidence: float = 0.95,
+    iterations: int = 2000, seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of median(samples) (or of median ratio vs `baseline`).
+    Seeded (numpy PCG64): the same inputs give the same interval."""
+    import numpy as np  # lazily: most commands that import the loop never judge a gate
+
+    rng = np.random.default_rng(seed)
+    xs = np.asarray(samples, dtype=float)
+    stats = np.median(xs[rng.integers(0, len(xs), size=(iterations, len(xs)))], axis=1)
+    if baseline is not None:
+        bs = np.asarray(baseline, dtype=float)
+        mb = np.median(bs[rng.integers(0, len(bs), size=(iterations, len(bs)))], axis=1)
+        keep = mb != 0
+        stats = stats[keep] / mb[keep]
+    if stats.size == 0:
+        return (float("nan"), float("nan"))
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(stats, [alpha, 1 - alpha], method="inverted_cdf")
+    return (float(lo), float(hi))
+
+
+def _values(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
+    return [float(r["metrics"][metric]) for r in runs
+            if r.get("success", True) and metric in r.get("metrics", {})]
+
+
+def _side(lo: float, hi: float, threshold: float, direction: str) -> str:
+    if direction == "at_least":
+        return "pass" if lo >= threshold else "fail" if hi < threshold else "inconclusive"
+    return "pass" if hi <= threshold else "fail" if lo > threshold else "inconclusive"
+
+
+def judge_gate(gate: Gate, runs: Sequence[dict[str, Any]],
+               baseline: Sequence[dict[str, Any]] | None, *, contract: Contract,
+               default_metric: str | None = None) -> GateResult:
+    """Judge one gate. `runs`/`baseline`: [{"metrics": {...}, "success": bool}, ...]."""
+    if gate.kind == "stability":
+        return _stability(gate, runs, default_metric)
+    assert gate.metric is not None
+    direction = "at_least" if gate.at_least is not None else "at_most"
+    threshold = float(gate.at_least if gate.at_least is not None else gate.at_most)  # type: ignore[arg-type]
+    xs = _values(runs, gate.metric)
+    common = {"name": gate.name, "kind": gate.kind, "metric": gate.metric,
+              "threshold": threshold, "direction": direction, "n": len(xs),
+              "samples": [_r(x) for x in xs]}
+    if not xs:
+        return GateResult(verdict="inconclusive",
+                          reason=f"{gate.metric} not measured in any successful run", **common)
+    med = statistics.median(xs)
+    sign = ">=" if direction == "at_least" else "<="
+    if gate.kind == "relative":
+        bs = _values(baseline or [], gate.metric)
+        if not bs:
+            return GateResult(verdict="inconclusive", median=_r(med),
+                              reason=f"no baseline samples of {gate.metric}", **common)
+        bmed = statistics.median(bs)
+        if bmed == 0:
+            return GateResult(verdict="inconclusive", median=_r(med), baseline_median=0.0,
+                              reason=f"baseline median of {gate.metric} is 0", **common)
+        lo, hi = bootstrap_ci(xs, baseline=bs, confidence=contract.confidence,
+                              iterations=contract.bootstrap, seed=contract.seed)
+        ratio = med / bmed
+        verdict = _side(lo, hi, threshold, direction)
+        reason = (f"{gate.metric} ratio {_fmt(ratio)} (CI {_fmt(lo)}..{_fmt(hi)}, "
+                  f"median {_fmt(med)} vs baseline {_fmt(bmed)}, n={len(xs)}/{len(bs)}) "
+                  f"needs {sign} {_fmt(threshold)}")
+        return GateResult(verdict=verdict, reason=reason, median=_r(med),
+                          baseline_median=_r(bmed), ratio=_r(ratio), ci=[_r(lo), _r(hi)],
+                          **common)
+    lo, hi = bootstrap_ci(xs, confidence=contract.confidence, iterations=contract.bootstrap,
+                          seed=contract.seed)
+    verdict = _side(lo, hi, threshold, direction)
+    reason = (f"{gate.metric} median {_fmt(med)} (CI {_fmt(lo)}..{_fmt(hi)}, n={len(xs)}) "
+              f"needs {sign} {_fmt(threshold)}")
+    return GateResult(verdict=verdict, reason=reason, median=_r(med), ci=[_r(lo), _r(hi)],
+                      **common)
+
+
+def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
+               default_metric: str | None) -> GateResult:
+    metric = gate.metric or default_metric
+    need = gate.repeats or 3
+    failed_runs = sum(1 for r in runs if not r.get("success", True))
+    per_run_failed = [float(r.get("metrics", {}).get("failed", 0.0)) for r in runs]
+    worst = max(per_run_failed, default=0.0)
+    allowed = gate.max_failed_requests if gate.max_failed_requests is not None else 0
+    xs = _values(runs, metric) if metric else []
+    cv = None
+    if len(xs) >= 2 and statistics.fmean(xs) != 0:
+        cv = statistics.stdev(xs) / abs(statistics.fmean(xs))
+    common = {"name": gate.name, "kind": "stability", "metric": metric, "n": len(runs),
+              "threshold": gate.max_cv, "direction": "at_most", "cv": _r(cv),
+              "failed_runs": failed_runs, "failed_requests": float(sum(per_run_failed)),
+              "samples": [_r(x) for x in xs]}
+    if failed_runs:
+        return GateResult(verdict="fail", reason=f"{failed_runs} of {len(runs)} runs failed",
+                          **common)
+    if worst > allowed:
+        return GateResult(verdict="fail", reason=f"a run had {worst:g} failed requests "
+                          f"(allowed {allowed})", **common)
+    if len(runs) < need:
+        return GateResult(verdict="inconclusive",
+                          reason=f"{len(runs)} runs, needs {need} repeats", **common)
+    if gate.max_cv is not None:
+        if cv is None:
+            return GateResult(verdict="inconclusive",
+                              reason=f"coefficient of variation of {metric} not computable",
+                              **common)
+        if cv > gate.max_cv:
+            return GateResult(verdict="fail", reason=f"{metric} CV {cv:.4f} > max {gate.max_cv} "
+                              f"over {len(xs)} runs", **common)
+    return GateResult(verdict="pass", reason=f"{len(runs)} runs, no failures" + (
+        f", {metric} CV {cv:.4f} <= {gate.max_cv}" if cv is not None and gate.max_cv is not None
+        else ""), **common)
+
+
+def judge(contract: Contract, runs: Sequence[dict[str, Any]],
+          baseline: Sequence[dict[str, Any]] | None, *, skip_relative: bool = False) -> Verdict:
+    """Judge every gate of `contract`; `skip_relative` judges the baseline against itself."""
+    primary = contract.primary
+    default_metric = primary.metric if primary else None
+    results = [judge_gate(g, runs, baseline, contract=contract, default_metric=default_metric)
+               for g in contract.gates if not (skip_relative and g.kind == "relative")]
+    verdicts = {g.verdict for g in results}
+    overall = "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts \
+        else "pass"
+    return Verdict(overall, results)

@@ -1,0 +1,331 @@
+"""Streaming OpenAI SSE over HTTP/1.1: the parsing both bench transports share, and a lean
+asyncio-protocol transport.
+
+Why a second transport: aiohttp wakes a task and runs its flow control once per HTTP chunk —
+servers send one chunk per token — which costs tens of microseconds per token and delays the
+reading of other streams under load. `RawClient` parses the response inside the protocol's
+`data_received`, once per socket read, and takes each timestamp there: the moment the bytes
+reached Python. It speaks plain `http://` with keep-alive (Content-Length, chunked, or
+close-delimited bodies); anything else uses aiohttp.
+
+`StreamState.feed(data, now)` implements bench_serving's timing on SSE bytes: TTFT at the first
+`data:` event with non-empty text (completions `text` or chat `delta.content`), ITL between
+consecutive non-empty events, E2E at the last `data:` line, output_len from usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from urllib.parse import urlsplit
+
+import orjson
+
+from .errors import HarnessError
+from .metrics import RequestRecord
+
+
+class StreamState:
+    """Per-request SSE parsing and timing (see module doc)."""
+
+    __slots__ = ("rec", "chat", "st", "first", "prev", "last_line", "parts", "buf", "error")
+
+    def __init__(self, rec: RequestRecord, chat: bool, st: float):
+        self.rec, self.chat, self.st = rec, chat, st
+        self.first = True
+        self.prev = st
+        self.last_line = st
+        self.parts: list[str] = []
+        self.buf = b""
+        self.error: str | None = None
+
+    def feed(self, data: bytes, now: float) -> None:
+        buf = self.buf + data if self.buf else data
+        if b"\n" not in data:
+            self.buf = buf
+            return
+        lines = buf.split(b"\n")
+        self.buf = lines.pop()
+        rec = self.rec
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event:/id: lines
+            self.last_line = now
+            payload = line[5:].strip()
+            if not payload or payload == b"[DONE]":
+                continue
+            try:
+                obj = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                self.error = f"bad SSE payload: {payload[:200]!r}"
+                return
+            if not isinstance(obj, dict):
+                continue
+            choices = obj.get("choices")
+            if choices:
+                c0 = choices[0]
+                text = (c0.get("delta") or {}).get("content") if self.chat else c0.get("text")
+                if text:
+                    if self.first:
+                        rec.ttft = now - self.st
+                        self.first = False
+                    else:
+                        rec.itl.append(now - self.prev)
+                    self.prev = now
+                    self.parts.append(text)
+            elif "error" in obj:
+                self.error = f"server error in stream: {orjson.dumps(obj['error'])[:300]!r}"
+                return
+            usage = obj.get("usage")
+            if usage and usage.get("completion_tokens") is not None:
+                rec.output_len = int(usage["completion_tokens"])
+
+    def finish(self, now: float) -> None:
+        """The body ended: the record is complete (success unless an error was seen)."""
+        if self.buf.startswith(b"data:"):
+            self.feed(b"\n", now)
+        rec = self.rec
+        rec.generated_text = "".join(self.parts)
+        if self.error:
+            rec.error = self.error
+            return
+        rec.e2e = self.last_line - self.st
+        rec.success = True
+
+
+# --- the raw transport -------------------------------------------------------------------
+
+_HEAD, _BODY_LEN, _BODY_CHUNKED, _BODY_CLOSE, _IDLE = range(5)
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection carrying one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state = _IDLE
+        self.sse: StreamState | None = None
+        self.fut: asyncio.Future | None = None
+        self.raw = b""
+        self.status = 0
+        self.keep_alive = True
+        self.left = 0  # body bytes (Content-Length) or current chunk bytes still to come
+        self.crlf = False  # a chunk's trailing CRLF is still to come
+        self.err_body = b""
+        self.got_bytes = False
+
+    # asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+
+    def connection_lost(self, exc) -> None:  # type: ignore[override]
+        self.closed = True
+        if self.fut is not None and not self.fut.done():
+            if self.state == _BODY_CLOSE and self.sse is not None:
+                self._complete(time.perf_counter())
+            else:
+                reason = f"{type(exc).__name__}: {exc}" if exc else "connection closed by server"
+                self.fut.set_exception(ConnectionError(reason))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        self.got_bytes = True
+        if self.state == _HEAD:
+            self.raw += data
+            end = self.raw.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head, data = self.raw[:end], self.raw[end + 4:]
+            self.raw = b""
+            self._head(head)
+        if self.state == _BODY_LEN:
+            take = data[:self.left]
+            self.left -= len(take)
+            self._body(take, now)
+            if self.left <= 0:
+                self._complete(now)
+        elif self.state == _BODY_CHUNKED:
+            self._chunked(data, now)
+        elif self.state == _BODY_CLOSE:
+            self._body(data, now)
+
+    # parsing -------------------------------------------------------------------------------
+
+    def _head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        try:
+            self.status = int(parts[1])
+        except (IndexError, ValueError):
+            self._fail(f"bad HTTP status line {lines[0][:100]!r}")
+            return
+        length = None
+        chunked = False
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            value = value.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding" and "chunked" in value:
+                chunked = True
+            elif name == "connection" and value == "close":
+                self.keep_alive = False
+        if chunked:
+            self.state = _BODY_CHUNKED
+        elif length is not None:
+            self.state, self.left = _BODY_LEN, length
+            if length == 0:
+                self._complete(time.perf_counter())
+        else:
+            self.state, self.keep_alive = _BODY_CLOSE, False
+
+    def _body(self, data: bytes, now: float) -> None:
+        if not data:
+            return
+        if self.status != 200:
+            if len(self.err_body) < 1000:
+                self.err_body += data
+            return
+        self.sse.feed(data, now)
+
+    def _chunked(self, data: bytes, now: float) -> None:
+        buf = self.raw + data if self.raw else data
+        pos, n = 0, len(buf)
+        out = []
+        while pos < n:
+            if self.left:
+                take = min(self.left, n - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self.left -= take
+                if self.left:
+                    break
+                self.crlf = True
+            if self.crlf:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self.crlf = False
+            nl = buf.find(b"\r\n", pos)
+            if nl < 0:
+                break
+            try:
+                size = int(buf[pos:nl].split(b";", 1)[0], 16)
+            except ValueError:
+                self._fail(f"bad chunk size line {buf[pos:nl][:50]!r}")
+                return
+            pos = nl + 2
+            if size == 0:
+                # Last chunk (trailers, if any, are ignored; we close on them if unread).
+                if out:
+                    self._body(b"".join(out), now)
+                if buf.find(b"\r\n", pos) != pos:
+                    self.keep_alive = False
+                self.raw = b""
+                self._complete(now)
+                return
+            self.left = size
+        self.raw = buf[pos:]
+        if out:
+            self._body(b"".join(out), now)
+
+    def _fail(self, msg: str) -> None:
+        self.keep_alive = False
+        if self.fut is not None and not self.fut.done():
+            self.fut.set_exception(ConnectionError(msg))
+        if self.transport is not None:
+            self.transport.close()
+
+    def _complete(self, now: float) -> None:
+        fut, sse, status, err = self.fut, self.sse, self.status, self.err_body
+        keep = self.keep_alive
+        self._reset()
+        self.keep_alive = keep
+        if fut is None or fut.done():
+            return
+        if status != 200:
+            text = " ".join(err[:300].decode("utf-8", "replace").split())
+            sse.rec.error = f"HTTP {status}: {text}"
+        else:
+            sse.finish(now)
+        fut.set_result(None)
+
+    # sending -------------------------------------------------------------------------------
+
+    def start(self, request: bytes, sse: StreamState, fut: asyncio.Future) -> None:
+        self.state, self.sse, self.fut = _HEAD, sse, fut
+        self.transport.write(request)
+
+
+class RawClient:
+    """Keep-alive connections to one `http://host:port`; `request()` never raises."""
+
+    def __init__(self, url: str, timeout_s: float):
+        u = urlsplit(url)
+        if u.scheme != "http" or not u.hostname:
+            raise HarnessError(f"raw transport needs an http:// URL, got {url!r}")
+        self.host, self.port = u.hostname, u.port or 80
+        self.path = u.path or "/"
+        self.timeout_s = timeout_s
+        self.idle: list[_Conn] = []
+        self.all: list[_Conn] = []
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6 literal
+        hostport = f"{host}:{self.port}" if u.port else host
+        self.prefix = (f"POST {self.path} HTTP/1.1\r\nHost: {hostport}\r\n"
+                       "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                       "Content-Length: ").encode()
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(_Conn, self.host, self.port)
+        self.all.append(conn)
+        return conn
+
+    async def request(self, payload: bytes, rec: RequestRecord, chat: bool) -> None:
+        loop = asyncio.get_running_loop()
+        req = self.prefix + str(len(payload)).encode() + b"\r\n\r\n" + payload
+        for attempt in (0, 1):
+            st = time.perf_counter()
+            rec.start_time = st
+            conn = None
+            try:
+                while self.idle and conn is None:
+                    conn = self.idle.pop()
+                    if conn.closed:
+                        conn = None
+                if conn is None:
+                    conn = await self._connect()
+                fut = loop.create_future()
+                conn.start(req, StreamState(rec, chat, st), fut)
+                await asyncio.wait_for(fut, self.timeout_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # failures are data
+                # An idle keep-alive connection the server closed: retry once on a new one.
+                if (attempt == 0 and conn is not None and conn.reused and not conn.got_bytes
+                        and isinstance(e, ConnectionError)):
+                    continue
+                rec.error = f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
+                if conn is not None and conn.transport is not None:
+                    conn.transport.close()
+                return
+            if conn.keep_alive and not conn.closed:
+                conn.reused = True
+                self.idle.append(conn)
+            elif conn.transport is not None:
+                conn.transport.close()
+            return
+
+    def close(self) -> None:
+        for c in self.all:
+            if c.transport is not None:
+                c.transport.close()
+        self.idle.clear()
+        self.all.clear()

@@ -1,0 +1,141 @@
+"""Tool calls: run a command and describe it as a `ToolInvoked` event (argv, cwd, environment
+digest without secret values, exit code, duration, stdout/stderr as artifacts, repo state).
+
+`run_tool` never raises for a command that fails or cannot start: the failure is recorded
+(exit code, error). It does not save: callers put the event into their step's one save.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from ..ledger import events as E
+from ..ledger.clock import digest
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    event: E.ToolInvoked
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+def env_digest(env: Mapping[str, str], secret_names: Sequence[str] = ()) -> str:
+    """Digest of the environment; values of secret-named variables are never hashed in (a
+    hash of a short secret could be brute-forced), only the fact that they were set."""
+    secret = set(secret_names)
+    items = {}
+    for k, v in env.items():
+        looks_secret = k in secret or any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD",
+                                                                  "API_KEY", "CREDENTIAL"))
+        items[k] = "<set>" if looks_secret else hashlib.sha256(v.encode()).hexdigest()
+    return digest(items)
+
+
+def repo_digest(cwd: str | Path) -> str | None:
+    """Digest of HEAD + working-tree status + diff when `cwd` is inside a git work tree."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=cwd, capture_output=True,
+                                text=True, timeout=20)
+        diff = subprocess.run(["git", "diff", "HEAD"], cwd=cwd, capture_output=True,
+                              timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return digest({"head": head.stdout.strip(), "status": status.stdout,
+                   "diff": hashlib.sha256(diff.stdout).hexdigest()})
+
+
+def _pump(src: IO[str], sink: list[str], echo: IO[str] | None) -> None:
+    for line in iter(src.readline, ""):
+        sink.append(line)
+        if echo is not None:
+            echo.write(line)
+            echo.flush()
+    src.close()
+
+
+def run_tool(
+    ws: Any,
+    argv: Sequence[str],
+    *,
+    tool: str | None = None,
+    cwd: str | Path | None = None,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    tee: bool = False,
+    event_fields: Mapping[str, Any] | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> ToolRun:
+    """Run `argv`; return the `ToolInvoked` event (not saved) and the captured output.
+
+    `tee` streams stdout/stderr through to this process's own while capturing."""
+    argv = [str(a) for a in argv]
+    cwd = str(Path(cwd or os.getcwd()).resolve())
+    full_env = {**os.environ, **(env or {})}
+    secret_names = tuple(getattr(getattr(ws, "config", None), "secret_env", ()) or ())
+    out: list[str] = []
+    err: list[str] = []
+    code: int | None = None
+    error: str | None = None
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=full_env, text=True,
+                                stdin=subprocess.PIPE if input is not None else None,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        error = f"cannot start {argv[0]}: {e.strerror or e}"
+    else:
+        if on_start:
+            on_start(proc.pid)
+        threads = [threading.Thread(target=_pump, args=(proc.stdout, out, sys.stdout if tee
+                                                        else None), daemon=True),
+                   threading.Thread(target=_pump, args=(proc.stderr, err, sys.stderr if tee
+                                                        else None), daemon=True)]
+        for t in threads:
+            t.start()
+        if input is not None and proc.stdin is not None:
+            try:
+                proc.stdin.write(input)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+            error = f"timed out after {timeout}s"
+        for t in threads:
+            t.join()
+    duration = time.monotonic() - t0
+    stdout, stderr = "".join(out), "".join(err)
+    store = getattr(ws, "artifacts", None)
+    ev = E.ToolInvoked(
+        tool=tool or Path(argv[0]).name,
+        argv=argv,
+        cwd=cwd,
+        env_digest=env_digest(full_env, secret_names),
+        exit_code=code,
+        duration_s=round(duration, 6),
+        stdout_digest=store.put(stdout) if store is not None else None,
+        stderr_digest=store.put(stderr) if store is not None and stderr else None,
+        repo_digest=repo_digest(cwd),
+        error=error,
+        **dict(event_fields or {}),
+    )
+    return ToolRun(ev, code, stdout, stderr)

@@ -1,0 +1,620 @@
+"""Specs: deployment points, runtime profiles and task definitions, loaded from YAML.
+
+Contracts:
+- Every spec is a frozen pydantic model that forbids unknown fields. `spec_hash(spec)` is the
+  sha256 of its canonical JSON (sorted keys, defaults filled, file locations excluded), so key
+  order, comments and formatting never change a hash.
+- `load_*` read YAML and raise `SpecError` whose message has one line per problem:
+  `FILE:LINE: field.path: what is wrong` (YAML syntax errors, duplicate keys and validation
+  errors alike). Nothing is recorded by loading.
+- A task references its deployment point (and optionally its runtime profile) by a path
+  relative to the task file; a point names its profile by service + revision and may give
+  `runtime_profile.file`, also relative to itself.
+- `diff_specs(a, b)` names the changed dimensions as dotted paths.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .clock import digest
+from .errors import LedgerError
+
+
+class SpecError(LedgerError):
+    """A spec file is invalid. `problems` holds one 'file:line: path: message' line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- deployment point -------------------------------------------------------------------
+
+
+class ModelRef(Spec):
+    name: str
+    source: str  # local path, hub id, or forge:<generated-model>
+    revision: str = "main"
+    modalities: list[Literal["text", "image", "video", "audio"]] = Field(
+        default_factory=lambda: ["text"])
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _rev_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) else v
+
+
+class Distribution(Spec):
+    """A length distribution: fixed (`mean` only) or uniform in [min, max]."""
+
+    kind: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    mean: float
+    min: float | None = None
+    max: float | None = None
+    std: float | None = None
+
+
+class Traffic(Spec):
+    input_len: int | Distribution = 128
+    output_len: int | Distribution = 64
+    range_ratio: float = Field(1.0, gt=0, le=1)
+    concurrency: int | None = Field(None, ge=1)
+    request_rate: float | None = Field(None, gt=0)  # requests/s; None with concurrency = closed
+    num_prompts: int = Field(64, ge=1)
+    media_count: int = Field(0, ge=0)
+    resolution: str | None = None  # e.g. "1024x1024" for image traffic
+    prefix_reuse: float = Field(0.0, ge=0, le=1)  # share of the prompt reused across requests
+    dataset: str = "random"
+
+    @model_validator(mode="after")
+    def _load_shape(self) -> Traffic:
+        if self.concurrency is None and self.request_rate is None:
+            raise ValueError("give concurrency or request_rate")
+        return self
+
+
+Percentiles = dict[Literal["p50", "p90", "p95", "p99", "mean"], float]
+
+
+class SLO(Spec):
+    ttft_ms: Percentiles = Field(default_factory=dict)
+    tpot_ms: Percentiles = Field(default_factory=dict)
+    e2e_ms: Percentiles = Field(default_factory=dict)
+    throughput_floor: float | None = Field(None, ge=0)  # output tokens/s
+
+
+class Scenario(Spec):
+    modality: Literal["text", "image", "video", "audio", "multimodal"] = "text"
+    traffic: Traffic
+    slo: SLO = Field(default_factory=SLO)
+
+
+class Parallelism(Spec):
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+
+
+class Role(Spec):
+    role: Literal["prefill", "decode", "encode", "colocated"]
+    count: int = Field(1, ge=1)
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+
+
+class Topology(Spec):
+    architecture: Literal["colocated", "pd", "epd"] = "colocated"
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    roles: list[Role] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _roles_fit(self) -> Topology:
+        need = {"pd": {"prefill", "decode"}, "epd": {"encode", "prefill", "decode"}}
+        missing = need.get(self.architecture, set()) - {r.role for r in self.roles}
+        if self.roles and missing:
+            raise ValueError(f"architecture {self.architecture} needs roles {sorted(missing)}")
+        return self
+
+
+class ProfileRef(Spec):
+    service: str
+    rev: int = Field(ge=1)
+    file: str | None = None  # where to load it from, relative to the point file (not hashed)
+
+
+class Accelerator(Spec):
+    vendor: Literal["nvidia", "amd", "intel", "cpu", "other"]
+    model: str
+    count: int = Field(1, ge=1)
+    memory_gb: float | None = Field(None, gt=0)
+    driver: str | None = None
+    runtime: str | None = None  # e.g. "cuda 12.9", "rocm 7.0"
+
+
+class DeploymentPoint(Spec):
+    name: str | None = None
+    model: ModelRef
+    scenario: Scenario
+    topology: Topology = Field(default_factory=Topology)
+    runtime_profile: ProfileRef
+    accelerator: Accelerator
+
+
+# --- runtime profile --------------------------------------------------------------------
+
+
+class Image(Spec):
+    name: str
+    digest: str | None = None  # sha256:… ; None only for a local, non-container profile
+
+
+class VersionedPart(Spec):
+    kind: str
+    version: str | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _v_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) else v
+
+
+class RuntimeProfile(Spec):
+    service: str
+    rev: int = Field(ge=1)
+    engine: Literal["sglang", "hf", "external"]
+    config: dict[str, Any] = Field(default_factory=dict)  # the server flags, as a mapping
+    image: Image | None = None
+    framework: VersionedPart | None = None  # e.g. {kind: sglang, version: 0.5.23}
+    device_runtime: VersionedPart = Field(
+        default_factory=lambda: VersionedPart(kind="cpu"))  # cuda | rocm | cpu
+    collectives: VersionedPart | None = None  # e.g. {kind: nccl, version: 2.27}
+    endpoint: str | None = None  # engine: external only
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _engine_fields(self) -> RuntimeProfile:
+        if self.engine == "external" and not self.endpoint:
+            raise ValueError("engine external needs endpoint")
+        if self.image is not None and self.image.digest is not None \
+                and not self.image.digest.startswith("sha256:"):
+            raise ValueError("image.digest must be sha256:<hex>")
+        return self
+
+
+# --- task definition --------------------------------------------------------------------
+
+TASK_TYPES = (
+    "kernel", "communication", "engine-integration", "deployment-tuning", "evaluation",
+    "diagnosis", "upstream-sync", "scheduler", "profiling",
+)
+
+
+class Range(Spec):
+    """A numeric range a scope dimension may take: min..max by step (step None: continuous)."""
+
+    min: float
+    max: float
+    step: float | None = Field(None, gt=0)
+    integer: bool = False
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.max < self.min:
+            raise ValueError(f"max {self.max} is below min {self.min}")
+        return self
+
+    def values(self) -> list[float | int] | None:
+        if self.step is None:
+            return None
+        n = int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
+        vals = [self.min + i * self.step for i in range(n)]
+        return [int(round(v)) for v in vals] if self.integer else [round(v, 9) for v in vals]
+
+    def contains(self, v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) \
+            and self.min <= v <= self.max and (not self.integer or float(v).is_integer())
+
+
+class Gate(Spec):
+    """One gate. Shapes: {metric, vs_baseline: ratio, at_least|at_most} (relative),
+    {metric, at_least|at_most} (absolute, e.g. an SLO or token_match), and stability
+    {repeats, max_cv, max_failed_requests[, metric]}."""
+
+    name: str
+    metric: str | None = None
+    vs_baseline: Literal["ratio"] | None = None
+    at_least: float | None = None
+    at_most: float | None = None
+    repeats: int | None = Field(None, ge=1)
+    max_cv: float | None = Field(None, ge=0)
+    max_failed_requests: int | None = Field(None, ge=0)
+
+    @property
+    def kind(self) -> str:
+        if self.max_cv is not None or self.max_failed_requests is not None \
+                or (self.repeats is not None and self.metric is None):
+            return "stability"
+        return "relative" if self.vs_baseline else "absolute"
+
+    @model_validator(mode="after")
+    def _shape(self) -> Gate:
+        if self.kind == "stability":
+            return self
+        if self.metric is None:
+            raise ValueError(f"gate {self.name}: needs metric")
+        if (self.at_least is None) == (self.at_most is None):
+            raise ValueError(f"gate {self.name}: give exactly one of at_least, at_most")
+        return self
+
+
+class Contract(Spec):
+    gates: list[Gate] = Field(min_length=1)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    bootstrap: int = Field(2000, ge=100)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _unique(self) -> Contract:
+        names = [g.name for g in self.gates]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate gate names {dup}")
+        return self
+
+    @property
+    def repeats(self) -> int:
+        return max([g.repeats for g in self.gates if g.repeats] or [3])
+
+    @property
+    def primary(self) -> Gate | None:
+        """The gate whose metric measures progress: first relative gate, else first absolute."""
+        for kind in ("relative", "absolute"):
+            for g in self.gates:
+                if g.kind == kind:
+                    return g
+        return None
+
+
+class Context(Spec):
+    repos: list[str] = Field(default_factory=list)  # snapshot refs, e.g. sglang@<sha>
+    prior_tasks: list[str] = Field(default_factory=list)
+    notes: str = ""
+
+
+class ExitCriteria(Spec):
+    when: Literal["all_gates_pass", "best_in_scope"] = "all_gates_pass"
+    max_blocks: int = Field(8, ge=1)
+    max_wall_s: float = Field(3600, gt=0)
+    no_progress_blocks: int = Field(3, ge=1)
+
+
+class ExecutorSpec(Spec):
+    kind: Literal["manual", "sweep", "command"] = "sweep"
+    strategy: Literal["grid", "random"] = "grid"
+    seed: int = 0
+    samples: int | None = Field(None, ge=1)  # random: how many candidates to draw
+    argv: list[str] = Field(default_factory=list)  # command: the policy executable
+    timeout_s: float = Field(600, gt=0)
+
+    @model_validator(mode="after")
+    def _argv(self) -> ExecutorSpec:
+        if self.kind == "command" and not self.argv:
+            raise ValueError("executor kind command needs argv")
+        return self
+
+
+class EvaluatorSpec(Spec):
+    kind: Literal["engine", "command"] = "engine"
+    argv: list[str] = Field(default_factory=list)
+    timeout_s: float = Field(600, gt=0)
+
+    @model_validator(mode="after")
+    def _argv(self) -> EvaluatorSpec:
+        if self.kind == "command" and not self.argv:
+            raise ValueError("evaluator kind command needs argv")
+        return self
+
+
+class RoutingSpec(Spec):
+    model_tier: Literal["none", "small", "large", "human"] | None = None
+    agent_topology: Literal["single", "planner-executor", "executor-reviewer"] | None = None
+    escalate_after: int | None = Field(None, ge=1)  # no-progress blocks before tier goes up
+
+
+def _scope_kind(v: Any) -> str:
+    return "range-values" if isinstance(v, dict | Range) else "list-values"
+
+
+ScopeValue = Annotated[
+    Annotated[list[Any], Tag("list-values")] | Annotated[Range, Tag("range-values")],
+    Discriminator(_scope_kind),
+]
+
+
+class TaskDefinition(Spec):
+    id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    title: str | None = None
+    type: Literal[TASK_TYPES]  # type: ignore[valid-type]
+    goal: str = Field(min_length=1)
+    point: str  # path of the deployment point file, relative to the task file
+    profile: str | None = None  # path of the runtime profile file (else point's reference)
+    scope: dict[str, ScopeValue] = Field(default_factory=dict)
+    context: Context = Field(default_factory=Context)
+    contract: Contract
+    verification: list[str] = Field(
+        default_factory=lambda: ["baseline", "measure", "gates", "decide"])
+    exit: ExitCriteria = Field(default_factory=ExitCriteria)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, v: dict[str, ScopeValue]) -> dict[str, ScopeValue]:
+        for key, allowed in v.items():
+            if "." not in key:
+                raise ValueError(f"scope key {key!r} must name a dimension like engine.<flag>")
+            if isinstance(allowed, list) and not allowed:
+                raise ValueError(f"scope {key}: empty list of allowed values")
+        return v
+
+
+SPEC_KINDS: dict[str, type[Spec]] = {
+    "point": DeploymentPoint, "profile": RuntimeProfile, "task": TaskDefinition}
+# Fields that say where something is, not what it is: never part of a hash.
+_LOCATION_FIELDS = {"file"}
+
+
+def canonical(spec: Spec) -> dict[str, Any]:
+    data = spec.model_dump(mode="json")
+    if isinstance(spec, DeploymentPoint):
+        data["runtime_profile"] = {k: v for k, v in data["runtime_profile"].items()
+                                   if k not in _LOCATION_FIELDS}
+    return data
+
+
+def spec_hash(spec: Spec) -> str:
+    return digest(canonical(spec))
+
+
+def scope_allows(scope: dict[str, ScopeValue], key: str, value: Any) -> bool:
+    allowed = scope.get(key)
+    if allowed is None:
+        return False
+    if isinstance(allowed, Range):
+        return allowed.contains(value)
+    return value in allowed
+
+
+# --- YAML loading with line numbers -----------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _compose(path: Path, text: str) -> yaml.Node | None:
+    try:
+        return yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 0
+        raise SpecError([f"{path}:{line}: (yaml): {e.problem or e}"]) from None
+    except yaml.YAMLError as e:
+        raise SpecError([f"{path}:0: (yaml): {' '.join(str(e).split())}"]) from None
+
+
+def _duplicates(path: Path, node: yaml.Node | None, prefix: str = "") -> list[str]:
+    out: list[str] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for k, v in node.value:
+            key = str(k.value)
+            p = f"{prefix}.{key}" if prefix else key
+            if key in seen:
+                out.append(f"{path}:{k.start_mark.line + 1}: {p}: duplicate key")
+            seen.add(key)
+            out += _duplicates(path, v, p)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            out += _duplicates(path, v, f"{prefix}[{i}]")
+    return out
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
+    """Line (1-based) of the deepest YAML node along a pydantic error location."""
+    if node is None:
+        return 1
+    best = node.start_mark.line + 1
+    for part in loc:
+        nxt = None
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if str(k.value) == str(part):
+                    nxt = v
+                    best = k.start_mark.line + 1
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if 0 <= part < len(node.value):
+                nxt = node.value[part]
+                best = nxt.start_mark.line + 1
+        if nxt is None:
+            break
+        node = nxt
+    return best
+
+
+# Labels pydantic puts into error locations for union branches: not field names.
+_UNION_LABELS = {"list-values", "range-values", "int", "Distribution", "list[Any]"}
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part) in _UNION_LABELS:
+            continue  # union-branch labels pydantic adds to locations
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top)"
+
+
+def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError([f"{p}:0: (file): cannot read: {e.strerror or e}"]) from None
+    node = _compose(p, text)
+    dups = _duplicates(p, node)
+    if dups:
+        raise SpecError(dups)
+    data = yaml.load(text, Loader=_Loader) if node is not None else None
+    return data, node
+
+
+def parse_spec(kind: str, data: Any, *, path: str | Path = "<spec>",
+               node: yaml.Node | None = None) -> Spec:
+    """Validate `data` as a spec of `kind`; problems carry the YAML line when `node` is given."""
+    cls = SPEC_KINDS[kind]
+    if not isinstance(data, dict):
+        raise SpecError([f"{path}:1: (top): expected a mapping for a {kind} spec"])
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        seen = set()
+        for err in e.errors():
+            loc = tuple(err["loc"])
+            fp = _field_path(loc)
+            msg = err["msg"].removeprefix("Value error, ")
+            line = f"{path}:{_line_of(node, loc)}: {fp}: {msg}"
+            if line not in seen:
+                seen.add(line)
+                problems.append(line)
+        raise SpecError(problems) from None
+
+
+def detect_kind(data: Any) -> str:
+    if isinstance(data, dict):
+        if "kind" in data and data["kind"] in SPEC_KINDS:
+            return data["kind"]
+        if "goal" in data or "contract" in data:
+            return "task"
+        if "engine" in data or "service" in data:
+            return "profile"
+    return "point"
+
+
+def load_spec(path: str | Path, kind: str | None = None) -> Spec:
+    data, node = load_yaml(path)
+    if isinstance(data, dict) and "kind" in data:
+        data = {k: v for k, v in data.items() if k != "kind"}
+    return parse_spec(kind or detect_kind(data), data, path=path, node=node)
+
+
+def load_point(path: str | Path) -> DeploymentPoint:
+    spec = load_spec(path, "point")
+    assert isinstance(spec, DeploymentPoint)
+    return spec
+
+
+def load_profile(path: str | Path) -> RuntimeProfile:
+    spec = load_spec(path, "profile")
+    assert isinstance(spec, RuntimeProfile)
+    return spec
+
+
+def load_task(path: str | Path) -> TaskDefinition:
+    spec = load_spec(path, "task")
+    assert isinstance(spec, TaskDefinition)
+    return spec
+
+
+# --- diff -------------------------------------------------------------------------------
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k in sorted(value):
+            out.update(flatten(value[k], f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix: {}}
+    return {prefix: value}
+
+
+def diff_values(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    fa, fb = flatten(a), flatten(b)
+    return [{"path": k, "dimension": k.split(".")[0], "a": fa.get(k), "b": fb.get(k)}
+            for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+
+
+def diff_specs(a: Spec, b: Spec) -> list[dict[str, Any]]:
+    """Changed leaves as {path, dimension, a, b}; an empty list means same content hash."""
+    return diff_values(canonical(a), canonical(b))
+
+
+# --- candidates -------------------------------------------------------------------------
+
+
+def _set_path(data: dict[str, Any], path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        nxt = data.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            data[part] = nxt
+        data = nxt
+    data[path[-1]] = value
+
+
+def apply_candidate(point: DeploymentPoint | None, profile: RuntimeProfile | None,
+                    candidate: dict[str, Any]) -> tuple[DeploymentPoint | None,
+                                                        RuntimeProfile | None]:
+    """The point and profile a candidate asks for (pure). Keys: `engine.<flag>` sets a server
+    flag in the profile's config, `profile.<field…>` a profile field, anything else a dotted
+    path into the deployment point (e.g. `topology.parallelism.tp`)."""
+    pdata = point.model_dump(mode="json") if point is not None else None
+    rdata = profile.model_dump(mode="json") if profile is not None else None
+    for key, value in sorted(candidate.items()):
+        head, _, rest = key.partition(".")
+        if head == "engine" and rdata is not None:
+            rdata.setdefault("config", {})[rest] = value
+        elif head == "profile" and rdata is not None:
+            _set_path(rdata, rest.split("."), value)
+        elif pdata is not None:
+            _set_path(pdata, key.split("."), value)
+    try:
+        new_point = DeploymentPoint.model_validate(pdata) if pdata is not None else None
+        new_profile = RuntimeProfile.model_validate(rdata) if rdata is not None else None
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise SpecError([f"candidate {candidate}: {_field_path(tuple(first['loc']))}: "
+                         f"{first['msg']}"]) from None
+    return new_point, new_profile
+
+
+def effective_digest(point: DeploymentPoint | None, profile: RuntimeProfile | None,
+                     candidate: dict[str, Any]) -> str:
+    """Hash of what a candidate actually runs: equal digests are the same experiment."""
+    p, r = apply_candidate(point, profile, candidate)
+    return digest({"point": canonical(p) if p else None, "profile": canonical(r) if r else None})

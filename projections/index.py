@@ -1,0 +1,1008 @@
+"""The multi-dimensional index: a catch-up projector from the ledger's global log into DuckDB.
+
+Contracts:
+- Exactly once. Each batch of notifications becomes rows in every table plus the new
+  `tracking` position, written in ONE DuckDB transaction: a crash or an error before commit
+  leaves rows and tracking as they were; the next catch-up resumes from the tracked position.
+- Every event is kept in `events` (bookkeeping markers excepted); events this projector does
+  not project (other issues' types, types newer than this code) only advance the position.
+- Deterministic: rows depend on the ledger only (no ingestion times, no batch-dependent ids),
+  so `rebuild` and incremental catch-up give the same `fingerprint`.
+- One process at a time: `open_index` holds a file lock (`index.duckdb.lock`) around
+  catch-up and the caller's queries, because DuckDB allows one read-write process per file.
+
+Dimensions are read defensively from event payloads (plain mappings): a missing one is NULL.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow as pa
+from filelock import FileLock, Timeout
+
+from ..ledger import codec
+from ..ledger.clock import digest
+from ..ledger.events import EVENT_TYPES
+from ..ledger.store import BOOKKEEPING_TYPES
+from .errors import ProjectionError
+
+PROJECTION = "index"
+INDEX_NAME = "index.duckdb"
+LOCK_TIMEOUT_S = 120.0
+DEFAULT_BATCH = 20_000
+
+# --- schema -----------------------------------------------------------------------------
+
+# Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
+DIMS: list[tuple[str, str]] = [
+    ("model", "VARCHAR"),
+    ("model_revision", "VARCHAR"),
+    ("task_type", "VARCHAR"),
+    ("modality", "VARCHAR"),
+    ("input_len", "BIGINT"),
+    ("output_len", "BIGINT"),
+    ("concurrency", "BIGINT"),
+    ("request_rate", "DOUBLE"),
+    ("scenario", "VARCHAR"),
+    ("architecture", "VARCHAR"),
+    ("tp", "BIGINT"),
+    ("pp", "BIGINT"),
+    ("dp", "BIGINT"),
+    ("ep", "BIGINT"),
+    ("parallelism", "VARCHAR"),
+    ("service", "VARCHAR"),
+    ("rev", "BIGINT"),
+    ("runtime_profile", "VARCHAR"),
+    ("engine", "VARCHAR"),
+    ("accelerator_vendor", "VARCHAR"),
+    ("accelerator", "VARCHAR"),
+    ("accelerator_count", "BIGINT"),
+    ("point_hash", "VARCHAR"),
+]
+DIM_NAMES = [d for d, _ in DIMS]
+_DIM_SQL = ",\n  ".join(f"{n} {t}" for n, t in DIMS)
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS tracking(projection VARCHAR PRIMARY KEY, position BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS events(
+  position BIGINT, stream VARCHAR, version BIGINT, type VARCHAR, schema_version BIGINT,
+  event_id VARCHAR, occurred_at TIMESTAMPTZ, actor_kind VARCHAR, actor_name VARCHAR,
+  actor_model VARCHAR, task_id VARCHAR, block_id VARCHAR, command_id VARCHAR,
+  causation_id VARCHAR, payload JSON);
+CREATE TABLE IF NOT EXISTS points(
+  name VARCHAR, position BIGINT, pinned_at TIMESTAMPTZ, point JSON,
+  {_DIM_SQL});
+CREATE TABLE IF NOT EXISTS runtime_profiles(
+  service VARCHAR, rev BIGINT, profile_hash VARCHAR, previous_hash VARCHAR, engine VARCHAR,
+  image VARCHAR, framework VARCHAR, position BIGINT, revised_at TIMESTAMPTZ,
+  profile JSON, config JSON, changes JSON);
+CREATE TABLE IF NOT EXISTS tasks(
+  task_id VARCHAR, title VARCHAR, goal VARCHAR, definition_hash VARCHAR,
+  defined_position BIGINT, defined_at TIMESTAMPTZ, last_position BIGINT,
+  exit_state VARCHAR, exit_reason VARCHAR, exit_handoff VARCHAR, exited_at TIMESTAMPTZ,
+  definition JSON,
+  {_DIM_SQL});
+CREATE TABLE IF NOT EXISTS loop_blocks(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, block_index BIGINT, sub_goal VARCHAR, model_tier VARCHAR,
+  agent_topology VARCHAR, executor VARCHAR, routing JSON, candidate JSON,
+  candidate_key VARCHAR);
+CREATE TABLE IF NOT EXISTS tool_calls(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, tool VARCHAR, argv VARCHAR[], exit_code BIGINT, duration_s DOUBLE,
+  error VARCHAR, repo_digest VARCHAR, stdout_digest VARCHAR, stderr_digest VARCHAR);
+CREATE TABLE IF NOT EXISTS measurement_runs(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, run_id VARCHAR, source VARCHAR, repeat BIGINT, success BOOLEAN,
+  candidate VARCHAR, candidate_key VARCHAR, repo_snapshot VARCHAR,
+  {_DIM_SQL},
+  metrics MAP(VARCHAR, DOUBLE));
+CREATE TABLE IF NOT EXISTS invalidations(
+  position BIGINT, event_id VARCHAR, measurement_event_id VARCHAR, reason VARCHAR);
+CREATE TABLE IF NOT EXISTS verifications(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, verdict VARCHAR, passed BOOLEAN, contract_hash VARCHAR,
+  point_hash VARCHAR, candidate JSON, candidate_key VARCHAR, gates JSON,
+  evidence VARCHAR[]);
+CREATE TABLE IF NOT EXISTS gate_verdicts(
+  position BIGINT, verification_id VARCHAR, task_id VARCHAR, block_id VARCHAR,
+  gate VARCHAR, metric VARCHAR, verdict VARCHAR, observed DOUBLE, threshold DOUBLE,
+  baseline DOUBLE, reason VARCHAR, detail JSON);
+CREATE TABLE IF NOT EXISTS decisions(
+  position BIGINT, decision_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, kind VARCHAR, candidate JSON, candidate_key VARCHAR, reason VARCHAR,
+  evidence VARCHAR[], verification_event_id VARCHAR,
+  {_DIM_SQL});
+CREATE TABLE IF NOT EXISTS handoffs(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, kind VARCHAR, outcome VARCHAR, state_reached VARCHAR,
+  findings VARCHAR[], next_sub_goal VARCHAR);
+"""
+
+VIEWS = """
+-- One row per metric value (long format) with every dimension: the run rows unnested.
+CREATE OR REPLACE VIEW measurements AS
+  SELECT * EXCLUDE (metrics, kv), kv.key AS metric, kv.value AS value
+  FROM (SELECT *, unnest(map_entries(metrics)) AS kv FROM measurement_runs);
+CREATE OR REPLACE VIEW valid_runs AS
+  SELECT r.* FROM measurement_runs r
+  WHERE r.success AND r.event_id NOT IN (SELECT measurement_event_id FROM invalidations);
+CREATE OR REPLACE VIEW valid_measurements AS
+  SELECT * EXCLUDE (metrics, kv), kv.key AS metric, kv.value AS value
+  FROM (SELECT *, unnest(map_entries(metrics)) AS kv FROM valid_runs);
+CREATE OR REPLACE VIEW task_overview AS
+  SELECT t.task_id, t.title, t.task_type, t.model, t.accelerator, t.engine,
+         t.runtime_profile, t.architecture, t.parallelism, t.scenario, t.point_hash,
+         CASE WHEN t.exit_state IS NOT NULL THEN 'exited'
+              WHEN b.n > 0 THEN 'running' ELSE 'defined' END AS status,
+         t.exit_state, t.exit_reason, coalesce(b.n, 0) AS blocks,
+         coalesce(d.accepted, 0) AS accepted, coalesce(d.rejected, 0) AS rejected,
+         t.goal
+  FROM tasks t
+  LEFT JOIN (SELECT task_id, count(*) n FROM loop_blocks GROUP BY ALL) b USING (task_id)
+  LEFT JOIN (SELECT task_id, count(*) FILTER (kind = 'accepted') accepted,
+                    count(*) FILTER (kind = 'rejected') rejected
+             FROM decisions GROUP BY ALL) d USING (task_id);
+CREATE OR REPLACE VIEW block_overview AS
+  SELECT b.task_id, b.block_id, b.block_index, b.sub_goal, b.model_tier, b.agent_topology,
+         b.candidate_key, h.outcome, h.state_reached, h.next_sub_goal,
+         v.verdict, coalesce(m.n, 0) AS measurements, coalesce(c.n, 0) AS tool_calls
+  FROM loop_blocks b
+  LEFT JOIN (SELECT task_id, block_id, arg_max(outcome, position) outcome,
+                    arg_max(state_reached, position) state_reached,
+                    arg_max(next_sub_goal, position) next_sub_goal
+             FROM handoffs WHERE kind = 'block' GROUP BY ALL) h USING (task_id, block_id)
+  LEFT JOIN (SELECT task_id, block_id, arg_max(verdict, position) verdict
+             FROM verifications GROUP BY ALL) v USING (task_id, block_id)
+  LEFT JOIN (SELECT task_id, block_id, count(*) n
+             FROM measurement_runs GROUP BY ALL) m USING (task_id, block_id)
+  LEFT JOIN (SELECT task_id, block_id, count(*) n FROM tool_calls GROUP BY ALL) c
+       USING (task_id, block_id);
+CREATE OR REPLACE VIEW metric_summary AS
+  SELECT task_id, block_id, candidate_key, model, task_type, accelerator, engine,
+         runtime_profile, point_hash, metric, count(*) AS n, median(value) AS median,
+         avg(value) AS mean, stddev_samp(value) AS stddev, min(value) AS min,
+         max(value) AS max
+  FROM valid_measurements GROUP BY ALL;
+CREATE OR REPLACE VIEW profile_tradeoff AS
+  SELECT runtime_profile, task_id, block_id, candidate_key,
+         median(value) FILTER (metric = 'output_throughput') AS output_throughput,
+         median(value) FILTER (metric = 'median_ttft_ms') AS median_ttft_ms
+  FROM valid_measurements
+  WHERE metric IN ('output_throughput', 'median_ttft_ms')
+  GROUP BY ALL;
+CREATE OR REPLACE VIEW decision_evidence AS
+  SELECT d.decision_id, d.task_id, d.kind, e.evidence,
+         ev.type AS evidence_type, ev.position AS evidence_position
+  FROM decisions d, unnest(d.evidence) AS e(evidence)
+  LEFT JOIN events ev ON ev.event_id = e.evidence;
+"""
+
+TABLES = ["events", "points", "runtime_profiles", "tasks", "loop_blocks", "tool_calls",
+          "measurement_runs", "invalidations", "verifications", "gate_verdicts", "decisions",
+          "handoffs"]
+
+
+# --- dimensions -------------------------------------------------------------------------
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    return None
+
+
+def _str(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v if isinstance(v, str) else str(v)
+
+
+def point_dims(point: Any) -> dict[str, Any]:
+    """Deployment-point dimensions from a point mapping (DESIGN §9 shape); missing → None."""
+    dims: dict[str, Any] = dict.fromkeys(DIM_NAMES)
+    if not isinstance(point, dict):
+        return dims
+    model = point.get("model")
+    if isinstance(model, str):
+        dims["model"] = model
+    else:
+        dims["model"] = _str(_get(model, "name"))
+        dims["model_revision"] = _str(_get(model, "revision"))
+    scen = point.get("scenario")
+    traffic = _get(scen, "traffic")
+    dims["modality"] = _str(_get(scen, "modality"))
+    dims["input_len"] = _int(_get(traffic, "input_len"))
+    dims["output_len"] = _int(_get(traffic, "output_len"))
+    dims["concurrency"] = _int(_get(traffic, "concurrency"))
+    dims["request_rate"] = _float(_get(traffic, "request_rate"))
+    if any(dims[k] is not None for k in ("modality", "input_len", "output_len", "concurrency")):
+        dims["scenario"] = (
+            f"{dims['modality'] or '?'} in{dims['input_len'] or '?'}"
+            f"/out{dims['output_len'] or '?'} c{dims['concurrency'] or '?'}"
+        )
+    topo = point.get("topology")
+    dims["architecture"] = _str(_get(topo, "architecture"))
+    par = _get(topo, "parallelism")
+    for k in ("tp", "pp", "dp", "ep"):
+        dims[k] = _int(_get(par, k))
+    if any(dims[k] is not None for k in ("tp", "pp", "dp", "ep")):
+        dims["parallelism"] = "-".join(f"{k}{dims[k] or 1}" for k in ("tp", "pp", "dp", "ep"))
+    rp = point.get("runtime_profile")
+    dims["service"] = _str(_get(rp, "service"))
+    dims["rev"] = _int(_get(rp, "rev"))
+    if dims["service"] is not None:
+        dims["runtime_profile"] = f"{dims['service']}@{dims['rev'] or '?'}"
+    eng = _get(rp, "engine")
+    if isinstance(eng, str):
+        dims["engine"] = eng
+    acc = point.get("accelerator")
+    if isinstance(acc, str):
+        dims["accelerator"] = acc
+    else:
+        dims["accelerator_vendor"] = _str(_get(acc, "vendor"))
+        dims["accelerator"] = _str(_get(acc, "model"))
+        dims["accelerator_count"] = _int(_get(acc, "count"))
+    return dims
+
+
+def profile_engine(profile: Any) -> str | None:
+    eng = _get(profile, "engine")
+    if isinstance(eng, dict):
+        eng = eng.get("kind") or eng.get("name")
+    return _str(eng)
+
+
+def candidate_key(candidate: Any) -> str:
+    """A stable text key for a candidate (sorted-keys JSON; '{}' is the baseline)."""
+    return orjson.dumps(candidate or {}, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _json(v: Any) -> str:
+    return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _repo_snapshot(digests: Any) -> str | None:
+    if not isinstance(digests, dict):
+        return None
+    for k in ("repo_snapshot", "repo", "snapshot", "repos"):
+        if k in digests:
+            return _str(digests[k])
+    for k, v in digests.items():
+        if "repo" in k:
+            return _str(v)
+    return None
+
+
+def _point_ref(digests: Any) -> str | None:
+    if not isinstance(digests, dict):
+        return None
+    for k in ("point", "point_hash", "deployment_point"):
+        if k in digests:
+            return _str(digests[k])
+    return None
+
+
+# --- the projector ----------------------------------------------------------------------
+
+
+class _Cols:
+    """Column lists for one table in one batch."""
+
+    __slots__ = ("cols", "names")
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.cols: dict[str, list[Any]] = {n: [] for n in names}
+
+    def add(self, row: dict[str, Any]) -> None:
+        for n in self.names:
+            self.cols[n].append(row.get(n))
+
+    def __len__(self) -> int:
+        return len(self.cols[self.names[0]])
+
+
+_EVENT_COLS = ["position", "stream", "version", "type"]
+# Envelope columns of `events`, extracted from the payload by DuckDB (one parse per row).
+_ENVELOPE = [("event_id", "$.event_id"), ("occurred_at", "$.occurred_at"),
+             ("actor_kind", "$.actor.kind"), ("actor_name", "$.actor.name"),
+             ("actor_model", "$.actor.model"), ("task_id", "$.task_id"),
+             ("block_id", "$.block_id"), ("command_id", "$.command_id"),
+             ("causation_id", "$.causation_id"), ("schema_version", "$._v")]
+_EVENTS_INSERT = (
+    "INSERT INTO events BY NAME SELECT position, stream, version, type, payload, "
+    + ", ".join(f"j[{i + 1}] AS {name}" for i, (name, _) in enumerate(_ENVELOPE[:-1]))
+    + f", coalesce(TRY_CAST(j[{len(_ENVELOPE)}] AS BIGINT), 1) AS schema_version "
+    "FROM (SELECT *, json_extract_string(payload, ["
+    + ", ".join(f"'{path}'" for _, path in _ENVELOPE) + "]) AS j FROM _batch_events)")
+_MEAS_EV_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "run_id",
+                 "source", "repeat", "success", "candidate", "candidate_key",
+                 "repo_snapshot", *DIM_NAMES]
+
+
+@dataclass
+class CatchUpResult:
+    events: int  # notifications read (bookkeeping included)
+    projected: int  # events written to `events`
+    position: int
+    seconds: float
+    batches: int
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+class Projector:
+    """Projects notifications into the index. One instance per catch-up run: its caches are
+    loaded from the database and thrown away with the run (so a rolled-back batch can never
+    leave a stale cache behind)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con = con
+        self.points: dict[str, dict[str, Any]] = {}  # point_hash -> row
+        self.point_names: dict[str, str] = {}  # name -> point_hash
+        self.profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self._task_dims: dict[str, dict[str, Any]] = {}
+        self._load()
+
+    def _load(self) -> None:
+        for row in _dicts(self.con.execute("SELECT * FROM points")):
+            self.points[row["point_hash"]] = row
+            if row["name"]:
+                self.point_names[row["name"]] = row["point_hash"]
+        for row in _dicts(self.con.execute("SELECT * FROM runtime_profiles")):
+            self.profiles[(row["service"], row["rev"])] = row
+        for row in _dicts(self.con.execute("SELECT * FROM tasks")):
+            self.tasks[row["task_id"]] = row
+
+    # --- per batch ----------------------------------------------------------------------
+
+    def _reset_batch(self) -> None:
+        self.b_events = _Cols(_EVENT_COLS)
+        self.b_payload: list[bytes] = []
+        self.b_points: dict[str, dict[str, Any]] = {}
+        self.b_profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
+        self.b_tasks: dict[str, dict[str, Any]] = {}
+        self.b_blocks = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
+                               "block_index", "sub_goal", "model_tier", "agent_topology",
+                               "executor", "routing", "candidate", "candidate_key"])
+        self.b_tools = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
+                              "tool", "argv", "exit_code", "duration_s", "error", "repo_digest",
+                              "stdout_digest", "stderr_digest"])
+        self.b_meas = _Cols(_MEAS_EV_COLS)
+        self.b_metric: list[str] = []
+        self.b_value: list[float | None] = []
+        self.b_moff: list[int] = []
+        self.b_inval = _Cols(["position", "event_id", "measurement_event_id", "reason"])
+        self.b_verif = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
+                              "verdict", "passed", "contract_hash", "point_hash", "candidate",
+                              "candidate_key", "gates", "evidence"])
+        self.b_gates = _Cols(["position", "verification_id", "task_id", "block_id", "gate",
+                              "metric", "verdict", "observed", "threshold", "baseline",
+                              "reason", "detail"])
+        self.b_dec = _Cols(["position", "decision_id", "occurred_at", "task_id", "block_id",
+                            "kind", "candidate", "candidate_key", "reason", "evidence",
+                            "verification_event_id", *DIM_NAMES])
+        self.b_hand = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
+                             "kind", "outcome", "state_reached", "findings", "next_sub_goal"])
+
+    def project(self, notes: list[Any]) -> int:
+        """Add one batch's rows to the pending columns. Returns events kept.
+
+        Only events with a handler are decoded here; the envelope columns of `events` are
+        extracted by DuckDB's vectorized JSON reader at insert time (see `write`)."""
+        self._reset_batch()
+        loads = orjson.loads
+        ev = self.b_events.cols
+        c_pos, c_stream, c_ver, c_type = (ev["position"], ev["stream"], ev["version"],
+                                          ev["type"])
+        payload = self.b_payload
+        handlers = _HANDLERS
+        kept = 0
+        for n in notes:
+            topic = n.topic
+            if topic in BOOKKEEPING_TYPES:
+                continue
+            state = n.state if isinstance(n.state, bytes) else bytes(n.state)
+            c_pos.append(n.id)
+            c_stream.append(n.originator_id)
+            c_ver.append(n.originator_version)
+            c_type.append(topic)
+            payload.append(state)
+            kept += 1
+            h = handlers.get(topic)
+            if h is None:
+                continue
+            try:
+                d = loads(state)
+            except orjson.JSONDecodeError as e:
+                raise ProjectionError(
+                    f"corrupt payload of {topic} at position {n.id} "
+                    f"(stream {n.originator_id!r} version {n.originator_version}): {e}"
+                ) from None
+            if not isinstance(d, dict):
+                raise ProjectionError(f"corrupt payload of {topic} at position {n.id}: "
+                                      "not an object")
+            if d.get("_v", 1) != EVENT_TYPES[topic].SCHEMA_VERSION:
+                # An older schema: upcast through the ledger's own codec, then project.
+                ev_obj = codec.decode(str(n.originator_id), n.originator_version, topic, state)
+                d = ev_obj.model_dump(mode="json")
+            h(self, n.id, d)
+        return kept
+
+    # --- handlers -----------------------------------------------------------------------
+
+    def _resolve_point(self, ref: Any, point_hash: str | None) -> tuple[dict[str, Any],
+                                                                      str | None]:
+        """Dimensions for a task's point: pinned by hash, inline mapping, or a pinned name."""
+        if point_hash and point_hash in self.points:
+            return self._dims_of_point_row(self.points[point_hash]), point_hash
+        if isinstance(ref, dict):
+            ph = point_hash or digest(ref)
+            return point_dims(ref), ph
+        if isinstance(ref, str):
+            stem = Path(ref).stem if ("/" in ref or ref.endswith((".yaml", ".yml"))) else ref
+            for key in (ref, stem):
+                if key in self.point_names:
+                    ph = self.point_names[key]
+                    return self._dims_of_point_row(self.points[ph]), ph
+                if key in self.points:
+                    return self._dims_of_point_row(self.points[key]), key
+        return dict.fromkeys(DIM_NAMES), point_hash
+
+    @staticmethod
+    def _dims_of_point_row(row: dict[str, Any]) -> dict[str, Any]:
+        dims = {k: row.get(k) for k in DIM_NAMES}
+        dims["point_hash"] = row["point_hash"]
+        return dims
+
+    def _fill_engine(self, dims: dict[str, Any]) -> dict[str, Any]:
+        if dims.get("engine") is None and dims.get("service") is not None:
+            prof = self.profiles.get((dims["service"], dims["rev"]))
+            if prof is not None:
+                dims["engine"] = prof["engine"]
+        return dims
+
+    def _on_point(self, pos: int, d: dict[str, Any]) -> None:
+        point = d.get("point") or {}
+        ph = d.get("point_hash") or digest(point)
+        row = point_dims(point)
+        row.pop("task_type")
+        row.update(point_hash=ph, name=_str(d.get("name")), position=pos,
+                   pinned_at=d.get("occurred_at"), point=_json(point))
+        self._fill_engine(row)
+        self.points[ph] = row
+        if row["name"]:
+            self.point_names[row["name"]] = ph
+        self.b_points[ph] = row
+        self._task_dims.clear()
+
+    def _on_profile(self, pos: int, d: dict[str, Any]) -> None:
+        prof = d.get("profile") or {}
+        image = _get(prof, "image")
+        fw = _get(prof, "framework")
+        row = {
+            "service": _str(d.get("service")), "rev": _int(d.get("rev")),
+            "profile_hash": d.get("profile_hash"), "previous_hash": d.get("previous_hash"),
+            "engine": profile_engine(prof),
+            "image": _str(_get(image, "digest") or _get(image, "name")
+                          if isinstance(image, dict) else image),
+            "framework": (f"{fw.get('kind')} {fw.get('version') or ''}".strip()
+                          if isinstance(fw, dict) else _str(fw)),
+            "position": pos, "revised_at": d.get("occurred_at"), "profile": _json(prof),
+            "config": _json(_get(prof, "config") or {}), "changes": _json(d.get("changes") or {}),
+        }
+        key = (row["service"], row["rev"])
+        self.profiles[key] = row
+        self.b_profiles[key] = row
+        self._task_dims.clear()
+
+    def _on_task_defined(self, pos: int, d: dict[str, Any]) -> None:
+        tid = d.get("task_id")
+        definition = d.get("definition") or {}
+        ref = definition.get("point") if isinstance(definition, dict) else None
+        dims, ph = self._resolve_point(ref, d.get("point_hash"))
+        dims = self._fill_engine(dict(dims))
+        if dims.get("engine") is None and isinstance(definition, dict):
+            dims["engine"] = _str(definition.get("engine"))
+        dims["point_hash"] = ph
+        dims["task_type"] = _str(d.get("task_type"))
+        prior = self.tasks.get(tid) or {}
+        row = {
+            **dims, "task_id": tid, "title": d.get("title"), "goal": d.get("goal"),
+            "definition_hash": d.get("definition_hash"),
+            "defined_position": prior.get("defined_position") or pos,
+            "defined_at": prior.get("defined_at") or d.get("occurred_at"),
+            "last_position": pos, "exit_state": None, "exit_reason": None,
+            "exit_handoff": None, "exited_at": None, "definition": _json(definition),
+        }
+        self.tasks[tid] = row
+        self.b_tasks[tid] = row
+        self._task_dims.pop(tid, None)
+
+    def _dims(self, tid: str | None) -> dict[str, Any]:
+        dims = self._task_dims.get(tid)  # type: ignore[arg-type]
+        if dims is None:
+            task = self.tasks.get(tid)  # type: ignore[arg-type]
+            dims = {k: task.get(k) for k in DIM_NAMES} if task else dict.fromkeys(DIM_NAMES)
+            self._fill_engine(dims)
+            self._task_dims[tid] = dims  # type: ignore[index]
+        return dims
+
+    def _touch_task(self, tid: str | None, pos: int, **changes: Any) -> None:
+        task = self.tasks.get(tid)  # type: ignore[arg-type]
+        if task is None:
+            return
+        task = {**task, **changes, "last_position": pos}
+        self.tasks[tid] = task  # type: ignore[index]
+        self.b_tasks[tid] = task  # type: ignore[index]
+
+    def _on_exit(self, pos: int, d: dict[str, Any]) -> None:
+        self._touch_task(d.get("task_id"), pos, exit_state=d.get("state"),
+                         exit_reason=d.get("reason"), exit_handoff=d.get("handoff"),
+                         exited_at=d.get("occurred_at"))
+        if d.get("handoff"):
+            self.b_hand.add({"position": pos, "event_id": d.get("event_id"),
+                             "occurred_at": d.get("occurred_at"), "task_id": d.get("task_id"),
+                             "block_id": d.get("block_id"), "kind": "task-exit",
+                             "outcome": d.get("state"), "state_reached": d.get("reason"),
+                             "findings": [], "next_sub_goal": d.get("handoff")})
+
+    def _on_reopen(self, pos: int, d: dict[str, Any]) -> None:
+        self._touch_task(d.get("task_id"), pos, exit_state=None, exit_reason=None,
+                         exit_handoff=None, exited_at=None)
+
+    def _on_block(self, pos: int, d: dict[str, Any]) -> None:
+        routing = d.get("routing") or {}
+        cand = d.get("candidate") or {}
+        self.b_blocks.add({
+            "position": pos, "event_id": d.get("event_id"), "occurred_at": d.get("occurred_at"),
+            "task_id": d.get("task_id"),
+            "block_id": d.get("block_id") or f"b{d.get('index')}",
+            "block_index": _int(d.get("index")), "sub_goal": d.get("sub_goal"),
+            "model_tier": _str(routing.get("model_tier")),
+            "agent_topology": _str(routing.get("agent_topology")),
+            "executor": _str(routing.get("executor")), "routing": _json(routing),
+            "candidate": _json(cand), "candidate_key": candidate_key(cand),
+        })
+
+    def _on_tool(self, pos: int, d: dict[str, Any]) -> None:
+        argv = d.get("argv") or []
+        self.b_tools.add({
+            "position": pos, "event_id": d.get("event_id"), "occurred_at": d.get("occurred_at"),
+            "task_id": d.get("task_id"), "block_id": d.get("block_id"), "tool": d.get("tool"),
+            "argv": [str(a) for a in argv], "exit_code": _int(d.get("exit_code")),
+            "duration_s": _float(d.get("duration_s")), "error": d.get("error"),
+            "repo_digest": d.get("repo_digest"), "stdout_digest": d.get("stdout_digest"),
+            "stderr_digest": d.get("stderr_digest"),
+        })
+
+    def _on_measurement(self, pos: int, d: dict[str, Any]) -> None:
+        tid = d.get("task_id")
+        dims = self._dims(tid)
+        digests = d.get("input_digests")
+        ref = _point_ref(digests)
+        if ref and ref != dims.get("point_hash") and ref in self.points:
+            dims = self._fill_engine(self._dims_of_point_row(self.points[ref]))
+            dims["task_type"] = self._dims(tid).get("task_type")
+        ckey = candidate_key(d.get("candidate"))
+        cols = self.b_meas.cols
+        for n, v in (("position", pos), ("event_id", d.get("event_id")),
+                     ("occurred_at", d.get("occurred_at")), ("task_id", tid),
+                     ("block_id", d.get("block_id")), ("run_id", d.get("run_id")),
+                     ("source", d.get("source")), ("repeat", _int(d.get("repeat"))),
+                     ("success", bool(d.get("success", True))),
+                     ("candidate", ckey), ("candidate_key", ckey),
+                     ("repo_snapshot", _repo_snapshot(digests))):
+            cols[n].append(v)
+        for n in DIM_NAMES:
+            cols[n].append(dims.get(n))
+        self.b_moff.append(len(self.b_metric))
+        metrics = d.get("metrics") or {}
+        self.b_metric.extend(metrics)
+        self.b_value.extend(v if type(v) is float else _float(v) for v in metrics.values())
+
+    def _on_invalidated(self, pos: int, d: dict[str, Any]) -> None:
+        self.b_inval.add({"position": pos, "event_id": d.get("event_id"),
+                          "measurement_event_id": _str(d.get("measurement_event_id")),
+                          "reason": d.get("reason")})
+
+    def _on_verification(self, pos: int, d: dict[str, Any]) -> None:
+        cand = d.get("candidate") or {}
+        gates = d.get("gates") or []
+        vid = d.get("event_id")
+        self.b_verif.add({
+            "position": pos, "event_id": vid, "occurred_at": d.get("occurred_at"),
+            "task_id": d.get("task_id"), "block_id": d.get("block_id"),
+            "verdict": d.get("verdict"), "passed": d.get("passed"),
+            "contract_hash": d.get("contract_hash"), "point_hash": d.get("point_hash"),
+            "candidate": _json(cand), "candidate_key": candidate_key(cand),
+            "gates": _json(gates), "evidence": [str(x) for x in d.get("evidence") or []],
+        })
+        for g in gates:
+            if not isinstance(g, dict):
+                continue
+            verdict = g.get("verdict")
+            if verdict is None and isinstance(g.get("passed"), bool):
+                verdict = "pass" if g["passed"] else "fail"
+            self.b_gates.add({
+                "position": pos, "verification_id": vid, "task_id": d.get("task_id"),
+                "block_id": d.get("block_id"), "gate": _str(g.get("name") or g.get("gate")),
+                "metric": _str(g.get("metric")), "verdict": _str(verdict),
+                "observed": _float(_first(g, "observed", "value", "measured", "median")),
+                "threshold": _float(_first(g, "threshold", "at_least", "at_most", "limit")),
+                "baseline": _float(_first(g, "baseline", "baseline_median")),
+                "reason": _str(_first(g, "reason", "why", "detail")),
+                "detail": _json(g),
+            })
+
+    def _on_decision(self, pos: int, d: dict[str, Any], kind: str) -> None:
+        tid = d.get("task_id")
+        cand = d.get("candidate") or {}
+        reason = d.get("reason") if kind == "rejected" else d.get("summary")
+        self.b_dec.add({
+            **self._dims(tid), "position": pos, "decision_id": d.get("event_id"),
+            "occurred_at": d.get("occurred_at"), "task_id": tid, "block_id": d.get("block_id"),
+            "kind": kind, "candidate": _json(cand), "candidate_key": candidate_key(cand),
+            "reason": reason, "evidence": [str(x) for x in d.get("evidence") or []],
+            "verification_event_id": _str(d.get("verification_event_id")),
+        })
+
+    def _on_handoff(self, pos: int, d: dict[str, Any]) -> None:
+        self.b_hand.add({
+            "position": pos, "event_id": d.get("event_id"), "occurred_at": d.get("occurred_at"),
+            "task_id": d.get("task_id"), "block_id": d.get("block_id"), "kind": "block",
+            "outcome": d.get("outcome"), "state_reached": d.get("state_reached"),
+            "findings": [str(x) for x in d.get("findings") or []],
+            "next_sub_goal": d.get("next_sub_goal"),
+        })
+
+    # --- writing ------------------------------------------------------------------------
+
+    def prepare(self) -> list[tuple]:
+        """The pending batch as database operations (Arrow tables built here, in the
+        caller's thread): ("sql", text, params) and ("insert", table, arrow) steps."""
+        ops: list[tuple] = []
+        if len(self.b_events):
+            tbl = _table(self.b_events)
+            payload = pa.array(self.b_payload, pa.binary()).cast(pa.string())
+            ops.append(("events", tbl.append_column("payload", payload)))
+        if self.b_points:
+            rows = list(self.b_points.values())
+            ops.append(("sql", "DELETE FROM points WHERE point_hash IN (SELECT unnest($1))",
+                        [[r["point_hash"] for r in rows]]))
+            ops.append(("insert", "points", _rows_table(rows)))
+        if self.b_profiles:
+            rows = list(self.b_profiles.values())
+            ops.append(("sql", "DELETE FROM runtime_profiles WHERE service || '@' || "
+                               "coalesce(rev::VARCHAR, '') IN (SELECT unnest($1))",
+                        [[f"{r['service']}@{'' if r['rev'] is None else r['rev']}"
+                          for r in rows]]))
+            ops.append(("insert", "runtime_profiles", _rows_table(rows)))
+        if self.b_tasks:
+            rows = list(self.b_tasks.values())
+            ops.append(("sql", "DELETE FROM tasks WHERE task_id IN (SELECT unnest($1))",
+                        [[r["task_id"] for r in rows]]))
+            ops.append(("insert", "tasks", _rows_table(rows)))
+        for name, cols in (("loop_blocks", self.b_blocks), ("tool_calls", self.b_tools),
+                           ("invalidations", self.b_inval), ("verifications", self.b_verif),
+                           ("gate_verdicts", self.b_gates), ("decisions", self.b_dec),
+                           ("handoffs", self.b_hand)):
+            if len(cols):
+                ops.append(("insert", name, _table(cols)))
+        if len(self.b_meas):
+            # Metrics as one MAP per run, built from flat arrays (no per-value Python work).
+            offsets = pa.array(self.b_moff + [len(self.b_metric)], pa.int32())
+            metrics = pa.MapArray.from_arrays(offsets, pa.array(self.b_metric, pa.string()),
+                                              pa.array(self.b_value, pa.float64()))
+            ops.append(("insert", "measurement_runs",
+                        _table(self.b_meas).append_column("metrics", metrics)))
+        return ops
+
+    def write(self) -> None:
+        """Insert the pending batch (the caller owns the transaction)."""
+        apply(self.con, self.prepare())
+
+
+def apply(con: duckdb.DuckDBPyConnection, ops: list[tuple]) -> None:
+    for op in ops:
+        if op[0] == "sql":
+            con.execute(op[1], op[2])
+        elif op[0] == "events":
+            con.register("_batch_events", op[1])
+            try:
+                con.execute(_EVENTS_INSERT)
+            finally:
+                con.unregister("_batch_events")
+        else:
+            _insert(con, op[1], op[2])
+
+
+def _first(d: dict[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if d.get(k) is not None:
+            return d[k]
+    return None
+
+
+_HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
+    "DeploymentPointPinned": Projector._on_point,
+    "RuntimeProfileRevised": Projector._on_profile,
+    "TaskDefined": Projector._on_task_defined,
+    "TaskExited": Projector._on_exit,
+    "TaskReopened": Projector._on_reopen,
+    "LoopBlockStarted": Projector._on_block,
+    "ToolInvoked": Projector._on_tool,
+    "MeasurementRecorded": Projector._on_measurement,
+    "MeasurementInvalidated": Projector._on_invalidated,
+    "VerificationRecorded": Projector._on_verification,
+    "DeliverableAccepted": lambda p, pos, d: p._on_decision(pos, d, "accepted"),
+    "DirectionRejected": lambda p, pos, d: p._on_decision(pos, d, "rejected"),
+    "LoopBlockHandedOff": Projector._on_handoff,
+}
+
+
+_SQL_ARROW = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string()}
+# Arrow types of the batch columns (given, not inferred: inference costs a pass per column).
+ARROW_TYPES: dict[str, pa.DataType] = {
+    **{n: _SQL_ARROW[t] for n, t in DIMS},
+    "position": pa.int64(), "version": pa.int64(), "schema_version": pa.int64(),
+    "block_index": pa.int64(), "exit_code": pa.int64(), "repeat": pa.int64(),
+    "defined_position": pa.int64(), "last_position": pa.int64(),
+    "duration_s": pa.float64(), "observed": pa.float64(), "threshold": pa.float64(),
+    "baseline": pa.float64(), "success": pa.bool_(), "passed": pa.bool_(),
+    "argv": pa.list_(pa.string()), "evidence": pa.list_(pa.string()),
+    "findings": pa.list_(pa.string()),
+}
+
+
+def _table(cols: _Cols) -> pa.Table:
+    return pa.table({n: _array(v, ARROW_TYPES.get(n, pa.string()))
+                     for n, v in cols.cols.items()})
+
+
+def _array(values: list[Any], typ: pa.DataType | None = None) -> pa.Array:
+    try:
+        return pa.array(values, typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        # Mixed types in one column (e.g. an int where text was expected): keep as text.
+        return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> pa.Table:
+    names = list(rows[0])
+    return pa.table({n: _array([r.get(n) for r in rows]) for n in names})
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, tbl: pa.Table) -> None:
+    name = f"_batch_{table}"
+    con.register(name, tbl)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {name}")
+    finally:
+        con.unregister(name)
+
+
+def _dicts(rel: duckdb.DuckDBPyConnection) -> Iterator[dict[str, Any]]:
+    names = [c[0] for c in rel.description]
+    for row in rel.fetchall():
+        yield dict(zip(names, row, strict=True))
+
+
+# --- opening, catching up ---------------------------------------------------------------
+
+
+def index_path(home: Path) -> Path:
+    return Path(home) / INDEX_NAME
+
+
+def connect(path: Path) -> duckdb.DuckDBPyConnection:
+    try:
+        con = duckdb.connect(str(path))
+    except duckdb.Error as e:
+        raise ProjectionError(f"cannot open index {path}: {' '.join(str(e).split())}") from None
+    con.execute("SET TimeZone = 'UTC'")
+    ensure_schema(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(SCHEMA)
+    con.execute(VIEWS)
+
+
+def tracked_position(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT position FROM tracking WHERE projection = ?",
+                      [PROJECTION]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _commit_batch(con: duckdb.DuckDBPyConnection, ops: list[tuple], first: int, last: int,
+                  before_commit: Callable[[int], None] | None) -> None:
+    """One batch's rows and the new tracking position, in one transaction."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        apply(con, ops)
+        con.execute("INSERT INTO tracking VALUES (?, ?) ON CONFLICT (projection) "
+                    "DO UPDATE SET position = excluded.position", [PROJECTION, last])
+        if before_commit is not None:
+            before_commit(last)
+        con.execute("COMMIT")
+    except BaseException as e:
+        con.execute("ROLLBACK")
+        if isinstance(e, duckdb.Error):
+            raise ProjectionError(f"index catch-up failed at positions {first}..{last}: "
+                                  f"{' '.join(str(e).split())}") from None
+        raise
+
+
+def catch_up(
+    con: duckdb.DuckDBPyConnection,
+    ledger: Any,
+    *,
+    batch: int = DEFAULT_BATCH,
+    stop: int | None = None,
+    before_commit: Callable[[int], None] | None = None,
+) -> CatchUpResult:
+    """Project every notification after the tracked position (up to `stop`), one
+    transaction per batch. `before_commit(position)` runs inside the transaction just
+    before COMMIT (tests inject failures and kills there).
+
+    Pipelined: this thread reads and projects batch N+1 (Python) while a writer thread
+    inserts and commits batch N (DuckDB, which releases the GIL). Batches commit strictly
+    in order; the first failure stops the run and is raised here, after the writer ends.
+    """
+    t0 = time.perf_counter()
+    start = tracked_position(con)
+    head = ledger.max_position() if stop is None else stop
+    if head <= start:
+        return CatchUpResult(0, 0, start, time.perf_counter() - t0, 0)
+    proj = Projector(con)  # reads its caches now, before the writer owns the connection
+    work: queue.Queue = queue.Queue(maxsize=1)
+    failed: list[BaseException] = []
+    committed = [start, 0]  # last position, batches
+
+    def writer() -> None:
+        while (item := work.get()) is not None:
+            if failed:
+                continue  # drain: nothing after a failed batch may commit
+            ops, first, last = item
+            try:
+                _commit_batch(con, ops, first, last, before_commit)
+                committed[0], committed[1] = last, committed[1] + 1
+            except BaseException as e:  # handed to the reading thread
+                failed.append(e)
+
+    thread = threading.Thread(target=writer, name="index-writer", daemon=True)
+    thread.start()
+    read = kept = 0
+    pos = start + 1
+    try:
+        while pos <= head and not failed:
+            hi = min(head, pos + batch - 1)
+            notes = list(ledger.notifications(pos, hi, page=batch))
+            if not notes:
+                break
+            kept += proj.project(notes)
+            last = notes[-1].id
+            work.put((proj.prepare(), pos, last))
+            read += len(notes)
+            pos = last + 1
+    finally:
+        work.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
+    return CatchUpResult(read, kept, committed[0], time.perf_counter() - t0, committed[1])
+
+
+@dataclass
+class IndexSession:
+    con: duckdb.DuckDBPyConnection
+    path: Path
+    caught_up: CatchUpResult | None
+    ledger: Any
+
+
+@contextmanager
+def open_index(ws: Any, *, update: bool = True, rebuild: bool = False,
+               batch: int = DEFAULT_BATCH,
+               timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[IndexSession]:
+    """Lock the index, (re)build or catch it up, and hand out the connection. Every query
+    command goes through here, so queries always see the ledger as of this call."""
+    path = index_path(ws.home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=timeout_s)
+    except Timeout:
+        raise ProjectionError(f"index {path} is locked by another forge command "
+                              f"(waited {timeout_s:.0f}s)") from None
+    try:
+        if rebuild:
+            for p in (path, Path(str(path) + ".wal")):
+                if p.exists():
+                    os.remove(p)
+        con = connect(path)
+        try:
+            result = catch_up(con, ws.ledger, batch=batch) if (update or rebuild) else None
+            yield IndexSession(con, path, result, ws.ledger)
+        finally:
+            con.close()
+    finally:
+        lock.release()
+
+
+def update(ws: Any, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
+    with open_index(ws, batch=batch) as s:
+        return _report(s)
+
+
+def rebuild(ws: Any, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
+    with open_index(ws, rebuild=True, batch=batch) as s:
+        return _report(s)
+
+
+def status(ws: Any) -> dict[str, Any]:
+    """Where the index stands, without catching up."""
+    with open_index(ws, update=False) as s:
+        return _report(s)
+
+
+def _report(s: IndexSession) -> dict[str, Any]:
+    pos = tracked_position(s.con)
+    head = s.ledger.max_position()
+    counts = {t: s.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+    out: dict[str, Any] = {"path": str(s.path), "position": pos, "ledger_position": head,
+                           "behind": max(0, head - pos), "rows": counts}
+    if s.caught_up is not None:
+        r = s.caught_up
+        out["caught_up"] = {"events": r.events, "projected": r.projected,
+                            "batches": r.batches, "seconds": round(r.seconds, 3),
+                            "events_per_s": round(r.rate)}
+    return out
+
+
+def fingerprint(con: duckdb.DuckDBPyConnection) -> str:
+    """A digest of every projected row, independent of row order and batch boundaries."""
+    parts = []
+    for t in ["tracking", *TABLES]:
+        n, h = con.execute(f"SELECT count(*), coalesce(sum(hash(x)), 0) FROM {t} x").fetchone()
+        parts.append([t, int(n), str(h)])
+    return digest(parts)

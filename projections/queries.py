@@ -1,0 +1,261 @@
+"""Questions over the index: SQL, compare two subjects side by side, filter measurements.
+
+Each function takes an open DuckDB connection (from `index.open_index`, which has already
+caught up); the `*_ws` wrappers open, catch up and query in one locked step for the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from .errors import ProjectionError
+from .index import DIM_NAMES, open_index
+
+# Dimensions worth showing when two subjects differ (the rest are derived or redundant).
+COMPARE_DIMS = ["model", "model_revision", "task_type", "modality", "input_len", "output_len",
+                "concurrency", "request_rate", "architecture", "parallelism", "runtime_profile",
+                "engine", "accelerator_vendor", "accelerator", "accelerator_count",
+                "point_hash", "repo_snapshot", "candidate_key"]
+
+# filter flag -> column. Values of one flag are OR-ed, different flags AND-ed.
+FILTER_COLUMNS = {
+    "model": "model", "task_type": "task_type", "gpu": "accelerator", "engine": "engine",
+    "metric": "metric", "task": "task_id", "profile": "runtime_profile",
+    "architecture": "architecture", "point": "point_hash", "parallelism": "parallelism",
+}
+
+
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def records(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
+
+
+# --- sql --------------------------------------------------------------------------------
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, text: str) -> Table:
+    """Run user SQL. A DuckDB error becomes a one-line ProjectionError."""
+    try:
+        rel = con.execute(text)
+        if rel.description is None:
+            return Table([], [])
+        cols = [d[0] for d in rel.description]
+        return Table(cols, rel.fetchall())
+    except duckdb.Error as e:
+        raise ProjectionError(one_line(e)) from None
+
+
+def sql_ws(ws: Any, text: str) -> Table:
+    """Catch up, then run `text` on a READ-ONLY connection: forge sql never changes the
+    index, whatever the statement (a write fails with DuckDB's own error)."""
+    with open_index(ws) as s:
+        s.con.close()
+        try:
+            ro = duckdb.connect(str(s.path), read_only=True)
+        except duckdb.Error as e:
+            raise ProjectionError(f"cannot open index {s.path}: {one_line(e)}") from None
+        try:
+            ro.execute("SET TimeZone = 'UTC'")
+            return run_sql(ro, text)
+        finally:
+            ro.close()
+
+
+# --- compare ----------------------------------------------------------------------------
+
+
+@dataclass
+class Subject:
+    text: str
+    kind: str  # task | block | profile | point
+    where: str  # SQL over valid_measurements
+    params: list[Any]
+    note: str = ""
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # (task_id, block_id)
+
+
+def _exists(con, sql: str, params: list[Any]) -> bool:
+    return con.execute(sql, params).fetchone() is not None
+
+
+def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Subject:
+    """A task id, a block (`task/block`), a runtime profile (`service@rev`) or a point hash
+    (prefix of at least 8 characters, with or without `sha256:`)."""
+    if _exists(con, "SELECT 1 FROM tasks WHERE task_id = ?", [text]):
+        # A task is represented by its deliverable: the accepted block, else its last block
+        # with measurements.
+        row = con.execute(
+            "SELECT block_id FROM decisions WHERE task_id = ? AND kind = 'accepted' "
+            "AND block_id IS NOT NULL ORDER BY position DESC LIMIT 1", [text]).fetchone()
+        note = "accepted block"
+        if row is None:
+            row = con.execute(
+                "SELECT block_id FROM measurement_runs WHERE task_id = ? "
+                "ORDER BY position DESC LIMIT 1", [text]).fetchone()
+            note = "last measured block"
+        if row is None or row[0] is None:
+            return Subject(text, "task", "task_id = ?", [text], "all measurements")
+        return Subject(text, "task", "task_id = ? AND block_id = ?", [text, row[0]],
+                       f"{note} {row[0]}")
+    for sep in ("/", ":"):
+        if sep in text:
+            task, _, block = text.rpartition(sep)
+            if _exists(con, "SELECT 1 FROM loop_blocks WHERE task_id = ? AND block_id = ?",
+                       [task, block]):
+                return Subject(text, "block", "task_id = ? AND block_id = ?", [task, block])
+    if _exists(con, "SELECT 1 FROM measurement_runs WHERE runtime_profile = ? LIMIT 1", [text]):
+        base = _exists(con, "SELECT 1 FROM valid_runs WHERE runtime_profile = ? "
+                            "AND candidate_key = '{}' LIMIT 1", [text])
+        if base:
+            return Subject(text, "profile", "runtime_profile = ? AND candidate_key = '{}'",
+                           [text], "as configured (baseline candidate)")
+        return Subject(text, "profile", "runtime_profile = ?", [text], "all candidates")
+    h = text if text.startswith("sha256:") else "sha256:" + text
+    if len(h) >= 15:
+        rows = con.execute("SELECT DISTINCT point_hash FROM measurement_runs "
+                           "WHERE starts_with(point_hash, ?)", [h]).fetchall()
+        if len(rows) == 1:
+            return Subject(text, "point", "point_hash = ?", [rows[0][0]])
+        if len(rows) > 1:
+            raise ProjectionError(f"compare: point hash prefix {text!r} is ambiguous "
+                                  f"({len(rows)} points)")
+    rows = con.execute("SELECT DISTINCT task_id FROM loop_blocks WHERE block_id = ?",
+                       [text]).fetchall()
+    if len(rows) == 1:
+        return Subject(text, "block", "task_id = ? AND block_id = ?", [rows[0][0], text])
+    raise ProjectionError(
+        f"compare: {text!r} is not a task, block (task/block), runtime profile "
+        "(service@rev) or point hash in the index")
+
+
+def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
+    """Two subjects side by side: the dimensions that differ, each metric's medians with
+    the delta, and the gate verdicts of the verifications covering each side."""
+    sa, sb = resolve(con, a), resolve(con, b)
+    dims_a, dims_b = _dims(con, sa), _dims(con, sb)
+    differ = [{"dimension": d, "a": dims_a[d], "b": dims_b[d]} for d in COMPARE_DIMS
+              if dims_a[d] != dims_b[d]]
+    same = {d: dims_a[d] for d in COMPARE_DIMS if dims_a[d] == dims_b[d] and dims_a[d]}
+    ma, mb = _metrics(con, sa), _metrics(con, sb)
+    metrics = []
+    for m in sorted(set(ma) | set(mb)):
+        va, vb = ma.get(m), mb.get(m)
+        row: dict[str, Any] = {"metric": m, "a": va[0] if va else None,
+                               "b": vb[0] if vb else None,
+                               "a_n": va[1] if va else 0, "b_n": vb[1] if vb else 0,
+                               "delta": None, "delta_pct": None}
+        if va and vb and va[0] is not None and vb[0] is not None:
+            row["delta"] = vb[0] - va[0]
+            if va[0]:
+                row["delta_pct"] = 100.0 * (vb[0] - va[0]) / abs(va[0])
+        metrics.append(row)
+    return {
+        "a": {"subject": a, "kind": sa.kind, "scope": sa.note},
+        "b": {"subject": b, "kind": sb.kind, "scope": sb.note},
+        "differing_dimensions": differ,
+        "same_dimensions": same,
+        "metrics": metrics,
+        "gates": {"a": _gates(con, sa), "b": _gates(con, sb)},
+    }
+
+
+def _dims(con, s: Subject) -> dict[str, str | None]:
+    # DISTINCT rows, then per-dimension value sets in Python (cheaper than 18 string_aggs).
+    cols = ", ".join(COMPARE_DIMS)
+    rows = con.execute(f"SELECT DISTINCT {cols} FROM valid_runs WHERE {s.where}",
+                       s.params).fetchall()
+    out: dict[str, str | None] = {}
+    for i, d in enumerate(COMPARE_DIMS):
+        vals = sorted({str(r[i]) for r in rows if r[i] is not None})
+        out[d] = ", ".join(vals) if vals else None
+    return out
+
+
+def _metrics(con, s: Subject) -> dict[str, tuple[float | None, int]]:
+    # Unnest only the subject's runs (filter first, then explode the metric maps).
+    rows = con.execute(f"SELECT kv.key, median(kv.value), count(kv.value) FROM "
+                       f"(SELECT unnest(map_entries(metrics)) kv FROM valid_runs "
+                       f"WHERE {s.where}) GROUP BY 1", s.params).fetchall()
+    return {m: (v, n) for m, v, n in rows}
+
+
+def _gates(con, s: Subject) -> list[dict[str, Any]]:
+    """Gates of the latest verification of each (task, block) the subject's measurements
+    come from."""
+    rows = con.execute(
+        f"""
+        WITH scope AS (SELECT DISTINCT task_id, block_id FROM valid_runs
+                       WHERE {s.where}),
+             latest AS (SELECT v.task_id, v.block_id, arg_max(v.event_id, v.position) vid,
+                               arg_max(v.verdict, v.position) verdict
+                        FROM verifications v JOIN scope USING (task_id, block_id)
+                        GROUP BY ALL)
+        SELECT l.task_id, l.block_id, l.verdict, g.gate, g.metric, g.verdict, g.observed,
+               g.threshold, g.reason
+        FROM latest l LEFT JOIN gate_verdicts g ON g.verification_id = l.vid
+        ORDER BY l.task_id, l.block_id, g.gate""", s.params).fetchall()
+    keys = ["task_id", "block_id", "verification", "gate", "metric", "verdict", "observed",
+            "threshold", "reason"]
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def compare_ws(ws: Any, a: str, b: str) -> dict[str, Any]:
+    with open_index(ws) as s:
+        return compare(s.con, a, b)
+
+
+# --- filter -----------------------------------------------------------------------------
+
+
+def filter_measurements(con: duckdb.DuckDBPyConnection, *, limit: int | None = 1000,
+                        **criteria: list[str] | tuple[str, ...] | None) -> Table:
+    """Measurements summarized per task, block, candidate and metric, where every given
+    flag matches (AND) and, within a flag, any of its values matches (OR). Text matches
+    ignore case."""
+    where, params = ["TRUE"], []
+    metric_where, metric_params = "TRUE", []
+    for flag, values in criteria.items():
+        if flag not in FILTER_COLUMNS:
+            raise ProjectionError(f"filter: unknown criterion {flag!r} "
+                                  f"(known: {', '.join(sorted(FILTER_COLUMNS))})")
+        if not values:
+            continue
+        lowered = [str(v).lower() for v in values]
+        if flag == "metric":
+            metric_where, metric_params = "list_contains(?, lower(kv.key))", [lowered]
+            continue
+        where.append(f"list_contains(?, lower(CAST({FILTER_COLUMNS[flag]} AS VARCHAR)))")
+        params.append(lowered)
+    # Dimension predicates on the runs first, then explode only the matching metric maps.
+    sql = f"""
+        SELECT task_id, block_id, candidate_key AS candidate, model, task_type, accelerator,
+               engine, runtime_profile, kv.key AS metric, count(kv.value) AS n,
+               median(kv.value) AS median, min(kv.value) AS min, max(kv.value) AS max
+        FROM (SELECT task_id, block_id, candidate_key, model, task_type, accelerator, engine,
+                     runtime_profile, unnest(map_entries(metrics)) AS kv
+              FROM valid_runs WHERE {' AND '.join(where)})
+        WHERE {metric_where}
+        GROUP BY ALL ORDER BY task_id, block_id, candidate, metric
+        {f'LIMIT {int(limit)}' if limit else ''}"""
+    rel = con.execute(sql, params + metric_params)
+    return Table([d[0] for d in rel.description], rel.fetchall())
+
+
+def filter_ws(ws: Any, *, limit: int | None = 1000, **criteria: Any) -> Table:
+    with open_index(ws) as s:
+        return filter_measurements(s.con, limit=limit, **criteria)
+
+
+__all__ = ["DIM_NAMES", "Table", "compare", "compare_ws", "filter_measurements", "filter_ws",
+           "resolve", "run_sql", "sql_ws"]

@@ -1,0 +1,154 @@
+"""A stand-in for `python -m sglang.launch_server` (SGLang cannot run without a GPU here).
+
+It parses the launch flags (and `--config YAML`) the way the real server does, then serves
+the recorded 0.5.x responses beside this file over the real HTTP protocol: /health,
+/health_generate, /server_info (+ /get_server_info), /model_info, /metrics, /v1/models,
+/start_profile, /stop_profile, /flush_cache. `--help` prints the recorded help text.
+FAKE_SGLANG_MODE: "ok" (default), "crash" (dies while starting, like a CUDA OOM),
+"slow:N" (503 for the first N health checks), "malformed" (truncated server_info and
+unparsable metrics), "die-after:N" (exits after N requests, i.e. mid-benchmark).
+"""
+
+import json
+import os
+import shlex
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODE = os.environ.get("FAKE_SGLANG_MODE", "ok")
+STATE = {"health": 0, "requests": 0, "profiling": False}
+
+
+def parse_args(argv):
+    opts, i = {}, 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("--"):
+            i += 1
+            continue
+        key = a[2:].replace("-", "_")
+        vals = []
+        while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            vals.append(argv[i + 1])
+            i += 1
+        opts[key] = True if not vals else (vals[0] if len(vals) == 1 else vals)
+        i += 1
+    if "config" in opts:
+        import yaml
+
+        data = yaml.safe_load(Path(opts.pop("config")).read_text())
+        for k, v in data.items():
+            opts.setdefault(k.replace("-", "_"), v)
+    return opts
+
+
+def typed(v):
+    if isinstance(v, (bool, int, float, list)):
+        return v
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv[:2] == ["-m", "sglang.launch_server"]:
+        argv = argv[2:]
+    if "--help" in argv or "-h" in argv:
+        print((HERE / "help.txt").read_text())
+        return 0
+    opts = parse_args(argv)
+    print(f"[fake sglang] server_args={json.dumps(opts, sort_keys=True)}", flush=True)
+    if MODE == "crash":
+        print("Traceback (most recent call last):\n  File \"model_runner.py\", line 412\n"
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+              flush=True)
+        return 1
+    info_name = "server_info_truncated.json" if MODE == "malformed" else "server_info.json"
+    info_text = (HERE / info_name).read_text()
+    if MODE != "malformed":
+        info = json.loads(info_text)
+        for k, v in opts.items():
+            info[k] = typed(v)
+        info["launch_command"] = shlex.join(["python", "-m", "sglang.launch_server", *argv])
+        info_text = json.dumps(info)
+    model_info = json.loads((HERE / "model_info.json").read_text())
+    model_info["model_path"] = opts.get("model_path", model_info["model_path"])
+    metrics = (HERE / ("metrics_malformed.txt" if MODE == "malformed" else "metrics.txt")
+               ).read_text()
+    slow = int(MODE.split(":")[1]) if MODE.startswith("slow:") else 0
+    die_after = int(MODE.split(":")[1]) if MODE.startswith("die-after:") else None
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *args):
+            print("[fake sglang] " + fmt % args, flush=True)
+
+        def send(self, code, body, ctype="application/json"):
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            STATE["requests"] += 1
+            if die_after is not None and STATE["requests"] >= die_after:
+                os._exit(3)
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if path in ("/health", "/health_generate"):
+                STATE["health"] += 1
+                if STATE["health"] <= slow:
+                    return self.send(503, "")
+                return self.send(200, "")
+            if path in ("/server_info", "/get_server_info"):
+                return self.send(200, info_text)
+            if path == "/model_info":
+                return self.send(200, json.dumps(model_info))
+            if path == "/metrics":
+                return self.send(200, metrics, "text/plain; version=0.0.4")
+            if path == "/v1/models":
+                mid = opts.get("served_model_name") or opts.get("model_path")
+                return self.send(200, json.dumps({"object": "list", "data": [
+                    {"id": mid, "object": "model", "owned_by": "sglang", "root": mid}]}))
+            return self.send(404, json.dumps({"detail": "Not Found"}))
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
+            path = self.path.split("?")[0]
+            if path == "/start_profile":
+                req = json.loads(body or b"{}")
+                if not isinstance(req, dict):
+                    return self.send(422, json.dumps({"detail": "expected an object"}))
+                STATE["profiling"] = True
+                print(f"[fake sglang] start_profile {json.dumps(req, sort_keys=True)}",
+                      flush=True)
+                return self.send(200, "Start profiling.\n", "text/plain")
+            if path == "/stop_profile":
+                if not STATE["profiling"]:
+                    return self.send(400, "Profiling is not in progress.\n", "text/plain")
+                STATE["profiling"] = False
+                return self.send(200, "Stop profiling. This will take some time.\n",
+                                 "text/plain")
+            if path == "/flush_cache":
+                return self.send(200, "Cache flushed.\nPlease check backend logs for more "
+                                 "details. (When there are running or waiting requests, the "
+                                 "operation will not be performed.)\n", "text/plain")
+            return self.send(404, json.dumps({"detail": "Not Found"}))
+
+    server = ThreadingHTTPServer((opts.get("host", "127.0.0.1"), int(opts.get("port", 30000))),
+                                 Handler)
+    print(f"[fake sglang] Uvicorn running on http://{server.server_address[0]}:"
+          f"{server.server_address[1]}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Gates on synthetic samples with known answers (pure, seeded)."""
+
+from __future__ import annotations
+
+from infer_forge.harness.gates import bootstrap_ci, judge, judge_gate
+from infer_forge.ledger.specs import Contract, Gate
+
+C = Contract(gates=[Gate(name="stability", repeats=3, max_cv=0.1)])
+
+
+def runs(values, metric="output_throughput", **extra):
+    return [{"metrics": {metric: v, **extra}, "success": True} for v in values]
+
+
+def rel(at_least=None, at_most=None, metric="output_throughput"):
+    return Gate(name="g", metric=metric, vs_baseline="ratio", at_least=at_least, at_most=at_most)
+
+
+def test_relative_gate_pass_fail_and_inconclusive():
+    base = runs([100, 101, 99])
+    g = rel(at_least=1.05)
+    r = judge_gate(g, runs([120, 121, 119]), base, contract=C)
+    assert r.verdict == "pass" and r.ratio == 1.2 and r.ci[0] >= 1.05
+    assert "ratio 1.2" in r.reason and "needs >= 1.05" in r.reason
+    assert judge_gate(g, runs([101, 102, 100]), base, contract=C).verdict == "fail"
+    # Spread straddles the threshold: the interval contains 1.05 → no guess.
+    r = judge_gate(g, runs([98, 106, 112]), base, contract=C)
+    assert r.verdict == "inconclusive" and r.ci[0] < 1.05 < r.ci[1]
+
+
+def test_relative_at_most_for_latency():
+    g = rel(at_most=1.1, metric="median_ttft_ms")
+    base = runs([50, 51, 49], metric="median_ttft_ms")
+    assert judge_gate(g, runs([52, 52, 51], metric="median_ttft_ms"), base,
+                      contract=C).verdict == "pass"
+    assert judge_gate(g, runs([80, 82, 81], metric="median_ttft_ms"), base,
+                      contract=C).verdict == "fail"
+
+
+def test_absolute_gates_and_missing_metric():
+    slo = Gate(name="ttft", metric="median_ttft_ms", at_most=500)
+    ok = judge_gate(slo, runs([400, 410, 405], metric="median_ttft_ms"), None, contract=C)
+    assert ok.verdict == "pass" and ok.median == 405
+    assert judge_gate(slo, runs([600, 610, 605], metric="median_ttft_ms"), None,
+                      contract=C).verdict == "fail"
+    assert judge_gate(slo, runs([450, 560, 480], metric="median_ttft_ms"), None,
+                      contract=C).verdict == "inconclusive"
+    tm = Gate(name="correctness", metric="token_match", at_least=0.99)
+    r = judge_gate(tm, runs([100, 100, 100]), None, contract=C)
+    assert r.verdict == "inconclusive" and "not measured" in r.reason
+    assert judge_gate(tm, runs([0.8, 0.8, 0.8], metric="token_match"), None,
+                      contract=C).verdict == "fail"
+    # No baseline for a relative gate: inconclusive, never a guess.
+    assert judge_gate(rel(at_least=1.0), runs([1, 2, 3]), None, contract=C).verdict == \
+        "inconclusive"
+
+
+def test_stability():
+    g = Gate(name="stability", repeats=3, max_cv=0.1, max_failed_requests=0)
+    kw = {"contract": C, "default_metric": "output_throughput"}
+    r = judge_gate(g, runs([100, 101, 99]), None, **kw)
+    assert r.verdict == "pass" and r.cv < 0.02
+    r = judge_gate(g, runs([100, 150, 60]), None, **kw)
+    assert r.verdict == "fail" and "CV" in r.reason
+    # A run with failed requests cannot pass stability.
+    rs = runs([100, 101, 99])
+    rs[1]["metrics"]["failed"] = 1
+    assert judge_gate(g, rs, None, **kw).verdict == "fail"
+    rs = runs([100, 101, 99])
+    rs[2] = {"metrics": {}, "success": False}
+    r = judge_gate(g, rs, None, **kw)
+    assert r.verdict == "fail" and r.failed_runs == 1
+    r = judge_gate(g, runs([100, 101]), None, **kw)
+    assert r.verdict == "inconclusive" and "needs 3" in r.reason
+
+
+def test_overall_verdict_and_reason_and_determinism():
+    c = Contract(gates=[rel(at_least=1.05),
+                        Gate(name="ttft", metric="median_ttft_ms", at_most=500),
+                        Gate(name="stability", repeats=3, max_cv=0.1)], seed=7)
+    base = runs([100, 101, 99], median_ttft_ms=100)
+    good = runs([120, 121, 119], median_ttft_ms=100)
+    v = judge(c, good, base)
+    assert v.verdict == "pass" and v.passed and v.reason() == "all gates pass"
+    v = judge(c, runs([98, 106, 112], median_ttft_ms=100), base)
+    assert v.verdict == "inconclusive" and v.reason().startswith("g inconclusive")
+    v = judge(c, runs([98, 106, 112], median_ttft_ms=900), base)
+    assert v.verdict == "fail"
+    # The baseline judged against itself skips relative gates.
+    assert [g.name for g in judge(c, base, base, skip_relative=True).gates] == ["ttft",
+                                                                                 "stability"]
+    a = bootstrap_ci([1, 2, 3, 4], seed=3)
+    assert a == bootstrap_ci([1, 2, 3, 4], seed=3)
+    assert judge(c, good, base).gates[0].to_dict() == judge(c, good, base).gates[0].to_dict()

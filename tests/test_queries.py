@@ -1,0 +1,125 @@
+"""forge sql / compare / filter, checked against the hand-built ledger (tests/index_ledger.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from infer_forge.projections import index as I
+from infer_forge.projections import queries as Q
+from infer_forge.projections.errors import ProjectionError
+
+from tests.conftest import run_forge
+from tests.index_ledger import build
+
+
+@pytest.fixture
+def built(workspace):
+    build(workspace)
+    return workspace
+
+
+def test_compare_two_tasks(built):
+    r = Q.compare_ws(built, "tune-qwen-h200", "deepgemm-moe-h20")
+    assert r["a"]["scope"] == "accepted block b2"  # a task is compared by its deliverable
+    assert r["b"]["scope"] == "last measured block b2"
+    differ = {d["dimension"]: (d["a"], d["b"]) for d in r["differing_dimensions"]}
+    assert differ["accelerator"] == ("H200", "H20")
+    assert differ["parallelism"] == ("tp1-pp1-dp1-ep1", "tp8-pp1-dp1-ep8")
+    assert differ["task_type"] == ("deployment-tuning", "kernel")
+    assert "model" not in differ and r["same_dimensions"]["model"] == "Qwen3-30B-A3B"
+    m = {x["metric"]: x for x in r["metrics"]}
+    assert (m["output_throughput"]["a"], m["output_throughput"]["b"]) == (2200.0, 1100.0)
+    assert m["output_throughput"]["delta"] == -1100.0
+    assert m["output_throughput"]["delta_pct"] == pytest.approx(-50.0)
+    assert m["token_match"]["b"] == 0.61 and m["token_match"]["b_n"] == 3
+    gb = {g["gate"]: g["verdict"] for g in r["gates"]["b"]}
+    assert gb == {"throughput": "pass", "correctness": "fail"}
+    assert {g["verdict"] for g in r["gates"]["a"]} == {"pass"}
+
+
+def test_compare_runtime_profiles_and_blocks(built):
+    r = Q.compare_ws(built, "qwen-h200@1", "qwen-h200@2")
+    assert [d["dimension"] for d in r["differing_dimensions"]] == ["runtime_profile",
+                                                                   "point_hash"]
+    m = {x["metric"]: x for x in r["metrics"]}
+    assert m["output_throughput"]["delta"] == 200.0  # 2000 (rev 1 baseline) -> 2200
+    assert m["median_ttft_ms"]["delta"] == 20.0
+    r = Q.compare_ws(built, "tune-tiny-cpu/b1", "tune-tiny-cpu/b2")
+    assert [d["dimension"] for d in r["differing_dimensions"]] == ["candidate_key"]
+    m = {x["metric"]: x for x in r["metrics"]}
+    assert (m["output_throughput"]["a"], m["output_throughput"]["b"]) == (460.0, 170.0)
+    assert m["median_ttft_ms"]["delta"] == 47.0 - 900.0
+    assert r["gates"]["a"] == []  # the baseline block was not verified
+    with pytest.raises(ProjectionError, match="not a task, block"):
+        Q.compare_ws(built, "tune-tiny-cpu", "no-such-thing")
+
+
+def _filter(ws, **kw):
+    return {(r["task_id"], r["block_id"], r["metric"]): r["median"]
+            for r in Q.filter_ws(ws, **kw).records()}
+
+
+def test_filter_and_across_flags_or_within(built):
+    rows = _filter(built, gpu=["H200", "h20"], metric=["output_throughput"])
+    assert rows == {
+        ("tune-qwen-h200", "b1", "output_throughput"): 2000.0,
+        ("tune-qwen-h200", "b2", "output_throughput"): 2200.0,
+        ("qwen-h200-rev2", "b1", "output_throughput"): 2200.0,
+        ("deepgemm-moe-h20", "b1", "output_throughput"): 900.0,
+        ("deepgemm-moe-h20", "b2", "output_throughput"): 1100.0,
+    }
+    assert _filter(built, model=["tiny-llama"], gpu=["H200"]) == {}  # AND: no such pair
+    tiny = _filter(built, engine=["HF"], metric=["median_ttft_ms", "token_match"])
+    assert set(tiny) == {("tune-tiny-cpu", b, m) for b in ("b1", "b2")
+                         for m in ("median_ttft_ms", "token_match")}
+    kern = _filter(built, task_type=["kernel"], metric=["token_match"])
+    assert kern[("deepgemm-moe-h20", "b2", "token_match")] == 0.61
+    with pytest.raises(ProjectionError, match="unknown criterion"):
+        Q.filter_ws(built, color=["red"])
+
+
+def test_filter_cli_repeated_flags(built):
+    r = run_forge("filter", "--gpu", "H200", "--gpu", "H20", "--type", "kernel",
+                  "--metric", "output_throughput", "--json", home=built.home)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["task_id"], x["block_id"], x["median"]) for x in rows] == [
+        ("deepgemm-moe-h20", "b1", 900.0), ("deepgemm-moe-h20", "b2", 1100.0)]
+    r = run_forge("compare", "qwen-h200@1", "qwen-h200@2", home=built.home)
+    assert r.returncode == 0, r.stderr
+    assert "runtime_profile" in r.stdout and "output_throughput" in r.stdout
+
+
+def test_sql_outputs(built):
+    q = "SELECT task_id, kind FROM decisions ORDER BY task_id"
+    r = run_forge("sql", q, "--json", home=built.home)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [
+        {"task_id": "deepgemm-moe-h20", "kind": "rejected"},
+        {"task_id": "tune-qwen-h200", "kind": "accepted"},
+        {"task_id": "tune-tiny-cpu", "kind": "rejected"}]
+    r = run_forge("sql", q, "--csv", home=built.home)
+    assert list(csv.reader(io.StringIO(r.stdout)))[0:2] == [["task_id", "kind"],
+                                                           ["deepgemm-moe-h20", "rejected"]]
+    r = run_forge("sql", q, home=built.home)
+    assert "tune-qwen-h200    accepted" in r.stdout and "(3 rows)" in r.stdout
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("SELEC * FROM tasks", "Parser Error"),
+    ("SELECT nope FROM tasks", "Binder Error"),
+    ("DROP TABLE events", "read-only"),
+])
+def test_bad_sql_one_line_nonzero_index_untouched(built, bad, needle):
+    I.update(built)
+    with I.open_index(built, update=False) as s:
+        before = I.fingerprint(s.con)
+    r = run_forge("sql", bad, home=built.home)
+    assert r.returncode != 0
+    err = r.stderr.strip()
+    assert err.startswith("Error: ") and needle in err and "\n" not in err, err
+    with I.open_index(built, update=False) as s:
+        assert I.fingerprint(s.con) == before

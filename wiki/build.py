@@ -1,0 +1,241 @@
+"""`forge wiki build`: pages from the index → markdown journal (FORGE_HOME/wiki) and a static
+HTML site (FORGE_HOME/site) with a search page.
+
+Contracts:
+- Deterministic: the same index gives byte-identical pages (no build times in them).
+- Freshness: every page records the ledger position it reflects; a file is rewritten only
+  when its content changed, pages whose sources vanished are removed, and a build at an
+  unchanged index position with unchanged settings does nothing.
+- Related pages: embedding similarity of title + summary + facets (sentence-transformers),
+  plus a bonus per shared dimension; without embeddings, shared dimensions alone.
+- Backlinks are derived after all pages exist; lint ignores them when looking for orphans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..projections.index import open_index
+from . import narrative
+from .errors import WikiError
+from .page import Page, link, to_html, to_markdown
+from .pages import FACETS, NAV, Snapshot, load, make_pages
+from .retrieve import corpus_docs
+from .search_page import SEARCH_HTML
+
+STATE = "_state.json"
+BUILD_VERSION = 1
+RELATED_K = 5
+DIM_BONUS = 0.05  # added to the cosine similarity per shared dimension
+MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims")
+
+
+@dataclass
+class WikiSettings:
+    embeddings: bool = True
+    model: str | None = None
+    narrative_url: str | None = None
+    narrative_model: str | None = None
+    narrative_key_env: str | None = None
+
+    @classmethod
+    def from_config(cls, raw: dict[str, Any], embeddings: bool = True) -> WikiSettings:
+        w = raw.get("wiki", {}) if isinstance(raw, dict) else {}
+        n = w.get("narrative", {}) if isinstance(w.get("narrative"), dict) else {}
+        if not isinstance(w, dict):
+            raise WikiError("forge.toml: [wiki] must be a table")
+        return cls(embeddings=embeddings and w.get("embeddings", True) is not False,
+                   model=w.get("embedding_model"), narrative_url=n.get("url"),
+                   narrative_model=n.get("model"), narrative_key_env=n.get("api_key_env"))
+
+    def key(self) -> dict[str, Any]:
+        return {"v": BUILD_VERSION, "embeddings": self.embeddings, "model": self.model,
+                "narrative": [self.narrative_url, self.narrative_model]}
+
+
+@dataclass
+class BuildReport:
+    position: int
+    pages: int = 0
+    written: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    fresh: bool = False  # nothing to do: the wiki already reflects this position
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+    wiki_dir: str = ""
+    site_dir: str = ""
+    narrative: dict[str, int] = field(default_factory=dict)
+
+
+def embed_text(p: Page) -> str:
+    if p.embed:
+        return p.embed
+    facets = ", ".join(f"{k} {v}" for k, v in sorted(p.facets.items()) if v)
+    return f"{p.title}. {p.summary}. {facets}"
+
+
+def add_related(pages: list[Page], settings: WikiSettings, cache_dir: Path,
+                extra_texts: list[str] = ()) -> None:
+    """A 'Related' block on task and decision pages: top-k by cosine + shared dimensions.
+    `extra_texts` are embedded into the same cache (retrieve's corpus)."""
+    cand = [p for p in pages if p.kind in ("task", "decision")]
+    if len(cand) < 2:
+        if settings.embeddings and extra_texts:
+            from .embed import EmbeddingCache
+
+            cache = EmbeddingCache(cache_dir / "_embeddings.npz", settings.model)
+            cache.embed(list(extra_texts))
+            cache.save()
+        return
+    n = len(cand)
+    codes = np.zeros((n, len(FACETS)), np.int64)
+    for j, f in enumerate(FACETS):
+        vocab: dict[Any, int] = {}
+        for i, p in enumerate(cand):
+            v = p.facets.get(f)
+            codes[i, j] = -1 - i if v is None else vocab.setdefault(v, len(vocab))
+    vecs = None
+    if settings.embeddings:
+        from .embed import EmbeddingCache
+
+        cache = EmbeddingCache(cache_dir / "_embeddings.npz", settings.model)
+        vecs = cache.embed([embed_text(p) for p in cand])
+        cache.embed(list(extra_texts))
+        cache.save()
+    chunk = 512
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        shared = (codes[s:e, None, :] == codes[None, :, :]).sum(-1).astype(np.float32)
+        score = DIM_BONUS * shared
+        if vecs is not None:
+            score += vecs[s:e] @ vecs.T
+        score[np.arange(e - s), np.arange(s, e)] = -np.inf
+        k = min(RELATED_K, n - 1)
+        top = np.argpartition(-score, k - 1, axis=1)[:, :k]
+        for r in range(e - s):
+            idx = sorted(top[r], key=lambda j, r=r: (-score[r, j], cand[j].path))
+            p = cand[s + r]
+            rows = [(link(cand[j].path, cand[j].title), cand[j].kind,
+                     round(float(score[r, j]), 3)) for j in idx]
+            p.add("h", "Related")
+            p.add("table", ["page", "kind", "score"], rows)
+
+
+def add_backlinks(pages: list[Page]) -> None:
+    incoming: dict[str, set[str]] = defaultdict(set)
+    titles = {p.path: p.title for p in pages}
+    for p in pages:
+        for target in p.links():
+            if target != p.path:
+                incoming[target].add(p.path)
+    for p in pages:
+        srcs = sorted(incoming.get(p.path, ()))
+        if p.kind in ("log", "index"):
+            continue
+        p.add("h", "Backlinks")
+        p.add("list", [link(s, titles.get(s, s)) for s in srcs[:200]]
+              + ([f"… and {len(srcs) - 200} more"] if len(srcs) > 200 else [])
+              or ["(none)"])
+
+
+def search_entries(pages: list[Page]) -> list[dict[str, str]]:
+    return [{"u": p.path + ".html", "t": p.title, "k": p.kind, "s": p.text()[:400]}
+            for p in sorted(pages, key=lambda p: p.path)]
+
+
+def _write(path: Path, text: str) -> bool:
+    data = text.encode("utf-8")
+    if path.exists() and path.read_bytes() == data:
+        return False
+    if not path.exists():  # a new file: nobody can be reading a half-written one
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return True
+    tmp = path.with_name(path.name + ".tmp")  # a changed file: replace atomically
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return True
+
+
+def _prune(root: Path, keep: set[Path], ext: str) -> int:
+    removed = 0
+    for sub in MANAGED:
+        d = root / sub
+        if not d.is_dir():
+            continue
+        for f in d.rglob(f"*{ext}"):
+            if f not in keep:
+                f.unlink()
+                removed += 1
+    return removed
+
+
+def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
+                timings: dict[str, float], stats: dict[str, int],
+                extra_texts: list[str] = ()) -> list[Page]:
+    t = time.perf_counter()
+    pages = make_pages(snap)
+    timings["pages_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    add_related(pages, settings, wiki_dir, extra_texts)
+    timings["related_s"] = time.perf_counter() - t
+    if settings.narrative_url:
+        t = time.perf_counter()
+        stats.update(narrative.add_narratives(pages, settings, wiki_dir))
+        timings["narrative_s"] = time.perf_counter() - t
+    add_backlinks(pages)
+    return pages
+
+
+def build(ws: Any, *, embeddings: bool = True, force: bool = False,
+          settings: WikiSettings | None = None) -> BuildReport:
+    t0 = time.perf_counter()
+    settings = settings or WikiSettings.from_config(ws.config.raw, embeddings)
+    wiki_dir, site_dir = Path(ws.home) / "wiki", Path(ws.home) / "site"
+    timings: dict[str, float] = {}
+    with open_index(ws) as s:
+        t = time.perf_counter()
+        position = s.caught_up.position if s.caught_up else 0
+        state_path = wiki_dir / STATE
+        state = json.loads(state_path.read_text()) if state_path.exists() else {}
+        if (not force and state.get("position") == position
+                and state.get("settings") == settings.key() and (site_dir / "index.html").exists()):
+            return BuildReport(position, state.get("pages", 0), fresh=True,
+                               seconds=time.perf_counter() - t0, wiki_dir=str(wiki_dir),
+                               site_dir=str(site_dir))
+        snap = load(s.con)
+        # Warm the cache for `forge retrieve` / the served search with the same build.
+        corpus = [d.text for d in corpus_docs(s.con)] if settings.embeddings else []
+        timings["load_s"] = time.perf_counter() - t
+    report = BuildReport(snap.position, wiki_dir=str(wiki_dir), site_dir=str(site_dir))
+    pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus)
+    t = time.perf_counter()
+    keep_md, keep_html = set(), set()
+    for p in pages:
+        md, html = wiki_dir / f"{p.path}.md", site_dir / f"{p.path}.html"
+        keep_md.add(md)
+        keep_html.add(html)
+        changed = _write(md, to_markdown(p))
+        changed = _write(html, to_html(p, NAV)) or changed
+        report.written += changed
+        report.unchanged += not changed
+    report.removed = _prune(wiki_dir, keep_md, ".md") + _prune(site_dir, keep_html, ".html")
+    _write(site_dir / "search.json",
+           json.dumps(search_entries(pages), ensure_ascii=False, separators=(",", ":")))
+    _write(site_dir / "search.html", SEARCH_HTML)
+    timings["write_s"] = time.perf_counter() - t
+    report.pages = len(pages)
+    _write(wiki_dir / STATE, json.dumps({"position": snap.position, "pages": len(pages),
+                                         "settings": settings.key()}, indent=1))
+    report.timings = {k: round(v, 3) for k, v in timings.items()}
+    report.seconds = time.perf_counter() - t0
+    return report

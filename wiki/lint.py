@@ -1,0 +1,78 @@
+"""`forge wiki lint`: broken wiki links, orphan pages, pages without typed frontmatter, and
+whether the journal is behind the ledger."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .page import LINK, parse_frontmatter
+
+ROOTS = {"index", "log"}  # entry points: never orphans
+DERIVED_SECTIONS = ("## Backlinks",)  # links there mirror other pages' links
+
+
+@dataclass
+class LintReport:
+    pages: int = 0
+    links: int = 0
+    broken: list[dict[str, str]] = field(default_factory=list)  # {page, target}
+    orphans: list[str] = field(default_factory=list)
+    untyped: list[str] = field(default_factory=list)
+    wiki_position: int | None = None
+    ledger_position: int | None = None
+
+    @property
+    def stale(self) -> bool:
+        return (self.ledger_position is not None
+                and (self.wiki_position or 0) < self.ledger_position)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.broken or self.orphans or self.untyped)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "stale": self.stale, "ok": self.ok}
+
+
+def forward_links(text: str) -> list[str]:
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            skipping = line.startswith(DERIVED_SECTIONS)
+        if not skipping:
+            out.extend(m.group(1) for m in LINK.finditer(line))
+    return out
+
+
+def lint_dir(wiki_dir: Path) -> LintReport:
+    rep = LintReport()
+    files = sorted(wiki_dir.rglob("*.md"))
+    pages = {f.relative_to(wiki_dir).with_suffix("").as_posix(): f for f in files}
+    incoming: dict[str, set[str]] = defaultdict(set)
+    for name, f in pages.items():
+        text = f.read_text(encoding="utf-8")
+        if not parse_frontmatter(text).get("type"):
+            rep.untyped.append(name)
+        for target in forward_links(text):
+            rep.links += 1
+            if target not in pages:
+                rep.broken.append({"page": name, "target": target})
+            elif target != name:
+                incoming[target].add(name)
+    rep.pages = len(pages)
+    rep.orphans = sorted(n for n in pages if n not in ROOTS and not incoming.get(n))
+    state = wiki_dir / "_state.json"
+    if state.exists():
+        rep.wiki_position = json.loads(state.read_text()).get("position")
+    return rep
+
+
+def lint(ws: Any) -> LintReport:
+    rep = lint_dir(Path(ws.home) / "wiki")
+    rep.ledger_position = ws.ledger.max_position()
+    return rep

@@ -1,0 +1,426 @@
+"""Deterministic pages from the index: one per task, deployment point, runtime profile, model
+and decision; an index page per dimension; the home page and log.md (chronological).
+
+`load(con)` reads everything the pages need in a few bulk queries (a `Snapshot`);
+`make_pages(snap)` is then a pure function of it: the same index gives the same pages.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .page import Page, link, slug
+from .plot import scatter_svg
+
+DIMENSION_PAGES = [  # (column, title)
+    ("model", "Models"), ("task_type", "Task types"), ("accelerator", "Accelerators"),
+    ("engine", "Engines"), ("architecture", "Architectures"), ("parallelism", "Parallelism"),
+    ("runtime_profile", "Runtime profiles"), ("scenario", "Scenarios"),
+]
+FACETS = ("model", "task_type", "accelerator", "engine", "runtime_profile")
+NAV = [("index", "Home"), ("log", "Log"), ("search", "Search")] + [
+    (f"dims/{slug(c)}", t) for c, t in DIMENSION_PAGES[:5]]
+TRADEOFF_X, TRADEOFF_Y = "median_ttft_ms", "output_throughput"
+
+
+def facet_text(facets: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(facets.items()) if v)
+
+
+def task_text(t: dict[str, Any]) -> str:
+    """What a task is about, for embeddings (the wiki's related pages and retrieve)."""
+    return (f"{t['title'] or t['task_id']}. {t['task_type']} task: {t['goal']}. "
+            f"{facet_text({k: t.get(k) for k in FACETS})}")
+
+
+def decision_text(d: dict[str, Any]) -> str:
+    return (f"{d['kind']} direction {_cand(d['candidate_key'])}: {d['reason'] or ''}. "
+            f"{facet_text({k: d.get(k) for k in FACETS})}")
+
+
+def _rows(con, sql: str) -> list[dict[str, Any]]:
+    rel = con.execute(sql)
+    names = [d[0] for d in rel.description]
+    return [dict(zip(names, r, strict=True)) for r in rel.fetchall()]
+
+
+@dataclass
+class Snapshot:
+    position: int
+    tasks: list[dict[str, Any]]
+    blocks: dict[str, list[dict[str, Any]]]
+    metrics: dict[str, list[dict[str, Any]]]  # task -> summary rows
+    gates: dict[str, list[dict[str, Any]]]  # task -> gate rows
+    decisions: list[dict[str, Any]]
+    handoffs: dict[str, list[dict[str, Any]]]
+    points: list[dict[str, Any]]
+    profiles: list[dict[str, Any]]
+    task_positions: dict[str, int]
+    events_by_id: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def load(con) -> Snapshot:
+    (pos,) = con.execute("SELECT coalesce(max(position), 0) FROM tracking").fetchone()
+    tasks = _rows(con, """SELECT t.*, o.status, o.blocks, o.accepted, o.rejected
+                          FROM tasks t JOIN task_overview o USING (task_id)
+                          ORDER BY t.task_id""")
+    blocks: dict[str, list] = defaultdict(list)
+    for r in _rows(con, "SELECT * FROM block_overview ORDER BY task_id, block_index, block_id"):
+        blocks[r["task_id"]].append(r)
+    metrics: dict[str, list] = defaultdict(list)
+    for r in _rows(con, """SELECT task_id, block_id, candidate_key, metric, count(value) n,
+                                  median(value) median, min(value) min, max(value) max
+                           FROM valid_measurements GROUP BY ALL
+                           ORDER BY task_id, block_id, candidate_key, metric"""):
+        metrics[r["task_id"]].append(r)
+    gates: dict[str, list] = defaultdict(list)
+    for r in _rows(con, """SELECT g.*, v.verdict AS verification, v.event_id AS vid
+                           FROM gate_verdicts g JOIN verifications v
+                             ON v.event_id = g.verification_id
+                           ORDER BY g.task_id, g.position, g.gate"""):
+        gates[r["task_id"]].append(r)
+    decisions = _rows(con, "SELECT * FROM decisions ORDER BY position")
+    handoffs: dict[str, list] = defaultdict(list)
+    for r in _rows(con, "SELECT * FROM handoffs ORDER BY position"):
+        handoffs[r["task_id"]].append(r)
+    points = _rows(con, "SELECT * FROM points ORDER BY point_hash")
+    profiles = _rows(con, "SELECT * FROM runtime_profiles ORDER BY service, rev")
+    task_positions = dict(con.execute(
+        "SELECT task_id, max(position) FROM events WHERE task_id IS NOT NULL "
+        "GROUP BY task_id").fetchall())
+    ev_ids: set[str] = {e for d in decisions for e in d["evidence"] or []}
+    events_by_id: dict[str, tuple[str, int]] = {}
+    if ev_ids:
+        for eid, typ, p in con.execute(
+                "SELECT event_id, type, position FROM events WHERE event_id IN "
+                "(SELECT unnest($1))", [sorted(ev_ids)]).fetchall():
+            events_by_id[eid] = (typ, p)
+    return Snapshot(pos, tasks, dict(blocks), dict(metrics), dict(gates), decisions,
+                    dict(handoffs), points, profiles, task_positions, events_by_id)
+
+
+# --- paths ------------------------------------------------------------------------------
+
+
+def task_path(tid: str) -> str:
+    return f"tasks/{slug(tid)}"
+
+
+def decision_path(d: dict[str, Any]) -> str:
+    return f"decisions/{slug(d['task_id'])}-{d['kind']}-{str(d['decision_id'])[:8]}"
+
+
+def point_path(ph: str) -> str:
+    return f"points/{slug(ph.removeprefix('sha256:')[:12])}"
+
+
+def profile_path(rp: str) -> str:
+    return f"profiles/{slug(rp.replace('@', '-r'))}"
+
+
+def model_path(m: str) -> str:
+    return f"models/{slug(m)}"
+
+
+def dim_value_link(col: str, value: Any) -> str:
+    if value is None:
+        return "—"
+    if col == "model":
+        return link(model_path(value), str(value))
+    if col == "runtime_profile":
+        return link(profile_path(value), str(value))
+    if col == "point_hash":
+        return link(point_path(value), str(value)[:19])
+    return str(value)
+
+
+def _cand(key: str | None) -> str:
+    return "baseline" if key in (None, "{}") else key
+
+
+# --- builders ---------------------------------------------------------------------------
+
+
+def _dims_table(row: dict[str, Any], cols: list[str]) -> tuple:
+    return ("table", ["dimension", "value"], [(c, dim_value_link(c, row.get(c))) for c in cols])
+
+
+PREFERRED_METRICS = ["output_throughput", "request_throughput", "median_ttft_ms",
+                     "p99_ttft_ms", "median_tpot_ms", "median_e2e_latency_ms", "token_match"]
+MAX_METRIC_COLUMNS = 8
+
+
+def _metric_table(rows: list[dict[str, Any]]) -> tuple:
+    """Medians pivoted: one row per (block, candidate), one column per metric."""
+    present = {m["metric"] for m in rows}
+    metrics = [m for m in PREFERRED_METRICS if m in present]
+    metrics += sorted(present - set(metrics))
+    metrics = metrics[:MAX_METRIC_COLUMNS]
+    grid: dict[tuple, dict[str, Any]] = {}
+    for m in rows:
+        cell = grid.setdefault((m["block_id"] or "", m["candidate_key"]), {"n": 0})
+        cell[m["metric"]] = m["median"]
+        cell["n"] = max(cell["n"], m["n"])
+    return ("table", ["block", "candidate", "n", *(f"{m} (median)" for m in metrics)],
+            [(b, _cand(c), v["n"], *(v.get(m) for m in metrics))
+             for (b, c), v in sorted(grid.items())])
+
+
+def _gate_table(rows: list[dict[str, Any]]) -> tuple:
+    return ("table", ["block", "verification", "gate", "metric", "verdict", "observed",
+                      "threshold", "reason"],
+            [(g["block_id"], g["verification"], g["gate"], g["metric"], g["verdict"],
+              g["observed"], g["threshold"], g["reason"]) for g in rows])
+
+
+def _tradeoff_svg(rows: list[dict[str, Any]], title: str) -> str:
+    """Throughput vs TTFT per runtime profile, one point per (task, block, candidate)."""
+    pts: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        key = (r.get("runtime_profile") or "?", r["task_id"], r["block_id"], r["candidate_key"])
+        pts.setdefault(key, {})[r["metric"]] = r["median"]
+    series: dict[str, list] = defaultdict(list)
+    for (rp, tid, bid, cand), m in sorted(pts.items()):
+        if TRADEOFF_X in m and TRADEOFF_Y in m:
+            series[rp].append((m[TRADEOFF_X], m[TRADEOFF_Y], f"{tid}/{bid} {_cand(cand)}"))
+    if not series:
+        return ""
+    return scatter_svg(dict(series), xlabel="median TTFT (ms)",
+                       ylabel="output throughput (tok/s)", title=title)
+
+
+def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]) -> Page:
+    tid = t["task_id"]
+    p = Page(task_path(tid), "task", t["title"] or tid,
+             position=snap.task_positions.get(tid, t["last_position"] or 0),
+             summary=f"{t['task_type']} task: {t['goal']}",
+             facets={k: t.get(k) for k in FACETS}, embed=task_text(t))
+    p.meta = {"task_id": tid, "task_type": t["task_type"], "status": t["status"],
+              "exit_state": t["exit_state"], "model": t["model"],
+              "accelerator": t["accelerator"], "engine": t["engine"],
+              "runtime_profile": t["runtime_profile"], "point_hash": t["point_hash"],
+              "definition_hash": t["definition_hash"]}
+    p.add("p", f"**Goal:** {t['goal']}")
+    status = t["status"] + (f" — {t['exit_state']}: {t['exit_reason']}" if t["exit_state"]
+                            else "")
+    p.add("p", f"**Status:** {status}")
+    p.add("h", "Deployment point")
+    p.add(*_dims_table(t, ["model", "task_type", "accelerator", "engine", "runtime_profile",
+                           "architecture", "parallelism", "scenario", "point_hash"]))
+    if decisions:
+        p.add("h", "Decisions")
+        p.add("list", [f"{link(decision_path(d), d['kind'])}: {d['reason'] or ''} "
+                       f"(candidate {_cand(d['candidate_key'])})" for d in decisions])
+    blocks = snap.blocks.get(tid, [])
+    if blocks:
+        p.add("h", "Loop blocks")
+        p.add("table", ["block", "sub-goal", "candidate", "tier", "topology", "outcome",
+                        "verdict", "measurements"],
+              [(b["block_id"], b["sub_goal"], _cand(b["candidate_key"]), b["model_tier"],
+                b["agent_topology"], b["outcome"], b["verdict"], b["measurements"])
+               for b in blocks])
+    metrics = snap.metrics.get(tid, [])
+    if metrics:
+        p.add("h", "Measurements")
+        p.add(*_metric_table(metrics))
+        svg = _tradeoff_svg([{**m, "runtime_profile": t["runtime_profile"]} for m in metrics],
+                            f"{tid}: throughput vs TTFT")
+        if svg and len({(m["block_id"], m["candidate_key"]) for m in metrics}) > 1:
+            p.add("svg", svg)
+    gates = snap.gates.get(tid, [])
+    if gates:
+        p.add("h", "Gate verdicts")
+        p.add(*_gate_table(gates))
+    hand = snap.handoffs.get(tid, [])
+    if hand:
+        p.add("h", "Handoffs")
+        p.add("list", [f"{h['block_id'] or 'task'} ({h['outcome']}): {h['state_reached'] or ''}"
+                       + (f"; findings: {'; '.join(h['findings'])}" if h["findings"] else "")
+                       + (f"; next: {h['next_sub_goal']}" if h["next_sub_goal"] else "")
+                       for h in hand])
+    return p
+
+
+def decision_page(snap: Snapshot, d: dict[str, Any], task: dict[str, Any] | None) -> Page:
+    tid = d["task_id"]
+    title = f"{d['kind'].capitalize()}: {_cand(d['candidate_key'])} in {tid}"
+    p = Page(decision_path(d), "decision", title, position=d["position"],
+             summary=f"{d['kind']} direction {_cand(d['candidate_key'])}: {d['reason'] or ''}",
+             facets={k: d.get(k) for k in FACETS}, embed=decision_text(d))
+    p.meta = {"decision_id": d["decision_id"], "kind": d["kind"], "task_id": tid,
+              "block_id": d["block_id"], "candidate": orjson.loads(d["candidate"] or "{}"),
+              "model": d["model"], "accelerator": d["accelerator"], "engine": d["engine"]}
+    p.add("p", f"**Task:** {link(task_path(tid), tid)}"
+               + (f" — {task['goal']}" if task else ""))
+    p.add("p", f"**Decision:** {d['kind']} — {d['reason'] or '(no reason recorded)'}")
+    p.add("p", f"**Candidate:** {_cand(d['candidate_key'])} (block {d['block_id'] or '—'})")
+    p.add("h", "Evidence")
+    ev = []
+    for e in d["evidence"] or []:
+        typ, pos = snap.events_by_id.get(e, ("artifact or external", None))
+        ev.append(f"{e} — {typ}" + (f" at ledger position {pos}" if pos else ""))
+    p.add("list", ev or ["(no evidence recorded)"])
+    vids = set(d["evidence"] or []) | ({d["verification_event_id"]}
+                                       if d["verification_event_id"] else set())
+    gates = [g for g in snap.gates.get(tid, []) if g["vid"] in vids]
+    if gates:
+        p.add("h", "Gate verdicts")
+        p.add(*_gate_table(gates))
+    rows = [m for m in snap.metrics.get(tid, [])
+            if m["block_id"] == d["block_id"] or m["candidate_key"] == "{}"]
+    if rows:
+        p.add("h", "Measurements behind it (baseline and candidate)")
+        p.add(*_metric_table(rows))
+    if task:
+        p.add("h", "Deployment point")
+        p.add(*_dims_table(task, ["model", "accelerator", "engine", "runtime_profile",
+                                  "point_hash"]))
+    return p
+
+
+def _task_list(tasks: list[dict[str, Any]]) -> tuple:
+    return ("table", ["task", "type", "status", "model", "accelerator", "engine", "profile"],
+            [(link(task_path(t["task_id"]), t["task_id"]), t["task_type"],
+              t["exit_state"] or t["status"], dim_value_link("model", t["model"]),
+              t["accelerator"], t["engine"],
+              dim_value_link("runtime_profile", t["runtime_profile"])) for t in tasks])
+
+
+def group_page(snap: Snapshot, path: str, kind: str, title: str, tasks: list[dict[str, Any]],
+               head: list[tuple], extra_meta: dict[str, Any]) -> Page:
+    pos = max([snap.task_positions.get(t["task_id"], 0) for t in tasks] or [0])
+    p = Page(path, kind, title, position=pos, summary=title, meta=extra_meta)
+    for b in head:
+        p.add(*b)
+    rows = [m | {"runtime_profile": t["runtime_profile"], "task_id": t["task_id"]}
+            for t in tasks for m in snap.metrics.get(t["task_id"], [])]
+    svg = _tradeoff_svg(rows, "Throughput vs TTFT per runtime profile")
+    if svg:
+        p.add("h", "Throughput vs TTFT")
+        p.add("svg", svg)
+    p.add("h", f"Tasks ({len(tasks)})")
+    p.add(*_task_list(tasks))
+    return p
+
+
+def make_pages(snap: Snapshot) -> list[Page]:
+    pages: list[Page] = []
+    by_task_dec: dict[str, list] = defaultdict(list)
+    for d in snap.decisions:
+        by_task_dec[d["task_id"]].append(d)
+    tasks_by_id = {t["task_id"]: t for t in snap.tasks}
+    for t in snap.tasks:
+        pages.append(task_page(snap, t, by_task_dec.get(t["task_id"], [])))
+    for d in snap.decisions:
+        pages.append(decision_page(snap, d, tasks_by_id.get(d["task_id"])))
+    groups: dict[str, dict[Any, list]] = {c: defaultdict(list) for c, _ in DIMENSION_PAGES}
+    groups["point_hash"] = defaultdict(list)
+    for t in snap.tasks:
+        for c in groups:
+            groups[c][t.get(c)].append(t)
+    points = {p["point_hash"]: p for p in snap.points}
+    for ph in sorted(set(groups["point_hash"]) - {None} | set(points)):
+        tasks = groups["point_hash"].get(ph, [])
+        src = points.get(ph) or (tasks[0] if tasks else {})
+        head = [("p", f"Deployment point `{ph}`" + (f" ({src['name']})" if src.get("name")
+                                                     else "")),
+                _dims_table(src, ["model", "modality", "scenario", "architecture",
+                                  "parallelism", "runtime_profile", "accelerator",
+                                  "accelerator_count"])]
+        if src.get("point"):
+            head.append(("code", orjson.dumps(orjson.loads(src["point"]),
+                                              option=orjson.OPT_INDENT_2
+                                              | orjson.OPT_SORT_KEYS).decode()))
+        pages.append(group_page(snap, point_path(ph), "point",
+                                f"Point {src.get('name') or ph[7:19]}", tasks, head,
+                                {"point_hash": ph, "name": src.get("name")}))
+    profiles = {f"{r['service']}@{r['rev']}": r for r in snap.profiles}
+    for rp in sorted(set(groups["runtime_profile"]) - {None} | set(profiles)):
+        tasks = groups["runtime_profile"].get(rp, [])
+        prof = profiles.get(rp)
+        head: list[tuple] = []
+        if prof:
+            cfg = orjson.loads(prof["config"] or "{}")
+            head += [("p", f"Engine **{prof['engine']}**, profile hash "
+                           f"`{prof['profile_hash']}`"
+                           + (f", image {prof['image']}" if prof["image"] else "")),
+                     ("table", ["flag", "value"], [(k, orjson.dumps(v).decode())
+                                                   for k, v in sorted(cfg.items())])]
+        pages.append(group_page(snap, profile_path(rp), "profile", f"Runtime profile {rp}",
+                                tasks, head, {"runtime_profile": rp,
+                                              "engine": prof["engine"] if prof else None}))
+    for m in sorted(set(groups["model"]) - {None}):
+        tasks = groups["model"][m]
+        rps = sorted({t["runtime_profile"] for t in tasks if t["runtime_profile"]})
+        head = [("p", f"Model **{m}**; runtime profiles: "
+                      + (", ".join(link(profile_path(r), r) for r in rps) or "none"))]
+        pages.append(group_page(snap, model_path(m), "model", f"Model {m}", tasks, head,
+                                {"model": m}))
+    for col, title in DIMENSION_PAGES:
+        p = Page(f"dims/{slug(col)}", "dimension", title, position=snap.position,
+                 summary=f"index of tasks by {col}", meta={"dimension": col})
+        vals = sorted(groups[col].items(), key=lambda kv: str(kv[0]))
+        p.add("table", [col, "tasks", "accepted", "rejected"],
+              [(dim_value_link(col, v), len(ts), sum(t["accepted"] for t in ts),
+                sum(t["rejected"] for t in ts)) for v, ts in vals])
+        for v, ts in vals:
+            p.add("h", f"{col} = {v if v is not None else '—'}")
+            p.add("list", [f"{link(task_path(t['task_id']), t['task_id'])} — "
+                           f"{t['exit_state'] or t['status']}" for t in ts])
+        pages.append(p)
+    pages.append(home_page(snap, groups))
+    pages.append(log_page(snap))
+    return pages
+
+
+def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]]) -> Page:
+    p = Page("index", "index", "infer-forge journal", position=snap.position,
+             summary="home of the journal")
+    acc = sum(1 for d in snap.decisions if d["kind"] == "accepted")
+    p.add("p", f"{len(snap.tasks)} tasks, {len(snap.decisions)} decisions ({acc} accepted, "
+               f"{len(snap.decisions) - acc} rejected), as of ledger position {snap.position}. "
+               f"See the {link('log', 'log')} for the chronology.")
+    p.add("h", "Browse by dimension")
+    p.add("list", [f"{link(f'dims/{slug(c)}', t)} ({len(groups[c])} values)"
+                   for c, t in DIMENSION_PAGES])
+    p.add("h", "Latest decisions")
+    p.add("list", [f"{link(decision_path(d), d['kind'])} in "
+                   f"{link(task_path(d['task_id']), d['task_id'])}: {d['reason'] or ''}"
+                   for d in snap.decisions[-20:][::-1]] or ["(none)"])
+    p.add("h", "Latest tasks")
+    recent = sorted(snap.tasks, key=lambda t: -(t["defined_position"] or 0))[:20]
+    p.add(*_task_list(recent))
+    rows = [m | {"runtime_profile": t["runtime_profile"], "task_id": t["task_id"]}
+            for t in snap.tasks[:2000] for m in snap.metrics.get(t["task_id"], [])]
+    svg = _tradeoff_svg(rows, "Throughput vs TTFT per runtime profile")
+    if svg:
+        p.add("h", "Throughput vs TTFT")
+        p.add("svg", svg)
+    return p
+
+
+def log_page(snap: Snapshot) -> Page:
+    entries: list[tuple[int, str]] = []
+    for pt in snap.points:
+        label = pt["name"] or pt["point_hash"][:19]
+        entries.append((pt["position"],
+                        f"point pinned: {link(point_path(pt['point_hash']), label)}"))
+    for pr in snap.profiles:
+        rp = f"{pr['service']}@{pr['rev']}"
+        entries.append((pr["position"], f"runtime profile revised: {link(profile_path(rp), rp)}"))
+    for t in snap.tasks:
+        tl = link(task_path(t["task_id"]), t["task_id"])
+        entries.append((t["defined_position"] or 0, f"task defined: {tl} ({t['task_type']})"))
+        if t["exit_state"]:
+            entries.append((t["last_position"] or 0, f"task exited: {tl} — {t['exit_state']}"))
+    for d in snap.decisions:
+        entries.append((d["position"], f"{link(decision_path(d), d['kind'])}: "
+                                       f"{_cand(d['candidate_key'])} in {d['task_id']}"))
+    entries.sort(key=lambda e: e[0])
+    p = Page("log", "log", "Log", position=snap.position, summary="chronological log")
+    p.add("list", [f"{pos}: {text}" for pos, text in entries] or ["(empty)"])
+    return p
