@@ -20,7 +20,6 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,15 +27,12 @@ from uuid import UUID
 
 import orjson
 from eventsourcing.persistence import StoredEvent
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-
-from infer_forge.ledger import codec  # noqa: E402
-from infer_forge.ledger import events as E  # noqa: E402
-from infer_forge.ledger.clock import digest  # noqa: E402
-from infer_forge.ledger.workspace import init_workspace, open_workspace  # noqa: E402
-from infer_forge.projections import index as I  # noqa: E402
-from infer_forge.projections import queries as Q  # noqa: E402
+from infer_forge.ledger import codec
+from infer_forge.ledger import events as E
+from infer_forge.ledger.clock import digest
+from infer_forge.ledger.workspace import init_workspace, open_workspace
+from infer_forge.projections import index as I
+from infer_forge.projections import queries as Q
 
 MODELS = ["Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3", "Llama-3.1-8B", "Llama-3.1-70B",
           "GLM-4.6", "Kimi-K2", "tiny-llama"]
@@ -213,6 +209,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--no-wiki", action="store_true")
     ap.add_argument("--no-embeddings", action="store_true")
+    ap.add_argument("--reuse-index", action="store_true",
+                    help="Keep an index built by an earlier run (time the queries only).")
     args = ap.parse_args()
     home = args.keep or Path(tempfile.mkdtemp(prefix="forge-bench-index-"))
     fresh = not (home / "ledger.sqlite").exists()
@@ -234,7 +232,7 @@ def main() -> None:
 
     # 2. catch-up into a fresh index
     for p in (I.index_path(home), Path(str(I.index_path(home)) + ".wal")):
-        if p.exists():
+        if p.exists() and not args.reuse_index:
             p.unlink()
     con = I.connect(I.index_path(home))
     con.execute("SET threads = 2")

@@ -51,6 +51,7 @@ def _suffix(schema_version: int) -> bytes:
 
 
 _SUFFIXES: dict[int, bytes] = {}
+_VALIDATORS: dict[type[Event], Any] = {}
 
 
 def decode(stream: str, version: int, topic: str, state: bytes) -> Event:
@@ -74,10 +75,16 @@ def decode(stream: str, version: int, topic: str, state: bytes) -> Event:
     if suffix is None:
         suffix = _SUFFIXES[sv] = _suffix(sv)
     if state.endswith(suffix):
+        data = state[: -len(suffix)] + b"}"
+        validator = _VALIDATORS.get(cls)
         try:
-            return cls.model_validate_json(state[: -len(suffix)] + b"}")
+            if validator is not None:
+                return validator.validate_json(data)
+            event = cls.model_validate_json(data)  # builds the (deferred) validator
         except ValidationError as e:
             raise _invalid(topic, stream, version, e) from None
+        _VALIDATORS[cls] = cls.__pydantic_validator__  # skip the classmethod wrapper next time
+        return event
     return _decode_general(cls, stream, version, topic, state)
 
 

@@ -57,9 +57,15 @@ class TaskState(BaseModel):
         return None
 
 
+def _inc(model: BaseModel, name: str) -> None:
+    # Hot counters, once or twice per event: pydantic's __setattr__ costs a third of a replay.
+    # These are plain int fields without assignment validation, so write them directly.
+    model.__dict__[name] += 1
+
+
 def apply(state: TaskState, event: E.Event) -> TaskState:
     """Apply one event in place and return the state (callers own the state object)."""
-    state.version += 1
+    _inc(state, "version")
     match event:
         case E.TaskDefined():
             state.task_id = event.task_id
@@ -77,13 +83,13 @@ def apply(state: TaskState, event: E.Event) -> TaskState:
                 )
             )
             state.status = "running"
+        case E.MeasurementRecorded():
+            _inc(state, "measurements")
+            if b := state.block(event.block_id):
+                _inc(b, "measurements")
         case E.ToolInvoked():
             if b := state.block(event.block_id):
-                b.tool_calls += 1
-        case E.MeasurementRecorded():
-            state.measurements += 1
-            if b := state.block(event.block_id):
-                b.measurements += 1
+                _inc(b, "tool_calls")
         case E.MeasurementInvalidated():
             state.invalidated.append(str(event.measurement_event_id))
         case E.VerificationRecorded():

@@ -316,24 +316,27 @@ class Ledger:
         """Raw rows `(position, version, type, state)` of one stream in version order."""
         where = ["originator_id={p}"] + (["{pos}<={p}"] if stop is not None else [])
         params: list[Any] = [stream] + ([stop] if stop is not None else [])
-        return [(r[0], r[2], r[3], r[4]) for r in self._select(where, params, "originator_version")]
+        return self._select(where, params, "originator_version", columns=False)
 
     _stream_positions = stream_rows  # older name
 
     def _select(
-        self, where: list[str], params: list[Any], order: str, limit: int | None = None
-    ) -> list[tuple[int, str, int, str, bytes]]:
+        self, where: list[str], params: list[Any], order: str, limit: int | None = None,
+        *, columns: bool = True,
+    ) -> list[Any]:
         """One query on the events table with the global position: the library's selects
         carry no positions per stream and build an object per row, which reading 100k events
-        notices. `{pos}` and `{p}` in the fragments become the backend's column/placeholder."""
+        notices. `{pos}` and `{p}` in the fragments become the backend's column/placeholder.
+        Rows: (position, stream, version, type, state), without the stream if not `columns`."""
         rec = self.recorder
         if self.config.backend == "sqlite":
             pos_col, ph, table = "rowid", "?", rec.events_table_name
         else:
             pos_col, ph = "notification_id", "%s"
             table = f'"{rec.datastore.schema}"."{rec.events_table_name}"'
+        stream_col = "originator_id, " if columns else ""
         sql = (
-            f"SELECT {pos_col}, originator_id, originator_version, topic, state FROM {table} "
+            f"SELECT {pos_col}, {stream_col}originator_version, topic, state FROM {table} "
             f"WHERE " + " AND ".join(where) + f" ORDER BY {order}"
             + (" LIMIT {p}" if limit is not None else "")
         ).format(pos=pos_col, p=ph)
@@ -349,6 +352,9 @@ class Ledger:
             raise LedgerError(f"ledger read failed: {one_line(e)}") from None
         if self.config.backend == "sqlite":
             return rows
+        if not columns:
+            return [(r["notification_id"], r["originator_version"], r["topic"], bytes(r["state"]))
+                    for r in rows]
         return [
             (r["notification_id"], r["originator_id"], r["originator_version"], r["topic"],
              bytes(r["state"]))

@@ -38,6 +38,9 @@ from ..ledger.store import BOOKKEEPING_TYPES
 from .errors import ProjectionError
 
 PROJECTION = "index"
+# Bump when tables or their meaning change: an index of another version is rebuilt.
+INDEX_SCHEMA_VERSION = 2
+SCHEMA_KEY = "index-schema"
 INDEX_NAME = "index.duckdb"
 LOCK_TIMEOUT_S = 120.0
 DEFAULT_BATCH = 20_000
@@ -79,7 +82,7 @@ CREATE TABLE IF NOT EXISTS events(
   position BIGINT, stream VARCHAR, version BIGINT, type VARCHAR, schema_version BIGINT,
   event_id VARCHAR, occurred_at TIMESTAMPTZ, actor_kind VARCHAR, actor_name VARCHAR,
   actor_model VARCHAR, task_id VARCHAR, block_id VARCHAR, command_id VARCHAR,
-  causation_id VARCHAR, payload JSON);
+  causation_id VARCHAR, payload VARCHAR);  -- JSON text (VARCHAR: no re-validation on insert)
 CREATE TABLE IF NOT EXISTS points(
   name VARCHAR, position BIGINT, pinned_at TIMESTAMPTZ, point JSON,
   {_DIM_SQL});
@@ -845,6 +848,26 @@ def connect(path: Path) -> duckdb.DuckDBPyConnection:
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(SCHEMA)
     con.execute(VIEWS)
+    con.execute("INSERT INTO tracking VALUES (?, ?) ON CONFLICT DO NOTHING",
+                [SCHEMA_KEY, INDEX_SCHEMA_VERSION])
+
+
+def schema_version(path: Path) -> int | None:
+    """The schema version of an existing index file (None: new, or too old to say)."""
+    if not path.exists():
+        return INDEX_SCHEMA_VERSION
+    try:
+        con = duckdb.connect(str(path))
+    except duckdb.Error as e:
+        raise ProjectionError(f"cannot open index {path}: {' '.join(str(e).split())}") from None
+    try:
+        row = con.execute("SELECT position FROM tracking WHERE projection = ?",
+                          [SCHEMA_KEY]).fetchone()
+        return int(row[0]) if row else None
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
 
 
 def tracked_position(con: duckdb.DuckDBPyConnection) -> int:
@@ -955,7 +978,8 @@ def open_index(ws: Any, *, update: bool = True, rebuild: bool = False,
         raise ProjectionError(f"index {path} is locked by another forge command "
                               f"(waited {timeout_s:.0f}s)") from None
     try:
-        if rebuild:
+        if rebuild or schema_version(path) != INDEX_SCHEMA_VERSION:
+            # A projection: an index of another schema version is simply rebuilt.
             for p in (path, Path(str(path) + ".wal")):
                 if p.exists():
                     os.remove(p)

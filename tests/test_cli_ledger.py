@@ -142,3 +142,20 @@ def test_missing_home_is_one_line_and_non_zero(tmp_path, cmd):
     err = one_line_error(run_forge(*cmd, home=tmp_path / "missing"))
     assert "no workspace at" in err and "forge init" in err
     assert not (tmp_path / "missing").exists()  # reading never creates a workspace
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (("lock_timeout_s = 5", "lock_timeout_s = 0"), "lock_timeout_s: expected a positive"),
+        (('url = "sqlite:///ledger.sqlite"', 'url = "mysql://db/forge"'), "unsupported scheme"),
+        (("[ledger]", "[ledger"), "forge.toml"),
+    ],
+)
+def test_bad_forge_toml_is_one_line_naming_file_and_field(tmp_path, edit, says):
+    home = tmp_path / "ws"
+    assert run_forge("init", "--home", str(home)).returncode == 0
+    cfg = home / "forge.toml"
+    cfg.write_text(cfg.read_text().replace(*edit))
+    err = one_line_error(run_forge("log", home=home))
+    assert says in err and str(cfg) in err

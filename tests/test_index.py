@@ -220,3 +220,17 @@ def test_index_cli(workspace):
     r = run_forge("index", "rebuild", home=home)
     assert r.returncode == 0 and "0 behind" in r.stdout
     assert "measurement_runs 21" in r.stdout
+
+
+def test_index_of_another_schema_version_is_rebuilt(workspace):
+    build(workspace)
+    I.update(workspace)
+    con = I.connect(I.index_path(workspace.home))
+    con.execute("UPDATE tracking SET position = 1 WHERE projection = ?", [I.SCHEMA_KEY])
+    con.execute("DELETE FROM tasks")  # damage only an old-version index could have
+    con.close()
+    with I.open_index(workspace) as s:
+        assert s.caught_up.projected == 65  # projected again from position 1
+        assert s.con.execute("SELECT count(*) FROM tasks").fetchone() == (4,)
+        assert s.con.execute("SELECT position FROM tracking WHERE projection = ?",
+                             [I.SCHEMA_KEY]).fetchone() == (I.INDEX_SCHEMA_VERSION,)
