@@ -1027,21 +1027,50 @@ def bench_import(ctx, file: Path, task_id, block_id, as_json) -> None:
 
 
 @main.command()
+@click.option("--no-wiki", is_flag=True, help="Skip building the index and the wiki at the end.")
+@click.option("--json", "as_json", is_flag=True, help="Also print the result as JSON at the end.")
 @click.pass_context
 @fail_cleanly
-def demo(ctx) -> None:
+def demo(ctx, no_wiki: bool, as_json: bool) -> None:
     """Run the main job on the embedded engine and leave the workspace to explore.
+
+    Pulls the generated tiny-llama, pins a CPU deployment point, defines a deployment-tuning
+    task over the `hf` engine's knobs with throughput, TTFT-SLO, token-match and stability
+    gates, runs the loop (baseline, candidates, verification, accept or reject, exit), then
+    updates the index and builds the wiki. Running it again resumes from the ledger.
 
     \b
     Example:
       FORGE_HOME=/tmp/forge-demo forge demo
     """
+    import time
+
     from .harness.demo import run_demo
     from .ledger.workspace import init_workspace
 
     ws, _ = init_workspace(ctx.obj.get("home"))
     with ws:
-        run_demo(ws, echo=click.echo)
+        result = run_demo(ws, echo=click.echo)
+        if not no_wiki:
+            from .wiki.build import build
+
+            t = time.monotonic()
+            click.echo("building the index and the wiki …")
+            report = build(ws)
+            result["timings"]["wiki_s"] = time.monotonic() - t
+            click.echo(f"  {report.pages} wiki pages at ledger position {report.position}, "
+                       f"site in {report.site_dir} ({result['timings']['wiki_s']:.1f}s)")
+            home = ws.home
+            for cmd in (
+                f'forge --home {home} sql "SELECT block_id, metric, round(median(value), 2) '
+                f"AS median FROM measurements WHERE metric IN ('output_throughput', "
+                f"'median_ttft_ms') GROUP BY ALL ORDER BY ALL\"",
+                f'forge --home {home} retrieve "why was bfloat16 rejected"',
+                f"forge --home {home} wiki serve",
+            ):
+                click.echo(f"  {cmd}")
+    if as_json:
+        emit_json(result)
 
 
 # --- journal: index, queries, wiki (issue 5) --------------------------------------------

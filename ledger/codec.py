@@ -8,14 +8,19 @@ as a valid, current domain event or rejected with an error naming stream and ver
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Callable
+from datetime import datetime
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from uuid import UUID
 
 import orjson
 from eventsourcing.persistence import StoredEvent
 from pydantic import ValidationError
 
 from .errors import CorruptEventError, UnknownEventError
-from .events import EVENT_TYPES, UPCASTERS, Event
+from .events import _ACTORS, EVENT_TYPES, UPCASTERS, Actor, Event
 from .redact import Redactor
 
 VERSION_KEY = "_v"
@@ -138,3 +143,135 @@ def _invalid(topic: str, stream: str, version: int, e: ValidationError) -> Corru
     return CorruptEventError(
         f"invalid {topic} at stream {stream!r} version {version}: {loc}: {msg}"
     )
+
+
+# --- strict fast read (replay) ----------------------------------------------------------------
+# Folding a long stream does not need event objects, only the payloads' fields. A stored
+# payload whose every field already has exactly the JSON type its class declares (str is a
+# str, a float a float, a UUID the canonical string, no unknown keys, no missing required
+# key, current schema version) is what validation would accept unchanged, so a fold may read
+# the parsed dict directly. Anything else, however harmless, goes back to `decode`, which
+# upcasts, coerces or raises the one-line error: the fast read only ever says "yes, valid and
+# current" or "ask decode".
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+_DATETIME = re.compile(
+    r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d"
+    r"(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
+).fullmatch
+
+
+def _is_datetime(v: Any) -> bool:
+    if type(v) is not str or _DATETIME(v) is None:
+        return False
+    try:  # the pattern admits 31 February; the calendar does not
+        datetime.fromisoformat(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_actor(v: Any) -> bool:
+    """An actor in exactly a stored form that validated before (see events._interned_actor)."""
+    try:
+        return tuple(v.items()) in _ACTORS
+    except (TypeError, AttributeError):
+        return False
+
+
+class _Unsupported(Exception):
+    """A field type the strict check does not know: its class always takes `decode`."""
+
+
+def _expr(tp: Any, var: str, depth: int, consts: dict[str, Any]) -> str:
+    """A Python expression true iff `var` has exactly the JSON form of type `tp`."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any:
+        return "True"
+    if tp is type(None):
+        return f"{var} is None"
+    if tp in (str, int, float, bool):
+        return f"type({var}) is {tp.__name__}"
+    if tp is UUID:
+        return f"(type({var}) is str and _uuid({var}) is not None)"
+    if tp is datetime:
+        return f"_is_datetime({var})"
+    if tp is Actor:
+        return f"(type({var}) is dict and _is_actor({var}))"
+    if origin in (Union, UnionType):
+        return "(" + " or ".join(_expr(a, var, depth, consts) for a in args) + ")"
+    if origin is Literal and all(type(a) is str for a in args):
+        name = f"_lit{len(consts)}"
+        consts[name] = frozenset(args)
+        return f"(type({var}) is str and {var} in {name})"
+    if origin is Annotated:
+        return _expr(args[0], var, depth, consts)
+    x = f"x{depth}"
+    if origin is dict and args and args[0] is str:
+        inner = _expr(args[1], x, depth + 1, consts)
+        item = "True" if inner == "True" else f"all({inner} for {x} in {var}.values())"
+        return f"(type({var}) is dict and {item})"
+    if origin is list and args:
+        inner = _expr(args[0], x, depth + 1, consts)
+        item = "True" if inner == "True" else f"all({inner} for {x} in {var})"
+        return f"(type({var}) is list and {item})"
+    raise _Unsupported(repr(tp))
+
+
+def _never(payload: dict[str, Any]) -> bool:
+    return False
+
+
+def _build_check(cls: type[Event]) -> Callable[[dict[str, Any]], bool]:
+    """Generate one function checking a payload of `cls` field by field (no calls per field:
+    this runs once per event of a replay)."""
+    consts: dict[str, Any] = {
+        "_allowed": frozenset(cls.model_fields) | {VERSION_KEY},
+        "_required": frozenset(n for n, f in cls.model_fields.items() if f.is_required()),
+        "_uuid": _UUID, "_is_datetime": _is_datetime, "_is_actor": _is_actor,
+        "_missing": object(),
+    }
+    lines = [
+        "def check(p):",
+        f"    v = p.get({VERSION_KEY!r})",
+        f"    if type(v) is not int or v != {cls.SCHEMA_VERSION}:",
+        "        return False",
+        "    keys = p.keys()",
+        "    if not (keys <= _allowed and _required <= keys):",
+        "        return False",
+    ]
+    try:
+        for name, field in cls.model_fields.items():
+            expr = _expr(field.annotation, "v", 0, consts)
+            if expr == "True":
+                continue
+            lines.append(f"    v = p.get({name!r}, _missing)")
+            lines.append(f"    if v is not _missing and not {expr}:")
+            lines.append("        return False")
+    except _Unsupported:
+        return _never
+    lines.append("    return True")
+    exec("\n".join(lines), consts)  # noqa: S102 - source built above from the class's fields
+    return consts["check"]
+
+
+_CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {}
+
+
+def load_current(topic: str, state: bytes) -> dict[str, Any] | None:
+    """The stored payload as a dict (with `"_v"`) when validation would accept it unchanged
+    as a current-version `topic` event; None otherwise, and then `decode` decides (it
+    upcasts, coerces lax forms, or raises the error naming stream and version)."""
+    check = _CHECKS.get(topic)
+    if check is None:
+        cls = EVENT_TYPES.get(topic)
+        if cls is None:
+            return None
+        check = _CHECKS[topic] = _build_check(cls)
+    try:
+        payload = orjson.loads(state)
+    except orjson.JSONDecodeError:
+        return None
+    if type(payload) is not dict or not check(payload):
+        return None
+    return payload

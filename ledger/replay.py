@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import codec
 from .errors import NotFoundError
-from .state import TaskState, apply
+from .state import TaskState, apply, apply_payload
 from .store import Ledger, task_stream
 
 
@@ -30,11 +30,20 @@ def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskS
 
 def replay_rows(stream: str, rows: list[tuple[int, int, str, bytes]],
                 state: TaskState | None = None) -> TaskState:
-    """Fold raw rows `(position, version, type, state)` of one stream into task state."""
+    """Fold raw rows `(position, version, type, state)` of one stream into task state.
+
+    A row whose payload is a known, current-version, exactly typed payload (checked field by
+    field by `codec.load_current`) is folded from its dict; any other row is decoded in full
+    (`codec.decode`: upcast, coerced, or rejected with the error naming stream and version)
+    and folded with `apply`. Both give the same state; the first skips building objects."""
     state = state or TaskState()
-    decode = codec.decode
-    for _pos, version, topic, payload in rows:
-        apply(state, decode(stream, version, topic, payload))
+    load, decode = codec.load_current, codec.decode
+    for _pos, version, topic, raw in rows:
+        payload = load(topic, raw)
+        if payload is None:
+            apply(state, decode(stream, version, topic, raw))
+        else:
+            apply_payload(state, topic, payload)
     if rows:
         state.last_position = rows[-1][0]
     return state

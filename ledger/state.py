@@ -130,3 +130,106 @@ def replay(events: Iterable[E.Event], state: TaskState | None = None) -> TaskSta
 
 def fingerprint(state: BaseModel) -> str:
     return digest(state.model_dump(mode="json"))
+
+
+# --- the same fold over checked payload dicts (replay's fast path) ----------------------------
+# Each function mirrors its case in `apply` and reads the same fields with the same defaults
+# as the event class. The payload must have passed `codec.load_current` (every field of
+# exactly its declared type), which is what makes the result identical to `apply`'s.
+
+
+def _defined(s: TaskState, p: dict[str, Any]) -> None:
+    s.task_id = p.get("task_id")
+    s.title, s.task_type, s.goal = p["title"], p["task_type"], p["goal"]
+    s.definition_hash, s.point_hash = p["definition_hash"], p.get("point_hash")
+    s.status = "defined"
+
+
+def _block_started(s: TaskState, p: dict[str, Any]) -> None:
+    s.blocks.append(
+        BlockState(
+            block_id=p.get("block_id") or f"b{p['index']}",
+            index=p["index"],
+            sub_goal=p["sub_goal"],
+            routing=dict(p.get("routing", {})),
+            candidate=dict(p.get("candidate", {})),
+        )
+    )
+    s.status = "running"
+
+
+def _measured(s: TaskState, p: dict[str, Any]) -> None:
+    _inc(s, "measurements")
+    if b := s.block(p.get("block_id")):
+        _inc(b, "measurements")
+
+
+def _tool(s: TaskState, p: dict[str, Any]) -> None:
+    if b := s.block(p.get("block_id")):
+        _inc(b, "tool_calls")
+
+
+def _invalidated(s: TaskState, p: dict[str, Any]) -> None:
+    s.invalidated.append(p["measurement_event_id"])  # checked canonical: str(UUID(x)) == x
+
+
+def _verified(s: TaskState, p: dict[str, Any]) -> None:
+    if b := s.block(p.get("block_id")):
+        b.verifications.append(p["verdict"])
+
+
+def _handed_off(s: TaskState, p: dict[str, Any]) -> None:
+    if b := s.block(p.get("block_id")):
+        b.status = "handed-off"
+        b.handoff = {
+            "outcome": p.get("outcome", "progress"),
+            "state_reached": p.get("state_reached", ""),
+            "findings": list(p.get("findings", [])),
+            "next_sub_goal": p.get("next_sub_goal"),
+        }
+
+
+def _accepted(s: TaskState, p: dict[str, Any]) -> None:
+    s.accepted.append({"block_id": p.get("block_id"), "candidate": dict(p.get("candidate", {})),
+                       "summary": p.get("summary", "")})
+
+
+def _rejected(s: TaskState, p: dict[str, Any]) -> None:
+    s.rejected.append({"block_id": p.get("block_id"), "candidate": dict(p.get("candidate", {})),
+                       "reason": p["reason"]})
+
+
+def _exited(s: TaskState, p: dict[str, Any]) -> None:
+    s.status = "exited"
+    s.exit_state, s.exit_reason = p["state"], p["reason"]
+
+
+def _reopened(s: TaskState, p: dict[str, Any]) -> None:
+    s.status = "running"
+    s.exit_state = s.exit_reason = None
+
+
+_PAYLOAD_FOLDS = {
+    E.TaskDefined.TYPE: _defined,
+    E.LoopBlockStarted.TYPE: _block_started,
+    E.MeasurementRecorded.TYPE: _measured,
+    E.ToolInvoked.TYPE: _tool,
+    E.MeasurementInvalidated.TYPE: _invalidated,
+    E.VerificationRecorded.TYPE: _verified,
+    E.LoopBlockHandedOff.TYPE: _handed_off,
+    E.DeliverableAccepted.TYPE: _accepted,
+    E.DirectionRejected.TYPE: _rejected,
+    E.TaskExited.TYPE: _exited,
+    E.TaskReopened.TYPE: _reopened,
+}
+
+
+def apply_payload(state: TaskState, topic: str, payload: dict[str, Any]) -> TaskState:
+    """`apply` for a stored payload of event type `topic` that `codec.load_current` accepted
+    (a known, current-version, exactly typed payload); gives the same state as
+    `apply(state, decode(...))`. Other known types only advance the version, as in `apply`."""
+    _inc(state, "version")
+    fold = _PAYLOAD_FOLDS.get(topic)
+    if fold is not None:
+        fold(state, payload)
+    return state

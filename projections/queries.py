@@ -144,10 +144,10 @@ def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
     the delta, and the gate verdicts of the verifications covering each side."""
     sa, sb = resolve(con, a), resolve(con, b)
     dims_a, dims_b = _dims(con, sa), _dims(con, sb)
+    ma, mb = _metrics(con, sa), _metrics(con, sb)
     differ = [{"dimension": d, "a": dims_a[d], "b": dims_b[d]} for d in COMPARE_DIMS
               if dims_a[d] != dims_b[d]]
     same = {d: dims_a[d] for d in COMPARE_DIMS if dims_a[d] == dims_b[d] and dims_a[d]}
-    ma, mb = _metrics(con, sa), _metrics(con, sb)
     metrics = []
     for m in sorted(set(ma) | set(mb)):
         va, vb = ma.get(m), mb.get(m)
