@@ -29,8 +29,15 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Each prints its figures and ratios; bench/RESULTS.md records them with the commands.
 bench: $(STAMP)
-	$(BIN)/python bench/ledger.py
+	$(BIN)/python bench/ledger.py --quick
+	$(BIN)/python bench/loop_overhead.py --blocks 20
+	$(BIN)/python bench/client.py --quick
+	$(BIN)/python bench/engine_lifecycle.py --starts 1
+	$(BIN)/python bench/graph.py --skip-example
+	$(BIN)/python bench/index.py --events 200000 --no-wiki
+	$(BIN)/python bench/demo.py
 
 clean:
 	rm -rf $(VENV) .forge .pytest_cache

@@ -74,6 +74,7 @@ DIMS: list[tuple[str, str]] = [
     ("point_hash", "VARCHAR"),
 ]
 DIM_NAMES = [d for d, _ in DIMS]
+_POINT_HASH_AT = DIM_NAMES.index("point_hash")
 _DIM_SQL = ",\n  ".join(f"{n} {t}" for n, t in DIMS)
 
 SCHEMA = f"""
@@ -322,24 +323,26 @@ def _point_ref(digests: Any) -> str | None:
 # --- the projector ----------------------------------------------------------------------
 
 
-class _Cols:
-    """Column lists for one table in one batch."""
+class _Rows:
+    """Rows for one table in one batch, as tuples in `names` order: handlers append one
+    tuple per row; `columns()` transposes them in C (zip) when the batch is written."""
 
-    __slots__ = ("cols", "names")
+    __slots__ = ("names", "rows", "append")
 
     def __init__(self, names: list[str]):
         self.names = names
-        self.cols: dict[str, list[Any]] = {n: [] for n in names}
+        self.rows: list[tuple] = []
+        self.append = self.rows.append
 
-    def add(self, row: dict[str, Any]) -> None:
-        for n in self.names:
-            self.cols[n].append(row.get(n))
+    def columns(self) -> dict[str, Any]:
+        if not self.rows:
+            return {n: [] for n in self.names}
+        return dict(zip(self.names, zip(*self.rows, strict=True), strict=True))
 
     def __len__(self) -> int:
-        return len(self.cols[self.names[0]])
+        return len(self.rows)
 
 
-_EVENT_COLS = ["position", "stream", "version", "type"]
 # Envelope columns of `events`, extracted from the payload by DuckDB (one parse per row).
 _ENVELOPE = [("event_id", "$.event_id"), ("occurred_at", "$.occurred_at"),
              ("actor_kind", "$.actor.kind"), ("actor_name", "$.actor.name"),
@@ -355,6 +358,22 @@ _EVENTS_INSERT = (
 _MEAS_EV_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "run_id",
                  "source", "repeat", "success", "candidate", "candidate_key",
                  "repo_snapshot", *DIM_NAMES]
+_BLOCK_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "block_index",
+               "sub_goal", "model_tier", "agent_topology", "executor", "routing", "candidate",
+               "candidate_key"]
+_TOOL_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "tool", "argv",
+              "exit_code", "duration_s", "error", "repo_digest", "stdout_digest",
+              "stderr_digest"]
+_VERIF_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "verdict",
+               "passed", "contract_hash", "point_hash", "candidate", "candidate_key", "gates",
+               "evidence"]
+_GATE_COLS = ["position", "verification_id", "task_id", "block_id", "gate", "metric",
+              "verdict", "observed", "threshold", "baseline", "reason", "detail"]
+_DEC_COLS = ["position", "decision_id", "occurred_at", "task_id", "block_id", "kind",
+             "candidate", "candidate_key", "reason", "evidence", "verification_event_id",
+             *DIM_NAMES]
+_HAND_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "kind", "outcome",
+              "state_reached", "findings", "next_sub_goal"]
 
 
 @dataclass
@@ -382,6 +401,7 @@ class Projector:
         self.profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
         self._task_dims: dict[str, dict[str, Any]] = {}
+        self._task_dims_row: dict[str, tuple] = {}
         self._load()
 
     def _load(self) -> None:
@@ -397,77 +417,58 @@ class Projector:
     # --- per batch ----------------------------------------------------------------------
 
     def _reset_batch(self) -> None:
-        self.b_events = _Cols(_EVENT_COLS)
-        self.b_payload: list[bytes] = []
+        self.b_events: list[tuple] = []  # the stored rows themselves (payload included)
         self.b_points: dict[str, dict[str, Any]] = {}
         self.b_profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.b_tasks: dict[str, dict[str, Any]] = {}
-        self.b_blocks = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
-                               "block_index", "sub_goal", "model_tier", "agent_topology",
-                               "executor", "routing", "candidate", "candidate_key"])
-        self.b_tools = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
-                              "tool", "argv", "exit_code", "duration_s", "error", "repo_digest",
-                              "stdout_digest", "stderr_digest"])
-        self.b_meas = _Cols(_MEAS_EV_COLS)
+        self.b_blocks = _Rows(_BLOCK_COLS)
+        self.b_tools = _Rows(_TOOL_COLS)
+        self.b_meas = _Rows(_MEAS_EV_COLS)
         self.b_metric: list[str] = []
         self.b_value: list[float | None] = []
         self.b_moff: list[int] = []
-        self.b_inval = _Cols(["position", "event_id", "measurement_event_id", "reason"])
-        self.b_verif = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
-                              "verdict", "passed", "contract_hash", "point_hash", "candidate",
-                              "candidate_key", "gates", "evidence"])
-        self.b_gates = _Cols(["position", "verification_id", "task_id", "block_id", "gate",
-                              "metric", "verdict", "observed", "threshold", "baseline",
-                              "reason", "detail"])
-        self.b_dec = _Cols(["position", "decision_id", "occurred_at", "task_id", "block_id",
-                            "kind", "candidate", "candidate_key", "reason", "evidence",
-                            "verification_event_id", *DIM_NAMES])
-        self.b_hand = _Cols(["position", "event_id", "occurred_at", "task_id", "block_id",
-                             "kind", "outcome", "state_reached", "findings", "next_sub_goal"])
+        self.b_inval = _Rows(["position", "event_id", "measurement_event_id", "reason"])
+        self.b_verif = _Rows(_VERIF_COLS)
+        self.b_gates = _Rows(_GATE_COLS)
+        self.b_dec = _Rows(_DEC_COLS)
+        self.b_hand = _Rows(_HAND_COLS)
 
-    def project(self, notes: list[Any]) -> int:
-        """Add one batch's rows to the pending columns. Returns events kept.
+    def project(self, rows: list[tuple]) -> int:
+        """Add one batch of stored rows `(position, stream, version, type, state)` (as
+        `Ledger.rows` gives them) to the pending rows. Returns events kept.
 
         Only events with a handler are decoded here; the envelope columns of `events` are
         extracted by DuckDB's vectorized JSON reader at insert time (see `write`)."""
         self._reset_batch()
         loads = orjson.loads
-        ev = self.b_events.cols
-        c_pos, c_stream, c_ver, c_type = (ev["position"], ev["stream"], ev["version"],
-                                          ev["type"])
-        payload = self.b_payload
+        keep = self.b_events.append
         handlers = _HANDLERS
-        kept = 0
-        for n in notes:
-            topic = n.topic
-            if topic in BOOKKEEPING_TYPES:
+        bookkeeping = BOOKKEEPING_TYPES
+        for row in rows:
+            topic = row[3]
+            if topic in bookkeeping:
                 continue
-            state = n.state if isinstance(n.state, bytes) else bytes(n.state)
-            c_pos.append(n.id)
-            c_stream.append(n.originator_id)
-            c_ver.append(n.originator_version)
-            c_type.append(topic)
-            payload.append(state)
-            kept += 1
+            keep(row)
             h = handlers.get(topic)
             if h is None:
                 continue
+            pos, state = row[0], row[4]
             try:
                 d = loads(state)
             except orjson.JSONDecodeError as e:
                 raise ProjectionError(
-                    f"corrupt payload of {topic} at position {n.id} "
-                    f"(stream {n.originator_id!r} version {n.originator_version}): {e}"
+                    f"corrupt payload of {topic} at position {pos} "
+                    f"(stream {row[1]!r} version {row[2]}): {e}"
                 ) from None
             if not isinstance(d, dict):
-                raise ProjectionError(f"corrupt payload of {topic} at position {n.id}: "
+                raise ProjectionError(f"corrupt payload of {topic} at position {pos}: "
                                       "not an object")
             if d.get("_v", 1) != EVENT_TYPES[topic].SCHEMA_VERSION:
                 # An older schema: upcast through the ledger's own codec, then project.
-                ev_obj = codec.decode(str(n.originator_id), n.originator_version, topic, state)
+                ev_obj = codec.decode(str(row[1]), row[2], topic, bytes(state))
                 d = ev_obj.model_dump(mode="json")
-            h(self, n.id, d)
-        return kept
+            h(self, pos, d)
+        return len(self.b_events)
 
     # --- handlers -----------------------------------------------------------------------
 
@@ -515,6 +516,7 @@ class Projector:
             self.point_names[row["name"]] = ph
         self.b_points[ph] = row
         self._task_dims.clear()
+        self._task_dims_row.clear()
 
     def _on_profile(self, pos: int, d: dict[str, Any]) -> None:
         prof = d.get("profile") or {}
@@ -535,6 +537,7 @@ class Projector:
         self.profiles[key] = row
         self.b_profiles[key] = row
         self._task_dims.clear()
+        self._task_dims_row.clear()
 
     def _on_task_defined(self, pos: int, d: dict[str, Any]) -> None:
         tid = d.get("task_id")
@@ -558,6 +561,7 @@ class Projector:
         self.tasks[tid] = row
         self.b_tasks[tid] = row
         self._task_dims.pop(tid, None)
+        self._task_dims_row.pop(tid, None)
 
     def _dims(self, tid: str | None) -> dict[str, Any]:
         dims = self._task_dims.get(tid)  # type: ignore[arg-type]
@@ -567,6 +571,14 @@ class Projector:
             self._fill_engine(dims)
             self._task_dims[tid] = dims  # type: ignore[index]
         return dims
+
+    def _dims_row(self, tid: str | None) -> tuple:
+        """The task's dimensions as a tuple in DIM_NAMES order (cached with `_dims`)."""
+        row = self._task_dims_row.get(tid)  # type: ignore[arg-type]
+        if row is None:
+            dims = self._dims(tid)
+            row = self._task_dims_row[tid] = tuple(dims.get(n) for n in DIM_NAMES)  # type: ignore[index]
+        return row
 
     def _touch_task(self, tid: str | None, pos: int, **changes: Any) -> None:
         task = self.tasks.get(tid)  # type: ignore[arg-type]
@@ -581,11 +593,9 @@ class Projector:
                          exit_reason=d.get("reason"), exit_handoff=d.get("handoff"),
                          exited_at=d.get("occurred_at"))
         if d.get("handoff"):
-            self.b_hand.add({"position": pos, "event_id": d.get("event_id"),
-                             "occurred_at": d.get("occurred_at"), "task_id": d.get("task_id"),
-                             "block_id": d.get("block_id"), "kind": "task-exit",
-                             "outcome": d.get("state"), "state_reached": d.get("reason"),
-                             "findings": [], "next_sub_goal": d.get("handoff")})
+            self.b_hand.append((pos, d.get("event_id"), d.get("occurred_at"), d.get("task_id"),
+                                d.get("block_id"), "task-exit", d.get("state"),
+                                d.get("reason"), [], d.get("handoff")))
 
     def _on_reopen(self, pos: int, d: dict[str, Any]) -> None:
         self._touch_task(d.get("task_id"), pos, exit_state=None, exit_reason=None,
@@ -594,107 +604,86 @@ class Projector:
     def _on_block(self, pos: int, d: dict[str, Any]) -> None:
         routing = d.get("routing") or {}
         cand = d.get("candidate") or {}
-        self.b_blocks.add({
-            "position": pos, "event_id": d.get("event_id"), "occurred_at": d.get("occurred_at"),
-            "task_id": d.get("task_id"),
-            "block_id": d.get("block_id") or f"b{d.get('index')}",
-            "block_index": _int(d.get("index")), "sub_goal": d.get("sub_goal"),
-            "model_tier": _str(routing.get("model_tier")),
-            "agent_topology": _str(routing.get("agent_topology")),
-            "executor": _str(routing.get("executor")), "routing": _json(routing),
-            "candidate": _json(cand), "candidate_key": candidate_key(cand),
-        })
+        ckey = candidate_key(cand)
+        self.b_blocks.append((
+            pos, d.get("event_id"), d.get("occurred_at"), d.get("task_id"),
+            d.get("block_id") or f"b{d.get('index')}", _int(d.get("index")),
+            d.get("sub_goal"), _str(routing.get("model_tier")),
+            _str(routing.get("agent_topology")), _str(routing.get("executor")),
+            _json(routing), ckey, ckey))
 
     def _on_tool(self, pos: int, d: dict[str, Any]) -> None:
         argv = d.get("argv") or []
-        self.b_tools.add({
-            "position": pos, "event_id": d.get("event_id"), "occurred_at": d.get("occurred_at"),
-            "task_id": d.get("task_id"), "block_id": d.get("block_id"), "tool": d.get("tool"),
-            "argv": [str(a) for a in argv], "exit_code": _int(d.get("exit_code")),
-            "duration_s": _float(d.get("duration_s")), "error": d.get("error"),
-            "repo_digest": d.get("repo_digest"), "stdout_digest": d.get("stdout_digest"),
-            "stderr_digest": d.get("stderr_digest"),
-        })
+        get = d.get
+        self.b_tools.append((
+            pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
+            get("tool"), [a if type(a) is str else str(a) for a in argv],
+            _int(get("exit_code")), _float(get("duration_s")), get("error"),
+            get("repo_digest"), get("stdout_digest"), get("stderr_digest")))
 
     def _on_measurement(self, pos: int, d: dict[str, Any]) -> None:
-        tid = d.get("task_id")
-        dims = self._dims(tid)
-        digests = d.get("input_digests")
+        get = d.get
+        tid = get("task_id")
+        dims = self._dims_row(tid)
+        digests = get("input_digests")
         ref = _point_ref(digests)
-        if ref and ref != dims.get("point_hash") and ref in self.points:
-            dims = self._fill_engine(self._dims_of_point_row(self.points[ref]))
-            dims["task_type"] = self._dims(tid).get("task_type")
-        ckey = candidate_key(d.get("candidate"))
-        cols = self.b_meas.cols
-        for n, v in (("position", pos), ("event_id", d.get("event_id")),
-                     ("occurred_at", d.get("occurred_at")), ("task_id", tid),
-                     ("block_id", d.get("block_id")), ("run_id", d.get("run_id")),
-                     ("source", d.get("source")), ("repeat", _int(d.get("repeat"))),
-                     ("success", bool(d.get("success", True))),
-                     ("candidate", ckey), ("candidate_key", ckey),
-                     ("repo_snapshot", _repo_snapshot(digests))):
-            cols[n].append(v)
-        for n in DIM_NAMES:
-            cols[n].append(dims.get(n))
+        if ref and ref != dims[_POINT_HASH_AT] and ref in self.points:
+            pd = self._fill_engine(self._dims_of_point_row(self.points[ref]))
+            pd["task_type"] = self._dims(tid).get("task_type")
+            dims = tuple(pd.get(n) for n in DIM_NAMES)
+        ckey = candidate_key(get("candidate"))
+        self.b_meas.append((pos, get("event_id"), get("occurred_at"), tid, get("block_id"),
+                            get("run_id"), get("source"), _int(get("repeat")),
+                            bool(get("success", True)), ckey, ckey,
+                            _repo_snapshot(digests), *dims))
         self.b_moff.append(len(self.b_metric))
-        metrics = d.get("metrics") or {}
+        metrics = get("metrics") or {}
         self.b_metric.extend(metrics)
         self.b_value.extend(v if type(v) is float else _float(v) for v in metrics.values())
 
     def _on_invalidated(self, pos: int, d: dict[str, Any]) -> None:
-        self.b_inval.add({"position": pos, "event_id": d.get("event_id"),
-                          "measurement_event_id": _str(d.get("measurement_event_id")),
-                          "reason": d.get("reason")})
+        self.b_inval.append((pos, d.get("event_id"), _str(d.get("measurement_event_id")),
+                             d.get("reason")))
 
     def _on_verification(self, pos: int, d: dict[str, Any]) -> None:
         cand = d.get("candidate") or {}
         gates = d.get("gates") or []
         vid = d.get("event_id")
-        self.b_verif.add({
-            "position": pos, "event_id": vid, "occurred_at": d.get("occurred_at"),
-            "task_id": d.get("task_id"), "block_id": d.get("block_id"),
-            "verdict": d.get("verdict"), "passed": d.get("passed"),
-            "contract_hash": d.get("contract_hash"), "point_hash": d.get("point_hash"),
-            "candidate": _json(cand), "candidate_key": candidate_key(cand),
-            "gates": _json(gates), "evidence": [str(x) for x in d.get("evidence") or []],
-        })
+        tid, bid = d.get("task_id"), d.get("block_id")
+        ckey = candidate_key(cand)
+        self.b_verif.append((
+            pos, vid, d.get("occurred_at"), tid, bid, d.get("verdict"), d.get("passed"),
+            d.get("contract_hash"), d.get("point_hash"), ckey, ckey, _json(gates),
+            [str(x) for x in d.get("evidence") or []]))
         for g in gates:
             if not isinstance(g, dict):
                 continue
             verdict = g.get("verdict")
             if verdict is None and isinstance(g.get("passed"), bool):
                 verdict = "pass" if g["passed"] else "fail"
-            self.b_gates.add({
-                "position": pos, "verification_id": vid, "task_id": d.get("task_id"),
-                "block_id": d.get("block_id"), "gate": _str(g.get("name") or g.get("gate")),
-                "metric": _str(g.get("metric")), "verdict": _str(verdict),
-                "observed": _float(_first(g, "observed", "value", "measured", "median")),
-                "threshold": _float(_first(g, "threshold", "at_least", "at_most", "limit")),
-                "baseline": _float(_first(g, "baseline", "baseline_median")),
-                "reason": _str(_first(g, "reason", "why", "detail")),
-                "detail": _json(g),
-            })
+            self.b_gates.append((
+                pos, vid, tid, bid, _str(g.get("name") or g.get("gate")),
+                _str(g.get("metric")), _str(verdict),
+                _float(_first(g, "observed", "value", "measured", "median")),
+                _float(_first(g, "threshold", "at_least", "at_most", "limit")),
+                _float(_first(g, "baseline", "baseline_median")),
+                _str(_first(g, "reason", "why", "detail")), _json(g)))
 
     def _on_decision(self, pos: int, d: dict[str, Any], kind: str) -> None:
         tid = d.get("task_id")
         cand = d.get("candidate") or {}
         reason = d.get("reason") if kind == "rejected" else d.get("summary")
-        self.b_dec.add({
-            **self._dims(tid), "position": pos, "decision_id": d.get("event_id"),
-            "occurred_at": d.get("occurred_at"), "task_id": tid, "block_id": d.get("block_id"),
-            "kind": kind, "candidate": _json(cand), "candidate_key": candidate_key(cand),
-            "reason": reason, "evidence": [str(x) for x in d.get("evidence") or []],
-            "verification_event_id": _str(d.get("verification_event_id")),
-        })
+        ckey = candidate_key(cand)
+        self.b_dec.append((
+            pos, d.get("event_id"), d.get("occurred_at"), tid, d.get("block_id"), kind, ckey,
+            ckey, reason, [str(x) for x in d.get("evidence") or []],
+            _str(d.get("verification_event_id")), *self._dims_row(tid)))
 
     def _on_handoff(self, pos: int, d: dict[str, Any]) -> None:
-        self.b_hand.add({
-            "position": pos, "event_id": d.get("event_id"), "occurred_at": d.get("occurred_at"),
-            "task_id": d.get("task_id"), "block_id": d.get("block_id"), "kind": "block",
-            "outcome": d.get("outcome"), "state_reached": d.get("state_reached"),
-            "findings": [str(x) for x in d.get("findings") or []],
-            "next_sub_goal": d.get("next_sub_goal"),
-        })
+        self.b_hand.append((
+            pos, d.get("event_id"), d.get("occurred_at"), d.get("task_id"), d.get("block_id"),
+            "block", d.get("outcome"), d.get("state_reached"),
+            [str(x) for x in d.get("findings") or []], d.get("next_sub_goal")))
 
     # --- writing ------------------------------------------------------------------------
 
@@ -702,10 +691,12 @@ class Projector:
         """The pending batch as database operations (Arrow tables built here, in the
         caller's thread): ("sql", text, params) and ("insert", table, arrow) steps."""
         ops: list[tuple] = []
-        if len(self.b_events):
-            tbl = _table(self.b_events)
-            payload = pa.array(self.b_payload, pa.binary()).cast(pa.string())
-            ops.append(("events", tbl.append_column("payload", payload)))
+        if self.b_events:
+            pos, stream, version, typ, state = zip(*self.b_events, strict=True)
+            ops.append(("events", pa.table({
+                "position": pa.array(pos, pa.int64()), "stream": pa.array(stream, pa.string()),
+                "version": pa.array(version, pa.int64()), "type": pa.array(typ, pa.string()),
+                "payload": pa.array(state, pa.binary()).cast(pa.string())})))
         if self.b_points:
             rows = list(self.b_points.values())
             ops.append(("sql", "DELETE FROM points WHERE point_hash IN (SELECT unnest($1))",
@@ -795,9 +786,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 }
 
 
-def _table(cols: _Cols) -> pa.Table:
+def _table(rows: _Rows) -> pa.Table:
     return pa.table({n: _array(v, ARROW_TYPES.get(n, pa.string()))
-                     for n, v in cols.cols.items()})
+                     for n, v in rows.columns().items()})
 
 
 def _array(values: list[Any], typ: pa.DataType | None = None) -> pa.Array:
@@ -939,13 +930,13 @@ def catch_up(
     try:
         while pos <= head and not failed:
             hi = min(head, pos + batch - 1)
-            notes = list(ledger.notifications(pos, hi, page=batch))
-            if not notes:
+            rows = list(ledger.rows(pos, hi, page=batch))  # plain tuples: no object per row
+            if not rows:
                 break
-            kept += proj.project(notes)
-            last = notes[-1].id
+            kept += proj.project(rows)
+            last = rows[-1][0]
             work.put((proj.prepare(), pos, last))
-            read += len(notes)
+            read += len(rows)
             pos = last + 1
     finally:
         work.put(None)

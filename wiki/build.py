@@ -26,6 +26,7 @@ import numpy as np
 from ..projections.index import open_index
 from . import narrative
 from .errors import WikiError
+from .graphs import graph_pages
 from .page import Page, link, to_html, to_markdown
 from .pages import FACETS, NAV, Snapshot, load, make_pages
 from .retrieve import corpus_docs
@@ -181,9 +182,16 @@ def _prune(root: Path, keep: set[Path], ext: str) -> int:
 
 def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
                 timings: dict[str, float], stats: dict[str, int],
-                extra_texts: list[str] = ()) -> list[Page]:
+                extra_texts: list[str] = (), extra_pages: list[Page] = ()) -> list[Page]:
     t = time.perf_counter()
     pages = make_pages(snap)
+    if extra_pages:
+        pages += extra_pages
+        home = next(p for p in pages if p.path == "index")
+        home.add("h", "Task graphs")
+        home.add("list", [f"{link('graphs/index', 'all task graphs')}"]
+                 + [f"{link(p.path, p.meta['graph'])} — {p.summary}"
+                    for p in extra_pages if p.kind == "graph"])
     timings["pages_s"] = time.perf_counter() - t
     t = time.perf_counter()
     add_related(pages, settings, wiki_dir, extra_texts)
@@ -217,7 +225,8 @@ def build(ws: Any, *, embeddings: bool = True, force: bool = False,
         corpus = [d.text for d in corpus_docs(s.con)] if settings.embeddings else []
         timings["load_s"] = time.perf_counter() - t
     report = BuildReport(snap.position, wiki_dir=str(wiki_dir), site_dir=str(site_dir))
-    pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus)
+    graphs = graph_pages(ws.ledger, snap.position, {t["task_id"] for t in snap.tasks})
+    pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus, graphs)
     t = time.perf_counter()
     keep_md, keep_html = set(), set()
     for p in pages:
