@@ -125,6 +125,8 @@ class EngineEvaluator:
                     if match is not None:
                         m["token_match"] = match
                     failed = int(m.get("failed", 0))
+                    if failed:
+                        eng.check(grace_s=2.0)  # failed requests: did the server die?
                     ok = m.get("completed", 0) > 0
                     say(f"run {i + 1}/{repeats}: {m.get('output_throughput', 0):.1f} tok/s, "
                         f"TTFT p50 {m.get('median_ttft_ms', float('nan')):.1f} ms, "

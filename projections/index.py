@@ -16,6 +16,8 @@ Dimensions are read defensively from event payloads (plain mappings): a missing 
 
 from __future__ import annotations
 
+import array
+import gc
 import os
 import queue
 import threading
@@ -23,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,14 @@ INDEX_SCHEMA_VERSION = 2
 SCHEMA_KEY = "index-schema"
 INDEX_NAME = "index.duckdb"
 LOCK_TIMEOUT_S = 120.0
-DEFAULT_BATCH = 20_000
+# Notifications per transaction. Large: a table's insert of a full row group (122,880 rows)
+# is written straight to the database file instead of the WAL, and each commit has a fixed
+# cost. Memory stays bounded by ~3 batches (one read, one queued, one being written).
+DEFAULT_BATCH = 200_000
+# During catch-up the WAL may grow this far before DuckDB checkpoints inside a COMMIT;
+# one CHECKPOINT at the end instead of one per batch (committed batches in the WAL are
+# durable and replayed on open, so exactly-once holds either way).
+CATCH_UP_CHECKPOINT_THRESHOLD = "4GB"
 
 # --- schema -----------------------------------------------------------------------------
 
@@ -83,7 +93,10 @@ CREATE TABLE IF NOT EXISTS events(
   position BIGINT, stream VARCHAR, version BIGINT, type VARCHAR, schema_version BIGINT,
   event_id VARCHAR, occurred_at TIMESTAMPTZ, actor_kind VARCHAR, actor_name VARCHAR,
   actor_model VARCHAR, task_id VARCHAR, block_id VARCHAR, command_id VARCHAR,
-  causation_id VARCHAR, payload VARCHAR);  -- JSON text (VARCHAR: no re-validation on insert)
+  causation_id VARCHAR,
+  -- JSON text (VARCHAR: no re-validation on insert). zstd: payloads repeat their keys, so
+  -- it stores them ~5x smaller than the default choice and costs half the insert time.
+  payload VARCHAR USING COMPRESSION zstd);
 CREATE TABLE IF NOT EXISTS points(
   name VARCHAR, position BIGINT, pinned_at TIMESTAMPTZ, point JSON,
   {_DIM_SQL});
@@ -444,6 +457,7 @@ class Projector:
         keep = self.b_events.append
         handlers = _HANDLERS
         bookkeeping = BOOKKEEPING_TYPES
+        versions = {t: EVENT_TYPES[t].SCHEMA_VERSION for t in handlers}
         for row in rows:
             topic = row[3]
             if topic in bookkeeping:
@@ -463,7 +477,7 @@ class Projector:
             if not isinstance(d, dict):
                 raise ProjectionError(f"corrupt payload of {topic} at position {pos}: "
                                       "not an object")
-            if d.get("_v", 1) != EVENT_TYPES[topic].SCHEMA_VERSION:
+            if d.get("_v", 1) != versions[topic]:
                 # An older schema: upcast through the ledger's own codec, then project.
                 ev_obj = codec.decode(str(row[1]), row[2], topic, bytes(state))
                 d = ev_obj.model_dump(mode="json")
@@ -696,7 +710,7 @@ class Projector:
             ops.append(("events", pa.table({
                 "position": pa.array(pos, pa.int64()), "stream": pa.array(stream, pa.string()),
                 "version": pa.array(version, pa.int64()), "type": pa.array(typ, pa.string()),
-                "payload": pa.array(state, pa.binary()).cast(pa.string())})))
+                "payload": _text_array(state)})))
         if self.b_points:
             rows = list(self.b_points.values())
             ops.append(("sql", "DELETE FROM points WHERE point_hash IN (SELECT unnest($1))",
@@ -797,6 +811,19 @@ def _array(values: list[Any], typ: pa.DataType | None = None) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         # Mixed types in one column (e.g. an int where text was expected): keep as text.
         return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
+def _text_array(values: tuple[bytes, ...]) -> pa.Array:
+    """UTF-8 payloads as one Arrow string array, built from one joined buffer and their
+    offsets (8x cheaper than converting object by object), then validated."""
+    offsets = array.array("q", accumulate(map(len, values), initial=0))
+    arr = pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets),
+                                           pa.py_buffer(b"".join(values)))
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise ProjectionError(f"payload is not UTF-8 text: {e}") from None
+    return arr
 
 
 def _rows_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -901,6 +928,7 @@ def catch_up(
     Pipelined: this thread reads and projects batch N+1 (Python) while a writer thread
     inserts and commits batch N (DuckDB, which releases the GIL). Batches commit strictly
     in order; the first failure stops the run and is raised here, after the writer ends.
+    After the last batch, one CHECKPOINT (counted in the result's time).
     """
     t0 = time.perf_counter()
     start = tracked_position(con)
@@ -924,6 +952,12 @@ def catch_up(
                 failed.append(e)
 
     thread = threading.Thread(target=writer, name="index-writer", daemon=True)
+    (threshold,) = con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    con.execute(f"SET checkpoint_threshold = '{CATCH_UP_CHECKPOINT_THRESHOLD}'")
+    # The batch is hundreds of thousands of short-lived tuples and dicts with no cycles:
+    # the cyclic collector would rescan them over and over (~25% of the projecting time).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     thread.start()
     read = kept = 0
     pos = start + 1
@@ -941,8 +975,12 @@ def catch_up(
     finally:
         work.put(None)
         thread.join()
+        if gc_was_enabled:
+            gc.enable()
+        con.execute(f"SET checkpoint_threshold = '{threshold}'")
     if failed:
         raise failed[0]
+    con.execute("CHECKPOINT")
     return CatchUpResult(read, kept, committed[0], time.perf_counter() - t0, committed[1])
 
 

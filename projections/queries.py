@@ -6,6 +6,7 @@ caught up); the `*_ws` wrappers open, catch up and query in one locked step for 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,9 +143,12 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Subject:
 def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
     """Two subjects side by side: the dimensions that differ, each metric's medians with
     the delta, and the gate verdicts of the verifications covering each side."""
-    sa, sb = resolve(con, a), resolve(con, b)
-    dims_a, dims_b = _dims(con, sa), _dims(con, sb)
-    ma, mb = _metrics(con, sa), _metrics(con, sb)
+    # The two sides are independent read-only queries: side b runs on its own cursor in a
+    # second thread (DuckDB releases the GIL), so a compare costs about one side's time.
+    with ThreadPoolExecutor(1) as pool, con.cursor() as cur:
+        fb = pool.submit(_side, cur, b)
+        sa, dims_a, ma, gates_a = _side(con, a)
+        sb, dims_b, mb, gates_b = fb.result()
     differ = [{"dimension": d, "a": dims_a[d], "b": dims_b[d]} for d in COMPARE_DIMS
               if dims_a[d] != dims_b[d]]
     same = {d: dims_a[d] for d in COMPARE_DIMS if dims_a[d] == dims_b[d] and dims_a[d]}
@@ -166,8 +170,15 @@ def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
         "differing_dimensions": differ,
         "same_dimensions": same,
         "metrics": metrics,
-        "gates": {"a": _gates(con, sa), "b": _gates(con, sb)},
+        "gates": {"a": gates_a, "b": gates_b},
     }
+
+
+def _side(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Subject, dict[str, str | None],
+                                                            dict[str, tuple[float | None, int]],
+                                                            list[dict[str, Any]]]:
+    s = resolve(con, text)
+    return s, _dims(con, s), _metrics(con, s), _gates(con, s)
 
 
 def _dims(con, s: Subject) -> dict[str, str | None]:

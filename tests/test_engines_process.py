@@ -96,7 +96,8 @@ def test_crash_mid_run_is_a_clear_error(tmp_path):
                     request_json("GET", url + "/model_info", timeout=5)
                     seen += 1
                 except HarnessError:
-                    server.check()  # the request failed: is the server still there?
+                    # The request failed: is the server still there? (It may be dying.)
+                    server.check(grace_s=5)
                     raise
                 if seen == 3:
                     os.kill(server.pid, signal.SIGKILL)

@@ -158,8 +158,8 @@ class RunningEngine(ABC):
     def stop_profile(self) -> JSON:
         raise NotSupported(f"{self.engine} engine at {self.base_url}: no profiler")
 
-    def check(self) -> None:  # noqa: B027 - optional: endpoints without a process
-        """Raise HarnessError if the server is gone."""
+    def check(self, grace_s: float = 0.0) -> None:  # noqa: B027 - endpoints without a process
+        """Raise HarnessError if the server is gone (waiting up to `grace_s` for a dying one)."""
 
     def stop(self, reason: str = "teardown") -> None:  # noqa: B027 - optional, see check
         """Stop the server (idempotent). No-op for endpoints we did not start."""
@@ -262,8 +262,8 @@ class ManagedEngine(RunningEngine):
     def pid(self) -> int | None:
         return self.server.pid
 
-    def check(self) -> None:
-        self.server.check()
+    def check(self, grace_s: float = 0.0) -> None:
+        self.server.check(grace_s)
 
     def stop(self, reason: str = "teardown") -> None:
         if self._stopped:

@@ -56,7 +56,7 @@ class ExternalRunning(RunningEngine, SGLangClient):
             raise HarnessError(f"{self.base_url}/v1/models: no model listed; set 'model' in the "
                                "external engine config") from None
 
-    def check(self) -> None:
+    def check(self, grace_s: float = 0.0) -> None:
         self._models()
 
     def describe(self) -> dict[str, Any]:

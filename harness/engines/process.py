@@ -208,11 +208,19 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def check(self) -> None:
-        """Raise a HarnessError with the log tail if the server is no longer running."""
+    def check(self, grace_s: float = 0.0) -> None:
+        """Raise a HarnessError with the log tail if the server is no longer running.
+
+        `grace_s`: after a failed request, the server may be dying but not yet reaped (a
+        connection reset arrives before the exit status); wait up to this long for it."""
         if self.proc is None:
             raise HarnessError(f"{self.name}: not started")
         code = self.proc.poll()
+        if code is None and grace_s > 0:
+            try:
+                code = self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                code = None
         if code is not None:
             self.exit_code = code
             raise HarnessError(self._died_message("while running"))
