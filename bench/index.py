@@ -229,6 +229,11 @@ def main() -> None:
     n = sum(1 for _ in ws.ledger.notifications(1, page=args.batch))
     raw_s = time.perf_counter() - t
     print(f"raw notification read: {n} in {raw_s:.2f}s = {n / raw_s:,.0f}/s")
+    t = time.perf_counter()
+    nr = sum(1 for _ in ws.ledger.rows(1, page=I.DEFAULT_BATCH))
+    rows_s = time.perf_counter() - t
+    print(f"raw row read (`Ledger.rows`, what catch-up reads): {nr} in {rows_s:.2f}s = "
+          f"{nr / rows_s:,.0f}/s")
 
     # 2. catch-up into a fresh index
     for p in (I.index_path(home), Path(str(I.index_path(home)) + ".wal")):
@@ -238,7 +243,9 @@ def main() -> None:
     con.execute("SET threads = 2")
     r = I.catch_up(con, ws.ledger, batch=args.batch)
     print(f"catch-up: {r.events} notifications ({r.projected} events) in {r.seconds:.2f}s = "
-          f"{r.rate:,.0f} events/s; {r.rate / (n / raw_s):.2f}x of the raw read rate")
+          f"{r.rate:,.0f} events/s; {r.rate / (n / raw_s):.2f}x of the raw notification read "
+          f"rate, {r.rate / (nr / rows_s):.2f}x of the raw row read rate; load average "
+          f"{os.getloadavg()[0]:.1f}")
     counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
               for t in ("measurements", "tasks", "decisions", "handoffs")}
     print(f"rows: {counts}")
@@ -262,7 +269,7 @@ def main() -> None:
         ct.append(time.perf_counter() - t)
     print(f"filter: p50 {statistics.median(ft) * 1e3:.1f} ms, p90 {pct(ft, .9) * 1e3:.1f} ms; "
           f"compare: p50 {statistics.median(ct) * 1e3:.1f} ms, p90 {pct(ct, .9) * 1e3:.1f} ms "
-          f"({args.queries} calls each)")
+          f"({args.queries} calls each; load average {os.getloadavg()[0]:.1f})")
     con.close()
 
     if args.no_wiki:

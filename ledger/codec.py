@@ -264,9 +264,10 @@ class _Gen:
         checks = [c for c in checks if c[1] != "True"]
         plain = {n: t for n, tp in forms.items()
                  if not memo[n] and (t := _plain_types(tp)) is not None}
+        every = self.const(frozenset(allowed))
         lines = ["def check(p):", "    keys = p.keys()",
-                 f"    if not (keys <= {self.const(frozenset(allowed))} and "
-                 f"{self.const(frozenset(required))} <= keys):",
+                 f"    if not (keys == {every} or (keys <= {every} and "
+                 f"{self.const(frozenset(required))} <= keys)):",
                  "        return False"]
         if version is not None:
             lines += [f"    v = p[{VERSION_KEY!r}]",
@@ -340,7 +341,8 @@ def _str_only(tp: Any) -> bool:
     return False
 
 
-def _never(payload: dict[str, Any]) -> bool:
+def never(payload: dict[str, Any]) -> bool:
+    """The check of a type the strict check cannot express: always decode in full."""
     return False
 
 
@@ -348,22 +350,30 @@ def _build_check(cls: type[Event]) -> Callable[[dict[str, Any]], bool]:
     try:
         return _Gen().check(cls, cls.SCHEMA_VERSION)
     except _Unsupported:
-        return _never
+        return never
 
 
 _CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {}
 
 
-def load_current(topic: str, state: bytes) -> dict[str, Any] | None:
-    """The stored payload as a dict (with `"_v"`) when validation would accept it unchanged
-    as a current-version `topic` event; None otherwise, and then `decode` decides (it
-    upcasts, coerces lax forms, or raises the error naming stream and version)."""
+def current_check(topic: str) -> Callable[[dict[str, Any]], bool] | None:
+    """The check `load_current` applies to a parsed payload of `topic` (None: unknown type)."""
     check = _CHECKS.get(topic)
     if check is None:
         cls = EVENT_TYPES.get(topic)
         if cls is None:
             return None
         check = _CHECKS[topic] = _build_check(cls)
+    return check
+
+
+def load_current(topic: str, state: bytes) -> dict[str, Any] | None:
+    """The stored payload as a dict (with `"_v"`) when validation would accept it unchanged
+    as a current-version `topic` event; None otherwise, and then `decode` decides (it
+    upcasts, coerces lax forms, or raises the error naming stream and version)."""
+    check = current_check(topic)
+    if check is None:
+        return None
     try:
         payload = orjson.loads(state)
     except orjson.JSONDecodeError:

@@ -209,7 +209,7 @@ def _reopened(s: TaskState, p: dict[str, Any]) -> None:
     s.exit_state = s.exit_reason = None
 
 
-_PAYLOAD_FOLDS = {
+PAYLOAD_FOLDS = {
     E.TaskDefined.TYPE: _defined,
     E.LoopBlockStarted.TYPE: _block_started,
     E.MeasurementRecorded.TYPE: _measured,
@@ -229,7 +229,7 @@ def apply_payload(state: TaskState, topic: str, payload: dict[str, Any]) -> Task
     (a known, current-version, exactly typed payload); gives the same state as
     `apply(state, decode(...))`. Other known types only advance the version, as in `apply`."""
     state.__dict__["version"] += 1
-    fold = _PAYLOAD_FOLDS.get(topic)
+    fold = PAYLOAD_FOLDS.get(topic)
     if fold is not None:
         fold(state, payload)
     return state

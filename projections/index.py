@@ -370,7 +370,7 @@ _EVENTS_INSERT = (
     + ", ".join(f"'{path}'" for _, path in _ENVELOPE) + "]) AS j FROM _batch_events)")
 _MEAS_EV_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "run_id",
                  "source", "repeat", "success", "candidate", "candidate_key",
-                 "repo_snapshot", *DIM_NAMES]
+                 "repo_snapshot"]  # + DIM_NAMES, by reference to the batch's distinct dims
 _BLOCK_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "block_index",
                "sub_goal", "model_tier", "agent_topology", "executor", "routing", "candidate",
                "candidate_key"]
@@ -437,6 +437,10 @@ class Projector:
         self.b_blocks = _Rows(_BLOCK_COLS)
         self.b_tools = _Rows(_TOOL_COLS)
         self.b_meas = _Rows(_MEAS_EV_COLS)
+        # Runs share their task's dimensions: each run keeps an index into the batch's
+        # distinct dimension tuples, expanded by Arrow's `take` (no per-run Python work).
+        self.b_meas_dims: list[int] = []
+        self.b_dims_index: dict[tuple, int] = {}
         self.b_metric: list[str] = []
         self.b_value: list[float | None] = []
         self.b_moff: list[int] = []
@@ -649,7 +653,11 @@ class Projector:
         self.b_meas.append((pos, get("event_id"), get("occurred_at"), tid, get("block_id"),
                             get("run_id"), get("source"), _int(get("repeat")),
                             bool(get("success", True)), ckey, ckey,
-                            _repo_snapshot(digests), *dims))
+                            _repo_snapshot(digests)))
+        i = self.b_dims_index.get(dims)
+        if i is None:
+            i = self.b_dims_index[dims] = len(self.b_dims_index)
+        self.b_meas_dims.append(i)
         self.b_moff.append(len(self.b_metric))
         metrics = get("metrics") or {}
         self.b_metric.extend(metrics)
@@ -739,8 +747,13 @@ class Projector:
             offsets = pa.array(self.b_moff + [len(self.b_metric)], pa.int32())
             metrics = pa.MapArray.from_arrays(offsets, pa.array(self.b_metric, pa.string()),
                                               pa.array(self.b_value, pa.float64()))
-            ops.append(("insert", "measurement_runs",
-                        _table(self.b_meas).append_column("metrics", metrics)))
+            tbl = _table(self.b_meas)
+            distinct = _Rows(DIM_NAMES)
+            distinct.rows.extend(self.b_dims_index)  # insertion order = index order
+            take = pa.array(self.b_meas_dims, pa.int32())
+            for name, arr in zip(DIM_NAMES, _table(distinct).columns, strict=True):
+                tbl = tbl.append_column(name, arr.take(take))
+            ops.append(("insert", "measurement_runs", tbl.append_column("metrics", metrics)))
         return ops
 
     def write(self) -> None:

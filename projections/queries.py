@@ -204,17 +204,18 @@ def _metrics(con, s: Subject) -> dict[str, tuple[float | None, int]]:
 def _gates(con, s: Subject) -> list[dict[str, Any]]:
     """Gates of the latest verification of each (task, block) the subject's measurements
     come from."""
+    # Joined on positions (integers, ordered: zone maps prune) rather than event ids; a
+    # verification's gate rows carry its position.
     rows = con.execute(
         f"""
-        WITH scope AS (SELECT DISTINCT task_id, block_id FROM valid_runs
-                       WHERE {s.where}),
-             latest AS (SELECT v.task_id, v.block_id, arg_max(v.event_id, v.position) vid,
-                               arg_max(v.verdict, v.position) verdict
-                        FROM verifications v JOIN scope USING (task_id, block_id)
+        WITH scope AS (SELECT DISTINCT task_id, block_id FROM valid_runs WHERE {s.where}),
+             latest AS (SELECT v.task_id, v.block_id, max(v.position) vpos
+                        FROM verifications v SEMI JOIN scope USING (task_id, block_id)
                         GROUP BY ALL)
-        SELECT l.task_id, l.block_id, l.verdict, g.gate, g.metric, g.verdict, g.observed,
+        SELECT l.task_id, l.block_id, v.verdict, g.gate, g.metric, g.verdict, g.observed,
                g.threshold, g.reason
-        FROM latest l LEFT JOIN gate_verdicts g ON g.verification_id = l.vid
+        FROM latest l JOIN verifications v ON v.position = l.vpos
+        LEFT JOIN gate_verdicts g ON g.position = l.vpos AND g.verification_id = v.event_id
         ORDER BY l.task_id, l.block_id, g.gate""", s.params).fetchall()
     keys = ["task_id", "block_id", "verification", "gate", "metric", "verdict", "observed",
             "threshold", "reason"]
@@ -235,7 +236,7 @@ def filter_measurements(con: duckdb.DuckDBPyConnection, *, limit: int | None = 1
     flag matches (AND) and, within a flag, any of its values matches (OR). Text matches
     ignore case."""
     where, params = ["TRUE"], []
-    metric_where, metric_params = "TRUE", []
+    entries, metric_params = "map_entries(metrics)", []
     for flag, values in criteria.items():
         if flag not in FILTER_COLUMNS:
             raise ProjectionError(f"filter: unknown criterion {flag!r} "
@@ -244,22 +245,23 @@ def filter_measurements(con: duckdb.DuckDBPyConnection, *, limit: int | None = 1
             continue
         lowered = [str(v).lower() for v in values]
         if flag == "metric":
-            metric_where, metric_params = "list_contains(?, lower(kv.key))", [lowered]
+            # Drop unwanted metrics inside each run's list, before unnest and grouping.
+            entries = "list_filter(map_entries(metrics), lambda e: list_contains(?, lower(e.key)))"
+            metric_params = [lowered]
             continue
         where.append(f"list_contains(?, lower(CAST({FILTER_COLUMNS[flag]} AS VARCHAR)))")
         params.append(lowered)
-    # Dimension predicates on the runs first, then explode only the matching metric maps.
+    # Dimension predicates on the runs first, then explode only the matching metric entries.
     sql = f"""
         SELECT task_id, block_id, candidate_key AS candidate, model, task_type, accelerator,
                engine, runtime_profile, kv.key AS metric, count(kv.value) AS n,
                median(kv.value) AS median, min(kv.value) AS min, max(kv.value) AS max
         FROM (SELECT task_id, block_id, candidate_key, model, task_type, accelerator, engine,
-                     runtime_profile, unnest(map_entries(metrics)) AS kv
+                     runtime_profile, unnest({entries}) AS kv
               FROM valid_runs WHERE {' AND '.join(where)})
-        WHERE {metric_where}
         GROUP BY ALL ORDER BY task_id, block_id, candidate, metric
         {f'LIMIT {int(limit)}' if limit else ''}"""
-    rel = con.execute(sql, params + metric_params)
+    rel = con.execute(sql, metric_params + params)  # placeholders in text order
     return Table([d[0] for d in rel.description], rel.fetchall())
 
 

@@ -15,7 +15,7 @@ from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.errors import CorruptEventError, UnknownEventError
 from infer_forge.ledger.replay import replay_task
-from infer_forge.ledger.state import TaskState, apply, fingerprint
+from infer_forge.ledger.state import TaskState, apply, apply_payload, fingerprint
 from infer_forge.ledger.store import Ledger, task_stream
 from infer_forge.ledger.workspace import init_workspace
 
@@ -113,6 +113,11 @@ def test_fast_replay_equals_full_validation_at_every_position(home):
         full = replay_task(ledger, "t1")
         assert fingerprint(full) == fingerprint(_full_fold(ledger, "task:t1"))
         assert full.model_dump() == _full_fold(ledger, "task:t1").model_dump()
+        by_payload = TaskState()  # the public dict fold, row by row
+        for _p, _v, topic, raw in rows:
+            apply_payload(by_payload, topic, codec.load_current(topic, raw))
+        by_payload.last_position = rows[-1][0]
+        assert fingerprint(by_payload) == fingerprint(full)
         for pos, *_ in rows:
             assert fingerprint(replay_task(ledger, "t1", until=pos)) == fingerprint(
                 _full_fold(ledger, "task:t1", pos))
