@@ -84,15 +84,30 @@ class Subject:
     params: list[Any]
     note: str = ""
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (task_id, block_id)
+    runs: str = "valid_runs"  # the relation of valid runs to query (see `valid_runs`)
 
 
 def _exists(con, sql: str, params: list[Any]) -> bool:
     return con.execute(sql, params).fetchone() is not None
 
 
-def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Subject:
+def valid_runs(con: duckdb.DuckDBPyConnection) -> str:
+    """The cheapest relation equal to the `valid_runs` view: with no invalidation recorded
+    (the common case) it is the successful runs, without the view's anti-join."""
+    (n,) = con.execute("SELECT count(*) FROM invalidations").fetchone()
+    return "valid_runs" if n else "(SELECT * FROM measurement_runs WHERE success)"
+
+
+def resolve(con: duckdb.DuckDBPyConnection, text: str, runs: str | None = None) -> Subject:
     """A task id, a block (`task/block`), a runtime profile (`service@rev`) or a point hash
     (prefix of at least 8 characters, with or without `sha256:`)."""
+    runs = valid_runs(con) if runs is None else runs
+    s = _resolve(con, text, runs)
+    s.runs = runs
+    return s
+
+
+def _resolve(con: duckdb.DuckDBPyConnection, text: str, runs: str) -> Subject:
     if _exists(con, "SELECT 1 FROM tasks WHERE task_id = ?", [text]):
         # A task is represented by its deliverable: the accepted block, else its last block
         # with measurements.
@@ -116,7 +131,7 @@ def resolve(con: duckdb.DuckDBPyConnection, text: str) -> Subject:
                        [task, block]):
                 return Subject(text, "block", "task_id = ? AND block_id = ?", [task, block])
     if _exists(con, "SELECT 1 FROM measurement_runs WHERE runtime_profile = ? LIMIT 1", [text]):
-        base = _exists(con, "SELECT 1 FROM valid_runs WHERE runtime_profile = ? "
+        base = _exists(con, f"SELECT 1 FROM {runs} WHERE runtime_profile = ? "
                             "AND candidate_key = '{}' LIMIT 1", [text])
         if base:
             return Subject(text, "profile", "runtime_profile = ? AND candidate_key = '{}'",
@@ -145,9 +160,10 @@ def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
     the delta, and the gate verdicts of the verifications covering each side."""
     # The two sides are independent read-only queries: side b runs on its own cursor in a
     # second thread (DuckDB releases the GIL), so a compare costs about one side's time.
+    runs = valid_runs(con)
     with ThreadPoolExecutor(1) as pool, con.cursor() as cur:
-        fb = pool.submit(_side, cur, b)
-        sa, dims_a, ma, gates_a = _side(con, a)
+        fb = pool.submit(_side, cur, b, runs)
+        sa, dims_a, ma, gates_a = _side(con, a, runs)
         sb, dims_b, mb, gates_b = fb.result()
     differ = [{"dimension": d, "a": dims_a[d], "b": dims_b[d]} for d in COMPARE_DIMS
               if dims_a[d] != dims_b[d]]
@@ -174,17 +190,19 @@ def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
     }
 
 
-def _side(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Subject, dict[str, str | None],
-                                                            dict[str, tuple[float | None, int]],
-                                                            list[dict[str, Any]]]:
-    s = resolve(con, text)
+_Side = tuple[Subject, dict[str, str | None], dict[str, tuple[float | None, int]],
+              list[dict[str, Any]]]
+
+
+def _side(con: duckdb.DuckDBPyConnection, text: str, runs: str) -> _Side:
+    s = resolve(con, text, runs)
     return s, _dims(con, s), _metrics(con, s), _gates(con, s)
 
 
 def _dims(con, s: Subject) -> dict[str, str | None]:
     # DISTINCT rows, then per-dimension value sets in Python (cheaper than 18 string_aggs).
     cols = ", ".join(COMPARE_DIMS)
-    rows = con.execute(f"SELECT DISTINCT {cols} FROM valid_runs WHERE {s.where}",
+    rows = con.execute(f"SELECT DISTINCT {cols} FROM {s.runs} WHERE {s.where}",
                        s.params).fetchall()
     out: dict[str, str | None] = {}
     for i, d in enumerate(COMPARE_DIMS):
@@ -196,7 +214,7 @@ def _dims(con, s: Subject) -> dict[str, str | None]:
 def _metrics(con, s: Subject) -> dict[str, tuple[float | None, int]]:
     # Unnest only the subject's runs (filter first, then explode the metric maps).
     rows = con.execute(f"SELECT kv.key, median(kv.value), count(kv.value) FROM "
-                       f"(SELECT unnest(map_entries(metrics)) kv FROM valid_runs "
+                       f"(SELECT unnest(map_entries(metrics)) kv FROM {s.runs} "
                        f"WHERE {s.where}) GROUP BY 1", s.params).fetchall()
     return {m: (v, n) for m, v, n in rows}
 
@@ -208,7 +226,7 @@ def _gates(con, s: Subject) -> list[dict[str, Any]]:
     # verification's gate rows carry its position.
     rows = con.execute(
         f"""
-        WITH scope AS (SELECT DISTINCT task_id, block_id FROM valid_runs WHERE {s.where}),
+        WITH scope AS (SELECT DISTINCT task_id, block_id FROM {s.runs} WHERE {s.where}),
              latest AS (SELECT v.task_id, v.block_id, max(v.position) vpos
                         FROM verifications v SEMI JOIN scope USING (task_id, block_id)
                         GROUP BY ALL)
@@ -258,7 +276,7 @@ def filter_measurements(con: duckdb.DuckDBPyConnection, *, limit: int | None = 1
                median(kv.value) AS median, min(kv.value) AS min, max(kv.value) AS max
         FROM (SELECT task_id, block_id, candidate_key, model, task_type, accelerator, engine,
                      runtime_profile, unnest({entries}) AS kv
-              FROM valid_runs WHERE {' AND '.join(where)})
+              FROM {valid_runs(con)} WHERE {' AND '.join(where)})
         GROUP BY ALL ORDER BY task_id, block_id, candidate, metric
         {f'LIMIT {int(limit)}' if limit else ''}"""
     rel = con.execute(sql, metric_params + params)  # placeholders in text order

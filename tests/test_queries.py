@@ -123,3 +123,26 @@ def test_bad_sql_one_line_nonzero_index_untouched(built, bad, needle):
     assert err.startswith("Error: ") and needle in err and "\n" not in err, err
     with I.open_index(built, update=False) as s:
         assert I.fingerprint(s.con) == before
+
+
+def test_invalidated_runs_leave_compare_and_filter(built):
+    """With an invalidation recorded, queries go through the `valid_runs` anti-join (with
+    none they read the successful runs directly): the invalidated run no longer counts."""
+    from infer_forge.ledger import events as E
+    from infer_forge.ledger.store import task_stream
+
+    before = Q.compare_ws(built, "tune-tiny-cpu/b1", "tune-tiny-cpu/b2")
+    nb = {x["metric"]: x["b_n"] for x in before["metrics"]}
+    rows = [r for r in built.ledger.log(types=["MeasurementRecorded"])
+            if r.event.task_id == "tune-tiny-cpu" and r.event.block_id == "b2"]
+    built.ledger.append(task_stream("tune-tiny-cpu"), [E.MeasurementInvalidated(
+        measurement_event_id=rows[0].event.event_id, reason="noisy neighbour",
+        task_id="tune-tiny-cpu", block_id="b2", actor=E.Actor.tool("forge-test"))])
+    after = Q.compare_ws(built, "tune-tiny-cpu/b1", "tune-tiny-cpu/b2")
+    na = {x["metric"]: x["b_n"] for x in after["metrics"]}
+    assert na == {m: n - 1 for m, n in nb.items()} and nb["output_throughput"] >= 2
+    n = {(r["block_id"], r["metric"]): r["n"] for r in Q.filter_ws(
+        built, task=["tune-tiny-cpu"], metric=["output_throughput"]).records()}
+    assert n[("b2", "output_throughput")] == na["output_throughput"]
+    with I.open_index(built) as s:
+        assert Q.valid_runs(s.con) == "valid_runs"
