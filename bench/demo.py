@@ -24,7 +24,7 @@ PHASES = (
     ("launching hf engine", "engine start"),
     ("warming up", "warm-up"),
     ("collecting greedy outputs", "greedy outputs (token match)"),
-    ("run 1/", "benchmark runs"),
+    ("benchmarking:", "benchmark runs"),
     ("saved b", "ledger saves + gates"),
     ("engine run failed", "engine failure"),
     ("exited", "exit"),

@@ -117,6 +117,8 @@ class EngineEvaluator:
                                                  max_tokens=self.greedy_max_tokens, engine=name)
                 meta["outputs_digest"] = self.ws.artifacts.put(outputs_jsonl(outputs))
                 match = self._token_match(outputs, ctx.baseline)
+                say(f"benchmarking: {repeats} runs of {len(self._prompts)} requests at "
+                    f"concurrency {t.concurrency or 'unbounded'}")
                 for i in range(repeats):
                     eng.check()
                     res = run_bench(cfg, self._prompts)
