@@ -31,28 +31,19 @@ import zlib
 from pathlib import Path
 
 from infer_forge.harness.bench import BenchConfig, run_bench
-from infer_forge.harness.datasets import Prompt, load_tokenizer, random_prompts
+from infer_forge.harness.datasets import (
+    Prompt,
+    load_tokenizer,
+    random_prompts,
+    small_bpe_tokenizer,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def make_tokenizer(out: Path) -> Path:
-    """The same small byte-level BPE the tests use (trained offline in ~0.1 s)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    corpus = ["The quick brown fox jumps over the lazy dog.",
-              "Lorem ipsum dolor sit amet, consectetur adipiscing elit.",
-              "def f(x): return x * 2 + 1", "Water boils at 100 degrees Celsius."] * 50
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<s>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(str(out))
-    return out
+    """The same small byte-level BPE the tests use."""
+    return small_bpe_tokenizer(out)
 
 
 class Server:

@@ -181,3 +181,25 @@ def build_prompts(dataset: str, *, tokenizer_dir: str | Path | None = None,
             raise HarnessError("dataset 'custom' needs --dataset-path FILE.jsonl")
         return custom_prompts(dataset_path, tok, output_len, limit=num_prompts)
     raise HarnessError(f"unknown dataset {dataset!r} (random, shared-prefix, custom)")
+
+
+def small_bpe_tokenizer(out: str | Path) -> Path:
+    """A small byte-level BPE tokenizer (vocab 400) trained offline in ~0.1 s and saved as a
+    fast tokenizer in `out`: enough for prompts of exact token lengths against the scripted
+    server (tests and the client benchmark), without pulling a model."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["The quick brown fox jumps over the lazy dog.",
+              "Lorem ipsum dolor sit amet, consectetur adipiscing elit.",
+              "def f(x): return x * 2 + 1", "Water boils at 100 degrees Celsius."] * 50
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    out = Path(out)
+    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(str(out))
+    return out

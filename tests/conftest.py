@@ -62,22 +62,9 @@ def run_forge(*args: str, home: Path | None = None, input: str | None = None,
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """A small byte-level BPE tokenizer directory (trained here, offline, in ~0.1 s)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from infer_forge.harness.datasets import small_bpe_tokenizer
 
-    corpus = ["The quick brown fox jumps over the lazy dog.",
-              "Lorem ipsum dolor sit amet, consectetur adipiscing elit.",
-              "def f(x): return x * 2 + 1", "Water boils at 100 degrees Celsius."] * 50
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<s>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    out = tmp_path_factory.mktemp("tinytok")
-    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(str(out))
-    return out
+    return small_bpe_tokenizer(tmp_path_factory.mktemp("tinytok"))
 
 
 @pytest.fixture

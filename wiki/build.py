@@ -33,7 +33,7 @@ from .retrieve import corpus_docs
 from .search_page import SEARCH_HTML
 
 STATE = "_state.json"
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # bump when page generation changes: existing wikis rebuild (2: graph pages)
 RELATED_K = 5
 DIM_BONUS = 0.05  # added to the cosine similarity per shared dimension
 MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims")
