@@ -44,6 +44,22 @@ def workspace(forge_home):
     ws.close()
 
 
+def insert_raw_event(home: Path, stream: str, version: int, topic: str, state: bytes) -> int:
+    """Write a stored-event row straight into the SQLite ledger, bypassing the store: how the
+    tests plant unknown, corrupt or old-version events. Returns its position."""
+    import sqlite3
+
+    conn = sqlite3.connect(home / "ledger.sqlite")
+    try:
+        cur = conn.execute(
+            "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
+            "VALUES (?, ?, ?, ?)", (stream, version, topic, state))
+        conn.commit()
+        return cur.lastrowid
+    finally:
+        conn.close()
+
+
 def run_forge(*args: str, home: Path | None = None, input: str | None = None,
               env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess."""

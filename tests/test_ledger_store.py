@@ -29,7 +29,7 @@ from infer_forge.ledger.state import fingerprint
 from infer_forge.ledger.store import Append, Ledger, task_stream
 from infer_forge.ledger.workspace import init_workspace
 
-from .conftest import run_forge
+from .conftest import insert_raw_event, run_forge
 
 WRITER = Path(__file__).parent / "helpers" / "ledger_writer.py"
 
@@ -192,16 +192,6 @@ def test_held_write_lock_gives_one_line_busy_error_while_reads_continue(home):
 # --- unknown and corrupt events ------------------------------------------------------------------
 
 
-def _insert_raw(home: Path, stream: str, version: int, topic: str, state: bytes) -> int:
-    conn = sqlite3.connect(db_file(home))
-    try:
-        cur = conn.execute(
-            "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
-            "VALUES (?, ?, ?, ?)", (stream, version, topic, state))
-        conn.commit()
-        return cur.lastrowid
-    finally:
-        conn.close()
 
 
 def _valid_state(event: E.Event) -> bytes:
@@ -236,7 +226,7 @@ def test_unknown_or_corrupt_event_fails_loudly_and_check_reports_it(home, topic,
     elif state == "bad-actor":
         state = orjson.dumps({**good, "actor": {"kind": "system", "name": "forge", "x": 1},
                               "_v": 1})
-    pos = _insert_raw(home, "task:t1", 3, topic, state)
+    pos = insert_raw_event(home, "task:t1", 3, topic, state)
 
     with Ledger.open(home) as ledger:
         with pytest.raises(error) as exc:
@@ -268,7 +258,7 @@ def test_check_reports_partial_saves_and_unmarked_events(home):
                  "AND originator_version=3")
     conn.commit()
     conn.close()
-    _insert_raw(home, "task:t2", 3, "MeasurementRecorded", _valid_state(measurement(9, "t2")))
+    insert_raw_event(home, "task:t2", 3, "MeasurementRecorded", _valid_state(measurement(9, "t2")))
     check = run_forge("check", "--json", home=home)
     assert check.returncode == 1
     problems = json.loads(check.stdout)["problems"]
@@ -282,7 +272,7 @@ def test_check_reports_partial_saves_and_unmarked_events(home):
 
 def test_event_newer_than_the_code_is_an_error(home):
     state = orjson.dumps({**orjson.loads(_valid_state(measurement(1))), "_v": 9})
-    _insert_raw(home, "task:t1", 1, "MeasurementRecorded", state)
+    insert_raw_event(home, "task:t1", 1, "MeasurementRecorded", state)
     with Ledger.open(home) as ledger, pytest.raises(UnknownEventError, match="newer"):
         ledger.stream_log("task:t1")
 
@@ -311,7 +301,7 @@ def test_old_event_version_upcasts_on_replay(home):
     v1 = WidgetTimed(seconds=0, unit="s").model_dump(mode="json")
     del v1["seconds"], v1["unit"]
     v1 = {**v1, "millis": 1500, "_v": 1}
-    _insert_raw(home, "widget", 1, "TestOnlyWidgetTimed", orjson.dumps(v1))
+    insert_raw_event(home, "widget", 1, "TestOnlyWidgetTimed", orjson.dumps(v1))
     with Ledger.open(home) as ledger:
         ledger.append("widget", [WidgetTimed(seconds=2.0, unit="s")])
         events = [r.event for r in ledger.stream_log("widget")]
@@ -323,7 +313,7 @@ def test_old_event_version_upcasts_on_replay(home):
         raw = ledger.stream_rows("widget")[1][3]
         assert raw.endswith(b',"_v":2}')
     # An upcaster that cannot lift a payload is a corrupt event, not a crash.
-    _insert_raw(home, "widget", 3, "TestOnlyWidgetTimed",
+    insert_raw_event(home, "widget", 3, "TestOnlyWidgetTimed",
                 orjson.dumps({**{k: v for k, v in v1.items() if k != "millis"}}))
     with Ledger.open(home) as ledger, pytest.raises(CorruptEventError, match="version 3"):
         ledger.stream_log("widget")

@@ -5,8 +5,6 @@ errors naming stream and version."""
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
 from uuid import uuid4
 
 import orjson
@@ -18,6 +16,8 @@ from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.state import TaskState, apply, apply_payload, fingerprint
 from infer_forge.ledger.store import Ledger, task_stream
 from infer_forge.ledger.workspace import init_workspace
+
+from .conftest import insert_raw_event
 
 AGENT = E.Actor.agent("sweep-executor", "tiny-llama")
 HUMAN = E.Actor.human("ana")
@@ -91,16 +91,6 @@ def _full_fold(ledger: Ledger, stream: str, until: int | None = None) -> TaskSta
     return state
 
 
-def _insert_raw(home: Path, stream: str, version: int, topic: str, state: bytes) -> int:
-    conn = sqlite3.connect(home / "ledger.sqlite")
-    try:
-        cur = conn.execute(
-            "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
-            "VALUES (?, ?, ?, ?)", (stream, version, topic, state))
-        conn.commit()
-        return cur.lastrowid
-    finally:
-        conn.close()
 
 
 def test_fast_replay_equals_full_validation_at_every_position(home):
@@ -158,7 +148,7 @@ def test_lax_but_valid_payloads_take_full_validation_and_give_the_same_state(hom
     for i, payload in enumerate(lax, 1):
         topic = ("TaskDefined", "LoopBlockStarted", "MeasurementRecorded",
                  "MeasurementInvalidated", "VerificationRecorded")[i - 1]
-        _insert_raw(home, "task:t1", i, topic, orjson.dumps(payload))
+        insert_raw_event(home, "task:t1", i, topic, orjson.dumps(payload))
     with Ledger.open(home) as ledger:
         rows = ledger.stream_rows("task:t1")
         taken = [codec.load_current(t, raw) is not None for _p, _v, t, raw in rows]
@@ -207,7 +197,7 @@ def test_bad_events_fail_replay_with_the_codecs_error(home, topic, state, error,
         ledger.append("task:t1", [E.TaskDefined(task_id="t1", title="t", task_type="x",
                                                 goal="g", definition={}, definition_hash="h"),
                                   GOOD])
-    pos = _insert_raw(home, "task:t1", 3, topic, state)
+    pos = insert_raw_event(home, "task:t1", 3, topic, state)
     with Ledger.open(home) as ledger:
         with pytest.raises(error) as exc:
             replay_task(ledger, "t1")
