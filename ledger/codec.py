@@ -22,8 +22,8 @@ import orjson
 from eventsourcing.persistence import StoredEvent
 from pydantic import BaseModel, ValidationError
 
-from .errors import CorruptEventError, UnknownEventError
-from .events import EVENT_TYPES, UPCASTERS, Event
+from .errors import CorruptEventError, NonFiniteError, UnknownEventError
+from .events import EVENT_TYPES, UPCASTERS, Event, check_event_values, field_path
 from .redact import Redactor
 
 VERSION_KEY = "_v"
@@ -45,13 +45,50 @@ def encode(
     # A check that allocates nothing first; only an event holding a secret is rebuilt.
     if redactor is not None and redactor.has_secret(payload):
         payload = redactor.value(payload)
+    # A number JSON cannot hold (NaN, infinities: orjson would write `null`, which no float
+    # field reads back) is refused naming the field, whatever path built the event.
+    check_event_values(type(event), payload)
     payload[VERSION_KEY] = event.SCHEMA_VERSION
+    try:
+        state = orjson.dumps(payload)
+    except orjson.JSONEncodeError as e:
+        raise NonFiniteError(_unencodable(event.TYPE, payload, e)) from None
     return StoredEvent(
         originator_id=stream,
         originator_version=version,
         topic=event.TYPE,
-        state=orjson.dumps(payload),
+        state=state,
     )
+
+
+def _unencodable(topic: str, payload: Any, error: Exception) -> str:
+    """One line naming the field JSON cannot encode (a non-str key, a set, bytes, …)."""
+
+    def find(v: Any, path: tuple[Any, ...]) -> tuple[tuple[Any, ...], str] | None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    return path, f"key {k!r} is not a string"
+                r = find(x, (*path, k))
+                if r is not None:
+                    return r
+            return None
+        if isinstance(v, list | tuple):
+            for i, x in enumerate(v):
+                r = find(x, (*path, i))
+                if r is not None:
+                    return r
+            return None
+        try:
+            orjson.dumps(v)
+        except orjson.JSONEncodeError as e:
+            return path, f"{type(v).__name__} value cannot be stored ({e})"
+        return None
+
+    found = find(payload, ())
+    if found is None:
+        return f"{topic}: cannot be encoded: {error}"
+    return f"{field_path(topic, found[0])}: {found[1]}"
 
 
 def _suffix(schema_version: int) -> bytes:

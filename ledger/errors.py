@@ -32,6 +32,12 @@ class CorruptEventError(LedgerError):
     """A stored event's payload cannot be decoded or validated."""
 
 
+class NonFiniteError(LedgerError):
+    """A value the ledger cannot hold: a float that is NaN or infinite, an integer outside
+    64 bits, or (inside an event) something JSON cannot represent. Raised before anything is
+    written; the message names the event type or input and the field path."""
+
+
 class NotFoundError(LedgerError):
     """A stream, task, position or artifact that does not exist."""
 

@@ -15,16 +15,158 @@ mappings plus their content hash, so the ledger stays readable even when spec mo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 from uuid import UUID, uuid4
 
-from pydantic import BaseModel, ConfigDict, Field, WrapValidator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 
 from .clock import utcnow
+from .errors import NonFiniteError
 
 JSON = dict[str, Any]
+
+# --- numbers the ledger can hold ------------------------------------------------------------
+# Events are stored as JSON (orjson): NaN and infinities have no JSON form (orjson writes
+# `null`, which no float field reads back) and integers outside 64 bits make orjson fail.
+# Such a value is refused wherever an event is built or encoded, naming the field path.
+
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1  # what orjson serializes
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+").fullmatch
+
+
+def _number_problem(v: Any) -> str | None:
+    """Why the scalar `v` cannot be stored, or None when it can (or is not a number)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float):
+        if v - v == 0.0:  # false for NaN and both infinities
+            return None
+        return f"{'NaN' if v != v else ('-' if v < 0 else '') + 'Infinity'} is not a " \
+            "finite number"
+    if isinstance(v, int) and not _INT_MIN <= v <= _INT_MAX:
+        digits = str(v) if abs(v) < 10**30 else f"{str(v)[:12]}… ({len(str(abs(v)))} digits)"
+        return f"integer {digits} does not fit in 64 bits"
+    return None
+
+
+def bad_number(v: Any) -> tuple[tuple[Any, ...], str] | None:
+    """The path (keys and indexes) to the first number inside `v` that the ledger cannot hold,
+    with the reason; None when there is none. Walks dicts, lists and tuples."""
+    t = type(v)
+    if t is float:
+        return None if v - v == 0.0 else ((), _number_problem(v))  # type: ignore[return-value]
+    if t is dict:
+        for k, x in v.items():
+            tx = type(x)
+            if tx is str or x is None or tx is bool:
+                continue
+            if tx is float:
+                if x - x == 0.0:
+                    continue
+            elif tx is int and _INT_MIN <= x <= _INT_MAX:
+                continue
+            r = bad_number(x)
+            if r is not None:
+                return (k, *r[0]), r[1]
+        return None
+    if t is list or t is tuple:
+        for i, x in enumerate(v):
+            tx = type(x)
+            if tx is str or x is None or tx is bool:
+                continue
+            if tx is float:
+                if x - x == 0.0:
+                    continue
+            elif tx is int and _INT_MIN <= x <= _INT_MAX:
+                continue
+            r = bad_number(x)
+            if r is not None:
+                return (i, *r[0]), r[1]
+        return None
+    if t is str or t is int and _INT_MIN <= v <= _INT_MAX or v is None:
+        return None
+    if isinstance(v, Mapping):  # subclasses: OrderedDict, …
+        return bad_number(dict(v))
+    if isinstance(v, list | tuple):
+        return bad_number(list(v))
+    problem = _number_problem(v)  # numpy scalars, IntEnum, an int past 64 bits
+    return None if problem is None else ((), problem)
+
+
+def field_path(where: str, path: tuple[Any, ...]) -> str:
+    """`where` followed by the path: `.key` for plain keys, `["a b"]` for others, `[3]`."""
+    out = [where]
+    for p in path:
+        if isinstance(p, int) and not isinstance(p, bool):
+            out.append(f"[{p}]")
+        elif isinstance(p, str) and _PLAIN_KEY(p):
+            out.append(f".{p}" if out[-1] else p)
+        else:
+            out.append(f"[{p!r}]")
+    return "".join(out)
+
+
+def check_finite(value: Any, where: str) -> None:
+    """Refuse a value holding a number the ledger cannot store: raise NonFiniteError
+    `"<where><path>: NaN is not a finite number"` (or Infinity, or an integer over 64 bits)
+    for the first one found in `value` (a number, or dicts and lists of them at any depth).
+
+    The one check every entry point calls (CLI, JSON, YAML, bench import, engine output);
+    `Event` construction and `codec.encode` call it too, so nothing non-finite is ever stored.
+    """
+    bad = bad_number(value)
+    if bad is not None:
+        raise NonFiniteError(f"{field_path(where, bad[0])}: {bad[1]}")
+
+
+def is_finite_number(value: Any) -> bool:
+    """True for an int or float (not a bool) that the ledger can store."""
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and _number_problem(value) is None
+
+
+def _may_hold_number(tp: Any) -> bool:
+    """Whether a value of annotation `tp` can contain a number (so the check must walk it)."""
+    if tp in (str, bool, type(None), UUID, datetime):
+        return False
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        return any(isinstance(a, int | float) and not isinstance(a, bool) for a in args)
+    if origin is Annotated:
+        return _may_hold_number(args[0])
+    if origin in (Union, UnionType, list, dict, tuple, set, frozenset):
+        return any(_may_hold_number(a) for a in args) if args else True
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return any(_may_hold_number(f.annotation) for f in tp.model_fields.values())
+    return True  # int, float, Any, and anything unknown
+
+
+_NUMBER_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def number_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `cls` whose values can hold numbers: the only ones the check walks."""
+    names = _NUMBER_FIELDS.get(cls)
+    if names is None:
+        names = _NUMBER_FIELDS[cls] = tuple(
+            n for n, f in cls.model_fields.items() if _may_hold_number(f.annotation))
+    return names
+
+
+def check_event_values(cls: type[Event], values: Mapping[str, Any]) -> None:
+    """check_finite over the number-holding fields of an event's values (attributes or a
+    dumped payload), naming `Type.field.path`."""
+    for name in number_fields(cls):
+        v = values.get(name)
+        if v is None or type(v) is str:
+            continue
+        bad = bad_number(v)
+        if bad is not None:
+            raise NonFiniteError(f"{field_path(f'{cls.TYPE}.{name}', bad[0])}: {bad[1]}")
 
 
 class Actor(BaseModel):
@@ -93,8 +235,10 @@ class Event(BaseModel):
     """The common envelope. Subclasses add the facts."""
 
     # defer_build: a class builds its validator on first use, so a command that touches a
-    # few event types does not pay for all of them at import.
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    # few event types does not pay for all of them at import. allow_inf_nan=False: a typed
+    # float field refuses NaN and infinities (also "nan" strings and NaN tokens on decode).
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True,
+                              allow_inf_nan=False)
 
     TYPE: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -107,6 +251,28 @@ class Event(BaseModel):
     command_id: str | None = None
     causation_id: UUID | None = None
     input_digests: dict[str, str] = Field(default_factory=dict)
+
+    def __init__(self, /, **data: Any) -> None:
+        """Build an event; a number it cannot store raises NonFiniteError naming the field
+        (`MeasurementRecorded.metrics.output_throughput: NaN is not a finite number`)."""
+        cls = type(self)
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            for err in e.errors():
+                if err["type"] == "finite_number":
+                    value = err["input"]
+                    problem = _number_problem(value) if isinstance(value, float) else None
+                    raise NonFiniteError(
+                        f"{field_path(cls.TYPE, tuple(err['loc']))}: "
+                        f"{problem or f'{value!r} is not a finite number'}") from None
+            raise
+        check_event_values(cls, self.__dict__)
+
+    # Validation (decoding a stored event) does not call this __init__: pydantic calls a
+    # model's own __init__ from its validator only when it is "custom", which would slow
+    # every decode. Stored JSON cannot hold a non-finite number; allow_inf_nan guards the rest.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
