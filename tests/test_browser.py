@@ -59,7 +59,7 @@ def test_browse_index_task_decision_and_search(server, tmp_path):
     except ImportError:
         need(False, "selenium (pip install selenium; in the dev extra)")
     url, planted = server
-    dec_id = planted["decisions"]["deepgemm-moe-h20"][:8]
+    dec_id = planted["decisions"]["deepgemm-moe-h20"]
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
     for f in [*FLAGS, f"--user-data-dir={tmp_path / 'chrome'}"]:

@@ -52,7 +52,7 @@ def test_pages_links_frontmatter_and_site(ws):
         r.position for r in ws.ledger.stream_log(task_stream("deepgemm-moe-h20")))
     assert "| b2 | fail | correctness | token_match | fail | 0.61 | 0.99 |" in task
     dec_id = ws.planted["decisions"]["deepgemm-moe-h20"]
-    dec = pages[f"decisions/deepgemm-moe-h20-rejected-{dec_id[:8]}"]
+    dec = pages[f"decisions/deepgemm-moe-h20-rejected-{dec_id}"]
     assert "token match 0.61 < 0.99" in dec and "VerificationRecorded at ledger position" in dec
     assert "[[tasks/deepgemm-moe-h20|deepgemm-moe-h20]]" in dec
     log = pages["log"]

@@ -26,17 +26,18 @@ import numpy as np
 from ..projections.index import open_index
 from . import narrative
 from .errors import WikiError
-from .graphs import graph_pages
-from .page import Page, link, to_html, to_markdown
+from .graphs import GRAPH_INDEX, graph_pages
+from .page import Page, link, text, to_html, to_markdown
 from .pages import FACETS, NAV, Snapshot, load, make_pages
 from .retrieve import corpus_docs
 from .search_page import SEARCH_HTML
 
 STATE = "_state.json"
-BUILD_VERSION = 2  # bump when page generation changes: existing wikis rebuild (2: graph pages)
+BUILD_VERSION = 3  # bump when page generation changes: existing wikis rebuild (2: graph pages;
+# 3: user text never forms a link, injective page names, the graph index at `graphs`)
 RELATED_K = 5
 DIM_BONUS = 0.05  # added to the cosine similarity per shared dimension
-MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims")
+MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims", "graphs")
 
 
 @dataclass
@@ -189,8 +190,8 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
         pages += extra_pages
         home = next(p for p in pages if p.path == "index")
         home.add("h", "Task graphs")
-        home.add("list", [f"{link('graphs/index', 'all task graphs')}"]
-                 + [f"{link(p.path, p.meta['graph'])} — {p.summary}"
+        home.add("list", [text(link(GRAPH_INDEX, "all task graphs"))]
+                 + [text(link(p.path, p.meta["graph"]), f" — {p.summary}")
                     for p in extra_pages if p.kind == "graph"])
     timings["pages_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -229,12 +230,13 @@ def build(ws: Any, *, embeddings: bool = True, force: bool = False,
     pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus, graphs)
     t = time.perf_counter()
     keep_md, keep_html = set(), set()
+    known = {p.path for p in pages} | {"search"}  # the site links to these pages only
     for p in pages:
         md, html = wiki_dir / f"{p.path}.md", site_dir / f"{p.path}.html"
         keep_md.add(md)
         keep_html.add(html)
         changed = _write(md, to_markdown(p))
-        changed = _write(html, to_html(p, NAV)) or changed
+        changed = _write(html, to_html(p, NAV, known)) or changed
         report.written += changed
         report.unchanged += not changed
     report.removed = _prune(wiki_dir, keep_md, ".md") + _prune(site_dir, keep_html, ".html")

@@ -9,13 +9,13 @@ their evidence. Task nodes link to their task pages when those exist.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 import networkx as nx
 
 from ..projections.graph import list_graphs, load_graph, node_task_id, summary, to_mermaid
-from .page import Page, link, slug
+from .page import Page, esc, link, page_name, text
+from .pages import task_path
 
 STATE_FILL = {
     "pending": "#eeeeee", "ready": "#fff3bf", "running": "#d0ebff", "verified": "#d3f9d8",
@@ -25,10 +25,11 @@ STATE_FILL = {
 EDGE_STYLE = {"handoff": 'stroke="#495057"', "state": 'stroke="#868e96" stroke-dasharray="4 3"',
               "control": 'stroke="#c92a2a" stroke-width="2.5"'}
 BOX_W, BOX_H, GAP_X, GAP_Y = 170, 34, 60, 14
+GRAPH_INDEX = "graphs"  # the index of graphs: outside graphs/, so no graph id can take it
 
 
 def graph_path(graph_id: str) -> str:
-    return f"graphs/{slug(graph_id)}"
+    return f"graphs/{page_name(graph_id)}"
 
 
 def layout(view: Any) -> dict[str, tuple[float, float]]:
@@ -56,7 +57,7 @@ def drawing_svg(view: Any) -> str:
     ready = set(view.ready())
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" font-size="11" '
-           f'role="img" aria-label="task graph {escape(view.graph_id)}">']
+           f'role="img" aria-label="task graph {esc(view.graph_id)}">']
     for e in view.edges.values():
         (x1, y1), (x2, y2) = pos[e.spec.src], pos[e.spec.dst]
         style = EDGE_STYLE.get(e.spec.kind, EDGE_STYLE["handoff"])
@@ -69,12 +70,12 @@ def drawing_svg(view: Any) -> str:
         rx = 14 if n.kind != "task" else 4
         label = n.id if len(n.id) <= 24 else n.id[:23] + "…"
         sub = f"{n.spec.type or n.kind} · {state}"
-        out.append(f'<g><title>{escape(n.id)}: {escape(state)}</title>'
+        out.append(f'<g><title>{esc(n.id)}: {esc(state)}</title>'
                    f'<rect x="{x:.0f}" y="{y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="{rx}" '
                    f'fill="{fill}" stroke="#495057"/>'
-                   f'<text x="{x + 6:.0f}" y="{y + 14:.0f}">{escape(label)}</text>'
+                   f'<text x="{x + 6:.0f}" y="{y + 14:.0f}">{esc(label)}</text>'
                    f'<text x="{x + 6:.0f}" y="{y + 27:.0f}" fill="#495057" font-size="9">'
-                   f'{escape(sub)}</text></g>')
+                   f'{esc(sub)}</text></g>')
     out.append("</svg>")
     return "".join(out)
 
@@ -96,9 +97,9 @@ def graph_page(view: Any, position: int, known_tasks: set[str]) -> Page:
     if svg:
         p.add("svg", svg)
 
-    def node_ref(nid: str) -> str:
+    def node_ref(nid: str) -> Any:
         tid = node_task_id(view.graph_id, nid)
-        return link(f"tasks/{slug(tid)}", nid) if tid in known_tasks else nid
+        return link(task_path(tid), nid) if tid in known_tasks else nid
 
     p.add("h", "Nodes")
     p.add("table", ["node", "type", "state", "attempt", "why"],
@@ -107,8 +108,9 @@ def graph_page(view: Any, position: int, known_tasks: set[str]) -> Page:
     rejected = [n for n in view.tasks() if n.state == "rejected"]
     if rejected:
         p.add("h", "Rejected directions")
-        p.add("list", [f"{node_ref(n.id)}: {n.reason} (evidence: "
-                       f"{', '.join(n.evidence) or 'none'})" for n in rejected])
+        p.add("list", [text(node_ref(n.id), f": {n.reason} (evidence: "
+                                             f"{', '.join(n.evidence) or 'none'})")
+                       for n in rejected])
     p.add("h", "Mermaid source")
     p.add("code", to_mermaid(view))
     return p
@@ -120,8 +122,9 @@ def graph_pages(ledger: Any, position: int, known_tasks: set[str]) -> list[Page]
     for gid in dict.fromkeys(list_graphs(ledger)):
         pages.append(graph_page(load_graph(ledger, gid), position, known_tasks))
     if pages:
-        idx = Page("graphs/index", "index", "Task graphs", position=position,
+        idx = Page(GRAPH_INDEX, "index", "Task graphs", position=position,
                    summary="index of task graphs")
-        idx.add("list", [f"{link(p.path, p.meta['graph'])} — {p.summary}" for p in pages])
+        idx.add("list", [text(link(p.path, p.meta["graph"]), f" — {p.summary}")
+                         for p in pages])
         pages.append(idx)
     return pages

@@ -39,9 +39,24 @@ class LintReport:
 
 
 def forward_links(text: str) -> list[str]:
+    """Wiki links in a page's body: not in the frontmatter (data), not in fenced code
+    (verbatim), not in derived sections."""
     out: list[str] = []
     skipping = False
-    for line in text.splitlines():
+    fence = ""
+    lines = text.splitlines()
+    start = 0
+    if lines and lines[0] == "---":
+        end = next((i for i, line in enumerate(lines[1:], 1) if line == "---"), None)
+        start = end + 1 if end is not None else 0
+    for line in lines[start:]:
+        if fence:
+            if line.strip().startswith(fence) and not line.strip().strip("`"):
+                fence = ""
+            continue
+        if line.startswith("```"):
+            fence = line[:len(line) - len(line.lstrip("`"))]
+            continue
         if line.startswith("## "):
             skipping = line.startswith(DERIVED_SECTIONS)
         if not skipping:

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from .page import Page, link, slug
+from .page import Page, join, link, page_name, slug, sort_key, text
 from .plot import scatter_svg
 
 DIMENSION_PAGES = [  # (column, title)
@@ -106,27 +106,35 @@ def load(con) -> Snapshot:
 # --- paths ------------------------------------------------------------------------------
 
 
+# Every page name goes through `page_name` (injective; see page.py), so two tasks, models or
+# profiles never share a page. Graph pages: graphs.py; the graph index is `graphs` (top level),
+# so no graph id can take its place.
+
+
 def task_path(tid: str) -> str:
-    return f"tasks/{slug(tid)}"
+    return f"tasks/{page_name(tid)}"
 
 
 def decision_path(d: dict[str, Any]) -> str:
-    return f"decisions/{slug(d['task_id'])}-{d['kind']}-{str(d['decision_id'])[:8]}"
+    # The whole decision id (an event id): a prefix of it could be shared within a task.
+    name = f"{d['task_id']}-{d['kind']}-{d['decision_id']}"
+    return f"decisions/{page_name(name)}"
 
 
 def point_path(ph: str) -> str:
-    return f"points/{slug(ph.removeprefix('sha256:')[:12])}"
+    return f"points/{page_name(ph.removeprefix('sha256:'))}"  # the whole hash: no prefix clash
 
 
 def profile_path(rp: str) -> str:
-    return f"profiles/{slug(rp.replace('@', '-r'))}"
+    service, _, rev = rp.rpartition("@")  # "service@rev": the rev is an integer
+    return f"profiles/{page_name(f'{service}-r{rev}' if service else rp)}"
 
 
 def model_path(m: str) -> str:
-    return f"models/{slug(m)}"
+    return f"models/{page_name(m)}"
 
 
-def dim_value_link(col: str, value: Any) -> str:
+def dim_value_link(col: str, value: Any) -> Any:
     if value is None:
         return "—"
     if col == "model":
@@ -167,7 +175,7 @@ def _metric_table(rows: list[dict[str, Any]]) -> tuple:
         cell["n"] = max(cell["n"], m["n"])
     return ("table", ["block", "candidate", "n", *(f"{m} (median)" for m in metrics)],
             [(b, _cand(c), v["n"], *(v.get(m) for m in metrics))
-             for (b, c), v in sorted(grid.items())])
+             for (b, c), v in sorted(grid.items(), key=lambda kv: sort_key(kv[0]))])
 
 
 def _gate_table(rows: list[dict[str, Any]]) -> tuple:
@@ -184,9 +192,10 @@ def _tradeoff_svg(rows: list[dict[str, Any]], title: str) -> str:
         key = (r.get("runtime_profile") or "?", r["task_id"], r["block_id"], r["candidate_key"])
         pts.setdefault(key, {})[r["metric"]] = r["median"]
     series: dict[str, list] = defaultdict(list)
-    for (rp, tid, bid, cand), m in sorted(pts.items()):
+    for (rp, tid, bid, cand), m in sorted(pts.items(), key=lambda kv: sort_key(kv[0])):
         if TRADEOFF_X in m and TRADEOFF_Y in m:
-            series[rp].append((m[TRADEOFF_X], m[TRADEOFF_Y], f"{tid}/{bid} {_cand(cand)}"))
+            series[str(rp)].append((m[TRADEOFF_X], m[TRADEOFF_Y],
+                                    f"{tid}/{bid or '—'} {_cand(cand)}"))
     if not series:
         return ""
     return scatter_svg(dict(series), xlabel="median TTFT (ms)",
@@ -205,16 +214,16 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
               "runtime_profile": t["runtime_profile"], "point_hash": t["point_hash"],
               "definition_hash": t["definition_hash"]}
     p.add("p", f"**Goal:** {t['goal']}")
-    status = t["status"] + (f" — {t['exit_state']}: {t['exit_reason']}" if t["exit_state"]
-                            else "")
+    status = f"{t['status']}" + (f" — {t['exit_state']}: {t['exit_reason']}"
+                                 if t["exit_state"] else "")
     p.add("p", f"**Status:** {status}")
     p.add("h", "Deployment point")
     p.add(*_dims_table(t, ["model", "task_type", "accelerator", "engine", "runtime_profile",
                            "architecture", "parallelism", "scenario", "point_hash"]))
     if decisions:
         p.add("h", "Decisions")
-        p.add("list", [f"{link(decision_path(d), d['kind'])}: {d['reason'] or ''} "
-                       f"(candidate {_cand(d['candidate_key'])})" for d in decisions])
+        p.add("list", [text(link(decision_path(d), d["kind"]), f": {d['reason'] or ''} "
+                            f"(candidate {_cand(d['candidate_key'])})") for d in decisions])
     blocks = snap.blocks.get(tid, [])
     if blocks:
         p.add("h", "Loop blocks")
@@ -254,8 +263,8 @@ def decision_page(snap: Snapshot, d: dict[str, Any], task: dict[str, Any] | None
     p.meta = {"decision_id": d["decision_id"], "kind": d["kind"], "task_id": tid,
               "block_id": d["block_id"], "candidate": orjson.loads(d["candidate"] or "{}"),
               "model": d["model"], "accelerator": d["accelerator"], "engine": d["engine"]}
-    p.add("p", f"**Task:** {link(task_path(tid), tid)}"
-               + (f" — {task['goal']}" if task else ""))
+    p.add("p", text("**Task:** ", link(task_path(tid), tid),
+                    f" — {task['goal']}" if task else None))
     p.add("p", f"**Decision:** {d['kind']} — {d['reason'] or '(no reason recorded)'}")
     p.add("p", f"**Candidate:** {_cand(d['candidate_key'])} (block {d['block_id'] or '—'})")
     p.add("h", "Evidence")
@@ -356,8 +365,8 @@ def make_pages(snap: Snapshot) -> list[Page]:
     for m in sorted(set(groups["model"]) - {None}):
         tasks = groups["model"][m]
         rps = sorted({t["runtime_profile"] for t in tasks if t["runtime_profile"]})
-        head = [("p", f"Model **{m}**; runtime profiles: "
-                      + (", ".join(link(profile_path(r), r) for r in rps) or "none"))]
+        head = [("p", text(f"Model **{m}**; runtime profiles: ",
+                           join(", ", (link(profile_path(r), r) for r in rps)) or "none"))]
         pages.append(group_page(snap, model_path(m), "model", f"Model {m}", tasks, head,
                                 {"model": m}))
     for col, title in DIMENSION_PAGES:
@@ -369,8 +378,8 @@ def make_pages(snap: Snapshot) -> list[Page]:
                 sum(t["rejected"] for t in ts)) for v, ts in vals])
         for v, ts in vals:
             p.add("h", f"{col} = {v if v is not None else '—'}")
-            p.add("list", [f"{link(task_path(t['task_id']), t['task_id'])} — "
-                           f"{t['exit_state'] or t['status']}" for t in ts])
+            p.add("list", [text(link(task_path(t["task_id"]), t["task_id"]),
+                                f" — {t['exit_state'] or t['status']}") for t in ts])
         pages.append(p)
     pages.append(home_page(snap, groups))
     pages.append(log_page(snap))
@@ -381,15 +390,15 @@ def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]]) -> Page:
     p = Page("index", "index", "infer-forge journal", position=snap.position,
              summary="home of the journal")
     acc = sum(1 for d in snap.decisions if d["kind"] == "accepted")
-    p.add("p", f"{len(snap.tasks)} tasks, {len(snap.decisions)} decisions ({acc} accepted, "
-               f"{len(snap.decisions) - acc} rejected), as of ledger position {snap.position}. "
-               f"See the {link('log', 'log')} for the chronology.")
+    p.add("p", text(f"{len(snap.tasks)} tasks, {len(snap.decisions)} decisions ({acc} "
+                    f"accepted, {len(snap.decisions) - acc} rejected), as of ledger position "
+                    f"{snap.position}. See the ", link("log", "log"), " for the chronology."))
     p.add("h", "Browse by dimension")
-    p.add("list", [f"{link(f'dims/{slug(c)}', t)} ({len(groups[c])} values)"
+    p.add("list", [text(link(f"dims/{slug(c)}", t), f" ({len(groups[c])} values)")
                    for c, t in DIMENSION_PAGES])
     p.add("h", "Latest decisions")
-    p.add("list", [f"{link(decision_path(d), d['kind'])} in "
-                   f"{link(task_path(d['task_id']), d['task_id'])}: {d['reason'] or ''}"
+    p.add("list", [text(link(decision_path(d), d["kind"]), " in ",
+                        link(task_path(d["task_id"]), d["task_id"]), f": {d['reason'] or ''}")
                    for d in snap.decisions[-20:][::-1]] or ["(none)"])
     p.add("h", "Latest tasks")
     recent = sorted(snap.tasks, key=lambda t: -(t["defined_position"] or 0))[:20]
@@ -408,19 +417,22 @@ def log_page(snap: Snapshot) -> Page:
     for pt in snap.points:
         label = pt["name"] or pt["point_hash"][:19]
         entries.append((pt["position"],
-                        f"point pinned: {link(point_path(pt['point_hash']), label)}"))
+                        text("point pinned: ", link(point_path(pt["point_hash"]), label))))
     for pr in snap.profiles:
         rp = f"{pr['service']}@{pr['rev']}"
-        entries.append((pr["position"], f"runtime profile revised: {link(profile_path(rp), rp)}"))
+        entries.append((pr["position"],
+                        text("runtime profile revised: ", link(profile_path(rp), rp))))
     for t in snap.tasks:
         tl = link(task_path(t["task_id"]), t["task_id"])
-        entries.append((t["defined_position"] or 0, f"task defined: {tl} ({t['task_type']})"))
+        entries.append((t["defined_position"] or 0,
+                        text("task defined: ", tl, f" ({t['task_type']})")))
         if t["exit_state"]:
-            entries.append((t["last_position"] or 0, f"task exited: {tl} — {t['exit_state']}"))
+            entries.append((t["last_position"] or 0,
+                            text("task exited: ", tl, f" — {t['exit_state']}")))
     for d in snap.decisions:
-        entries.append((d["position"], f"{link(decision_path(d), d['kind'])}: "
-                                       f"{_cand(d['candidate_key'])} in {d['task_id']}"))
-    entries.sort(key=lambda e: e[0])
+        entries.append((d["position"], text(link(decision_path(d), d["kind"]),
+                                            f": {_cand(d['candidate_key'])} in {d['task_id']}")))
+    entries.sort(key=lambda e: sort_key(e[0]))
     p = Page("log", "log", "Log", position=snap.position, summary="chronological log")
-    p.add("list", [f"{pos}: {text}" for pos, text in entries] or ["(empty)"])
+    p.add("list", [text(f"{pos}: ", line) for pos, line in entries] or ["(empty)"])
     return p

@@ -16,7 +16,6 @@ import numpy as np
 
 from ..projections.index import open_index
 from .embed import EmbeddingCache, encode_query
-from .page import slug
 from .pages import decision_path, decision_text, task_path, task_text
 
 _FACETS = "model, task_type, accelerator, engine, runtime_profile"
@@ -71,7 +70,7 @@ def corpus_docs(con: Any) -> list[Doc]:
                             f"handoff {task}/{block or 'task'}"))
         else:
             docs.append(Doc(kind, str(r["id"]), task, None, task_text(r),
-                            f"tasks/{slug(r['id'])}.html", f"task {r['id']}"))
+                            task_path(r["id"]) + ".html", f"task {r['id']}"))
     return docs
 
 

@@ -15,7 +15,9 @@ nav a{margin-right:1em}.kind{color:#888;font-size:12px;margin-left:.5em}
 // Text search over the prebuilt search.json; when served by `forge wiki serve`,
 // semantic results from /api/search are merged in (marked "semantic").
 let entries = null;
-function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]));}
+function esc(s){return String(s).replace(/[&<>"']/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));}
+// Results link only to pages of this site: a relative page path (no scheme, no //, no ..).
+const PAGE = /^(?:[a-z0-9~][a-z0-9._~-]*\/)*[a-z0-9~][a-z0-9._~-]*\.html$/;
 async function loadIndex(){ if(!entries){ entries = await (await fetch('search.json')).json(); } return entries; }
 function textSearch(q, es){
   const terms = q.toLowerCase().split(/\s+/).filter(Boolean);
@@ -40,7 +42,7 @@ async function run(q){
   st.textContent = 'searching…'; ul.innerHTML = '';
   const [es, sem] = await Promise.all([loadIndex(), semantic(q)]);
   const seen = new Set(), rows = [];
-  for (const r of sem.concat(textSearch(q, es))){ if(!seen.has(r.u)){ seen.add(r.u); rows.push(r);} }
+  for (const r of sem.concat(textSearch(q, es))){ if(PAGE.test(String(r.u)) && !seen.has(r.u)){ seen.add(r.u); rows.push(r);} }
   ul.innerHTML = rows.map(r=>'<li><a href="'+esc(r.u)+'">'+esc(r.t)+'</a><span class="kind">'+esc(r.k)+' · '+r.how+'</span><div class="snip">'+esc(String(r.s).slice(0,200))+'</div></li>').join('');
   st.textContent = rows.length + ' results for "' + q + '"';
   st.setAttribute('data-done', '1');
