@@ -1517,12 +1517,11 @@ def graph_add_node(ctx, graph_id, node_file, node_id, kind, task_type, title, sh
     Example:
       forge graph add-node --id kernel-rope --type kernel --sh 'make rope' --verify './check'
     """
-    import yaml
-
     from .harness.graph_runner import add_node
+    from .ledger.graphspec import load_graph_yaml
 
     if node_file:
-        data = yaml.safe_load(node_file.read_text(encoding="utf-8"))
+        data = load_graph_yaml(node_file)
     else:
         data = {"id": node_id, "kind": kind, "title": title}
         if task_type:

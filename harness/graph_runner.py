@@ -439,15 +439,17 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
     against its own directory; {python} {graph_dir} {workdir} {node} in argv are filled in."""
     import yaml
 
+    from ..ledger.specs import SpecError, load_yaml
+
     loop = _loop_module()
     if loop is None:
         raise HarnessError(f"node {ctx.node}: loop tasks need harness.loop (issue 3)")
     src = (Path(ctx.view.graph_dir or cwd) / work.task).resolve()
     try:
-        data = yaml.safe_load(src.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
+        data = load_yaml(src)[0]
+    except SpecError as e:
         raise HarnessError(f"node {ctx.node}: cannot read loop task {src}: "
-                           f"{' '.join(str(e).split())}") from None
+                           f"{e.problems[0]}") from None
     if not isinstance(data, dict):
         raise HarnessError(f"node {ctx.node}: loop task {src} is not a mapping")
     values = {"python": sys.executable, "graph_dir": ctx.view.graph_dir or str(cwd),

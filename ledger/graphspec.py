@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .clock import digest
@@ -302,12 +301,17 @@ def parse_edge(data: Any, where: str = "edge") -> EdgeSpec:
         raise GraphSpecError(f"{where}: {_first_error(e, data)}") from None
 
 
+def load_graph_yaml(path: str | Path) -> Any:
+    """A graph or node YAML file's data, read by the specs' bounded loader (size, nesting,
+    aliases, UTF-8, duplicate keys, finite numbers); a problem is one GraphSpecError line."""
+    from .specs import SpecError, load_yaml
+
+    try:
+        return load_yaml(path)[0]
+    except SpecError as e:
+        raise GraphSpecError(e.problems[0]) from None
+
+
 def load_graph_spec(path: str | Path) -> GraphSpec:
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise GraphSpecError(f"{p}: cannot read: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise GraphSpecError(f"{p}: invalid YAML: {' '.join(str(e).split())}") from None
-    return parse_graph_spec(data, str(p))
+    return parse_graph_spec(load_graph_yaml(p), str(p))

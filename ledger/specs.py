@@ -44,7 +44,20 @@ class SpecError(LedgerError):
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_numbers(cls, data: Any) -> Any:
+        """Free-form parts (a profile's `config`, scope values) take any value: refuse NaN,
+        infinities and integers over 64 bits there too, before they can reach an event."""
+        if isinstance(data, dict):
+            from .events import bad_number, field_path
+
+            bad = bad_number(data)
+            if bad is not None:
+                raise ValueError(f"{field_path('', bad[0])}: {bad[1]}")
+        return data
 
 
 # --- deployment point -------------------------------------------------------------------
@@ -208,6 +221,10 @@ TASK_TYPES = (
 )
 
 
+# A scope is enumerated (grid sweeps list every candidate): bound its size.
+MAX_SCOPE_VALUES = 100_000
+
+
 class Range(Spec):
     """A numeric range a scope dimension may take: min..max by step (step None: continuous)."""
 
@@ -220,12 +237,20 @@ class Range(Spec):
     def _ordered(self) -> Range:
         if self.max < self.min:
             raise ValueError(f"max {self.max} is below min {self.min}")
+        if self.step is not None and (self.max - self.min) / self.step >= MAX_SCOPE_VALUES:
+            raise ValueError(f"min..max by step {self.step} has more than {MAX_SCOPE_VALUES} "
+                             "values (raise the step)")
         return self
 
-    def values(self) -> list[float | int] | None:
+    def count(self) -> int | None:
         if self.step is None:
             return None
-        n = int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
+        return int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
+
+    def values(self) -> list[float | int] | None:
+        n = self.count()
+        if n is None:
+            return None
         vals = [self.min + i * self.step for i in range(n)]
         return [int(round(v)) for v in vals] if self.integer else [round(v, 9) for v in vals]
 
@@ -375,6 +400,9 @@ class TaskDefinition(Spec):
                 raise ValueError(f"scope key {key!r} must name a dimension like engine.<flag>")
             if isinstance(allowed, list) and not allowed:
                 raise ValueError(f"scope {key}: empty list of allowed values")
+        sizes = [a.count() if isinstance(a, Range) else len(a) for a in v.values()]
+        if math.prod(n for n in sizes if n) > MAX_SCOPE_VALUES:
+            raise ValueError(f"scope has more than {MAX_SCOPE_VALUES} combinations")
         return v
 
 
@@ -408,19 +436,95 @@ def scope_allows(scope: dict[str, ScopeValue], key: str, value: Any) -> bool:
 # --- YAML loading with line numbers -----------------------------------------------------
 
 
+# Bounds on what a YAML document may cost to read: specs are a few kilobytes, so these are
+# generous for any real file and stop an alias bomb or a runaway file early.
+MAX_YAML_BYTES = 2 * 1024 * 1024  # the document's size on disk
+MAX_YAML_NODES = 100_000  # nodes after alias expansion (`*a` counts the whole of `&a`)
+MAX_YAML_DEPTH = 64  # nesting of sequences and mappings
+
+
 class _Loader(yaml.SafeLoader):
-    pass
+    """The safe loader, bounded: refuses a recursive alias (`&a [*a]`), nesting deeper than
+    MAX_YAML_DEPTH and a document whose alias expansion exceeds MAX_YAML_NODES, each as a
+    marked YAML error (so with a line) before anything is constructed."""
+
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self._open_anchors: set[str] = set()  # anchors whose node is being composed
+        self._sizes: dict[int, int] = {}  # id(node) -> its size with aliases expanded
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise yaml.composer.ComposerError(
+                    None, None, f"recursive alias *{event.anchor} (an anchor may not contain "
+                    "itself)", event.start_mark)
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark)
+        anchor = event.anchor
+        if anchor is not None:
+            self._open_anchors.add(anchor)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open_anchors.discard(anchor)  # type: ignore[arg-type]
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            size += sum(self._sizes.get(id(v), 1) for v in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size += sum(self._sizes.get(id(k), 1) + self._sizes.get(id(v), 1)
+                        for k, v in node.value)
+        if size > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"document expands to more than {MAX_YAML_NODES} values "
+                "(aliases repeat whole anchored values)", node.start_mark)
+        self._sizes[id(node)] = size
+        return node
+
+
+def _yaml_problem(path: Path, e: yaml.YAMLError) -> SpecError:
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 0
+        return SpecError([f"{path}:{line}: (yaml): {' '.join(str(e.problem or e).split())}"])
+    return SpecError([f"{path}:0: (yaml): {' '.join(str(e).split())}"])
 
 
 def _compose(path: Path, text: str) -> yaml.Node | None:
+    """The document's node tree (bounded, see `_Loader`); YAML errors as a one-line SpecError."""
     try:
-        return yaml.compose(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else 0
-        raise SpecError([f"{path}:{line}: (yaml): {e.problem or e}"]) from None
+        loader = _Loader(text)  # the reader checks the characters here already
+    except yaml.reader.ReaderError as e:
+        line = text[:e.position].count("\n") + 1
+        raise SpecError([f"{path}:{line}: (yaml): character {e.character:#x} is not allowed "
+                         "in YAML (binary data?)"]) from None
+    try:
+        return loader.get_single_node()
+    except yaml.reader.ReaderError as e:
+        raise SpecError([f"{path}:0: (yaml): character {e.character:#x} is not allowed in "
+                         "YAML (binary data?)"]) from None
     except yaml.YAMLError as e:
+        raise _yaml_problem(path, e) from None
+    finally:
+        loader.dispose()
+
+
+def _construct(path: Path, node: yaml.Node) -> Any:
+    loader = _Loader("")
+    try:
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise _yaml_problem(path, e) from None
+    except (ValueError, TypeError, OverflowError) as e:  # e.g. `!!timestamp 2024-13-45`
         raise SpecError([f"{path}:0: (yaml): {' '.join(str(e).split())}"]) from None
+    finally:
+        loader.dispose()
 
 
 def _duplicates(path: Path, node: yaml.Node | None, prefix: str = "") -> list[str]:
@@ -479,17 +583,48 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top)"
 
 
-def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
-    p = Path(path)
+def _read_text(p: Path) -> str:
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
     except OSError as e:
         raise SpecError([f"{p}:0: (file): cannot read: {e.strerror or e}"]) from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise SpecError([f"{p}:0: (file): larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB "
+                         "(not a spec?)"])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise SpecError([f"{p}:{line}: (file): not UTF-8 text (byte {raw[e.start]:#04x} at "
+                         f"offset {e.start}): not a YAML spec?"]) from None
+
+
+def number_problems(path: str | Path, data: Any, node: yaml.Node | None) -> list[str]:
+    """A one-line problem for the first number in `data` the ledger cannot hold (NaN, an
+    infinity, a float too large such as 1e400, an integer over 64 bits), or []."""
+    from .events import bad_number
+
+    bad = bad_number(data)
+    if bad is None:
+        return []
+    loc, why = bad
+    return [f"{path}:{_line_of(node, loc)}: {_field_path(loc)}: {why}"]
+
+
+def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
+    """Read one YAML document: bounded in size, depth and alias expansion, UTF-8 only, no
+    duplicate keys, every number finite and within 64 bits. Raises SpecError (file:line)."""
+    p = Path(path)
+    text = _read_text(p)
     node = _compose(p, text)
     dups = _duplicates(p, node)
     if dups:
         raise SpecError(dups)
-    data = yaml.load(text, Loader=_Loader) if node is not None else None
+    data = _construct(p, node) if node is not None else None
+    bad = number_problems(p, data, node)
+    if bad:
+        raise SpecError(bad)
     return data, node
 
 
@@ -499,6 +634,9 @@ def parse_spec(kind: str, data: Any, *, path: str | Path = "<spec>",
     cls = SPEC_KINDS[kind]
     if not isinstance(data, dict):
         raise SpecError([f"{path}:1: (top): expected a mapping for a {kind} spec"])
+    bad = number_problems(path, data, node)
+    if bad:
+        raise SpecError(bad)
     try:
         return cls.model_validate(data)
     except ValidationError as e:
