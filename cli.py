@@ -79,6 +79,12 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     return dt
 
 
+def warn_undecodable(u) -> None:
+    """A reader met a stored event it cannot decode (`store.Undecodable`): say so on stderr,
+    one line with its position, stream and version, and keep reading."""
+    click.echo(f"warning: {u.line()}", err=True)
+
+
 def event_row(r) -> dict[str, Any]:
     return {
         "position": r.position,
@@ -183,10 +189,19 @@ def log_cmd(ctx, task, types, since, until_time, limit, as_json) -> None:
     """
     since_t, until_t = _time_arg(since, "--since"), _time_arg(until_time, "--until")
     ws = open_ws(ctx)
-    records = list(ws.ledger.events(task=task, types=types, since=since_t, until=until_t))
+    # An event that cannot be decoded stays in its place: on stderr (and, with --json, as
+    # a record with "error") and reading goes on; `forge check` fails on it.
+    records: list[Any] = []
+    records.extend(ws.ledger.events(task=task, types=types, since=since_t, until=until_t,
+                                    on_error=records.append))
     if limit:
         records = records[-limit:]
     for r in records:
+        if not hasattr(r, "event"):
+            warn_undecodable(r)
+            if as_json:
+                click.echo(json.dumps(r.as_dict(), ensure_ascii=False))
+            continue
         if as_json:
             click.echo(json.dumps(event_row(r), default=str, ensure_ascii=False))
         else:
@@ -255,16 +270,28 @@ def events_export(ctx, output: Path | None, include_bookkeeping: bool) -> None:
     """
     ws = open_ws(ctx)
     out = output.open("w", encoding="utf-8") if output else sys.stdout
+    bad = 0
+
+    def undecodable(u) -> None:
+        # Kept in the export at its place, with the stored text, so nothing is lost.
+        nonlocal bad
+        bad += 1
+        warn_undecodable(u)
+        raw = ws.ledger.raw_state(u.position)
+        out.write(json.dumps({**u.as_dict(), "raw": raw.decode("utf-8", "replace")},
+                             ensure_ascii=False) + "\n")
+
     try:
         n = 0
-        for r in ws.ledger.log(include_bookkeeping=include_bookkeeping):
+        for r in ws.ledger.log(include_bookkeeping=include_bookkeeping, on_error=undecodable):
             out.write(json.dumps(event_row(r), default=str, ensure_ascii=False) + "\n")
             n += 1
     finally:
         if output:
             out.close()
     if output:
-        click.echo(f"exported {n} events to {output}", err=True)
+        click.echo(f"exported {n} events to {output}"
+                   + (f" and {bad} undecodable ones as error records" if bad else ""), err=True)
 
 
 @main.command()
@@ -300,17 +327,31 @@ def check(ctx, as_json: bool) -> None:
 # --- specs and task loops (issue 3) -----------------------------------------------------
 
 
-def _parse_kv(pairs: tuple[str, ...], what: str) -> dict[str, Any]:
-    """KEY=VALUE pairs; VALUE parsed as JSON when it is JSON (numbers, true, "text"), else text."""
+def _parse_kv(pairs: tuple[str, ...], what: str, *, numbers: bool = False) -> dict[str, Any]:
+    """KEY=VALUE pairs; VALUE parsed as JSON when it is JSON (numbers, true, "text"), else text.
+    A number the ledger cannot hold (NaN, Infinity, 1e999, an integer past 64 bits) is refused
+    naming the key; with `numbers`, every VALUE must be a finite number."""
+    from .ledger.events import check_finite, finite_float
+
     out: dict[str, Any] = {}
     for p in pairs:
         key, sep, raw = p.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{p!r} is not KEY=VALUE", param_hint=what)
         try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+            value = json.loads(raw)
+        except ValueError:  # not JSON (or an integer of more digits than Python parses)
+            value = raw
+        if numbers and isinstance(value, str):
+            try:
+                value = float(value)  # "nan", "inf", "-Infinity": refused just below
+            except ValueError:
+                raise click.ClickException(f"{what} {key}: {raw!r} is not a number") from None
+        if numbers:
+            value = finite_float(value, f"{what} {key}")
+        else:
+            check_finite(value, f"{what} {key}")
+        out[key] = value
     return out
 
 
@@ -494,7 +535,7 @@ def task_list(ctx, as_json: bool) -> None:
     """
     from .harness.loop import list_tasks
 
-    rows = list_tasks(open_ws(ctx))
+    rows = list_tasks(open_ws(ctx), on_error=warn_undecodable)
     if as_json:
         emit_json(rows)
         return
@@ -518,7 +559,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     """
     from .harness.loop import task_summary
 
-    s = task_summary(open_ws(ctx), task_id)
+    s = task_summary(open_ws(ctx), task_id, on_error=warn_undecodable)
     if as_json:
         emit_json(s)
         return
@@ -598,7 +639,7 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
     """
     from .projections.memory import task_memory
 
-    mem = task_memory(open_ws(ctx).ledger, task_id)
+    mem = task_memory(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
     if as_json:
         emit_json(mem.model_dump(mode="json"))
         return
@@ -800,13 +841,12 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
     Example:
       forge measure tune-tiny-cpu --metric output_throughput=512 --metric median_ttft_ms=80
     """
+    from .harness.bench_import import metrics_from_json
     from .harness.loop import record_measurement
 
-    values = _parse_kv(metrics, "--metric")
+    values = _parse_kv(metrics, "--metric", numbers=True)
     if from_json:
-        data = json.loads(from_json.read_text(encoding="utf-8"))
-        values = {**{k: v for k, v in data.items() if isinstance(v, int | float)
-                     and not isinstance(v, bool)}, **values}
+        values = {**metrics_from_json(from_json), **values}
     bad = [k for k, v in values.items() if not isinstance(v, int | float) or isinstance(v, bool)]
     if bad:
         raise click.BadParameter(f"not numbers: {', '.join(bad)}", param_hint="--metric")
@@ -1024,6 +1064,8 @@ def bench_import(ctx, file: Path, task_id, block_id, as_json) -> None:
     for m in out["measurements"]:
         click.echo(f"  {m['run_id']:<40} {m['shape']}  output_throughput="
                    f"{m['output_throughput']:.2f}  median_ttft_ms={m['median_ttft_ms']:.2f}")
+    if out["runs"] > len(out["measurements"]):
+        click.echo(f"  … and {out['runs'] - len(out['measurements'])} more")
 
 
 @main.command()
@@ -1129,6 +1171,9 @@ def _index_report(report: dict[str, Any], as_json: bool) -> None:
         click.echo(f"  caught up {c['events']} events in {c['seconds']}s "
                    f"({c['events_per_s']} events/s, {c['batches']} batches)")
     click.echo("  " + ", ".join(f"{t} {n}" for t, n in report["rows"].items()))
+    for u in report.get("skipped", []):
+        click.echo(f"warning: index left out undecodable event at position {u['position']}: "
+                   f"{u['error']} (`forge check` lists the damage)", err=True)
 
 
 @index_group.command("update")
@@ -1179,17 +1224,27 @@ def index_status(ctx, as_json: bool) -> None:
     _index_report(status(open_ws(ctx)), as_json)
 
 
-@main.command("sql")
+@main.command("sql", context_settings={"ignore_unknown_options": True})  # "-- note\nSELECT …"
 @click.argument("query")
 @click.option("--json", "as_json", is_flag=True, help="Rows as a JSON list of objects.")
 @click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV with a header.")
+@click.option("--max-rows", type=click.IntRange(min=0), default=None,
+              help="Print at most this many rows; a cut result says so on stderr "
+                   "(default 10000; 0: no limit).")
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Stop the query after this many seconds (default 30; 0: no limit).")
 @click.pass_context
 @fail_cleanly
-def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool) -> None:
+def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool, max_rows: int | None,
+            timeout_s: float | None) -> None:
     """Run read-only SQL over the index (caught up first). Tables: events, tasks,
     loop_blocks, tool_calls, measurements, verifications, gate_verdicts, decisions,
     handoffs, points, runtime_profiles; views: task_overview, block_overview,
     metric_summary, profile_tradeoff, decision_evidence, valid_measurements.
+
+    Queries only (SELECT/WITH, DESCRIBE, SHOW, EXPLAIN, PRAGMA, CALL), in a locked-down
+    session: the index read-only, no other file (no COPY, EXPORT, ATTACH, read_csv, glob),
+    no extension INSTALL/LOAD, no SET/RESET of the configuration.
 
     \b
     Example:
@@ -1197,8 +1252,11 @@ def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool) -> None:
     """
     from .projections.queries import sql_ws
 
-    t = sql_ws(open_ws(ctx), query)
+    t = sql_ws(open_ws(ctx), query, max_rows=max_rows, timeout_s=timeout_s)
     emit_rows(t.columns, t.rows, as_json, as_csv)
+    if t.truncated:
+        click.echo(f"forge sql: output cut at {len(t.rows)} rows; the result has more "
+                   "(--max-rows N to raise the limit, 0 for none)", err=True)
 
 
 @main.command("compare")

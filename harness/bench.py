@@ -241,23 +241,29 @@ def record_measurement(ws, result: BenchResult, *, task_id: str | None = None,
                        repeat: int | None = None, meta: Mapping[str, Any] | None = None):
     """Store the records artifact and append one MeasurementRecorded; returns the event."""
     from ..ledger import events as E
+    from ..ledger.ids import check_optional_id
     from ..ledger.store import task_stream
 
+    check_optional_id(task_id, "task id")  # the one id rule: this may open a task's stream
+    check_optional_id(block_id, "block id")
     digest = ws.artifacts.put(result.records_jsonl())
     m = result.metrics
     failed = int(m.get("failed", 0))
+    omitted: dict[str, str] = {}  # NaN / infinite metrics: left out, the reason kept in meta
+    metrics = numeric_metrics(m, omitted)
     ev = E.MeasurementRecorded(
         task_id=task_id, block_id=block_id,
         run_id=run_id or f"bench-{digest[7:19]}",
         source=source,
-        metrics=numeric_metrics(m),
+        metrics=metrics,
         candidate=dict(candidate or {}),
         repeat=repeat,
         success=m.get("completed", 0) > 0,
         error=(f"{failed} of {failed + int(m.get('completed', 0))} requests failed"
                if failed else None),
         artifact_digest=digest,
-        meta={"config": result.config, "client": "infer-forge", **(meta or {})},
+        meta={"config": result.config, "client": "infer-forge", **(meta or {}),
+              **({"omitted_metrics": omitted} if omitted else {})},
     )
     stream = task_stream(task_id) if task_id else MEASUREMENTS_STREAM
     ws.ledger.append(stream, [ev])
@@ -312,9 +318,12 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
                   ) -> dict[str, Any]:
     """`forge bench`: build the prompts, run, optionally record; returns a JSON-able summary
     (`metrics`, `config`, and `measurement` when recorded)."""
+    from ..ledger.ids import check_optional_id
     from .datasets import build_prompts
     from .metrics import parse_slo
 
+    check_optional_id(task_id, "task id")  # before the run, not after it
+    check_optional_id(block_id, "block id")
     prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir, dataset_path=dataset_path,
                             num_prompts=num_prompts, input_len=input_len, output_len=output_len,
                             range_ratio=range_ratio, seed=seed, **dict(gsp or {}))

@@ -123,7 +123,8 @@ class EngineEvaluator:
                     eng.check()
                     res = run_bench(cfg, self._prompts)
                     digest = self.ws.artifacts.put(res.records_jsonl())
-                    m = numeric_metrics(res.metrics)
+                    omitted: dict[str, str] = {}  # NaN / infinite: left out, with why
+                    m = numeric_metrics(res.metrics, omitted)
                     if match is not None:
                         m["token_match"] = match
                     failed = int(m.get("failed", 0))
@@ -136,7 +137,8 @@ class EngineEvaluator:
                     results.append(RunResult(
                         m, success=ok,
                         error=None if ok else f"all {failed} requests failed",
-                        artifact_digest=digest, meta={**meta, "repeat": i}))
+                        artifact_digest=digest, meta={**meta, "repeat": i, **(
+                            {"omitted_metrics": omitted} if omitted else {})}))
         except HarnessError as e:
             msg = " ".join(str(e).split())
             say(f"engine run failed: {msg[:200]}")

@@ -17,7 +17,6 @@ Contract:
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..ledger.events import metric_value
 from .errors import HarnessError
 from .tools import env_digest, repo_digest
 
@@ -90,16 +90,27 @@ def parse_metrics_line(stdout: str) -> tuple[dict[str, float], dict[str, Any]]:
         raise ValueError(f"last stdout line is a JSON {type(obj).__name__}, not an object")
     metrics: dict[str, float] = {}
     rest: dict[str, Any] = {}
+    omitted: dict[str, str] = {}
     for k, v in obj.items():
         if k in _RESERVED:
             rest[k] = v
         elif isinstance(v, bool) or isinstance(v, int | float):
-            f = float(v)
-            if math.isfinite(f):
+            # NaN, Infinity (Python's json reads them) and integers too large for a float
+            # are not measurements: left out, with the reason in `rest["omitted_metrics"]`.
+            f, why = metric_value(v)
+            if f is not None:
                 metrics[k] = f
+            else:
+                omitted[k] = str(why)
         elif isinstance(v, dict) and k == "metrics":
-            sub, _ = parse_metrics_line(json.dumps(v))
-            metrics.update(sub)
+            for sk, sv in v.items():
+                f, why = metric_value(sv) if isinstance(sv, int | float) else (None, None)
+                if f is not None:
+                    metrics[sk] = f
+                elif why is not None:
+                    omitted[sk] = why
+    if omitted:
+        rest["omitted_metrics"] = omitted
     return metrics, rest
 
 
@@ -163,6 +174,8 @@ class CommandEvaluator:
             return RunResult({}, success=False, error=str(e), meta=meta)
         if isinstance(rest.get("meta"), dict):
             meta.update(rest["meta"])
+        if rest.get("omitted_metrics"):
+            meta["omitted_metrics"] = rest["omitted_metrics"]
         if "outputs" in rest:
             meta["outputs"] = rest["outputs"]
         ok = bool(rest.get("success", True)) and not rest.get("error")

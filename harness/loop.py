@@ -36,6 +36,7 @@ from uuid import uuid4
 from ..ledger import events as E
 from ..ledger.clock import digest, utcnow
 from ..ledger.errors import ConflictError, NotFoundError
+from ..ledger.ids import LEDGER_CONTEXT, check_id, shown, unknown_id_hint
 from ..ledger.specs import (
     DeploymentPoint,
     RuntimeProfile,
@@ -50,7 +51,7 @@ from ..ledger.specs import (
     load_task,
     spec_hash,
 )
-from ..ledger.store import Append, task_stream
+from ..ledger.store import Append, OnError, Undecodable, task_stream
 from ..ledger.workspace import WORKSPACE_STREAM
 from ..projections.memory import BlockRecord, TaskMemory, build_memory
 from .errors import HarnessError
@@ -111,21 +112,32 @@ def _workspace_specs(ws: Any) -> tuple[dict[str, dict], ProfileIndex]:
     return points, profiles
 
 
-def _stream_state(ws: Any, task_id: str) -> tuple[TaskMemory, int, list[E.Event]]:
-    records = ws.ledger.stream(task_stream(task_id))
-    if not records:
-        raise NotFoundError(f"unknown task {task_id!r} (define it with forge task new FILE.yaml)")
+def _stream_state(ws: Any, task_id: str, on_error: OnError = None
+                  ) -> tuple[TaskMemory, int, list[E.Event]]:
+    """Memory, version and events of a task. An undecodable event raises (naming its
+    position: a loop must not act on a partial history), or, for readers that pass
+    `on_error`, is handed to it and left out."""
+    bad: list[Undecodable] = []
+    records = ws.ledger.stream(task_stream(task_id),
+                               on_error=None if on_error is None else bad.append)
+    if not records and not bad:
+        raise NotFoundError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)} "
+                            "(define it with forge task new FILE.yaml)")
+    for u in bad:
+        on_error(u)  # type: ignore[misc]
     evs = [r.event for r in records]
-    return build_memory(evs), records[-1].version, evs
+    version = max([r.version for r in records[-1:]] + [u.version for u in bad[-1:]])
+    return build_memory(evs), version, evs
 
 
 def load_task_from_ledger(ws: Any, task_id: str) -> LoadedTask:
     records = ws.ledger.stream(task_stream(task_id), until_version=1)
     if not records or not isinstance(records[0].event, E.TaskDefined):
-        raise NotFoundError(f"unknown task {task_id!r} (define it with forge task new FILE.yaml)")
+        raise NotFoundError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)} "
+                            "(define it with forge task new FILE.yaml)")
     ev = records[0].event
     definition = {k: v for k, v in ev.definition.items() if k != "source"}
-    task = TaskDefinition.model_validate(definition)
+    task = TaskDefinition.model_validate(definition, context=LEDGER_CONTEXT)
     points, profiles = _workspace_specs(ws)
     if ev.point_hash not in points:
         raise HarnessError(f"task {task_id}: deployment point {ev.point_hash} is not pinned")
@@ -186,6 +198,13 @@ def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
     actor = actor or human_actor()
     path = Path(path).resolve()
     task = load_task(path)
+    # The one id rule, whichever way the id comes: given, the file's `id:` (checked when the
+    # file loaded) or the file name.
+    if task_id is not None:
+        task_id = check_id(task_id, "task id")
+    else:
+        task_id = task.id or check_id(
+            path.stem, f"{path}: task id taken from the file name (the task has no id:)")
     point_path = (path.parent / task.point).resolve()
     point = load_point(point_path)
     ref = point.runtime_profile
@@ -212,7 +231,6 @@ def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
     contract_hash = digest(task.contract.model_dump(mode="json"))
     content = {k: v for k, v in canonical(task).items() if k not in ("point", "profile")}
     definition_hash = digest({**content, "point": point_hash, "profile": profile_hash})
-    task_id = task_id or task.id or path.stem
     existing = ws.ledger.stream(task_stream(task_id), until_version=1)
     if existing:
         ev0 = existing[0].event
@@ -352,6 +370,19 @@ def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult]) ->
         results = [RunResult({}, success=False, error="the evaluator returned no runs")]
     for i, r in enumerate(results):
         meta = {k: v for k, v in r.meta.items() if k != "outputs"}
+        # An evaluator's NaN / infinite numbers are not measurements: left out of the event,
+        # the reasons kept in its meta (never a crash, never a `null` in the ledger).
+        meta, dropped = E.without_non_finite(meta, "meta")
+        metrics: dict[str, float] = {}
+        for k, v in r.metrics.items():
+            f, why = E.metric_value(v)
+            if f is None:
+                dropped[f"metrics.{k}"] = str(why)
+            else:
+                metrics[k] = f
+        if dropped:
+            prior = meta.get("omitted_metrics")
+            meta["omitted_metrics"] = {**(prior if isinstance(prior, dict) else {}), **dropped}
         # The tool call carries where and how it ran; the measurement keeps the rest.
         tool_meta = {k: meta.pop(k, None) for k in ("cwd", "env_digest", "repo_digest")}
         if "argv" in meta:
@@ -363,7 +394,7 @@ def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult]) ->
                 error=None if r.success else r.error, **st.common(blk.block_id)))
         evs.append(E.MeasurementRecorded(
             run_id=f"{blk.block_id}-r{i + 1}", source=str(meta.get("source", "evaluator")),
-            metrics={k: float(v) for k, v in r.metrics.items()}, candidate=blk.candidate,
+            metrics=metrics, candidate=blk.candidate,
             repeat=i, success=r.success, error=r.error, artifact_digest=r.artifact_digest,
             meta=meta, **st.common(blk.block_id)))
     return evs
@@ -632,12 +663,14 @@ def run_command(ws: Any, task_id: str, argv: list[str], cwd: str | None = None,
 def record_measurement(ws: Any, task_id: str, metrics: dict[str, float], *,
                        source: str = "manual", success: bool = True, error: str | None = None,
                        artifact: str | Path | None = None) -> dict[str, Any]:
+    # Before anything is read or stored: a NaN or infinite metric is refused by name.
+    values = {k: E.finite_float(v, f"metric {k}") for k, v in metrics.items()}
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a measurement")
     n = len(blk.measurements)
     digest_ = ws.artifacts.put_file(artifact) if artifact else None
     ev = E.MeasurementRecorded(run_id=f"{blk.block_id}-m{n + 1}", source=source,
-                               metrics={k: float(v) for k, v in metrics.items()},
+                               metrics=values,
                                candidate=blk.candidate, repeat=n, success=success, error=error,
                                artifact_digest=digest_, task_id=task_id, block_id=blk.block_id,
                                actor=human_actor(), input_digests=lt.digests)
@@ -769,23 +802,32 @@ def exit_task(ws: Any, task_id: str, state: str, reason: str, *, handoff: str | 
 # --- listing ----------------------------------------------------------------------------
 
 
-def list_tasks(ws: Any) -> list[dict[str, Any]]:
+def list_tasks(ws: Any, on_error: OnError = None) -> list[dict[str, Any]]:
+    """Every task with its status. Undecodable events raise, or, given `on_error`, are
+    handed to it and left out (a task whose definition is damaged is still listed)."""
     ids = []
-    for r in ws.ledger.log(types=[E.TaskDefined.TYPE]):
-        if r.stream.startswith("task:") and r.version == 1:
-            ids.append(r.stream[len("task:"):])
+    # The task ids are the streams' names: no need to decode the definitions to list them.
+    for _pos, stream, version, _topic, _state in ws.ledger.rows(types=[E.TaskDefined.TYPE]):
+        if stream.startswith("task:") and version == 1:
+            ids.append(stream[len("task:"):])
     out = []
     for tid in ids:
-        mem, _, _ = _stream_state(ws, tid)
-        out.append({"task_id": tid, "type": mem.definition.get("type"),
-                    "status": mem.status, "exit_state": mem.exit_state,
-                    "blocks": len(mem.execution_record), "accepted": len(mem.accepted),
-                    "rejected": len(mem.rejected), "goal": mem.definition.get("goal")})
+        damaged: list[Undecodable] = []
+        mem, _, _ = _stream_state(ws, tid, None if on_error is None else damaged.append)
+        for u in damaged:
+            on_error(u)  # type: ignore[misc]
+        row = {"task_id": tid, "type": mem.definition.get("type"),
+               "status": mem.status, "exit_state": mem.exit_state,
+               "blocks": len(mem.execution_record), "accepted": len(mem.accepted),
+               "rejected": len(mem.rejected), "goal": mem.definition.get("goal")}
+        if damaged:
+            row["damaged_events"] = [u.position for u in damaged]
+        out.append(row)
     return out
 
 
-def task_summary(ws: Any, task_id: str) -> dict[str, Any]:
-    mem, version, _ = _stream_state(ws, task_id)
+def task_summary(ws: Any, task_id: str, on_error: OnError = None) -> dict[str, Any]:
+    mem, version, _ = _stream_state(ws, task_id, on_error)
     return {"task_id": task_id, "status": mem.status, "exit_state": mem.exit_state,
             "exit_reason": mem.exit_reason, "definition": mem.definition,
             "definition_hash": mem.definition_hash, "point_hash": mem.point_hash,

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ledger.events import metric_value
 from .errors import HarnessError
 
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
@@ -222,17 +223,24 @@ def _goodput(recs: Sequence[RequestRecord], duration_s: float,
     }
 
 
-def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+def numeric_metrics(metrics: Mapping[str, Any],
+                    omitted: dict[str, str] | None = None) -> dict[str, float]:
     """Flatten a metrics dict to name -> float for a MeasurementRecorded event: nested dicts
-    become `<key>.<sub>` (e.g. `slo_attainment_by_metric.ttft`); None and text are dropped."""
+    become `<key>.<sub>` (e.g. `slo_attainment_by_metric.ttft`); None and text are dropped.
+    A number that is not finite (NaN, infinity, too large) is left out, and when `omitted`
+    is given it gets the name and the reason (callers keep it in the event's meta)."""
     out: dict[str, float] = {}
     for k, v in metrics.items():
-        if isinstance(v, bool):
-            out[k] = float(v)
-        elif isinstance(v, int | float):
-            if math.isfinite(v):
-                out[k] = float(v)
+        if isinstance(v, int | float):
+            f, why = metric_value(v)
+            if f is not None:
+                out[k] = f
+            elif omitted is not None:
+                omitted[str(k)] = str(why)
         elif isinstance(v, Mapping):
-            for sub, x in numeric_metrics(v).items():
+            sub_omitted: dict[str, str] = {}
+            for sub, x in numeric_metrics(v, sub_omitted).items():
                 out[f"{k}.{sub}"] = x
+            if omitted is not None:
+                omitted.update({f"{k}.{sub}": why for sub, why in sub_omitted.items()})
     return out

@@ -38,7 +38,7 @@ _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1  # what orjson serializes
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+").fullmatch
 
 
-def _number_problem(v: Any) -> str | None:
+def number_problem(v: Any) -> str | None:
     """Why the scalar `v` cannot be stored, or None when it can (or is not a number)."""
     if isinstance(v, bool):
         return None
@@ -58,7 +58,7 @@ def bad_number(v: Any) -> tuple[tuple[Any, ...], str] | None:
     with the reason; None when there is none. Walks dicts, lists and tuples."""
     t = type(v)
     if t is float:
-        return None if v - v == 0.0 else ((), _number_problem(v))  # type: ignore[return-value]
+        return None if v - v == 0.0 else ((), number_problem(v))  # type: ignore[return-value]
     if t is dict:
         for k, x in v.items():
             tx = type(x)
@@ -93,7 +93,7 @@ def bad_number(v: Any) -> tuple[tuple[Any, ...], str] | None:
         return bad_number(dict(v))
     if isinstance(v, list | tuple):
         return bad_number(list(v))
-    problem = _number_problem(v)  # numpy scalars, IntEnum, an int past 64 bits
+    problem = number_problem(v)  # numpy scalars, IntEnum, an int past 64 bits
     return None if problem is None else ((), problem)
 
 
@@ -123,44 +123,104 @@ def check_finite(value: Any, where: str) -> None:
         raise NonFiniteError(f"{field_path(where, bad[0])}: {bad[1]}")
 
 
+def finite_float(value: Any, where: str) -> float:
+    """`value` (an int or float, not a bool) as a finite float, or NonFiniteError naming
+    `where`: NaN, infinities and integers too large for a float are refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NonFiniteError(f"{where}: {value!r} is not a number")
+    try:
+        f = float(value)
+    except OverflowError:
+        raise NonFiniteError(f"{where}: integer of {len(str(abs(value)))} digits is too "
+                             "large for a float") from None
+    if f - f != 0.0:
+        raise NonFiniteError(f"{where}: {number_problem(f)}")
+    return f
+
+
+def metric_value(v: Any) -> tuple[float | None, str | None]:
+    """A measured number as a float the ledger can store, or (None, why not): NaN,
+    infinities and integers too large for a float have no place in a measurement. For
+    engine and client output, where a bad number is left out (with the reason), not fatal."""
+    if isinstance(v, bool):
+        return float(v), None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None, f"integer of {len(str(abs(v)))} digits is too large for a float"
+    except (TypeError, ValueError):
+        return None, f"{v!r} is not a number"
+    if f - f == 0.0:
+        return f, None
+    return None, number_problem(f)
+
+
+def without_non_finite(value: Any, where: str = "") -> tuple[Any, dict[str, str]]:
+    """`value` with every number the ledger cannot hold replaced by None (dicts and lists
+    copied as needed), and {path: reason} for each: for output of engines and evaluators,
+    where a bad number is dropped with its reason rather than failing the run."""
+    dropped: dict[str, str] = {}
+    if bad_number(value) is None:
+        return value, dropped
+
+    def clean(v: Any, path: tuple[Any, ...]) -> Any:
+        if isinstance(v, Mapping):
+            return {k: clean(x, (*path, k)) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x, (*path, i)) for i, x in enumerate(v)]
+        problem = number_problem(v)
+        if problem is None:
+            return v
+        dropped[field_path(where, path)] = problem
+        return None
+
+    return clean(value, ()), dropped
+
+
 def is_finite_number(value: Any) -> bool:
     """True for an int or float (not a bool) that the ledger can store."""
     return isinstance(value, int | float) and not isinstance(value, bool) \
-        and _number_problem(value) is None
+        and number_problem(value) is None
 
 
-def _may_hold_number(tp: Any) -> bool:
-    """Whether a value of annotation `tp` can contain a number (so the check must walk it)."""
+def _may_hold_number(tp: Any, floats: bool = True) -> bool:
+    """Whether a value of annotation `tp` can contain a number (so the check must walk it).
+    With `floats` False, typed floats do not count (validation with allow_inf_nan=False has
+    already refused non-finite ones), only ints and untyped (`Any`) values."""
     if tp in (str, bool, type(None), UUID, datetime):
         return False
+    if tp is float:
+        return floats
     origin, args = get_origin(tp), get_args(tp)
     if origin is Literal:
         return any(isinstance(a, int | float) and not isinstance(a, bool) for a in args)
     if origin is Annotated:
-        return _may_hold_number(args[0])
+        return _may_hold_number(args[0], floats)
     if origin in (Union, UnionType, list, dict, tuple, set, frozenset):
-        return any(_may_hold_number(a) for a in args) if args else True
+        return any(_may_hold_number(a, floats) for a in args) if args else True
     if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return any(_may_hold_number(f.annotation) for f in tp.model_fields.values())
-    return True  # int, float, Any, and anything unknown
+        return any(_may_hold_number(f.annotation, floats) for f in tp.model_fields.values())
+    return True  # int, Any, and anything unknown
 
 
-_NUMBER_FIELDS: dict[type, tuple[str, ...]] = {}
+_NUMBER_FIELDS: dict[tuple[type, bool], tuple[str, ...]] = {}
 
 
-def number_fields(cls: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of `cls` whose values can hold numbers: the only ones the check walks."""
-    names = _NUMBER_FIELDS.get(cls)
+def number_fields(cls: type[BaseModel], floats: bool = True) -> tuple[str, ...]:
+    """The fields of `cls` whose values can hold numbers: the only ones the check walks
+    (`floats` False: leave out fields whose only numbers are validated floats)."""
+    names = _NUMBER_FIELDS.get((cls, floats))
     if names is None:
-        names = _NUMBER_FIELDS[cls] = tuple(
-            n for n, f in cls.model_fields.items() if _may_hold_number(f.annotation))
+        names = _NUMBER_FIELDS[cls, floats] = tuple(
+            n for n, f in cls.model_fields.items() if _may_hold_number(f.annotation, floats))
     return names
 
 
-def check_event_values(cls: type[Event], values: Mapping[str, Any]) -> None:
+def check_event_values(cls: type[Event], values: Mapping[str, Any], floats: bool = True) -> None:
     """check_finite over the number-holding fields of an event's values (attributes or a
-    dumped payload), naming `Type.field.path`."""
-    for name in number_fields(cls):
+    dumped payload), naming `Type.field.path`. `floats` False skips the fields validation
+    has already checked (typed floats), as after construction."""
+    for name in number_fields(cls, floats):
         v = values.get(name)
         if v is None or type(v) is str:
             continue
@@ -262,12 +322,12 @@ class Event(BaseModel):
             for err in e.errors():
                 if err["type"] == "finite_number":
                     value = err["input"]
-                    problem = _number_problem(value) if isinstance(value, float) else None
+                    problem = number_problem(value) if isinstance(value, float) else None
                     raise NonFiniteError(
                         f"{field_path(cls.TYPE, tuple(err['loc']))}: "
                         f"{problem or f'{value!r} is not a finite number'}") from None
             raise
-        check_event_values(cls, self.__dict__)
+        check_event_values(cls, self.__dict__, floats=False)
 
     # Validation (decoding a stored event) does not call this __init__: pydantic calls a
     # model's own __init__ from its validator only when it is "custom", which would slow

@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 
 from . import codec
-from .errors import NotFoundError
+from .errors import LedgerError, NotFoundError
+from .ids import shown, unknown_id_hint
 from .state import PAYLOAD_FOLDS, TaskState, apply
 from .store import Ledger, task_stream
 
@@ -17,7 +18,9 @@ def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskS
     """State of `task_id` after every event of its stream at position <= `until`.
 
     Raises NotFoundError for an unknown task or a position outside the ledger, and the
-    codec's errors (naming stream and version) for an event that cannot be decoded."""
+    codec's errors (naming position, stream and version) for an event of the task that
+    cannot be decoded: a state is never shown from part of a history. Other tasks' streams
+    are not read, so they replay whatever damage another stream holds."""
     if until is not None:
         if until < 1:
             raise NotFoundError(
@@ -29,7 +32,7 @@ def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskS
     stream = task_stream(task_id)
     rows = ledger.stream_rows(stream, stop=until)
     if not rows and (until is None or not ledger.stream_rows(stream)):
-        raise NotFoundError(f"unknown task {task_id!r}")
+        raise NotFoundError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)}")
     return replay_rows(stream, rows)
 
 
@@ -61,7 +64,7 @@ def _fold_rows(stream: str, rows: list[tuple[int, int, str, bytes]], state: Task
     checks: dict[str, Any] = {}
     folds = PAYLOAD_FOLDS
     loads, decode, counters = orjson.loads, codec.decode, state.__dict__
-    for _pos, version, topic, raw in rows:
+    for pos, version, topic, raw in rows:
         check = checks.get(topic)
         if check is None:
             check = checks[topic] = codec.current_check(topic) or codec.never
@@ -75,4 +78,11 @@ def _fold_rows(stream: str, rows: list[tuple[int, int, str, bytes]], state: Task
             if fold is not None:
                 fold(state, payload)
         else:
-            apply(state, decode(stream, version, topic, raw))
+            try:
+                event = decode(stream, version, topic, raw)
+            except LedgerError as e:
+                # A task's state is not shown from part of its history: the error names the
+                # event (other tasks replay as usual; `forge check` lists all damage).
+                raise type(e)(f"cannot replay {stream!r}: position {pos}: {e} "
+                              "(run `forge check`)") from None
+            apply(state, event)

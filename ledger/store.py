@@ -18,13 +18,14 @@ Contracts:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import orjson
 from eventsourcing.persistence import (
     ApplicationRecorder,
     InfrastructureFactory,
@@ -63,6 +64,44 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class Undecodable:
+    """A stored event a reader could not decode (unknown type, corrupt JSON, a payload that
+    fails validation, `null` where a number was stored): where it is, and why. Readers given
+    an `on_error` callback hand these to it and keep reading; `forge check` lists them."""
+
+    position: int
+    stream: str
+    version: int
+    type: str
+    error: str  # one line, from the codec
+
+    def line(self) -> str:
+        return (f"skipped undecodable event at position {self.position}: {self.error} "
+                "(`forge check` lists the damage)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "stream": self.stream, "version": self.version,
+                "type": self.type, "error": self.error}
+
+
+OnError = Callable[[Undecodable], None] | None
+
+
+def _decode_at(pos: int, stream: str, version: int, topic: str, state: bytes,
+               on_error: OnError) -> Event | None:
+    """Decode one row; on failure hand an Undecodable to `on_error` (None returned), or,
+    without one, raise the codec's error with the position in front."""
+    try:
+        return codec.decode(stream, version, topic, state)
+    except LedgerError as e:
+        if on_error is None:
+            raise type(e)(f"position {pos}: {e} (run `forge check`)") from None
+        msg = str(e)
+        on_error(Undecodable(pos, stream, version, topic, msg))
+        return None
+
+
+@dataclass(frozen=True)
 class Append:
     """One stream's part of a save. `expected_version` None means 'at the end, whatever it is'."""
 
@@ -86,7 +125,8 @@ class Ledger:
         self.config = config
         self.recorder = recorder
         self._factory = factory
-        self.redactor = Redactor(secret_values_from(config.secret_env, config.secret_files))
+        self.redactor = Redactor(secret_values_from(config.secret_env, config.secret_files)
+                                 + config.secret_values())
         self._versions: dict[str, int] = {}  # stream -> last version this process wrote
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -111,7 +151,8 @@ class Ledger:
                     if not _pg_table_exists(recorder):  # not a concurrent creator: real
                         raise
         except (PersistenceError, OSError) as e:
-            raise LedgerError(f"cannot open ledger {config.ledger_url}: {one_line(e)}") from None
+            raise LedgerError(config.scrub(f"cannot open ledger {config.display_url}: "
+                                           f"{one_line(e)}")) from None
         return cls(config, recorder, factory)
 
     def close(self) -> None:
@@ -181,7 +222,7 @@ class Ledger:
                     if prior is not None:
                         return prior
                     raise LedgerBusyError(
-                        f"ledger {self.config.ledger_url} is locked by another writer "
+                        f"ledger {self.config.display_url} is locked by another writer "
                         f"(lock timeout {self.config.lock_timeout_s}s): {one_line(e)}"
                     ) from None
                 raise LedgerError(f"ledger write failed: {one_line(e)}") from None
@@ -209,14 +250,27 @@ class Ledger:
         rows = self.recorder.select_events(stream, desc=True, limit=1)
         return rows[0].originator_version if rows else 0
 
-    def stream(self, stream: str, *, until_version: int | None = None) -> list[Recorded]:
-        """Events of one stream in version order (positions are 0: use `log` for positions)."""
-        rows = self.recorder.select_events(stream, lte=until_version)
-        return [
-            Recorded(0, stream, r.originator_version,
-                     codec.decode(stream, r.originator_version, r.topic, r.state))
-            for r in rows
-        ]
+    def stream(self, stream: str, *, until_version: int | None = None,
+               on_error: OnError = None) -> list[Recorded]:
+        """Events of one stream in version order, with their global positions.
+
+        An event that cannot be decoded raises the codec's error (naming position, stream
+        and version), or, given `on_error`, is handed to it and left out."""
+        where = ["originator_id={p}"] + (["originator_version<={p}"]
+                                         if until_version is not None else [])
+        params: list[Any] = [stream] + ([until_version] if until_version is not None else [])
+        out = []
+        for pos, v, topic, state in self._select(where, params, "originator_version",
+                                                 columns=False):
+            ev = _decode_at(pos, stream, v, topic, state, on_error)
+            if ev is not None:
+                out.append(Recorded(pos, stream, v, ev))
+        return out
+
+    def raw_state(self, position: int) -> bytes:
+        """The stored payload at a global position, as bytes (b"" if there is none)."""
+        rows = self._select(["{pos}={p}"], [position], "{pos}", 1)
+        return bytes(rows[0][4]) if rows else b""
 
     def max_position(self) -> int:
         return self.recorder.max_notification_id() or 0
@@ -229,13 +283,23 @@ class Ledger:
         *,
         page: int = 1000,
         include_bookkeeping: bool = False,
+        on_error: OnError = None,
     ) -> Iterator[Recorded]:
-        """The global ordered log from position `start` to `stop` (inclusive)."""
+        """The global ordered log from position `start` to `stop` (inclusive).
+
+        An event that cannot be decoded raises the codec's error (naming position, stream
+        and version), or, given `on_error`, is handed to it in order and reading goes on."""
         decode = codec.decode
         for pos, stream, version, topic, state in self.rows(start, stop, types, page=page):
             if not include_bookkeeping and topic in BOOKKEEPING_TYPES:
                 continue
-            yield Recorded(pos, stream, version, decode(stream, version, topic, state))
+            try:
+                ev = decode(stream, version, topic, state)
+            except LedgerError:
+                ev = _decode_at(pos, stream, version, topic, state, on_error)
+                if ev is None:
+                    continue
+            yield Recorded(pos, stream, version, ev)
 
     def rows(
         self, start: int = 1, stop: int | None = None, types: Iterable[str] = (), *,
@@ -290,10 +354,22 @@ class Ledger:
         since: datetime | None = None,
         until: datetime | None = None,
         stop: int | None = None,
+        on_error: OnError = None,
     ) -> Iterator[Recorded]:
-        """Filter the log by task, event type and time range (time is the event's own)."""
+        """Filter the log by task, event type and time range (time is the event's own).
+
+        `on_error` as in `log`; an undecodable event is handed to it when it may belong to
+        the filter (its stream is the task's, or its raw payload names the task: its own time
+        is unknown, so a time range does not exclude it)."""
         stream = task_stream(task) if task else None
-        for r in self.log(1, stop, types):
+        if on_error is not None and task:
+            report = on_error
+
+            def on_error(u: Undecodable) -> None:
+                if u.stream == stream or _raw_task_id(self, u) == task:
+                    report(u)
+
+        for r in self.log(1, stop, types, on_error=on_error):
             if stream is not None and r.stream != stream and r.event.task_id != task:
                 continue
             if since is not None and r.event.occurred_at < since:
@@ -302,13 +378,15 @@ class Ledger:
                 continue
             yield r
 
-    def stream_log(self, stream: str, stop: int | None = None) -> list[Recorded]:
-        """One stream with global positions, up to position `stop`."""
-        decode = codec.decode
-        return [
-            Recorded(pos, stream, v, decode(stream, v, topic, state))
-            for pos, v, topic, state in self.stream_rows(stream, stop)
-        ]
+    def stream_log(self, stream: str, stop: int | None = None,
+                   on_error: OnError = None) -> list[Recorded]:
+        """One stream with global positions, up to position `stop` (`on_error` as in log)."""
+        out = []
+        for pos, v, topic, state in self.stream_rows(stream, stop):
+            ev = _decode_at(pos, stream, v, topic, state, on_error)
+            if ev is not None:
+                out.append(Recorded(pos, stream, v, ev))
+        return out
 
     def stream_rows(
         self, stream: str, stop: int | None = None
@@ -360,6 +438,15 @@ class Ledger:
              bytes(r["state"]))
             for r in rows
         ]
+
+
+def _raw_task_id(ledger: Ledger, u: Undecodable) -> Any:
+    """The task id an undecodable event's raw payload names, if it parses that far."""
+    try:
+        payload = orjson.loads(ledger.raw_state(u.position))
+    except orjson.JSONDecodeError:
+        return None
+    return payload.get("task_id") if isinstance(payload, dict) else None
 
 
 def _pg_table_exists(recorder: Any) -> bool:

@@ -6,6 +6,11 @@ Contracts:
   leaves rows and tracking as they were; the next catch-up resumes from the tracked position.
 - Every event is kept in `events` (bookkeeping markers excepted); events this projector does
   not project (other issues' types, types newer than this code) only advance the position.
+  An event the ledger cannot decode (unknown type, corrupt JSON, a payload that fails
+  validation such as `null` for a metric) is recorded in `skipped` with its position and the
+  reason, and left out of every typed table (a JSON object stays in `events`, raw), in the
+  same transaction: the position advances past it, it is read exactly once, and no bad row
+  can stop the catch-up.
 - Deterministic: rows depend on the ledger only (no ingestion times, no batch-dependent ids),
   so `rebuild` and incremental catch-up give the same `fingerprint`.
 - One process at a time: `open_index` holds a file lock (`index.duckdb.lock`) around
@@ -24,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -36,13 +41,13 @@ from filelock import FileLock, Timeout
 
 from ..ledger import codec
 from ..ledger.clock import digest
-from ..ledger.events import EVENT_TYPES
+from ..ledger.errors import LedgerError
 from ..ledger.store import BOOKKEEPING_TYPES
 from .errors import ProjectionError
 
 PROJECTION = "index"
 # Bump when tables or their meaning change: an index of another version is rebuilt.
-INDEX_SCHEMA_VERSION = 2
+INDEX_SCHEMA_VERSION = 3  # 3: table `skipped` (undecodable events)
 SCHEMA_KEY = "index-schema"
 INDEX_NAME = "index.duckdb"
 LOCK_TIMEOUT_S = 120.0
@@ -141,6 +146,10 @@ CREATE TABLE IF NOT EXISTS decisions(
   block_id VARCHAR, kind VARCHAR, candidate JSON, candidate_key VARCHAR, reason VARCHAR,
   evidence VARCHAR[], verification_event_id VARCHAR,
   {_DIM_SQL});
+-- Stored events the ledger holds but cannot decode (unknown type, corrupt or invalid
+-- payload): left out of every other table, recorded here; `forge check` names them too.
+CREATE TABLE IF NOT EXISTS skipped(
+  position BIGINT, stream VARCHAR, version BIGINT, type VARCHAR, error VARCHAR);
 CREATE TABLE IF NOT EXISTS handoffs(
   position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
   block_id VARCHAR, kind VARCHAR, outcome VARCHAR, state_reached VARCHAR,
@@ -208,7 +217,7 @@ CREATE OR REPLACE VIEW decision_evidence AS
 
 TABLES = ["events", "points", "runtime_profiles", "tasks", "loop_blocks", "tool_calls",
           "measurement_runs", "invalidations", "verifications", "gate_verdicts", "decisions",
-          "handoffs"]
+          "handoffs", "skipped"]
 
 
 # --- dimensions -------------------------------------------------------------------------
@@ -396,6 +405,7 @@ class CatchUpResult:
     position: int
     seconds: float
     batches: int
+    skipped: list[tuple] = field(default_factory=list)  # (position, stream, version, type, error)
 
     @property
     def rate(self) -> float:
@@ -449,43 +459,51 @@ class Projector:
         self.b_gates = _Rows(_GATE_COLS)
         self.b_dec = _Rows(_DEC_COLS)
         self.b_hand = _Rows(_HAND_COLS)
+        self.b_skipped: list[tuple] = []  # (position, stream, version, type, error)
 
     def project(self, rows: list[tuple]) -> int:
         """Add one batch of stored rows `(position, stream, version, type, state)` (as
         `Ledger.rows` gives them) to the pending rows. Returns events kept.
 
-        Only events with a handler are decoded here; the envelope columns of `events` are
-        extracted by DuckDB's vectorized JSON reader at insert time (see `write`)."""
+        Every event is checked as the ledger reads it: a payload of exactly its current
+        form passes the codec's generated check (`codec.current_check`, no objects built);
+        anything else is decoded in full (upcast, coerced) or, when the ledger cannot decode
+        it (unknown type, corrupt JSON, invalid fields), left out of every table and recorded
+        in `skipped`: the position still advances with the batch, so it is read once. The
+        envelope columns of `events` are extracted by DuckDB's vectorized JSON reader at
+        insert time (see `write`)."""
         self._reset_batch()
         loads = orjson.loads
         keep = self.b_events.append
         handlers = _HANDLERS
         bookkeeping = BOOKKEEPING_TYPES
-        versions = {t: EVENT_TYPES[t].SCHEMA_VERSION for t in handlers}
+        checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
         for row in rows:
             topic = row[3]
             if topic in bookkeeping:
                 continue
-            keep(row)
-            h = handlers.get(topic)
-            if h is None:
-                continue
+            check = checks.get(topic)
+            if check is None:
+                check = checks[topic] = codec.current_check(topic) or codec.never
             pos, state = row[0], row[4]
             try:
                 d = loads(state)
-            except orjson.JSONDecodeError as e:
-                raise ProjectionError(
-                    f"corrupt payload of {topic} at position {pos} "
-                    f"(stream {row[1]!r} version {row[2]}): {e}"
-                ) from None
-            if not isinstance(d, dict):
-                raise ProjectionError(f"corrupt payload of {topic} at position {pos}: "
-                                      "not an object")
-            if d.get("_v", 1) != versions[topic]:
-                # An older schema: upcast through the ledger's own codec, then project.
-                ev_obj = codec.decode(str(row[1]), row[2], topic, bytes(state))
+            except orjson.JSONDecodeError:
+                d = None
+            if type(d) is not dict or not check(d):
+                # Not exactly current: the ledger's own codec upcasts, coerces, or refuses.
+                try:
+                    ev_obj = codec.decode(str(row[1]), row[2], topic, bytes(state))
+                except LedgerError as e:
+                    self.b_skipped.append((pos, str(row[1]), row[2], topic, str(e)))
+                    if type(d) is dict:
+                        keep(row)  # a JSON object (e.g. a newer type): kept raw in `events`
+                    continue
                 d = ev_obj.model_dump(mode="json")
-            h(self, pos, d)
+            keep(row)
+            h = handlers.get(topic)
+            if h is not None:
+                h(self, pos, d)
         return len(self.b_events)
 
     # --- handlers -----------------------------------------------------------------------
@@ -742,6 +760,13 @@ class Projector:
                            ("handoffs", self.b_hand)):
             if len(cols):
                 ops.append(("insert", name, _table(cols)))
+        if self.b_skipped:
+            ops.append(("insert", "skipped", pa.table({
+                n: pa.array(v, t) for n, v, t in zip(
+                    ("position", "stream", "version", "type", "error"),
+                    zip(*self.b_skipped, strict=True),
+                    (pa.int64(), pa.string(), pa.int64(), pa.string(), pa.string()),
+                    strict=True)})))
         if len(self.b_meas):
             # Metrics as one MAP per run, built from flat arrays (no per-value Python work).
             offsets = pa.array(self.b_moff + [len(self.b_metric)], pa.int32())
@@ -973,6 +998,7 @@ def catch_up(
     gc.disable()
     thread.start()
     read = kept = 0
+    skipped: list[tuple] = []
     pos = start + 1
     try:
         while pos <= head and not failed:
@@ -981,6 +1007,7 @@ def catch_up(
             if not rows:
                 break
             kept += proj.project(rows)
+            skipped.extend(proj.b_skipped)
             last = rows[-1][0]
             work.put((proj.prepare(), pos, last))
             read += len(rows)
@@ -994,7 +1021,8 @@ def catch_up(
     if failed:
         raise failed[0]
     con.execute("CHECKPOINT")
-    return CatchUpResult(read, kept, committed[0], time.perf_counter() - t0, committed[1])
+    return CatchUpResult(read, kept, committed[0], time.perf_counter() - t0, committed[1],
+                         skipped)
 
 
 @dataclass
@@ -1062,6 +1090,10 @@ def _report(s: IndexSession) -> dict[str, Any]:
         out["caught_up"] = {"events": r.events, "projected": r.projected,
                             "batches": r.batches, "seconds": round(r.seconds, 3),
                             "events_per_s": round(r.rate)}
+    # Undecodable events the index left out (all of them, not only this catch-up's).
+    out["skipped"] = [{"position": p, "stream": st, "version": v, "type": t, "error": e}
+                      for p, st, v, t, e in s.con.execute(
+                          "SELECT * FROM skipped ORDER BY position").fetchall()]
     return out
 
 

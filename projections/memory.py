@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..ledger import events as E
 from ..ledger.errors import NotFoundError
-from ..ledger.store import Ledger, task_stream
+from ..ledger.store import Ledger, OnError, Undecodable, task_stream
 
 
 class BlockRecord(BaseModel):
@@ -217,8 +217,14 @@ def build_memory(events: Iterable[E.Event]) -> TaskMemory:
     return mem
 
 
-def task_memory(ledger: Ledger, task_id: str) -> TaskMemory:
-    records = ledger.stream(task_stream(task_id))
-    if not records:
+def task_memory(ledger: Ledger, task_id: str, on_error: OnError = None) -> TaskMemory:
+    """The task's memory from its stream. An undecodable event raises (naming its position),
+    or, given `on_error` (readers: `forge task memory`), is handed to it and left out."""
+    bad: list[Undecodable] = []
+    records = ledger.stream(task_stream(task_id),
+                            on_error=None if on_error is None else bad.append)
+    if not records and not bad:
         raise NotFoundError(f"unknown task {task_id!r}")
+    for u in bad:
+        on_error(u)  # type: ignore[misc]
     return build_memory(r.event for r in records)

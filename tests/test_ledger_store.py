@@ -243,9 +243,13 @@ def test_unknown_or_corrupt_event_fails_loudly_and_check_reports_it(home, topic,
     check = run_forge("check", home=home)
     assert check.returncode == 1
     assert f"problem: position {pos}: " in check.stdout and "version 3" in check.stdout
+    # Issue 9: a reader is not locked out by one bad event: `forge log` lists the others and
+    # names the bad one (position, stream, version) in one line on stderr.
     log = run_forge("log", home=home)
-    assert log.returncode == 1
+    assert log.returncode == 0, log.stderr
     assert log.stderr.strip().count("\n") == 0 and "version 3" in log.stderr
+    assert f"position {pos}" in log.stderr and "Traceback" not in log.stderr
+    assert log.stdout.count("MeasurementRecorded") == 1 and "TaskDefined" in log.stdout
 
 
 def test_check_reports_partial_saves_and_unmarked_events(home):
