@@ -6,8 +6,12 @@ caught up); the `*_ws` wrappers open, catch up and query in one locked step for 
 
 from __future__ import annotations
 
+import math
+import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -37,6 +41,7 @@ def one_line(e: BaseException) -> str:
 class Table:
     columns: list[str]
     rows: list[tuple[Any, ...]]
+    truncated: bool = False  # more rows than the limit: `rows` holds the first ones
 
     def records(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
@@ -44,33 +49,165 @@ class Table:
 
 # --- sql --------------------------------------------------------------------------------
 
+DEFAULT_MAX_ROWS = 10_000
+DEFAULT_TIMEOUT_S = 30.0
 
-def run_sql(con: duckdb.DuckDBPyConnection, text: str) -> Table:
-    """Run user SQL. A DuckDB error becomes a one-line ProjectionError."""
+# What `forge sql` runs: queries. Any other statement (COPY, EXPORT, ATTACH, INSTALL, LOAD,
+# SET, CREATE, INSERT, ...) is refused by kind before anything runs, and the session below
+# refuses it again should one get through.
+QUERY_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL")  # SELECT: also WITH/DESCRIBE/SHOW
+
+# The query session: the index opened read-only; no file outside it (COPY TO, EXPORT,
+# read_text/read_csv/glob, ATTACH), no extension installed or loaded, no persistent
+# secret, no scan of Python variables, no temp directory (DuckDB lets a session write in its
+# own), and then the configuration locked so no SET/RESET/PRAGMA can undo any of it.
+LOCKDOWN: dict[str, Any] = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+    "allow_persistent_secrets": False,
+    "python_enable_replacements": False,
+    "temp_directory": "",
+}
+
+_KIND_LABEL = {"LOAD": "INSTALL/LOAD", "SET": "a setting change (SET, RESET, USE, PRAGMA x = y)",
+               "VARIABLE_SET": "SET VARIABLE"}
+# DuckDB parses some commands as a PRAGMA or CALL (IMPORT DATABASE, CHECKPOINT): those kinds
+# count as queries only when written as such.
+_SPELLED_OUT = ("PRAGMA", "CALL")
+_LEADING_COMMENTS = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+
+
+def _first_word(sql: str) -> str:
+    rest = sql[_LEADING_COMMENTS.match(sql).end():]
+    m = re.match(r"[A-Za-z_]+", rest)
+    return m.group(0).upper() if m else "?"
+
+
+def _statements(con: duckdb.DuckDBPyConnection, text: str) -> list[Any]:
+    """Parse `text`: the statements if every one is a query, else a one-line error naming
+    the first statement that is not (or saying that there is none)."""
     try:
-        rel = con.execute(text)
+        statements = con.extract_statements(text)
+    except duckdb.Error as e:
+        raise ProjectionError(one_line(e)) from None
+    if not statements:
+        raise ProjectionError("no SQL statement given (the query is empty or only comments)")
+    for i, st in enumerate(statements, 1):
+        word = _first_word(st.query)
+        try:
+            kind = st.type.name
+        except ValueError:  # a statement kind the Python client has no name for
+            kind = word
+        if kind in _SPELLED_OUT and word != kind:
+            kind = word
+        if kind not in QUERY_STATEMENTS:
+            where = f"statement {i}: " if len(statements) > 1 else ""
+            raise ProjectionError(
+                f"{where}{_KIND_LABEL.get(kind, kind.replace('_', ' '))} is not allowed: "
+                f"forge sql runs read-only queries ({', '.join(QUERY_STATEMENTS)})")
+    return statements
+
+
+def check_query(text: str) -> None:
+    """Refuse, before any work, SQL that `forge sql` would refuse to run."""
+    con = duckdb.connect(":memory:", config=LOCKDOWN)
+    try:
+        _statements(con, text)
+    finally:
+        con.close()
+
+
+def _limits(max_rows: int | None, timeout_s: float | None) -> tuple[int, float]:
+    rows = DEFAULT_MAX_ROWS if max_rows is None else max_rows
+    secs = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise ProjectionError(f"max rows must be a whole number >= 0 (0: no limit), "
+                              f"got {rows!r}")
+    try:
+        secs = float(secs)
+    except (TypeError, ValueError):
+        raise ProjectionError(f"timeout must be a number of seconds >= 0 (0: no limit), "
+                              f"got {secs!r}") from None
+    if not math.isfinite(secs) or secs < 0:
+        raise ProjectionError(f"timeout must be a number of seconds >= 0 (0: no limit), "
+                              f"got {secs!r}")
+    return rows, secs
+
+
+def locked_connection(path: Path) -> duckdb.DuckDBPyConnection:
+    """The index at `path`, read-only, in a session locked down as `LOCKDOWN` says."""
+    try:
+        con = duckdb.connect(str(path), read_only=True, config=LOCKDOWN)
+    except duckdb.Error as e:
+        raise ProjectionError(f"cannot open index {path}: {one_line(e)}") from None
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, text: str, *, max_rows: int | None = None,
+            timeout_s: float | None = None) -> Table:
+    """Run user SQL (queries only, see `QUERY_STATEMENTS`) on `con`: at most `max_rows`
+    rows are fetched (`Table.truncated` says there were more), and the query is interrupted
+    after `timeout_s` seconds (0: no limit for either). Every failure is a one-line
+    ProjectionError. The session's own lockdown is the caller's (`locked_connection`)."""
+    rows_cap, secs = _limits(max_rows, timeout_s)
+    statements = _statements(con, text)
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        try:
+            con.interrupt()
+        except duckdb.Error:  # the query has just ended and the connection with it
+            pass
+
+    timer = threading.Timer(secs, stop) if secs else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        for st in statements:  # the statements checked above, not the text parsed again
+            rel = con.execute(st)
         if rel.description is None:
             return Table([], [])
         cols = [d[0] for d in rel.description]
-        return Table(cols, rel.fetchall())
+        if not rows_cap:
+            return Table(cols, rel.fetchall())
+        rows = rel.fetchmany(rows_cap + 1)  # one more than shown: were there more?
+        return Table(cols, rows[:rows_cap], truncated=len(rows) > rows_cap)
     except duckdb.Error as e:
+        if fired.is_set() and isinstance(e, duckdb.InterruptException):
+            raise ProjectionError(f"query stopped after the time limit of {secs:g}s "
+                                  "(forge sql --timeout; 0 for none)") from None
         raise ProjectionError(one_line(e)) from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()  # a callback already running finishes before the caller closes
 
 
-def sql_ws(ws: Any, text: str) -> Table:
-    """Catch up, then run `text` on a READ-ONLY connection: forge sql never changes the
-    index, whatever the statement (a write fails with DuckDB's own error)."""
+def sql_ws(ws: Any, text: str, *, max_rows: int | None = None,
+           timeout_s: float | None = None) -> Table:
+    """Catch up, then run `text` in a locked-down session (`locked_connection`): read-only
+    on the index, nothing outside it, no extensions, configuration locked; with a row and
+    a time limit (`run_sql`). The file lock is held until the query ends."""
+    _limits(max_rows, timeout_s)
+    check_query(text)
     with open_index(ws) as s:
-        s.con.close()
+        s.con.close()  # the catch-up's read-write connection; the query gets its own
+        con = locked_connection(s.path)
         try:
-            ro = duckdb.connect(str(s.path), read_only=True)
-        except duckdb.Error as e:
-            raise ProjectionError(f"cannot open index {s.path}: {one_line(e)}") from None
-        try:
-            ro.execute("SET TimeZone = 'UTC'")
-            return run_sql(ro, text)
+            return run_sql(con, text, max_rows=max_rows, timeout_s=timeout_s)
         finally:
-            ro.close()
+            con.close()
 
 
 # --- compare ----------------------------------------------------------------------------
@@ -288,5 +425,6 @@ def filter_ws(ws: Any, *, limit: int | None = 1000, **criteria: Any) -> Table:
         return filter_measurements(s.con, limit=limit, **criteria)
 
 
-__all__ = ["DIM_NAMES", "Table", "compare", "compare_ws", "filter_measurements", "filter_ws",
-           "resolve", "run_sql", "sql_ws"]
+__all__ = ["DIM_NAMES", "LOCKDOWN", "Table", "check_query", "compare", "compare_ws",
+           "filter_measurements", "filter_ws", "locked_connection", "resolve", "run_sql",
+           "sql_ws"]
