@@ -7,8 +7,17 @@ from pathlib import Path
 
 from . import events as E
 from .artifacts import ArtifactStore
-from .config import CONFIG_NAME, Config, load_config, resolve_home, write_default_config
-from .errors import ConfigError
+from .config import (
+    CONFIG_NAME,
+    CREDENTIALS_NAME,
+    Config,
+    check_ledger_url,
+    load_config,
+    resolve_home,
+    split_password,
+    write_default_config,
+)
+from .errors import ConfigError, LedgerError
 from .store import Ledger
 
 WORKSPACE_STREAM = "workspace"
@@ -51,12 +60,26 @@ def init_workspace(
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} exists and is not a directory")
     created = not (root / CONFIG_NAME).exists()
+    if ledger_url is not None:
+        # Before anything is written; a password never reaches forge.toml or a message.
+        check_ledger_url(split_password(ledger_url)[0], "--ledger-url")
     root.mkdir(parents=True, exist_ok=True)
     for sub in SUBDIRS:
         (root / sub).mkdir(exist_ok=True)
     if created:
+        had_credentials = (root / CREDENTIALS_NAME).exists()
         write_default_config(root, ledger_url)
-    ws = open_workspace(root)
+        try:
+            ws = open_workspace(root)
+        except LedgerError:
+            # A ledger that cannot be opened (server down, wrong database): leave no
+            # half-made configuration behind, so that `forge init` can simply be run again.
+            (root / CONFIG_NAME).unlink(missing_ok=True)
+            if not had_credentials:
+                (root / CREDENTIALS_NAME).unlink(missing_ok=True)
+            raise
+    else:
+        ws = open_workspace(root)
     try:
         forge_version = version("infer-forge")
     except PackageNotFoundError:  # running from a source tree
