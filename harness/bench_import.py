@@ -11,13 +11,15 @@ versions, so results are keyed by what is present, never by a fixed schema:
   the total throughput `total_token_throughput`; `--output-details` adds per-request arrays at
   the top level or under `details`. These are aliased to one set of names.
 
-Contract: `parse_results(path)` returns one `ImportedRun` per non-blank line or raises
-`HarnessError("FILE:LINE: …")` naming the field (malformed JSON, not an object, a required key
-missing or not a number). Required: `completed`, `duration`, `request_throughput`,
-`output_throughput`, `median_ttft_ms`. `import_results(ws, path, task_id, block_id)` stores the
-file as an artifact and appends one `MeasurementRecorded` (source `sglang.bench_serving`) per
-run, atomically and idempotently (importing the same file into the same place twice adds
-nothing).
+Contract: `iter_results(path)` yields one `ImportedRun` per non-blank line or raises
+`HarnessError("FILE:LINE: …")` naming the field (not UTF-8, malformed JSON, not an object, a
+required key missing, not a number, NaN/Infinity or too large for a float; a run argument that
+the ledger cannot hold). Required: `completed`, `duration`, `request_throughput`,
+`output_throughput`, `median_ttft_ms`. `import_results(ws, path, task_id, block_id)` checks
+every line first (a bad line: nothing stored or recorded), stores the file as an artifact and
+appends one `MeasurementRecorded` (source `sglang.bench_serving`) per run, in saves of BATCH
+events, idempotently (importing the same file into the same place twice adds nothing) and in
+memory bounded by BATCH and MAX_LINE_BYTES, not by the file (see `import_results`).
 """
 
 from __future__ import annotations
@@ -26,14 +28,21 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..ledger.events import bad_number, field_path
 from .errors import HarnessError
 from .metrics import numeric_metrics
 
 SOURCE = "sglang.bench_serving"
+# Bounds that keep an import's memory flat whatever the file's size (issue 9).
+BATCH = 1000  # runs per save (one transaction, one command id each)
+MAX_LINE_BYTES = 16 << 20  # one result line (with --output-details arrays) may be large
+CHUNK_BYTES = 8 << 20  # artifact bytes redacted at once (a smaller file: in one piece)
+LISTED = 20  # measurements named in the summary
 REQUIRED = ("completed", "duration", "request_throughput", "output_throughput", "median_ttft_ms")
 ALIASES = {
     "total_input": "total_input_tokens",
@@ -75,7 +84,14 @@ def detect_shape(obj: dict[str, Any]) -> str:
 def _number(where: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise HarnessError(f"{where}: field {key!r} must be a number, got {value!r}"[:300])
-    return float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer too large for a float
+        x = math.inf
+    if not math.isfinite(x):
+        shown = value if isinstance(value, float) else f"{str(value)[:12]}… (too large)"
+        raise HarnessError(f"{where}: field {key!r} is not a finite number ({shown})")
+    return x
 
 
 def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
@@ -127,72 +143,277 @@ def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
             meta["sglang_version"] = server_info["version"]
         meta["server_info_keys"] = len(server_info)
     flat = numeric_metrics(metrics)
-    bad = [k for k, v in flat.items() if not math.isfinite(v)]
-    if bad:
-        raise HarnessError(f"{where}: field {bad[0]!r} is not a finite number")
+    bad = bad_number(meta)  # e.g. a seed over 64 bits: the ledger could not hold it
+    if bad is not None:
+        raise HarnessError(f"{where}: field {field_path('', bad[0])}: {bad[1]}")
     return ImportedRun(line, shape, flat, meta)
 
 
 def parse_results(path: str | Path) -> tuple[list[ImportedRun], bytes]:
-    """Every result line of a bench_serving JSONL file, and the file's bytes."""
+    """Every result line of a (small) bench_serving JSONL file, and the file's bytes.
+    `import_results` streams instead: use this only where the whole file fits in memory."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise HarnessError(f"cannot read {p}: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise HarnessError(f"{p}: not UTF-8 text (a bench_serving JSONL file?)") from None
-    runs: list[ImportedRun] = []
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{p}:{no}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise HarnessError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-        runs.append(parse_line(obj, where, no))
+    runs = list(iter_results(p))
     if not runs:
         raise HarnessError(f"{p}: no bench_serving results (empty file)")
-    return runs, raw
+    try:
+        return runs, p.read_bytes()
+    except OSError as e:
+        raise HarnessError(f"cannot read {p}: {e.strerror or e}") from None
+
+
+def iter_results(path: str | Path) -> Iterator[ImportedRun]:
+    """The result lines of a bench_serving JSONL file, one at a time (bounded memory)."""
+    p = Path(path)
+    for no, raw in _raw_lines(p):
+        run = _parse_raw(p, no, raw)
+        if run is not None:
+            yield run
+
+
+def _raw_lines(p: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes with the line ending) of `p`; a line over MAX_LINE_BYTES is an
+    error, so memory stays bounded whatever the file holds."""
+    try:
+        f = p.open("rb")
+    except OSError as e:
+        raise HarnessError(f"cannot read {p}: {e.strerror or e}") from None
+    no = 0
+    with f:
+        while True:
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            except OSError as e:
+                raise HarnessError(f"{p}:{no + 1}: cannot read: {e.strerror or e}") from None
+            if not raw:
+                return
+            no += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise HarnessError(f"{p}:{no}: line longer than {MAX_LINE_BYTES >> 20} MiB "
+                                   "(not a bench_serving result?)")
+            yield no, raw
+
+
+def _parse_raw(p: Path, no: int, raw: bytes) -> ImportedRun | None:
+    where = f"{p}:{no}"
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HarnessError(f"{where}: not UTF-8 text (a bench_serving JSONL file?)") from None
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise HarnessError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise HarnessError(f"{where}: malformed JSON (nested too deeply)") from None
+    return parse_line(obj, where, no)
+
+
+@dataclass
+class _Scan:
+    """What the first pass learns: per-batch hashes of the raw bytes, counts, a summary."""
+
+    file_hash: str = ""
+    runs: int = 0
+    batch_hashes: list[str] = field(default_factory=list)
+    shapes: set[str] = field(default_factory=set)
+    versions: set[str] = field(default_factory=set)
+    listed: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _batches(p: Path, scan: _Scan | None) -> Iterator[tuple[bytes, list[ImportedRun], str]]:
+    """(raw bytes, runs, sha256 of the raw bytes) per BATCH runs (the last batch takes the
+    rest of the file). Fills `scan` on the way when given."""
+    h = hashlib.sha256()
+    raw_parts: list[bytes] = []
+    runs: list[ImportedRun] = []
+    for no, raw in _raw_lines(p):
+        run = _parse_raw(p, no, raw)
+        if run is not None and len(runs) == BATCH:
+            part = b"".join(raw_parts)
+            yield part, runs, hashlib.sha256(part).hexdigest()
+            raw_parts, runs = [], []
+        h.update(raw)
+        raw_parts.append(raw)
+        if run is not None:
+            runs.append(run)
+    if runs or raw_parts:
+        part = b"".join(raw_parts)
+        yield part, runs, hashlib.sha256(part).hexdigest()
+    if scan is not None:
+        scan.file_hash = h.hexdigest()
+
+
+def _scan_chunks(p: Path, scan: _Scan) -> Iterator[bytes]:
+    """First pass: validate every line, fill `scan`, and yield the file's bytes in chunks of
+    whole lines for the artifact store. Raises (before anything is stored) on a bad line."""
+    pending: list[bytes] = []
+    size = 0
+    for part, runs, digest in _batches(p, scan):
+        scan.batch_hashes.append(digest)
+        for r in runs:
+            scan.runs += 1
+            scan.shapes.add(r.shape)
+            if "sglang_version" in r.meta:
+                scan.versions.add(str(r.meta["sglang_version"]))
+            if len(scan.listed) < LISTED:
+                scan.listed.append({"run_id": f"{p.name}:{r.line}", "shape": r.shape,
+                                    "output_throughput": r.metrics.get("output_throughput"),
+                                    "median_ttft_ms": r.metrics.get("median_ttft_ms")})
+        pending.append(part)
+        size += len(part)
+        if size >= CHUNK_BYTES:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if not scan.runs:
+        raise HarnessError(f"{p}: no bench_serving results (empty file)")
+    if pending:
+        yield b"".join(pending)
 
 
 def import_results(ws, path: str | Path, *, task_id: str | None = None,
                    block_id: str | None = None) -> dict[str, Any]:
-    """Record every run in `path` as a MeasurementRecorded; returns a summary."""
+    """Record every run in `path` as a MeasurementRecorded; returns a summary.
+
+    Streams the file twice, holding at most BATCH runs at a time: the first pass validates
+    every line and stores the artifact (a bad line anywhere: nothing is stored or recorded),
+    the second appends the runs in saves of BATCH events. Each save's command id names the
+    file's hash and the batch, so a re-import adds nothing and an interrupted import resumes
+    where it stopped; a file that changes between the passes is refused at the first batch
+    that differs."""
     from ..ledger import events as E
+    from ..ledger.ids import check_optional_id
     from ..ledger.store import task_stream
     from .bench import MEASUREMENTS_STREAM
 
-    runs, raw = parse_results(path)
-    file_hash = hashlib.sha256(raw).hexdigest()
-    digest = ws.artifacts.put(raw)
+    check_optional_id(task_id, "task id")  # the one id rule: this may open a task's stream
+    check_optional_id(block_id, "block id")
     p = Path(path)
-    events = [
-        E.MeasurementRecorded(
-            task_id=task_id, block_id=block_id,
-            run_id=f"{p.name}:{r.line}",
-            source=SOURCE,
-            metrics=r.metrics,
-            success=r.metrics.get("completed", 0) > 0,
-            error=(f"{int(r.metrics['failed'])} requests failed"
-                   if r.metrics.get("failed") else None),
-            artifact_digest=digest,
-            meta={**r.meta, "file": p.name},
-            input_digests={"bench_serving_file": "sha256:" + file_hash},
-        )
-        for r in runs
-    ]
+    scan = _Scan()
+    digest = ws.artifacts.put_stream(_scan_chunks(p, scan))
+    file_hash = scan.file_hash
     stream = task_stream(task_id) if task_id else MEASUREMENTS_STREAM
-    command = f"bench-import:{file_hash[:32]}:{task_id or ''}:{block_id or ''}"
-    res = ws.ledger.append(stream, events, command_id=command)
-    return {"file": str(p), "stream": stream, "runs": len(runs), "duplicate": res.duplicate,
-            "shapes": sorted({r.shape for r in runs}), "artifact": digest,
-            "versions": sorted({str(r.meta["sglang_version"]) for r in runs
-                                if "sglang_version" in r.meta}),
-            "measurements": [{"run_id": e.run_id, "shape": r.shape,
-                              "output_throughput": r.metrics.get("output_throughput"),
-                              "median_ttft_ms": r.metrics.get("median_ttft_ms")}
-                             for e, r in zip(events, runs, strict=True)]}
+    base = f"bench-import:{file_hash[:32]}:{task_id or ''}:{block_id or ''}"
+    appended = seen = 0
+    for i, (_part, runs, part_hash) in enumerate(_batches(p, None)):
+        seen = i + 1
+        if i >= len(scan.batch_hashes) or part_hash != scan.batch_hashes[i]:
+            first = runs[0].line if runs else "?"
+            raise HarnessError(f"{p}: changed while it was imported (from line {first} on); "
+                               f"{appended} runs were recorded: import it again")
+        if not runs:
+            continue
+        command = base if i == 0 else f"{base}:{i}"  # batch 0 keeps the single-save id
+        if ws.ledger.command_done(command):
+            continue
+        events = [
+            E.MeasurementRecorded(
+                task_id=task_id, block_id=block_id,
+                run_id=f"{p.name}:{r.line}",
+                source=SOURCE,
+                metrics=r.metrics,
+                success=r.metrics.get("completed", 0) > 0,
+                error=(f"{int(r.metrics['failed'])} requests failed"
+                       if r.metrics.get("failed") else None),
+                artifact_digest=digest,
+                meta={**r.meta, "file": p.name},
+                input_digests={"bench_serving_file": "sha256:" + file_hash},
+            )
+            for r in runs
+        ]
+        res = ws.ledger.append(stream, events, command_id=command)
+        if not res.duplicate:
+            appended += len(events)
+    if seen != len(scan.batch_hashes):
+        raise HarnessError(f"{p}: changed while it was imported (it is shorter now); "
+                           f"{appended} runs were recorded: import it again")
+    return {"file": str(p), "stream": stream, "runs": scan.runs, "duplicate": appended == 0,
+            "recorded": appended, "shapes": sorted(scan.shapes), "artifact": digest,
+            "versions": sorted(scan.versions), "measurements": scan.listed}
+
+
+# --- `forge measure --from-json FILE` and `--metric NAME=NUMBER` ---------------------------
+
+MAX_JSON_BYTES = 16 << 20
+
+
+class _NonFinite:
+    """What `NaN`, `Infinity` or a float too large (1e400) parse to: refused where used."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _json_float(text: str) -> float | _NonFinite:
+    x = float(text)
+    return x if math.isfinite(x) else _NonFinite(text)
+
+
+def _line_of_key(text: str, key: str) -> int | None:
+    m = re.search(re.escape(json.dumps(key)) + r"\s*:", text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+def metrics_from_json(path: str | Path) -> dict[str, float]:
+    """The metrics in a JSON file holding one object (e.g. a bench_serving result): its
+    top-level numbers. Refused with one line naming file, line and field: a file that cannot
+    be read, is not UTF-8, not JSON, not an object; a metric that is NaN, an infinity, too
+    large for a float or over 64 bits. bench_serving's run arguments (`request_rate:
+    Infinity`) are not metrics and are left out."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+    except OSError as e:
+        raise HarnessError(f"{p}: cannot read: {e.strerror or e}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise HarnessError(f"{p}: larger than {MAX_JSON_BYTES >> 20} MiB (not a JSON object "
+                           "of metrics?)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HarnessError(f"{p}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
+                           f"{e.start}): not a JSON file?") from None
+    try:
+        data = json.loads(text, parse_constant=_NonFinite, parse_float=_json_float)
+    except json.JSONDecodeError as e:
+        raise HarnessError(f"{p}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno})"
+                           ) from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer of more than 4300 digits
+        raise HarnessError(f"{p}: malformed JSON ({' '.join(str(e).split())[:200]})") from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"{p}: expected a JSON object of metrics, got "
+                           f"{'an array' if isinstance(data, list) else type(data).__name__}")
+    out: dict[str, float] = {}
+    for k, v in data.items():
+        if isinstance(v, _NonFinite):
+            if k in ARG_KEYS:
+                continue  # a run argument (bench_serving writes `Infinity` for no rate limit)
+            line = _line_of_key(text, k)
+            raise HarnessError(f"{p}{f':{line}' if line else ''}: field {k!r}: {v.text} is "
+                               "not a finite number")
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out[k] = v
+    return finite_metrics(out, str(p), text)
+
+
+def finite_metrics(values: dict[str, Any], where: str, text: str | None = None
+                   ) -> dict[str, float]:
+    """`values` as floats, each finite and within 64 bits (HarnessError naming the field)."""
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        bad = bad_number(v)
+        x = None
+        if bad is None:
+            try:
+                x = float(v)
+            except (OverflowError, TypeError, ValueError):
+                x = None
+        if x is None or not math.isfinite(x):
+            why = bad[1] if bad else f"{str(v)[:40]} is not a finite number"
+            line = _line_of_key(text, k) if text is not None else None
+            raise HarnessError(f"{where}{f':{line}' if line else ''}: field {k!r}: {why}")
+        out[k] = x
+    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import ArtifactIntegrityError, NotFoundError
@@ -66,6 +66,45 @@ class ArtifactStore:
 
     def put_file(self, path: str | Path) -> str:
         return self.put(Path(path).read_bytes())
+
+    def put_stream(self, chunks: Iterable[bytes]) -> str:
+        """Store the concatenation of `chunks` in bounded memory and return its digest.
+
+        Each chunk is redacted on its own (as text when it is UTF-8), so a caller cuts chunks
+        at line boundaries; one chunk holding everything stores what `put` stores. Same
+        atomicity and dedup as `put`; an exception from `chunks` leaves nothing behind."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        h = hashlib.sha256()
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in chunks:
+                    chunk = self._redacted(chunk)
+                    h.update(chunk)
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            digest = PREFIX + h.hexdigest()
+            path = self._path(digest)
+            if path.exists():
+                Path(tmp).unlink()
+                return digest
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, path)
+            return digest
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _redacted(self, data: bytes) -> bytes:
+        if self.redactor is None:
+            return data
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
+        clean = self.redactor.text(text)
+        return data if clean is text else clean.encode("utf-8")
 
     def get(self, digest: str) -> bytes:
         path = self._path(digest)

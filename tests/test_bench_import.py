@@ -109,3 +109,231 @@ def test_forge_bench_import_cli(forge_home, tmp_path):
     assert r.returncode != 0
     assert f"{bad}:1: missing required field 'duration'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+# --- issue 9: numbers the ledger cannot hold, bounded memory, resumable batches ------------
+
+GOOD = V05.read_text().splitlines()[0]
+
+
+def _with(**fields) -> str:
+    obj = json.loads(GOOD)
+    obj.update(fields)
+    return json.dumps(obj)  # Python writes NaN / Infinity for non-finite floats
+
+
+NON_FINITE = {
+    "nan-required": ('"output_throughput": NaN', "field 'output_throughput' is not a finite"),
+    "inf-required": ('"median_ttft_ms": Infinity', "field 'median_ttft_ms' is not a finite"),
+    "minus-inf": ('"duration": -Infinity', "field 'duration' is not a finite"),
+    "float-too-large": ('"p99_ttft_ms": 1e400', "field 'p99_ttft_ms' is not a finite"),
+    "int-too-large-for-float": ('"completed": ' + "9" * 400,
+                                "field 'completed' is not a finite number"),
+    "nan-optional": ('"p99_itl_ms": NaN', "field 'p99_itl_ms' is not a finite"),
+    "nan-nested": ('"slo_attainment_by_metric": {"ttft": NaN}',
+                   "field 'slo_attainment_by_metric.ttft' is not a finite"),
+    "arg-over-64-bits": ('"seed": ' + "1" * 30, "field seed: integer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NON_FINITE))
+def test_non_finite_numbers_are_refused_by_line_and_field(tmp_path, forge_home, case):
+    insert, says = NON_FINITE[case]
+    bad = GOOD[:-1] + ", " + insert + "}"
+    f = tmp_path / "r.jsonl"
+    f.write_text(GOOD + "\n" + GOOD + "\n" + bad + "\n")
+    with pytest.raises(HarnessError) as e:
+        parse_results(f)
+    assert str(e.value).startswith(f"{f}:3: ") and says in str(e.value), str(e.value)
+    # The CLI: one line, nothing recorded, no artifact stored (the good lines neither).
+    assert run_forge("init").returncode == 0
+    before = _rows(forge_home)
+    r = run_forge("bench", "import", str(f), "--task", "t1")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert f"{f}:3: " in line and says in line
+    assert _rows(forge_home) == before
+    assert not [p for p in (forge_home / "artifacts").rglob("*") if p.is_file()]
+
+
+def test_unbounded_rate_argument_stays_readable(tmp_path):
+    """bench_serving writes `request_rate: Infinity` for no rate limit: a run argument, kept
+    as text, never a number in the ledger."""
+    (run,), _ = parse_results(_jsonl(tmp_path, _with(request_rate=float("inf"))))
+    assert run.meta["request_rate"] == "inf"
+
+
+def _jsonl(tmp_path, *lines: str, name: str = "r.jsonl"):
+    f = tmp_path / name
+    f.write_text("".join(line + "\n" for line in lines))
+    return f
+
+
+def _rows(home):
+    import sqlite3
+
+    with sqlite3.connect(home / "ledger.sqlite") as c:
+        return c.execute("SELECT rowid, originator_id, originator_version, topic, state "
+                         "FROM stored_events ORDER BY rowid").fetchall()
+
+
+def test_bad_line_deep_in_a_file_records_nothing(workspace, tmp_path, monkeypatch):
+    import infer_forge.harness.bench_import as bi
+
+    monkeypatch.setattr(bi, "BATCH", 2)
+    lines = [_with(seed=i) for i in range(9)]
+    lines[7] = "{not json"
+    f = _jsonl(tmp_path, *lines)
+    before = workspace.ledger.max_position()
+    with pytest.raises(HarnessError, match=r":8: malformed JSON"):
+        import_results(workspace, f, task_id="t1")
+    assert workspace.ledger.max_position() == before
+    assert list(workspace.artifacts.digests()) == []
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    (b"\xff\xfe\x00garbage\n", ":2: not UTF-8 text"),
+    (b"\x00" * 64 + b"\n", ":2: malformed JSON"),
+    (b"[" * 100_000 + b"\n", ":2: malformed JSON"),
+])
+def test_binary_and_hostile_lines_are_one_line(tmp_path, raw, says):
+    f = tmp_path / "r.jsonl"
+    f.write_bytes(GOOD.encode() + b"\n" + raw)
+    with pytest.raises(HarnessError) as e:
+        parse_results(f)
+    assert str(e.value).startswith(str(f)) and says in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_overlong_line_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    import infer_forge.harness.bench_import as bi
+
+    monkeypatch.setattr(bi, "MAX_LINE_BYTES", 4096)
+    f = _jsonl(tmp_path, GOOD, _with(tag="x" * 10_000))
+    with pytest.raises(HarnessError, match=r"r.jsonl:2: line longer than"):
+        parse_results(f)
+
+
+def test_import_streams_in_bounded_batches_resumes_and_never_duplicates(workspace, tmp_path,
+                                                                       monkeypatch):
+    import pathlib
+
+    import infer_forge.harness.bench_import as bi
+
+    monkeypatch.setattr(bi, "BATCH", 3)
+    n = 10
+    f = _jsonl(tmp_path, *[_with(seed=i) for i in range(n)], "", "")
+    saves: list[int] = []
+    real_append = workspace.ledger.append
+
+    def append(stream, events, **kw):
+        saves.append(len(events))
+        if len(saves) == 2:
+            raise OSError("power cut")  # the process dies after the first batch landed
+        return real_append(stream, events, **kw)
+
+    monkeypatch.setattr(workspace.ledger, "append", append)
+
+    def no_whole_file(self, *a, **k):
+        raise AssertionError(f"read whole: {self}")
+
+    monkeypatch.setattr(pathlib.Path, "read_bytes", no_whole_file)  # streaming only
+    monkeypatch.setattr(pathlib.Path, "read_text", no_whole_file)
+    with pytest.raises(OSError, match="power cut"):
+        import_results(workspace, f, task_id="t1")
+    assert len(workspace.ledger.stream_log("task:t1")) == 3
+    out = import_results(workspace, f, task_id="t1")  # resumes where it stopped
+    assert out["runs"] == n and out["recorded"] == n - 3 and not out["duplicate"]
+    assert max(saves) <= 3
+    evs = [r.event for r in workspace.ledger.stream_log("task:t1")]
+    assert [e.run_id for e in evs] == [f"r.jsonl:{i + 1}" for i in range(n)]
+    again = import_results(workspace, f, task_id="t1")
+    assert again["duplicate"] and again["recorded"] == 0
+    assert len(workspace.ledger.stream_log("task:t1")) == n
+    assert len(out["measurements"]) == min(n, bi.LISTED)
+
+
+def test_a_file_changed_between_the_passes_is_refused(workspace, tmp_path, monkeypatch):
+    import infer_forge.harness.bench_import as bi
+
+    monkeypatch.setattr(bi, "BATCH", 2)
+    f = _jsonl(tmp_path, *[_with(seed=i) for i in range(6)])
+    real_put = workspace.artifacts.put_stream
+
+    def put_then_edit(chunks):
+        digest = real_put(chunks)
+        lines = f.read_text().splitlines()
+        lines[3] = _with(seed=99)
+        f.write_text("\n".join(lines) + "\n")
+        return digest
+
+    monkeypatch.setattr(workspace.artifacts, "put_stream", put_then_edit)
+    with pytest.raises(HarnessError, match="changed while it was imported"):
+        import_results(workspace, f, task_id="t1")
+    evs = [r.event for r in workspace.ledger.stream_log("task:t1")]
+    assert [e.meta["seed"] for e in evs] == [0, 1]  # only what matched the checked file
+
+
+def test_cli_summary_of_a_large_import_is_bounded(forge_home, tmp_path):
+    assert run_forge("init").returncode == 0
+    f = _jsonl(tmp_path, *[_with(seed=i) for i in range(30)])
+    r = run_forge("bench", "import", str(f))
+    assert r.returncode == 0, r.stderr
+    assert "recorded 30 bench_serving runs" in r.stdout and "… and 10 more" in r.stdout
+    assert len(r.stdout.splitlines()) == 22
+
+
+# --- `forge measure --from-json` ------------------------------------------------------------
+
+FROM_JSON = {
+    "missing": (None, "cannot read: No such file or directory"),
+    "binary": (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text"),
+    "latin1": ('{"x": "caf\xe9"}'.encode("latin-1"), "not UTF-8 text"),
+    "bad-json": (b'{\n  "output_throughput": 1,\n  oops\n}', ":3: malformed JSON"),
+    "empty": (b"", ":1: malformed JSON"),
+    "array": (b"[1, 2, 3]", "expected a JSON object of metrics, got an array"),
+    "string": (b'"fast"', "expected a JSON object of metrics, got str"),
+    "nan": (b'{"a": 1,\n "output_throughput": NaN}', ":2: field 'output_throughput': NaN is not"),
+    "infinity": (b'{"median_ttft_ms": Infinity}', ":1: field 'median_ttft_ms': Infinity is not"),
+    "minus-infinity": (b'{"x": -Infinity}', "field 'x': -Infinity is not a finite number"),
+    "float-too-large": (b'{"x": 1e400}', "field 'x': 1e400 is not a finite number"),
+    "int-over-64-bits": (b'{"x": ' + b"7" * 30 + b"}", "field 'x': integer"),
+    "huge-int-text": (b'{"x": ' + b"7" * 5000 + b"}", "malformed JSON"),
+    "deep": (b"[" * 100_000, "malformed JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FROM_JSON))
+def test_measure_from_json_bad_files_are_one_line(forge_home, tmp_path, case):
+    from infer_forge.harness.bench_import import metrics_from_json
+
+    content, says = FROM_JSON[case]
+    f = tmp_path / "m.json"
+    if content is not None:
+        f.write_bytes(content)
+    with pytest.raises(HarnessError) as e:
+        metrics_from_json(f)
+    assert str(e.value).startswith(str(f)) and says in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+    from click.testing import CliRunner
+    from infer_forge.cli import main
+
+    assert CliRunner().invoke(main, ["init"]).exit_code == 0
+    before = _rows(forge_home)
+    r = CliRunner().invoke(main, ["measure", "t1", "--from-json", str(f)])
+    assert r.exit_code == 1
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {f}") and says in line
+    assert _rows(forge_home) == before
+
+
+def test_measure_from_json_takes_finite_top_level_numbers(tmp_path):
+    from infer_forge.harness.bench_import import metrics_from_json
+
+    f = tmp_path / "m.json"
+    f.write_text(_with(request_rate=float("inf")))  # a real result: rate is an argument
+    got = metrics_from_json(f)
+    assert got["output_throughput"] == json.loads(GOOD)["output_throughput"]
+    assert "request_rate" not in got and "server_info" not in got
+    assert all(isinstance(v, float) for v in got.values())
