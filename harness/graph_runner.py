@@ -337,6 +337,17 @@ def workdir(ws: Workspace, graph_id: str) -> Path:
     return ws.home / "graphs" / graph_id / "work"
 
 
+def repo_dir(ws: Workspace, graph_id: str, node: str, path: str | None) -> Path:
+    """A repo node's directory under the graph's work dir. The path was checked when the node
+    was defined (relative, no '..'); resolved here, symlinks included, it must stay inside."""
+    base = workdir(ws, graph_id).resolve()
+    target = (base / (path or f"repos/{node}")).resolve()
+    if not target.is_relative_to(base):
+        raise HarnessError(f"graph {graph_id!r}: repo node {node!r}: path {path!r} resolves to "
+                           f"{target}, outside the graph's work dir {base}")
+    return target
+
+
 def _subst(text: str, values: dict[str, str]) -> str:
     for k, v in values.items():
         text = text.replace("{" + k + "}", v)
@@ -738,6 +749,9 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
         raise HarnessError(
             f"graph {graph_id!r} was interrupted with {len(stale)} node(s) in flight "
             f"({', '.join(n.id for n in stale)}); run: forge graph resume")
+    # Where the repo nodes live, checked before anything is recorded.
+    repos = [repo_dir(ws, graph_id, n.id, n.spec.path) for n in view.nodes.values()
+             if n.kind == "repo"]
     run_id = f"run{len(view.runs) + 1}-{uuid4().hex[:6]}"
     me = os.getpid()
     start: list[E.Event] = [E.GraphRunFinished(run_id=r.run_id, outcome="interrupted")
@@ -751,10 +765,8 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
         ledger.append(gstream, start, expected_version=view.version)
     except ConflictError:
         raise HarnessError(f"graph {graph_id!r} changed while starting; try again") from None
-    for n in view.nodes.values():
-        if n.kind == "repo":
-            (workdir(ws, graph_id) / (n.spec.path or f"repos/{n.id}")).mkdir(parents=True,
-                                                                            exist_ok=True)
+    for d in repos:
+        d.mkdir(parents=True, exist_ok=True)
     workdir(ws, graph_id).mkdir(parents=True, exist_ok=True)
     logs = ws.home / "graphs" / graph_id / "logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -203,8 +203,9 @@ def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
     if task_id is not None:
         task_id = check_id(task_id, "task id")
     else:
+        where = str(path) if str(path).isprintable() else repr(str(path))
         task_id = task.id or check_id(
-            path.stem, f"{path}: task id taken from the file name (the task has no id:)")
+            path.stem, f"{where}: task id taken from the file name (the task has no id:)")
     point_path = (path.parent / task.point).resolve()
     point = load_point(point_path)
     ref = point.runtime_profile

@@ -18,14 +18,21 @@ Contract:
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from .clock import digest
 from .errors import LedgerError
+from .ids import InvalidIdError, check_id, from_ledger, shown
 
 TASK_TYPES = (
     "kernel",
@@ -36,7 +43,6 @@ TASK_TYPES = (
     "diagnosis",
     "upstream-sync",
 )
-NODE_ID = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 # Edge kinds that gate readiness (a `control` edge gates only with action `start`).
 GATING = ("handoff", "control:start")
 # Edge kinds along which rework propagates from a reworked or invalidated node.
@@ -132,9 +138,11 @@ class NodeSpec(_Spec):
         return data
 
     @model_validator(mode="after")
-    def _shape(self) -> NodeSpec:
-        if not NODE_ID.match(self.id):
-            raise ValueError(f"node id {self.id!r} must match {NODE_ID.pattern}")
+    def _shape(self, info: ValidationInfo) -> NodeSpec:
+        if not from_ledger(info):  # what the ledger holds was checked when it entered
+            _check_part_id(self.id, "node id")
+            if self.path is not None:
+                check_repo_path(self.path, f"node {self.id}: path")
         if self.kind == "task":
             if self.type not in TASK_TYPES:
                 raise ValueError(
@@ -190,13 +198,32 @@ class GraphSpec(_Spec):
     edges: list[EdgeSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _name(self) -> GraphSpec:
-        if not NODE_ID.match(self.name):
-            raise ValueError(f"graph name {self.name!r} must match {NODE_ID.pattern}")
+    def _name(self, info: ValidationInfo) -> GraphSpec:
+        if not from_ledger(info):
+            _check_part_id(self.name, "graph name")
         return self
 
     def spec_hash(self) -> str:
         return digest(self.model_dump(mode="json", by_alias=True))
+
+
+def _check_part_id(value: str, what: str) -> None:
+    try:
+        check_id(value, what, part=True)
+    except InvalidIdError as e:
+        raise ValueError(str(e)) from None
+
+
+def check_repo_path(path: str, what: str) -> str:
+    """A repo node's directory: relative to the graph's work dir and staying inside it (no
+    absolute path, no `..`, no backslash or NUL). The graph runner also resolves it (symlinks
+    included) and refuses a directory outside the work dir."""
+    p = PurePosixPath(path)
+    if (not path.strip() or p.is_absolute() or ".." in p.parts or "\\" in path
+            or "\x00" in path or path.startswith("~")):
+        raise ValueError(f"{what}: {shown(path)} must be a relative path inside the graph's "
+                         "work dir (no absolute path, no '..')")
+    return path
 
 
 def check_graph(nodes: list[NodeSpec], edges: list[EdgeSpec], where: str = "graph") -> None:

@@ -27,12 +27,14 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from .clock import digest
 from .errors import LedgerError
+from .ids import InvalidIdError, check_id, from_ledger
 
 
 class SpecError(LedgerError):
@@ -376,7 +378,7 @@ ScopeValue = Annotated[
 
 
 class TaskDefinition(Spec):
-    id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    id: str | None = None  # the one id rule (ledger.ids); else the file name, checked alike
     title: str | None = None
     type: Literal[TASK_TYPES]  # type: ignore[valid-type]
     goal: str = Field(min_length=1)
@@ -391,6 +393,16 @@ class TaskDefinition(Spec):
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None or from_ledger(info):  # checked when it entered the ledger
+            return v
+        try:
+            return check_id(v, "task id")
+        except InvalidIdError as e:
+            raise ValueError(str(e)) from None
 
     @field_validator("scope")
     @classmethod

@@ -32,6 +32,7 @@ from pydantic import TypeAdapter
 from ..ledger import codec
 from ..ledger import events as E
 from ..ledger.graphspec import GATING, REWORK_CARRIERS, EdgeSpec, NodeSpec
+from ..ledger.ids import LEDGER_CONTEXT
 from ..ledger.store import Ledger
 from .errors import ProjectionError
 
@@ -175,14 +176,14 @@ class GraphView:
                 self.graph_id, self.title = ev.graph_id, ev.title
                 self.description, self.source, self.graph_dir = (
                     ev.description, ev.source, ev.graph_dir)
-                for spec in _NODES.validate_python(ev.nodes):
+                for spec in _NODES.validate_python(ev.nodes, context=LEDGER_CONTEXT):
                     self._add_node(spec)
                 for d in ev.edges:
                     self._add_edge(Edge.from_dump(d))
             case E.NodeAdded():
-                self._add_node(NodeSpec.model_validate(ev.node))
+                self._add_node(NodeSpec.model_validate(ev.node, context=LEDGER_CONTEXT))
             case E.EdgeAdded():
-                self._add_edge(Edge.of(EdgeSpec.model_validate(ev.edge)))
+                self._add_edge(Edge.of(EdgeSpec.model_validate(ev.edge, context=LEDGER_CONTEXT)))
             case E.GraphRunStarted():
                 self.runs.append(RunInfo(ev.run_id, ev.jobs, ev.pid, ev.pid_start, ev.host,
                                          ev.resumed))
@@ -580,6 +581,18 @@ def _mid(nid: str) -> str:
     return "n_" + nid.replace("-", "_")
 
 
+def _mermaid_text(text: str) -> str:
+    """A label inside `"…"` in Mermaid: one line, no quote, no markup (Mermaid entity codes)."""
+    text = " ".join(str(text).splitlines())
+    return "".join({"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "[": "#91;",
+                    "]": "#93;", "|": "#124;"}.get(c, c) for c in text)
+
+
+def _dot_text(text: str) -> str:
+    """A double-quoted DOT string: backslashes and quotes escaped, one line."""
+    return " ".join(str(text).splitlines()).replace("\\", "\\\\").replace('"', '\\"')
+
+
 def to_mermaid(view: GraphView) -> str:
     ready = set(view.ready())
     lines = ["flowchart LR"]
@@ -595,7 +608,7 @@ def to_mermaid(view: GraphView) -> str:
     for es in view.edges.values():
         a, b = _mid(es.spec.src), _mid(es.spec.dst)
         if es.spec.kind == "handoff":
-            lab = es.spec.deliverable or "handoff"
+            lab = _mermaid_text(es.spec.deliverable or "handoff")
             lines.append(f'  {a} -->|"{lab}"| {b}')
         elif es.spec.kind == "state":
             lines.append(f'  {a} -.->|"{es.spec.access}"| {b}')
@@ -620,7 +633,8 @@ def to_dot(view: GraphView) -> str:
         style = {"handoff": "solid", "state": "dashed", "control": "bold"}[es.spec.kind]
         lab = (es.spec.deliverable or "handoff") if es.spec.kind == "handoff" else (
             es.spec.access if es.spec.kind == "state" else es.spec.action)
-        lines.append(f'  "{es.spec.src}" -> "{es.spec.dst}" [style={style}, label="{lab}"];')
+        lines.append(f'  "{es.spec.src}" -> "{es.spec.dst}" [style={style}, '
+                     f'label="{_dot_text(lab)}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -38,9 +38,9 @@ class LintReport:
         return {**self.__dict__, "stale": self.stale, "ok": self.ok}
 
 
-def forward_links(text: str) -> list[str]:
+def forward_links(text: str, derived: bool = False) -> list[str]:
     """Wiki links in a page's body: not in the frontmatter (data), not in fenced code
-    (verbatim), not in derived sections."""
+    (verbatim), and not in derived sections unless `derived`."""
     out: list[str] = []
     skipping = False
     fence = ""
@@ -58,7 +58,7 @@ def forward_links(text: str) -> list[str]:
             fence = line[:len(line) - len(line.lstrip("`"))]
             continue
         if line.startswith("## "):
-            skipping = line.startswith(DERIVED_SECTIONS)
+            skipping = not derived and line.startswith(DERIVED_SECTIONS)
         if not skipping:
             out.extend(m.group(1) for m in LINK.finditer(line))
     return out

@@ -213,7 +213,9 @@ def md_escape(s: str, table: bool = False) -> str:
 
 
 def _md_label(label: str, table: bool) -> str:
+    """A link's label (it may hold a title someone typed): one line, no bracket, no tag."""
     label = " ".join(label.splitlines()).replace("]", ")").replace("[", "(")
+    label = _MD_TAG.sub("\\\\<", label)
     return label.replace("|", "\\|") if table else label
 
 
