@@ -31,7 +31,9 @@ def fail_cleanly(fn):
         except click.ClickException:
             raise
         except LedgerError as e:
-            raise click.ClickException(str(e)) from None
+            if len(getattr(e, "problems", ())) > 1:
+                _spec_error(e)  # a spec's problems: one `error: FILE:LINE: …` line each
+            raise click.ClickException(" ".join(str(e).split())) from None
         except _domain_errors() as e:
             raise click.ClickException(" ".join(str(e).split())) from None
 
@@ -305,10 +307,10 @@ def check(ctx, as_json: bool) -> None:
     Example:
       forge check
     """
-    from .ledger.check import check_workspace
+    from .ledger.check import check_home
 
-    ws = open_ws(ctx)
-    report = check_workspace(ws)
+    # A ledger too damaged to open is reported here (what, where), not raised.
+    report = check_home(ctx.obj.get("home"))
     if as_json:
         emit_json({**report.__dict__, "ok": report.ok})
     else:

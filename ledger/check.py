@@ -9,15 +9,20 @@ CommandHandled marker), every artifact hashes to its digest.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from eventsourcing.persistence import PersistenceError
 
 from . import codec
-from .errors import LedgerError
+from .config import load_config
+from .errors import DamagedLedgerError, LedgerError
 from .events import CommandHandled
 from .state import TaskState, apply
-from .store import COMMAND_PREFIX
-from .workspace import Workspace
+from .store import COMMAND_PREFIX, one_line
+from .workspace import Workspace, open_workspace
 
 
 @dataclass
@@ -27,6 +32,7 @@ class CheckReport:
     tasks: int = 0
     artifacts: int = 0
     max_position: int = 0
+    gaps: int = 0  # PostgreSQL: sequence gaps (a note, not a problem)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # facts worth knowing that are not damage
 
@@ -35,28 +41,82 @@ class CheckReport:
         return not self.problems
 
 
+def check_home(home: str | Path | None = None,
+               progress: Callable[[int], None] | None = None) -> CheckReport:
+    """`forge check` from the workspace directory: a ledger that cannot even be opened
+    (missing, empty, truncated, not SQLite, no events table) is reported as a problem naming
+    the file and the fault, not raised. A missing workspace (no forge.toml) still raises."""
+    load_config(home)  # ConfigError: no workspace here at all
+    try:
+        ws = open_workspace(home)
+    except DamagedLedgerError as e:
+        report = CheckReport()
+        report.problems.append(f"ledger {e.where}: {e.what}")
+        return report
+    with ws:
+        return check_workspace(ws, progress)
+
+
 def check_workspace(ws: Workspace, progress: Callable[[int], None] | None = None) -> CheckReport:
     report = CheckReport()
     ledger = ws.ledger
     sqlite = ws.config.backend == "sqlite"
+    where = ledger.persistence_path()
     if sqlite:
-        with ledger.recorder.datastore.transaction(commit=False) as c:
-            c.execute("PRAGMA integrity_check")
-            rows = [r[0] for r in c.fetchall()]
+        try:
+            with ledger.recorder.datastore.transaction(commit=False) as c:
+                c.execute("PRAGMA integrity_check")
+                rows = [r[0] for r in c.fetchall()]
+        except (PersistenceError, sqlite3.DatabaseError) as e:
+            rows = [f"cannot be checked: {one_line(e)}"]
         if rows != ["ok"]:
-            report.problems.extend(f"sqlite integrity: {r}" for r in rows)
-    expected_pos = 1
-    gaps = 0
+            report.problems.extend(f"sqlite integrity of {where}: {r}" for r in rows)
+    try:
+        _scan(ws, report, progress)
+    except DamagedLedgerError as e:
+        report.problems.append(f"ledger {e.where}: {e.what} (reading stopped after position "
+                               f"{report.max_position}; {report.events} events read)")
+    report.artifacts = sum(1 for _ in ws.artifacts.digests())
+    report.problems.extend(ws.artifacts.verify())
+    return report
+
+
+def _scan(ws: Workspace, report: CheckReport, progress: Callable[[int], None] | None) -> None:
+    """Every stored row in order: positions, versions, decoding, replay, whole saves."""
+    ledger = ws.ledger
+    sqlite = ws.config.backend == "sqlite"
     versions: dict[str, int] = {}
     tasks: dict[str, TaskState] = {}
     saved: dict[str, list[tuple[int, int, str]]] = {}  # stream -> [(first, last, command)]
+    try:
+        _scan_rows(ledger, sqlite, report, progress, versions, tasks, saved)
+    finally:  # also when the file's damage stops the reading: what was read is counted
+        report.streams = len(versions)
+        report.tasks = len(tasks)
+    # No partial save: the saves' markers tile every stream's versions exactly.
+    for stream, top in versions.items():
+        if not stream.startswith(COMMAND_PREFIX):
+            report.problems.extend(_untiled(stream, top, saved.pop(stream, [])))
+    for stream, ranges in saved.items():
+        report.problems.extend(_untiled(stream, 0, ranges))
+    if report.gaps:
+        report.notes.append(f"positions: {report.gaps} gaps left by rolled-back inserts "
+                            "(PostgreSQL sequences are not transactional; no event is missing)")
+
+
+def _scan_rows(ledger, sqlite: bool, report: CheckReport,
+               progress: Callable[[int], None] | None, versions: dict[str, int],
+               tasks: dict[str, TaskState], saved: dict[str, list[tuple[int, int, str]]]
+               ) -> None:
+    expected_pos = 1
     for pos, stream, version, topic, state in ledger.rows(1):
         if pos != expected_pos:
             if sqlite:
                 report.problems.append(f"positions: gap before {pos} (expected {expected_pos})")
             else:
-                gaps += 1
+                report.gaps += 1
         expected_pos = pos + 1
+        report.max_position = pos
         prev = versions.get(stream, 0)
         if version != prev + 1:
             report.problems.append(f"stream {stream!r}: version {version} follows {prev}")
@@ -75,21 +135,6 @@ def check_workspace(ws: Workspace, progress: Callable[[int], None] | None = None
             apply(tasks.setdefault(stream, TaskState()), event)
         if progress is not None and report.events % 10000 == 0:
             progress(report.events)
-    # No partial save: the saves' markers tile every stream's versions exactly.
-    for stream, top in versions.items():
-        if not stream.startswith(COMMAND_PREFIX):
-            report.problems.extend(_untiled(stream, top, saved.pop(stream, [])))
-    for stream, ranges in saved.items():
-        report.problems.extend(_untiled(stream, 0, ranges))
-    if gaps:
-        report.notes.append(f"positions: {gaps} gaps left by rolled-back inserts (PostgreSQL "
-                            "sequences are not transactional; no event is missing)")
-    report.max_position = expected_pos - 1
-    report.streams = len(versions)
-    report.tasks = len(tasks)
-    report.artifacts = sum(1 for _ in ws.artifacts.digests())
-    report.problems.extend(ws.artifacts.verify())
-    return report
 
 
 def _untiled(stream: str, top: int, ranges: list[tuple[int, int, str]]) -> list[str]:

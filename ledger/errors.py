@@ -32,6 +32,16 @@ class CorruptEventError(LedgerError):
     """A stored event's payload cannot be decoded or validated."""
 
 
+class DamagedLedgerError(LedgerError):
+    """The ledger's storage itself is damaged or gone: a missing, empty, truncated or corrupt
+    SQLite file, or a missing events table. `what` says what is wrong, `where` the file or
+    table; the message points to `forge check`, which reports the same as a problem."""
+
+    def __init__(self, where: str, what: str):
+        self.where, self.what = where, what
+        super().__init__(f"ledger {where} is damaged: {what} (run `forge check`)")
+
+
 class NonFiniteError(LedgerError):
     """A value the ledger cannot hold: a float that is NaN or infinite, an integer outside
     64 bits, or (inside an event) something JSON cannot represent. Raised before anything is

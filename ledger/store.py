@@ -18,7 +18,9 @@ Contracts:
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +30,7 @@ from uuid import uuid4
 import orjson
 from eventsourcing.persistence import (
     ApplicationRecorder,
+    DatabaseError,
     InfrastructureFactory,
     IntegrityError,
     OperationalError,
@@ -37,7 +40,13 @@ from eventsourcing.persistence import (
 
 from . import codec
 from .config import Config, load_config
-from .errors import ConflictError, LedgerBusyError, LedgerError, NotFoundError
+from .errors import (
+    ConflictError,
+    DamagedLedgerError,
+    LedgerBusyError,
+    LedgerError,
+    NotFoundError,
+)
 from .events import EVENT_TYPES, CommandHandled, Event
 from .redact import Redactor, secret_values_from
 
@@ -132,25 +141,45 @@ class Ledger:
     # --- lifecycle ------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, home: str | Path | None = None, *, config: Config | None = None) -> Ledger:
+    def open(cls, home: str | Path | None = None, *, config: Config | None = None,
+             create: bool = False) -> Ledger:
+        """Open the workspace's ledger. Only `create` (what `forge init` does for a new
+        workspace) may create the SQLite file or the events table; otherwise a missing,
+        empty, truncated or corrupt ledger raises DamagedLedgerError (naming the file and
+        what is wrong) instead of silently starting a fresh, empty history."""
         config = config or load_config(home)
         env = config.persistence_env()
         postgres = config.backend == "postgres"
-        if postgres:
-            # The library re-runs its CREATE statements on every open; processes opening at
-            # once then collide in PostgreSQL's catalog ("tuple concurrently updated").
-            # Create only when the table is missing.
-            env["CREATE_TABLE"] = "false"
+        # The library would run its CREATE statements on every open (and SQLite would create
+        # a missing file): tables are created only when asked. On PostgreSQL, processes
+        # opening at once would also collide in the catalog ("tuple concurrently updated").
+        env["CREATE_TABLE"] = "false"
+        db_file = None if postgres else Path(env["SQLITE_DBNAME"])
+        if db_file is not None:
+            check_sqlite_file(db_file, missing_ok=create)
         try:
             factory = InfrastructureFactory.construct(env)
             recorder = factory.application_recorder()
-            if postgres and not _pg_table_exists(recorder):
+            if postgres:
+                exists = _pg_table_exists(recorder)
+            else:
+                exists = _sqlite_table_exists(recorder)
+            if not exists and not create:
+                where = (f"{config.display_url} (table {recorder.events_table_name})"
+                         if postgres else str(db_file))
+                raise DamagedLedgerError(where, f"its events table {recorder.events_table_name}"
+                                                " is missing")
+            if not exists:
                 try:
                     recorder.create_table()
                 except PersistenceError:
-                    if not _pg_table_exists(recorder):  # not a concurrent creator: real
+                    if postgres and _pg_table_exists(recorder):
+                        pass  # a concurrent creator won
+                    else:
                         raise
-        except (PersistenceError, OSError) as e:
+        except (PersistenceError, OSError, sqlite3.DatabaseError) as e:
+            if db_file is not None and _is_sqlite_damage(e):
+                raise DamagedLedgerError(str(db_file), one_line(e)) from None
             raise LedgerError(config.scrub(f"cannot open ledger {config.display_url}: "
                                            f"{one_line(e)}")) from None
         return cls(config, recorder, factory)
@@ -163,6 +192,27 @@ class Ledger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # --- storage failures -----------------------------------------------------------------
+
+    def _failure(self, e: BaseException, doing: str) -> LedgerError:
+        """One line for a storage error: damage (a corrupt SQLite file) points to
+        `forge check`; anything else says what failed."""
+        if self.config.backend == "sqlite" and _is_sqlite_damage(e):
+            return DamagedLedgerError(self.persistence_path(), one_line(e))
+        return LedgerError(self.config.scrub(f"ledger {doing} failed: {one_line(e)}"))
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except (PersistenceError, sqlite3.DatabaseError) as e:
+            raise self._failure(e, doing) from None
+
+    def persistence_path(self) -> str:
+        """The SQLite file (or the PostgreSQL URL, without a password) the ledger lives in."""
+        env = self.config.persistence_env()
+        return env.get("SQLITE_DBNAME") or self.config.display_url
 
     # --- writing --------------------------------------------------------------------------
 
@@ -182,6 +232,9 @@ class Ledger:
         """Write all events of all `appends` atomically (see module contract)."""
         cid = command_id or uuid4().hex
         marker_stream = COMMAND_PREFIX + cid
+        for a in appends:
+            self._refuse_secret(a.stream, a.stream)
+        self._refuse_secret(marker_stream, cid)
         for attempt in range(retries):
             stored: list[StoredEvent] = []
             appended: dict[str, list[int]] = {}
@@ -225,15 +278,29 @@ class Ledger:
                         f"ledger {self.config.display_url} is locked by another writer "
                         f"(lock timeout {self.config.lock_timeout_s}s): {one_line(e)}"
                     ) from None
-                raise LedgerError(f"ledger write failed: {one_line(e)}") from None
+                raise self._failure(e, "write") from None
+            except (PersistenceError, sqlite3.DatabaseError) as e:
+                raise self._failure(e, "write") from None
             for stream, (_first, last) in appended.items():
                 self._versions[stream] = last
             positions = list(ids or [])[:-1]
             return SaveResult(cid, appended, positions)
         raise LedgerBusyError(f"gave up after {retries} concurrent-append retries (command {cid})")
 
+    def _refuse_secret(self, name: str, text: str) -> None:
+        """Stream names and command ids are stored as given (they key the ledger and the
+        markers), so one that holds a secret (`--task ghp_…`) is refused rather than redacted;
+        the error names the kind of secret, never the value."""
+        kinds = self.redactor.secret_kinds(text)
+        if kinds:
+            prefix, sep, _ = name.partition(":")
+            what = f"{prefix} id" if sep and prefix.isidentifier() else "stream name"
+            raise LedgerError(f"{what} looks like a secret ({', '.join(kinds)}); refusing to "
+                              "record it")
+
     def _command_result(self, cid: str) -> SaveResult | None:
-        rows = self.recorder.select_events(COMMAND_PREFIX + cid, limit=1)
+        with self._guard("read"):
+            rows = self.recorder.select_events(COMMAND_PREFIX + cid, limit=1)
         if not rows:
             return None
         marker = codec.decode(COMMAND_PREFIX + cid, 1, rows[0].topic, rows[0].state)
@@ -241,13 +308,15 @@ class Ledger:
         return SaveResult(cid, dict(marker.appended), [], duplicate=True)
 
     def command_done(self, command_id: str) -> bool:
-        return bool(self.recorder.select_events(COMMAND_PREFIX + command_id, limit=1))
+        with self._guard("read"):
+            return bool(self.recorder.select_events(COMMAND_PREFIX + command_id, limit=1))
 
     # --- reading --------------------------------------------------------------------------
 
     def version(self, stream: str) -> int:
         """The stream's current version (0 if empty), read from the store."""
-        rows = self.recorder.select_events(stream, desc=True, limit=1)
+        with self._guard("read"):
+            rows = self.recorder.select_events(stream, desc=True, limit=1)
         return rows[0].originator_version if rows else 0
 
     def stream(self, stream: str, *, until_version: int | None = None,
@@ -273,7 +342,8 @@ class Ledger:
         return bytes(rows[0][4]) if rows else b""
 
     def max_position(self) -> int:
-        return self.recorder.max_notification_id() or 0
+        with self._guard("read"):
+            return self.recorder.max_notification_id() or 0
 
     def log(
         self,
@@ -330,7 +400,9 @@ class Ledger:
         topics = self._check_types(types)
         pos = max(1, start)
         while True:
-            batch = self.recorder.select_notifications(pos, page, stop=stop, topics=topics)
+            with self._guard("read"):
+                batch = self.recorder.select_notifications(pos, page, stop=stop,
+                                                           topics=topics)
             if not batch:
                 return
             yield from batch
@@ -426,8 +498,8 @@ class Ledger:
                     c.sqlite_cursor.row_factory = None  # plain tuples: no per-row Row object
                 c.execute(sql, params)
                 rows = c.fetchall()
-        except OperationalError as e:
-            raise LedgerError(f"ledger read failed: {one_line(e)}") from None
+        except (PersistenceError, sqlite3.DatabaseError) as e:
+            raise self._failure(e, "read") from None
         if self.config.backend == "sqlite":
             return rows
         if not columns:
@@ -447,6 +519,70 @@ def _raw_task_id(ledger: Ledger, u: Undecodable) -> Any:
     except orjson.JSONDecodeError:
         return None
     return payload.get("task_id") if isinstance(payload, dict) else None
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(path: Path, *, missing_ok: bool = False) -> None:
+    """What can be told of a SQLite ledger file without opening it: it exists (unless
+    `missing_ok`), is not empty, starts with SQLite's header and is as long as the header
+    says (a leftover write-ahead log with content may still complete it: then SQLite's own
+    recovery decides). Raises DamagedLedgerError naming the file and the fault."""
+    where = str(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        wal = path.with_name(path.name + "-wal")
+        left = (f" (its write-ahead log {wal.name} is still there: restore the file beside it)"
+                if wal.exists() else "")
+        raise DamagedLedgerError(where, "the file is missing (the workspace was initialised: "
+                                        f"forge.toml exists); restore it from a backup{left}"
+                                 ) from None
+    except OSError as e:
+        raise DamagedLedgerError(where, f"cannot read it: {one_line(e)}") from None
+    if not path.is_file():
+        raise DamagedLedgerError(where, "it is not a regular file")
+    if size == 0:
+        raise DamagedLedgerError(where, "the file is empty (0 bytes)")
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+    except OSError as e:
+        raise DamagedLedgerError(where, f"cannot read it: {one_line(e)}") from None
+    if not head.startswith(SQLITE_MAGIC[: len(head)]) or len(head) < len(SQLITE_MAGIC):
+        raise DamagedLedgerError(where, "it is not an SQLite database (bad header)")
+    if size < 100:
+        raise DamagedLedgerError(where, f"truncated to {size} bytes (shorter than the "
+                                        "100-byte SQLite header)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    # The header's page count is valid when its "version valid for" matches the change
+    # counter (SQLite's rule); then the file holds at least that many pages.
+    if pages and head[24:28] == head[92:96] and size < pages * page_size:
+        wal = path.with_name(path.name + "-wal")
+        if not (wal.exists() and wal.stat().st_size > 0):
+            raise DamagedLedgerError(where, f"truncated: {size} bytes, but its header says "
+                                            f"{pages} pages of {page_size} bytes "
+                                            f"({pages * page_size} bytes)")
+
+
+def _is_sqlite_damage(e: BaseException) -> bool:
+    """A SQLite error that means the file is not a sound database (not a lock or a bug)."""
+    text = str(e).lower()
+    return isinstance(e, sqlite3.DatabaseError | DatabaseError) and not isinstance(
+        e, IntegrityError | sqlite3.IntegrityError) and any(
+        s in text for s in ("malformed", "not a database", "disk i/o error", "corrupt"))
+
+
+def _sqlite_table_exists(recorder: Any) -> bool:
+    with recorder.datastore.transaction(commit=False) as c:
+        c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                  [recorder.events_table_name])
+        return c.fetchone() is not None
 
 
 def _pg_table_exists(recorder: Any) -> bool:

@@ -44,9 +44,11 @@ class Workspace:
         self.close()
 
 
-def open_workspace(home: str | Path | None = None) -> Workspace:
+def open_workspace(home: str | Path | None = None, *, create: bool = False) -> Workspace:
+    """Open an initialised workspace. Its ledger must exist and be sound: a missing or
+    damaged ledger raises DamagedLedgerError (only `create`, from init, makes a new one)."""
     config = load_config(home)
-    ledger = Ledger.open(config=config)
+    ledger = Ledger.open(config=config, create=create)
     return Workspace(config, ledger, ArtifactStore(config.artifacts_dir, ledger.redactor))
 
 
@@ -70,7 +72,7 @@ def init_workspace(
         had_credentials = (root / CREDENTIALS_NAME).exists()
         write_default_config(root, ledger_url)
         try:
-            ws = open_workspace(root)
+            ws = open_workspace(root, create=True)
         except LedgerError:
             # A ledger that cannot be opened (server down, wrong database): leave no
             # half-made configuration behind, so that `forge init` can simply be run again.
@@ -79,6 +81,8 @@ def init_workspace(
                 (root / CREDENTIALS_NAME).unlink(missing_ok=True)
             raise
     else:
+        # An initialised workspace (forge.toml exists) keeps its ledger: a missing or damaged
+        # one is an error naming the file, never silently replaced by an empty history.
         ws = open_workspace(root)
     try:
         forge_version = version("infer-forge")

@@ -33,7 +33,7 @@ from ..ledger import codec
 from ..ledger import events as E
 from ..ledger.graphspec import GATING, REWORK_CARRIERS, EdgeSpec, NodeSpec
 from ..ledger.ids import LEDGER_CONTEXT
-from ..ledger.store import Ledger
+from ..ledger.store import Ledger, OnError
 from .errors import ProjectionError
 
 _NODES = TypeAdapter(list[NodeSpec])
@@ -425,8 +425,10 @@ def fold(events: Iterable[E.Event]) -> GraphView:
     return view
 
 
-def load_graph(ledger: Ledger, graph_id: str) -> GraphView:
-    records = ledger.stream(graph_stream(graph_id))
+def load_graph(ledger: Ledger, graph_id: str, on_error: OnError = None) -> GraphView:
+    """The graph's view from its stream. An undecodable event raises (naming its position),
+    or, given `on_error` (readers such as the wiki), is handed to it and left out."""
+    records = ledger.stream(graph_stream(graph_id), on_error=on_error)
     if not records:
         raise ProjectionError(f"unknown graph {graph_id!r} (define it with: forge graph new FILE)")
     return fold(r.event for r in records)
@@ -444,8 +446,10 @@ def catch_up(ledger: Ledger, view: GraphView) -> list[E.Event]:
     return new
 
 
-def list_graphs(ledger: Ledger) -> list[str]:
-    return [r.event.graph_id for r in ledger.log(types=[E.GraphDefined.TYPE])]
+def list_graphs(ledger: Ledger, on_error: OnError = None) -> list[str]:
+    """Defined graphs in definition order (`on_error` as in `Ledger.log`)."""
+    return [r.event.graph_id for r in ledger.log(types=[E.GraphDefined.TYPE],
+                                                 on_error=on_error)]
 
 
 def resolve_graph_id(ledger: Ledger, graph_id: str | None) -> str:

@@ -13,6 +13,8 @@ from typing import Any
 
 import networkx as nx
 
+from ..ledger.errors import LedgerError
+from ..projections.errors import ProjectionError
 from ..projections.graph import list_graphs, load_graph, node_task_id, summary, to_mermaid
 from .page import Page, esc, link, page_name, text
 from .pages import task_path
@@ -116,11 +118,22 @@ def graph_page(view: Any, position: int, known_tasks: set[str]) -> Page:
     return p
 
 
-def graph_pages(ledger: Any, position: int, known_tasks: set[str]) -> list[Page]:
-    """One page per defined graph, plus an index of graphs when there is any."""
+def graph_pages(ledger: Any, position: int, known_tasks: set[str],
+                on_error: Any = None) -> list[Page]:
+    """One page per defined graph, plus an index of graphs when there is any. An event the
+    ledger cannot decode is left out (handed to `on_error`, default: ignored here, as
+    `forge check` lists it): a damaged event never stops the build."""
+    def skip(u: Any) -> None:
+        if on_error is not None:
+            on_error(u)
+
     pages = []
-    for gid in dict.fromkeys(list_graphs(ledger)):
-        pages.append(graph_page(load_graph(ledger, gid), position, known_tasks))
+    for gid in dict.fromkeys(list_graphs(ledger, on_error=skip)):
+        try:
+            view = load_graph(ledger, gid, on_error=skip)
+        except (LedgerError, ProjectionError):
+            continue  # nothing decodable left of this graph
+        pages.append(graph_page(view, position, known_tasks))
     if pages:
         idx = Page(GRAPH_INDEX, "index", "Task graphs", position=position,
                    summary="index of task graphs")
