@@ -26,16 +26,19 @@ def fail_cleanly(fn):
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .ledger.redact import redact_message  # no message repeats a secret it was given
+
         try:
             return fn(*args, **kwargs)
-        except click.ClickException:
+        except click.ClickException as e:
+            e.message = redact_message(e.message)
             raise
         except LedgerError as e:
             if len(getattr(e, "problems", ())) > 1:
                 _spec_error(e)  # a spec's problems: one `error: FILE:LINE: …` line each
-            raise click.ClickException(" ".join(str(e).split())) from None
+            raise click.ClickException(redact_message(" ".join(str(e).split()))) from None
         except _domain_errors() as e:
-            raise click.ClickException(" ".join(str(e).split())) from None
+            raise click.ClickException(redact_message(" ".join(str(e).split()))) from None
 
     return wrapper
 
@@ -359,8 +362,10 @@ def _parse_kv(pairs: tuple[str, ...], what: str, *, numbers: bool = False) -> di
 
 def _spec_error(e: Exception) -> None:
     """Print a SpecError's problems one per line on stderr and exit 1."""
+    from .ledger.redact import redact_message
+
     for line in getattr(e, "problems", [str(e)]):
-        click.echo(f"error: {line}", err=True)
+        click.echo(f"error: {redact_message(line)}", err=True)
     raise SystemExit(1)
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..ledger.events import metric_value
 from .errors import HarnessError
-from .tools import env_digest, repo_digest
+from .tools import capture_redactor, env_digest, repo_digest
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ledger.specs import DeploymentPoint, RuntimeProfile
@@ -151,6 +151,8 @@ class CommandEvaluator:
                              error=f"evaluator timed out after {self.timeout_s}s",
                              meta={"argv": self.argv, "repeat": repeat})
         duration = time.monotonic() - t0
+        red = capture_redactor(ctx.workspace, env)  # before any of the output is kept
+        proc.stdout, proc.stderr = red.text(proc.stdout), red.text(proc.stderr)
         cwd = str(Path(self.cwd or os.getcwd()).resolve())
         secret = tuple(getattr(getattr(ctx.workspace, "config", None), "secret_env", ()) or ())
         meta: dict[str, Any] = {"argv": self.argv, "repeat": repeat, "exit_code": proc.returncode,

@@ -70,6 +70,7 @@ from ..projections.graph import (
     rework_plan,
 )
 from .errors import HarnessError
+from .tools import capture_redactor
 
 Echo = Callable[[str], None]
 ACTOR = E.Actor.tool("graph-runner")
@@ -376,9 +377,13 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
     evidence: list[str] = []
     work_s = 0.0
 
+    red = capture_redactor(ctx.ws, env)  # the node's env values never reach the ledger
+
     def invoke(step: str, tool: str, argv: list[str], timeout_s: float) -> CommandOutcome:
         nonlocal work_s
         out = _run(argv, cwd, env, timeout_s)
+        out.stdout, out.stderr = red.text(out.stdout), red.text(out.stderr)
+        argv = red.value(argv)
         work_s += out.duration_s
         ev = E.ToolInvoked(
             tool=tool, argv=argv, cwd=str(cwd), exit_code=out.exit_code,

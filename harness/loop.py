@@ -188,7 +188,9 @@ def record_profile(ws: Any, path: str | Path, actor: E.Actor | None = None) -> d
         ws.ledger.append(WORKSPACE_STREAM, [ev], command_id=f"profile:{profile.service}:"
                          f"{profile.rev}:{h}")
     return {"service": profile.service, "rev": profile.rev, "profile_hash": h,
-            "recorded": ev is not None, "changes": ev.changes if ev else {}}
+            "recorded": ev is not None,
+            # as recorded: a changed `config.env.MY_API_KEY` prints as [REDACTED…] -> [REDACTED…]
+            "changes": ws.ledger.redactor.value(ev.changes) if ev else {}}
 
 
 def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from ..ledger import events as E
 from ..ledger.clock import digest
+from ..ledger.redact import Redactor, is_secret_name
 
 
 @dataclass(frozen=True)
@@ -31,15 +32,26 @@ class ToolRun:
 
 
 def env_digest(env: Mapping[str, str], secret_names: Sequence[str] = ()) -> str:
-    """Digest of the environment; values of secret-named variables are never hashed in (a
-    hash of a short secret could be brute-forced), only the fact that they were set."""
+    """Digest of the environment; values of secret-named variables (configured, or by the one
+    rule `redact.is_secret_name`) are never hashed in (a hash of a short secret could be
+    brute-forced), only the fact that they were set."""
     secret = set(secret_names)
     items = {}
     for k, v in env.items():
-        looks_secret = k in secret or any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD",
-                                                                  "API_KEY", "CREDENTIAL"))
+        looks_secret = k in secret or is_secret_name(k)
         items[k] = "<set>" if looks_secret else hashlib.sha256(v.encode()).hexdigest()
     return digest(items)
+
+
+def capture_redactor(ws: Any, env: Mapping[str, str]) -> Redactor:
+    """The redactor for output captured from a child process with environment `env`: the
+    workspace's (configured secrets, provider patterns, secret-named variables of this
+    process) plus the values of the child's own secret-named variables, so that `forge run
+    -- env` stores `MY_API_KEY=[REDACTED…]` even when the variable was set for the child only.
+    """
+    base = getattr(getattr(ws, "ledger", None), "redactor", None) or Redactor()
+    names = tuple(getattr(getattr(ws, "config", None), "secret_env", ()) or ())
+    return base.for_env(env, names)
 
 
 def repo_digest(cwd: str | Path) -> str | None:
@@ -123,11 +135,14 @@ def run_tool(
         for t in threads:
             t.join()
     duration = time.monotonic() - t0
-    stdout, stderr = "".join(out), "".join(err)
+    # What the child saw of its environment may be in its output (and in argv, expanded by a
+    # shell): redacted with the child's secret values before anything keeps it.
+    red = capture_redactor(ws, full_env)
+    stdout, stderr = red.text("".join(out)), red.text("".join(err))
     store = getattr(ws, "artifacts", None)
     ev = E.ToolInvoked(
-        tool=tool or Path(argv[0]).name,
-        argv=argv,
+        tool=red.text(tool or Path(argv[0]).name),
+        argv=red.value(argv),
         cwd=cwd,
         env_digest=env_digest(full_env, secret_names),
         exit_code=code,
@@ -135,7 +150,7 @@ def run_tool(
         stdout_digest=store.put(stdout) if store is not None else None,
         stderr_digest=store.put(stderr) if store is not None and stderr else None,
         repo_digest=repo_digest(cwd),
-        error=error,
+        error=red.text(error) if error else error,
         **dict(event_fields or {}),
     )
     return ToolRun(ev, code, stdout, stderr)

@@ -34,17 +34,20 @@ class ArtifactStore:
         h = digest[len(PREFIX):]
         return self.root / "sha256" / h[:2] / h[2:]
 
-    def put(self, data: bytes | str) -> str:
-        """Store `data` (redacted if text) and return its digest `sha256:<hex>`."""
+    def put(self, data: bytes | str, *, redactor: Redactor | None = None) -> str:
+        """Store `data` (redacted if text) and return its digest `sha256:<hex>`. `redactor`
+        replaces the store's own for this call (one that knows more secret values, e.g. a
+        child process's: `Redactor.for_env`)."""
         if isinstance(data, str):
             data = data.encode("utf-8")
-        if self.redactor is not None:
+        redactor = redactor or self.redactor
+        if redactor is not None:
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
                 pass
             else:
-                clean = self.redactor.text(text)
+                clean = redactor.text(text)
                 if clean is not text:
                     data = clean.encode("utf-8")
         digest = PREFIX + hashlib.sha256(data).hexdigest()
@@ -64,8 +67,8 @@ class ArtifactStore:
             raise
         return digest
 
-    def put_file(self, path: str | Path) -> str:
-        return self.put(Path(path).read_bytes())
+    def put_file(self, path: str | Path, *, redactor: Redactor | None = None) -> str:
+        return self.put(Path(path).read_bytes(), redactor=redactor)
 
     def put_stream(self, chunks: Iterable[bytes]) -> str:
         """Store the concatenation of `chunks` in bounded memory and return its digest.

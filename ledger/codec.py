@@ -22,7 +22,7 @@ import orjson
 from eventsourcing.persistence import StoredEvent
 from pydantic import BaseModel, ValidationError
 
-from .errors import CorruptEventError, NonFiniteError, UnknownEventError
+from .errors import CorruptEventError, LedgerError, NonFiniteError, UnknownEventError
 from .events import EVENT_TYPES, UPCASTERS, Event, check_event_values, field_path
 from .redact import Redactor
 
@@ -43,11 +43,14 @@ def encode(
     if command_id is not None and payload["command_id"] is None:
         payload["command_id"] = command_id
     # A check that allocates nothing first; only an event holding a secret is rebuilt.
-    if redactor is not None and redactor.has_secret(payload):
-        payload = redactor.value(payload)
+    redacted = redactor is not None and redactor.has_secret(payload)
+    if redacted:
+        payload = redactor.value(payload)  # type: ignore[union-attr]
     # A number JSON cannot hold (NaN, infinities: orjson would write `null`, which no float
     # field reads back) is refused naming the field, whatever path built the event.
     check_event_values(type(event), payload)
+    if redacted:
+        _check_redacted(event, payload)
     payload[VERSION_KEY] = event.SCHEMA_VERSION
     try:
         state = orjson.dumps(payload)
@@ -89,6 +92,20 @@ def _unencodable(topic: str, payload: Any, error: Exception) -> str:
     if found is None:
         return f"{topic}: cannot be encoded: {error}"
     return f"{field_path(topic, found[0])}: {found[1]}"
+
+
+def _check_redacted(event: Event, payload: dict[str, Any]) -> None:
+    """A redacted event must still read back: a secret where the event's schema allows no
+    `[REDACTED:…]` (a number under a secret-looking name in a float map, an id) is refused,
+    naming the field and never the value, so no stored event can fail to decode."""
+    try:
+        type(event).model_validate_json(orjson.dumps(payload, default=str))
+    except ValidationError as e:
+        where = ", ".join(".".join(str(p) for p in err["loc"]) for err in e.errors()[:3])
+        raise LedgerError(f"{event.TYPE}: {where} looks like a secret and cannot be redacted "
+                          "there; refusing to record it") from None
+    except orjson.JSONEncodeError:
+        pass  # not ours to judge: the encoding below names it
 
 
 def _suffix(schema_version: int) -> bytes:

@@ -17,13 +17,224 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+# --- secret names -------------------------------------------------------------------------
+# One rule says whether a name (an environment variable, a mapping key, a CLI flag, the left
+# side of `NAME=value` in text) holds a secret. The environment digest, the structured-data
+# walk and the text rule all use it. Names are split into words on `_ - . /`, spaces and
+# camelCase; only the last dotted segment counts (`config.env.MY_API_KEY` is `MY_API_KEY`).
+#
+# Strong words (secret, password, passwd, passphrase, credential(s), creds) make the name
+# secret wherever they stand, unless the name ends in a word that makes it a reference to the
+# secret rather than the secret itself (`PASSWORD_FILE`, `secret_env`, `SECRET_NAME`).
+# Weak words (key, token, auth, authorization, pat, pwd) must be the last word
+# (`MY_API_KEY`, `HF_TOKEN`, `apiKey`, not `KEYBOARD`, `TOKENIZERS_PARALLELISM`,
+# `max_new_tokens`, `SSH_AUTH_SOCK`), not follow a word that makes them ordinary
+# (`bos_token`, `time_to_first_token`, `sort_key`, `public_key`), and count alone only in
+# an upper-case name (`TOKEN` but not `token` or `key`, which are ordinary JSON keys, nor
+# `PWD`, the shell's working directory) or as `auth`/`Authorization`. Under a weak name, a
+# value whose first word is a number is not a secret (`#new-token: 32768`); under a strong
+# one, any non-empty value is.
+
+_STRONG_WORDS = frozenset({"secret", "secrets", "password", "passwords", "passwd", "passphrase",
+                           "credential", "credentials", "creds"})
+_STRONG_ENDINGS = ("password", "passwd", "passphrase", "secret")  # pgpassword, clientsecret
+_WEAK_WORDS = frozenset({"key", "keys", "token", "auth", "authorization", "pat", "pwd"})
+# One-word compounds that end in a weak word: apikey, accesstoken, …
+_COMPOUND_HEADS = frozenset({"api", "access", "secret", "private", "signing", "encryption",
+                             "master", "client", "service", "license", "auth", "app", "refresh",
+                             "session", "bearer", "oauth", "bot", "user", "id"})
+# Words after a strong word that make the name a reference to a secret, not the secret.
+_REFERENCE_ENDINGS = frozenset({
+    "file", "files", "path", "paths", "dir", "directory", "name", "names", "env", "envs", "id",
+    "ids", "ref", "arn", "type", "types", "mode", "policy", "length", "len", "count", "enabled",
+    "required", "source", "provider", "manager", "backend", "store", "rotation", "prompt",
+    "hint", "field", "fields", "label", "var", "vars", "variable", "variables", "version",
+    "expiry", "expires", "expiration", "ttl", "set", "reset", "changed", "at", "format",
+    "kind", "scope", "scopes", "location", "mount", "volume", "command", "cmd", "helper",
+})
+# Words before `token`/`key` that make them ordinary: tokenizer and count vocabulary, and
+# keys that are not credentials.
+_ORDINARY_BEFORE = {
+    "token": frozenset({
+        "bos", "eos", "pad", "unk", "cls", "sep", "mask", "stop", "start", "end", "special",
+        "image", "video", "audio", "vision", "first", "last", "next", "prev", "previous",
+        "output", "input", "prompt", "new", "cached", "per", "max", "min", "num", "n", "total",
+        "avg", "mean", "think", "thinking", "reasoning", "tool", "eot", "eom", "boi", "eoi",
+        "placeholder", "sampled", "generated", "decode", "prefill", "chat", "system",
+        "assistant", "begin", "eod", "fim", "middle", "suffix", "prefix", "sentinel", "word",
+        "subword", "added", "additional", "vocab", "draft", "spec", "speculative",
+    }),
+    "key": frozenset({
+        "sort", "cache", "partition", "primary", "foreign", "hash", "dict", "lookup", "group",
+        "join", "index", "shard", "route", "routing", "map", "unique", "composite", "row",
+        "column", "metric", "config", "kv", "public", "pub", "idempotency", "dedup", "order",
+        "lock", "cursor", "record", "field", "object", "sharding", "bucket", "host", "ssh",
+        "gpg", "pgp", "hot", "shortcut", "press", "media", "music", "piano", "dimension",
+        "query", "value", "attention", "rope", "head", "heads", "layer", "tensor", "weight",
+    }),
+}
+_ORDINARY_BEFORE["keys"] = _ORDINARY_BEFORE["key"]
+_NAME_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[^\x00-\x7f]+")
+_NAME_CACHE: dict[str, int] = {}
+
+NOT_SECRET, WEAK, STRONG = 0, 1, 2
+
+
+def _name_strength(name: str) -> int:
+    """0: not a secret name; 1: weak (key, token, …: strings only); 2: strong (any value)."""
+    s = _NAME_CACHE.get(name)
+    if s is None:
+        s = _compute_strength(name)
+        if len(_NAME_CACHE) > 65536:
+            _NAME_CACHE.clear()
+        _NAME_CACHE[name] = s
+    return s
+
+
+def _compute_strength(name: str) -> int:
+    if len(name) > 200:
+        return NOT_SECRET
+    segment = re.split(r"[./]", name.strip("-_ \"'[]"))[-1]
+    words = [w.lower() for w in _NAME_WORD.findall(segment)]
+    if not words:
+        return NOT_SECRET
+    last = words[-1]
+    if any(w in _STRONG_WORDS or w.endswith(_STRONG_ENDINGS) for w in words):
+        strong_last = last in _STRONG_WORDS or last.endswith(_STRONG_ENDINGS)
+        if strong_last or last not in _REFERENCE_ENDINGS:
+            return STRONG
+    if last in _WEAK_WORDS:
+        if len(words) == 1:
+            if last in ("auth", "authorization"):
+                return WEAK
+            return WEAK if segment.isupper() and last != "pwd" else NOT_SECRET
+        ordinary = _ORDINARY_BEFORE.get(last)
+        if ordinary is not None and words[-2] in ordinary:
+            return NOT_SECRET
+        return WEAK
+    for weak in ("key", "token"):
+        if last.endswith(weak) and last[: -len(weak)] in _COMPOUND_HEADS:  # apikey, authtoken
+            return WEAK
+    return NOT_SECRET
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable, key or flag of this name holds a secret (see the rule above)."""
+    return _name_strength(name) != NOT_SECRET
+
+
+# Values under a secret name that are not secrets: placeholders, unset markers.
+_PLACEHOLDERS = frozenset({"none", "null", "nil", "true", "false", "yes", "no", "on", "off",
+                           "<set>", "***", "...", "-", "n/a", "unset", "undefined", "~",
+                           "<redacted>", "redacted", "********"})
+_SHELL_REF = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%")
+
+
+def _is_secret_value(strength: int, value: Any) -> bool:
+    """Whether `value`, found under a name of this strength, is to be redacted."""
+    t = type(value)
+    if t is str:
+        v = value.strip()
+        if not v or v.lower() in _PLACEHOLDERS or v.startswith(REDACTED[:-1]):
+            return False
+        if _SHELL_REF.fullmatch(v):  # a reference to a variable, not its value
+            return False
+        if strength == STRONG:
+            return True
+        head = _HEAD_WORD.match(v).group()  # type: ignore[union-attr]
+        return bool(head) and not _NUMERIC_WORD.fullmatch(head)
+    if t is int or t is float:
+        return strength == STRONG
+    return False
+
+
+def env_secret_values(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
+    """Values of the variables in `env` that are named in `names` or whose names look secret
+    (`is_secret_name`): what a child process with this environment could print. Trivial
+    values (short, one plain word, all digits, placeholders) are left out: redacting them
+    everywhere would redact ordinary text."""
+    named = set(names)
+    out = []
+    for k, v in env.items():
+        if (k in named or is_secret_name(k)) and _nontrivial(v):
+            out.append(v)
+    return out
+
+
+def _nontrivial(v: str) -> bool:
+    v = v.strip()
+    return (len(v) >= 6 and v.lower() not in _PLACEHOLDERS and not v.isdigit()
+            and not (v.isalpha() and (v.islower() or v.isupper())))
+
+
+# `NAME=value`, `NAME: value`, `"NAME": "value"`, `NAME => 'value'`, `--name value` in text:
+# the value is redacted when NAME is a secret name and the value passes `_is_secret_value`.
+# An unquoted value at the start of a line (`MY_API_KEY=a b c` in `env` output, a YAML line)
+# runs to the end of the line; elsewhere to the next space or delimiter.
+_ASSIGN = re.compile(
+    r"(?:(?<![\w.\-/$\\])|(?<=\\[nrt]))(?:(?P<dash>--)|-)?\\?[\"']?"
+    r"(?P<name>[A-Za-z_][\w.\-]{0,199})\\?[\"']?\]?"
+    r"(?P<sep>[ \t]*(?:=>?|:(?![/:\\]))[ \t]*|(?(dash)[ \t]+|(?!)))"
+    r"(?P<scheme>(?i:bearer|basic|token|digest)[ \t]+)?"
+    r"(?:(?P<vq>\\?[\"'`])(?P<qv>(?:\\.|[^\\\n])*?)(?P=vq)"
+    r"|(?P<uv>(?!=)[^\s\"'`,;&<>(){}\[\]|\\]+))"
+)
+_LINE_LEAD = re.compile(r"[ \t]*(?:(?:export|set|declare -x)[ \t]+|-[ \t]+)?")
+NAMED_SECRET_TAG = "[REDACTED:named-secret]"
+# The triggers of `_ASSIGN` (see `_LOWER_TRIGGER_SPECS`): after the name, its separator and an
+# optional opening quote (also JSON-escaped); a weak name's value must start with a word
+# that is not all digits and punctuation (so `#new-token: 32768` trips nothing).
+_SEP_T = r"\\?[\"'`]?\]?[ \t]*+(?:=|:(?![/:\\]))[ \t]*+\\?[\"'`]?"
+_WEAK_VALUE_T = r"[ \t]*+[0-9.,_+\-]*+[^\s0-9.,_+\-\"'`\\]"
+_WEAK = r"[0-9_.\-]*+" + _SEP_T + _WEAK_VALUE_T
+_STRONG = r"[\w.\-\x80-\xff]*+" + _SEP_T + r"\S"
+_IBM = r"\\?[\"']?\]? *+[:=>]*+ *+\\?[\"']?[a-z0-9_\-]{24}"
+_NUMERIC_WORD = re.compile(r"[0-9.,_+\-]*")
+_HEAD_WORD = re.compile(r"[^\s\"'`\\]*")
+
+
+def _redact_assignments(text: str) -> str:
+    """Apply `_ASSIGN` to `text`; the same object back when nothing is redacted."""
+    search = _ASSIGN.search
+    pieces: list[str] = []
+    last = pos = 0
+    n = len(text)
+    while pos < n:
+        m = search(text, pos)
+        if m is None:
+            break
+        strength = _name_strength(m.group("name"))
+        quoted = m.group("vq") is not None
+        vstart, vend = m.span("qv") if quoted else m.span("uv")
+        if strength and _is_secret_value(strength, text[vstart:vend]):
+            flag = not m.group("sep").strip()
+            if flag and not quoted and text.startswith("-", vstart):
+                strength = NOT_SECRET  # `--api-key --next-flag`: no value
+            elif not flag and not quoted:
+                line0 = text.rfind("\n", 0, m.start()) + 1
+                if _LINE_LEAD.fullmatch(text, line0, m.start()):  # `NAME=a b c` on its own
+                    eol = text.find("\n", vend)
+                    eol = len(text) if eol < 0 else eol
+                    vend += len(text[vend:eol].rstrip(" \t\r"))
+            if strength:
+                pieces.append(text[last:vstart])
+                pieces.append(NAMED_SECRET_TAG)
+                last = pos = vend
+                continue
+        pos = m.end("sep")  # the value may itself be a `NAME=value`
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
+
 
 # detect-secrets plugins we do not use: they flag ordinary log lines, not credentials.
 _SKIPPED_PLUGINS = {
@@ -78,7 +289,9 @@ _TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
     ("pypi-AgE", ()),  # PyPI
     (r"S(?:G\.[\w-]{22}\.|K[a-z0-9]{32})", ("SG.", "SK")),  # SendGrid, Twilio SK…
     (r"\.[\w-]{6}\.[\w-]{27}", (".",)),  # Discord
-    (r"-us\d", ("-us",)),  # Mailchimp
+    # Mailchimp; and `--secret-flag value` (the `_ASSIGN` rule)
+    (r"-(?:us\d|-\\?[\"']?[\w.\-\x80-\xff]*?(?i:key|token|auth|pat|pwd|secret|pass|cred)"
+     r"[\w.\-\x80-\xff]*\\?[\"']?\]?[ \t]+[^\s\-])", ("-us", "--")),
     (r":(?<=\d{8}:)[\w-]{35}", (":",)),  # Telegram (not the digits of `sha256:<hex>`)
     ("hf_", ()),  # Hugging Face
 ]
@@ -88,12 +301,18 @@ _LOWER_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
     ("xox", ()), (r"hooks\.slack", ("hooks.slack",)),  # Slack
     ("softlayer", ()),
     ("bearer", ()),
-    # Cloudant, IBM Cloud IAM, IBM COS, SoftLayer: a key-ish word, a separator, a long value.
-    *(
-        (kw + r"\\?[\"']?\]? *[:=>]* *\\?[\"']?[a-z0-9_\-]{24}", anchors)
-        for kw, anchors in (("key", ("key",)), (r"p(?:wd?|ass(?:word)?)", ("pw", "pass")),
-                            ("token", ("token",)))
-    ),
+    # Cloudant, IBM Cloud IAM, IBM COS, SoftLayer: a key-ish word, a separator, a long value
+    # (_IBM); and `NAME=value` under a secret name (the `_ASSIGN` rule): a weak word ends the
+    # name and the value's first word is not a number (_WEAK), a strong word may be followed
+    # by more of the name (_STRONG). One pass per leading literal: each pass over a long log
+    # costs about as much as another rule.
+    ("key(?:" + _IBM + "|s?" + _WEAK + ")", ("key",)),
+    ("token(?:" + _IBM + "|" + _WEAK + ")", ("token",)),
+    ("p(?:(?:wd?|ass(?:word)?)" + _IBM + "|(?:wd|at)" + _WEAK + "|ass(?:w|phrase)" + _STRONG
+     + ")", ("pw", "pass", "pat")),
+    ("auth(?:orization)?" + _WEAK, ("auth",)),
+    ("secret" + _STRONG, ("secret",)),
+    ("cred(?:s|ential)" + _STRONG, ("cred",)),
 ]
 _TRIGGERS = [t for t, _ in _TRIGGER_SPECS]
 _LOWER_TRIGGERS = [t for t, _ in _LOWER_TRIGGER_SPECS]
@@ -123,6 +342,8 @@ def _screens(specs: list[tuple[str, tuple[str, ...]]]) -> list[_Screen]:
         else:  # a plain literal
             out.append(_Screen((regex.encode(),), None))
     return out
+
+
 
 REDACTED = "[REDACTED]"
 
@@ -172,7 +393,10 @@ class Redactor:
     serialized JSON object, re-serializing only when something was found.
     """
 
-    def __init__(self, secret_values: Iterable[str] = ()):
+    def __init__(self, secret_values: Iterable[str] = (), *, assignments: bool = True):
+        # `assignments`: apply the `NAME=value` rule to text (off for error messages, whose
+        # `field.api_key: expected a string` is no assignment).
+        self._assignments = assignments
         # Very short values would redact ordinary words; configuration secrets are long.
         values = sorted({v for v in secret_values if v and len(v) >= 6}, key=len, reverse=True)
         self._values = values
@@ -295,9 +519,33 @@ class Redactor:
             if rule.pattern.search(out) is None:
                 continue
             out = _replace(out, rule)
-        return out
+        return _redact_assignments(out) if self._assignments else out
+
+    def secret_kinds(self, text: str) -> list[str]:
+        """The kinds of secret found in `text` (`GitHub Token`, `named-secret`, …), for an
+        error that refuses the text without repeating it; empty when it holds none."""
+        out = self._leaf(text)
+        if out is text:
+            return []
+        return sorted(set(re.findall(r"\[REDACTED:([^\]]+)\]", out))) or ["secret"]
+
+    def with_values(self, values: Iterable[str]) -> Redactor:
+        """This redactor plus more exact values (itself when they add nothing)."""
+        extra = {v for v in values if v and len(v) >= 6} - set(self._values)
+        if not extra:
+            return self
+        return Redactor([*self._values, *extra], assignments=self._assignments)
+
+    def for_env(self, env: Mapping[str, str], names: Iterable[str] = ()) -> Redactor:
+        """For output captured from a child process with environment `env`: this redactor
+        plus the values of the child's secret-named variables (`env_secret_values`)."""
+        return self.with_values(env_secret_values(env, names))
 
     # --- structured values ------------------------------------------------------------------
+    # Besides every string, a mapping's values are redacted by the name they stand under
+    # (`{"MY_API_KEY": "…"}`), by a name beside them (`{"name": "MY_API_KEY", "value": "…"}`,
+    # a diff entry `{"path": "config.env.MY_API_KEY", "a": "…", "b": "…"}`), and a list's
+    # item by the flag before it (`["--api-key", "…"]`).
 
     def _clean_str(self, text: str) -> bool:
         if text in self._clean:
@@ -305,17 +553,26 @@ class Redactor:
         return self._leaf(text) is text
 
     def has_secret(self, value: Any) -> bool:
-        """Whether any string inside `value` (dict keys included) holds a secret: the cheap
-        check before `value()`, which rebuilds the structure. Allocates nothing when clean."""
+        """Whether any string inside `value` (dict keys included) holds a secret, or any value
+        stands under a secret name: the cheap check before `value()`, which rebuilds the
+        structure. Allocates nothing when clean."""
         t = type(value)
         if t is str:
             return not self._clean_str(value)
         clean = self._clean
         if t is dict:
+            pointer = False
             for k, v in value.items():
                 if type(k) is str:
                     if k not in clean and not self._clean_str(k):
                         return True
+                    strength = _NAME_CACHE.get(k)
+                    if strength is None:
+                        strength = _name_strength(k)
+                    if strength and _named_secret(strength, v):
+                        return True
+                    if k in _POINTER_KEYS:
+                        pointer = True
                 elif self.has_secret(k):
                     return True
                 tv = type(v)
@@ -325,9 +582,17 @@ class Redactor:
                 elif tv is dict or tv is list or tv is tuple or isinstance(v, str | dict | list):
                     if self.has_secret(v):
                         return True
+            if pointer:
+                strength = _pointed_strength(value)
+                if strength and any(_named_secret(strength, value[k]) for k in _POINTED_VALUES
+                                    if k in value):
+                    return True
             return False
         if t is list or t is tuple:
-            return any(self.has_secret(v) for v in value)
+            for v in value:
+                if self.has_secret(v):
+                    return True
+            return bool(_flag_values(value))
         if isinstance(value, str):
             return not self._clean_str(str(value))
         if isinstance(value, dict | list | tuple):
@@ -335,23 +600,84 @@ class Redactor:
         return False
 
     def value(self, value: Any) -> Any:
-        """Redact every string inside `value`; other leaves (numbers, UUIDs, datetimes) pass."""
+        """Redact every string inside `value` and every value under a secret name; other
+        leaves (numbers, UUIDs, datetimes) pass."""
         if isinstance(value, str):
             return self._leaf(value)
         if isinstance(value, dict):
-            return {
-                self._leaf(k) if isinstance(k, str) else k: self.value(v)
-                for k, v in value.items()
-            }
+            pointed = _pointed_strength(value)
+            out = {}
+            for k, v in value.items():
+                strength = _name_strength(k) if isinstance(k, str) else NOT_SECRET
+                if not strength and pointed and k in _POINTED_VALUES:
+                    strength = pointed
+                key = self._leaf(k) if isinstance(k, str) else k
+                out[key] = self._named_value(strength, v) if strength else self.value(v)
+            return out
         if isinstance(value, list | tuple):
-            return type(value)(self.value(v) for v in value)
+            flagged = _flag_values(value)
+            return type(value)(NAMED_SECRET_TAG if i in flagged else self.value(v)
+                               for i, v in enumerate(value))
         return value
+
+    def _named_value(self, strength: int, v: Any) -> Any:
+        if _is_secret_value(strength, v):
+            return NAMED_SECRET_TAG
+        if isinstance(v, list | tuple):
+            return type(v)(NAMED_SECRET_TAG if _is_secret_value(strength, x) else self.value(x)
+                           for x in v)
+        return self.value(v)
 
     def json_bytes(self, data: bytes) -> bytes:
         """Redact a JSON document given as bytes; the fast path returns `data` itself."""
-        if not self.might_contain_secret_bytes(data):
+        if not self.might_contain_secret_bytes(data) and not _NAME_STEMS.search(data.lower()):
             return data
-        return orjson.dumps(self.value(orjson.loads(data)))
+        doc = orjson.loads(data)
+        return orjson.dumps(self.value(doc)) if self.has_secret(doc) else data
+
+
+# Keys that name another value in the same mapping, and the keys of the values they name.
+_POINTER_KEYS = frozenset({"name", "key", "path", "var", "variable", "env", "field"})
+_POINTED_VALUES = ("value", "a", "b", "old", "new", "before", "after", "from", "to", "default",
+                   "current", "previous")
+# Every secret name holds one of these (lowercased): the screen of `json_bytes`.
+_NAME_STEMS = re.compile(rb"key|token|auth|pat|pwd|secret|pass|cred")
+
+
+def _named_secret(strength: int, v: Any) -> bool:
+    """Whether `v`, under a name of this strength, is (or, a list, holds) a secret value."""
+    if _is_secret_value(strength, v):
+        return True
+    tv = type(v)
+    if tv is list or tv is tuple:
+        return any(_is_secret_value(strength, x) for x in v)
+    return False
+
+
+def _pointed_strength(d: dict[Any, Any]) -> int:
+    for k in _POINTER_KEYS:
+        v = d.get(k)
+        if type(v) is str and len(v) <= 200:
+            strength = _name_strength(v)
+            if strength:
+                return strength
+    return NOT_SECRET
+
+
+def _flag_values(items: list[Any] | tuple[Any, ...]) -> set[int]:
+    """Indexes of the items that follow a secret-named flag (`--api-key`, `-token`)."""
+    out: set[int] = set()
+    for i in range(len(items) - 1):
+        flag = items[i]
+        if type(flag) is not str or not flag.startswith("-") or "=" in flag or len(flag) > 200:
+            continue
+        nxt = items[i + 1]
+        if type(nxt) is str and nxt.startswith("-"):
+            continue
+        strength = _name_strength(flag)
+        if strength and _is_secret_value(strength, nxt):
+            out.add(i + 1)
+    return out
 
 
 # Texts longer than this are scanned region by region (see `Redactor._text_by_regions`).
@@ -412,8 +738,11 @@ DEFAULT_SECRET_ENV = (
 
 
 def secret_values_from(env_names: Iterable[str], files: Iterable[str | Path]) -> list[str]:
-    """Collect the exact secret values named by configuration (env var names, files)."""
+    """Collect the exact secret values named by configuration (env var names, files), and the
+    values of this process's variables whose names look secret (`env_secret_values`): a
+    child process inherits them and may print them (`forge run -- env`)."""
     values = [os.environ[n] for n in env_names if os.environ.get(n)]
+    values += env_secret_values(os.environ)
     for f in files:
         p = Path(f).expanduser()
         if p.is_file():
@@ -421,3 +750,15 @@ def secret_values_from(env_names: Iterable[str], files: Iterable[str | Path]) ->
             values.append(content)
             values.extend(line.strip() for line in content.splitlines() if line.strip())
     return values
+
+
+_MESSAGE_REDACTOR: list[Redactor] = []
+
+
+def redact_message(message: str) -> str:
+    """An error message with the secrets it may quote redacted (provider patterns, the values
+    of the default and the secret-named environment variables)."""
+    if not _MESSAGE_REDACTOR:
+        _MESSAGE_REDACTOR.append(Redactor(secret_values_from(DEFAULT_SECRET_ENV, ()),
+                                          assignments=False))
+    return _MESSAGE_REDACTOR[0].text(message)

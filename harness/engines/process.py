@@ -262,7 +262,11 @@ class ServerProcess:
                 self._log.close()
             if self.artifacts is not None and self.log_digest is None:
                 with contextlib.suppress(Exception):
-                    self.log_digest = self.artifacts.put_file(self.log_path)
+                    # The server may print its own environment's secrets (a profile's
+                    # `config.env.MY_API_KEY`): redact their values too.
+                    red = getattr(self.artifacts, "redactor", None)
+                    red = red.for_env(self.env) if red is not None and self.env else None
+                    self.log_digest = self.artifacts.put_file(self.log_path, redactor=red)
         return self.exit_code
 
     def __enter__(self) -> ServerProcess:
