@@ -188,6 +188,9 @@ def _position_arg(value: str | None, field: str) -> int | None:
 def log_cmd(ctx, task, types, since, until_time, limit, as_json) -> None:
     """Show the ledger's events in global order.
 
+    An event that cannot be decoded is reported on stderr with its position, stream and
+    version (with --json also as a record with "undecodable": true) and the rest is shown.
+
     \b
     Example:
       forge log --task tune-tiny-cpu --type MeasurementRecorded --since 2026-11-01
@@ -227,6 +230,10 @@ def log_cmd(ctx, task, types, since, until_time, limit, as_json) -> None:
 @fail_cleanly
 def replay(ctx, task: str, until: str | None, as_json: bool) -> None:
     """Rebuild a task's state from the ledger, optionally as it was at a past position.
+
+    A state is never shown from part of a history: if the task's stream holds an event that
+    cannot be decoded, this fails naming its position (replay with --until before it; `forge
+    check` lists all damage). Other tasks replay as usual.
 
     \b
     Example:

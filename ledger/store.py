@@ -89,8 +89,10 @@ class Undecodable:
                 "(`forge check` lists the damage)")
 
     def as_dict(self) -> dict[str, Any]:
+        """The record readers emit in JSON streams in the event's place: `undecodable` true
+        (events themselves may have an `error` field) and the codec's `error`."""
         return {"position": self.position, "stream": self.stream, "version": self.version,
-                "type": self.type, "error": self.error}
+                "type": self.type, "undecodable": True, "error": self.error}
 
 
 OnError = Callable[[Undecodable], None] | None
