@@ -352,7 +352,7 @@ def _parse_kv(pairs: tuple[str, ...], what: str, *, numbers: bool = False) -> di
             raise click.BadParameter(f"{p!r} is not KEY=VALUE", param_hint=what)
         try:
             value = json.loads(raw)
-        except ValueError:  # not JSON (or an integer of more digits than Python parses)
+        except (ValueError, RecursionError):  # not JSON (or too many digits, or too deep)
             value = raw
         if numbers and isinstance(value, str):
             try:

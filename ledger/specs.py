@@ -628,7 +628,15 @@ def load_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     """Read one YAML document: bounded in size, depth and alias expansion, UTF-8 only, no
     duplicate keys, every number finite and within 64 bits. Raises SpecError (file:line)."""
     p = Path(path)
-    text = _read_text(p)
+    return load_yaml_text(_read_text(p), p)
+
+
+def load_yaml_text(text: str, where: str | Path) -> tuple[Any, yaml.Node | None]:
+    """`load_yaml` for YAML given as text (a `--set KEY=VALUE` value): the same bounds and
+    checks; problems name `where`."""
+    p = Path(where)
+    if len(text) > MAX_YAML_BYTES:
+        raise SpecError([f"{p}:0: (yaml): longer than {MAX_YAML_BYTES >> 20} MiB"])
     node = _compose(p, text)
     dups = _duplicates(p, node)
     if dups:

@@ -228,3 +228,34 @@ def test_cli_refuses_each_shape_without_traceback_or_write(tmp_path, forge_home)
         assert all(line.startswith(f"error: {f}:") for line in r.stderr.splitlines()), r.stderr
     with open_workspace(forge_home) as ws:
         assert ws.ledger.max_position() == before
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("&a [*a]", "recursive alias"),
+    ("[" * 5000, "nested deeper"),
+    (".nan", "NaN is not a finite number"),
+    ("99999999999999999999999", "does not fit in 64 bits"),
+    ("[" + ", ".join(["&x" + str(i) + " [1]" for i in range(3)]) + "]", None),  # fine
+])
+def test_engine_set_values_go_through_the_bounded_loader(value, says):
+    from infer_forge.harness.engines.up import parse_sets
+    from infer_forge.harness.errors import HarnessError
+
+    if says is None:
+        assert parse_sets([f"cuda_graph_bs={value}"]) == {"cuda_graph_bs": [[1], [1], [1]]}
+        return
+    with pytest.raises(HarnessError) as ei:
+        parse_sets([f"threads={value}"])
+    assert str(ei.value).startswith("--set threads:") and says in str(ei.value)
+    assert parse_sets(["threads=4", "dtype=bfloat16"]) == {"threads": 4, "dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["measure", "t1", "--metric", "x=" + "[" * 100_000],
+    ["block", "start", "t1", "--sub-goal", "s", "--set", "engine.x=" + "[" * 100_000],
+])
+def test_deeply_nested_json_values_on_the_command_line_are_one_line(forge_home, argv):
+    assert CliRunner().invoke(main, ["init"]).exit_code == 0
+    r = CliRunner().invoke(main, argv)
+    assert r.exit_code == 1 and (r.exception is None or isinstance(r.exception, SystemExit))
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("Error: ")

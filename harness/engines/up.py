@@ -32,15 +32,20 @@ def load_profile_file(path: str | Path) -> Any:
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """`KEY=VALUE` pairs, values read as YAML scalars (true, 8, bfloat16)."""
-    import yaml
+    """`KEY=VALUE` pairs, values read as YAML scalars (true, 8, bfloat16) by the specs' bounded
+    loader (no alias bomb or recursive anchor, finite numbers); a bad value is one line."""
+    from ...ledger.specs import SpecError, load_yaml_text
 
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise HarnessError(f"--set {item!r}: expected KEY=VALUE")
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        try:
+            out[key.strip()] = load_yaml_text(raw, f"--set {key.strip()}")[0] \
+                if raw.strip() else None
+        except SpecError as e:
+            raise HarnessError(e.problems[0]) from None
     return out
 
 
