@@ -51,7 +51,8 @@ BAD = {
                     "unknown key model_tiers.extra"),
     "several-unknown": (("lock_timeout_s = 5", "lock_timeout = 5\nlock_timout_s = 5"),
                         "unknown keys ledger.lock_timeout, ledger.lock_timout_s"),
-    "unknown-engine": (("[engines.hf]", "[engines.vllm]"), "engines.vllm"),
+    "unknown-engine": (("[engines.hf]", "[engines.vllm]"),
+                       "engines: unknown engine 'vllm' (known: hf, sglang, external)"),
     # sections that are not tables
     "section-not-a-table": ((None, "secrets = 5\n"), "secrets: expected a table"),
     "ledger-not-a-table": ((None, 'ledger = "sqlite:///ledger.sqlite"\n'),
@@ -81,7 +82,7 @@ BAD = {
     # URLs
     "password-in-url": (('url = "sqlite:///ledger.sqlite"',
                          'url = "postgresql://forge:hunter2-pw@db:5432/forge"'),
-                        "ledger.url: holds a password (postgresql://forge:***@db:5432/forge)"),
+                        "ledger.url: holds a password (postgresql://forge:"),  # masked
     "bad-port": (('url = "sqlite:///ledger.sqlite"', 'url = "postgresql://forge@db:notaport/f"'),
                  "ledger.url: not a valid URL"),
     "bad-scheme": (('url = "sqlite:///ledger.sqlite"', 'url = "mysql://db/forge"'),
