@@ -184,3 +184,20 @@ def test_config_error_type_is_ledger_config_error(home):
     _edit(home, "[ledger]", "[ledgr]")
     with pytest.raises(ConfigError, match="unknown key ledgr"):
         load_config(home)
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b'[ledger]\npasword = "x"\n', "unknown key ledger.pasword (known here: password)"),
+    (b"[ledger]\npassword = 5\n", "ledger.password: expected a string"),
+    (b"\xff\xfe\x00\x01", "not UTF-8 text"),
+    (b"ledger = 1\n", "ledger: expected a table"),
+])
+def test_bad_credentials_file_is_one_line_naming_it(home, content, says):
+    cfg = home / "forge.toml"
+    cfg.write_text('[ledger]\nurl = "postgresql://forge@127.0.0.1:9/forge"\n')
+    creds = home / "credentials.toml"
+    creds.write_bytes(content)
+    r = CliRunner().invoke(main, ["log"])
+    assert r.exit_code == 1
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {creds}: ") and says in line, line
