@@ -185,14 +185,14 @@ _ASSIGN = re.compile(
     r"(?P<sep>[ \t]*(?:=>?|:(?![/:\\]))[ \t]*|(?(dash)[ \t]+|(?!)))"
     r"(?P<scheme>(?i:bearer|basic|token|digest)[ \t]+)?"
     r"(?:(?P<vq>\\?[\"'`])(?P<qv>(?:\\.|[^\\\n])*?)(?P=vq)"
-    r"|(?P<uv>(?!=)[^\s\"'`,;&<>(){}\[\]|\\]+))"
+    r"|(?P<uv>\$\{\w+\}|(?!=)[^\s\"'`,;&<>(){}\[\]|\\]+))"
 )
 _LINE_LEAD = re.compile(r"[ \t]*(?:(?:export|set|declare -x)[ \t]+|-[ \t]+)?")
 NAMED_SECRET_TAG = "[REDACTED:named-secret]"
 # The triggers of `_ASSIGN` (see `_LOWER_TRIGGER_SPECS`): after the name, its separator and an
-# optional opening quote (also JSON-escaped); a weak name's value must start with a word
-# that is not all digits and punctuation (so `#new-token: 32768` trips nothing).
-_SEP_T = r"\\?[\"'`]?\]?[ \t]*+(?:=|:(?![/:\\]))[ \t]*+\\?[\"'`]?"
+# optional opening quote (also JSON-escaped, once or twice); a weak name's value must start
+# with a word that is not all digits and punctuation (so `#new-token: 32768` trips nothing).
+_SEP_T = r"\\{0,3}[\"'`]?\]?[ \t]*+(?:=|:(?![/:\\]))[ \t]*+\\{0,3}[\"'`]?"
 _WEAK_VALUE_T = r"[ \t]*+[0-9.,_+\-]*+[^\s0-9.,_+\-\"'`\\]"
 _WEAK = r"[0-9_.\-]*+" + _SEP_T + _WEAK_VALUE_T
 _STRONG = r"[\w.\-\x80-\xff]*+" + _SEP_T + r"\S"
@@ -426,6 +426,7 @@ class Redactor:
         # commands that only read the ledger never pay for them.
         # Event payloads repeat the same strings (task ids, metric names, enum values).
         self._clean: dict[str, None] = {}
+        self._plain_keys: dict[str, None] = {}  # mapping keys that need no name check
 
     # --- text -----------------------------------------------------------------------------
 
@@ -561,18 +562,24 @@ class Redactor:
             return not self._clean_str(value)
         clean = self._clean
         if t is dict:
+            plain = self._plain_keys
             pointer = False
             for k, v in value.items():
-                if type(k) is str:
-                    if k not in clean and not self._clean_str(k):
+                if k in plain:  # a key seen before: no secret, no secret name, no pointer
+                    pass
+                elif type(k) is str:
+                    if not self._clean_str(k):
                         return True
-                    strength = _NAME_CACHE.get(k)
-                    if strength is None:
-                        strength = _name_strength(k)
-                    if strength and _named_secret(strength, v):
-                        return True
-                    if k in _POINTER_KEYS:
+                    strength = _name_strength(k)
+                    if strength:
+                        if _named_secret(strength, v):
+                            return True
+                    elif k in _POINTER_KEYS:
                         pointer = True
+                    elif len(k) < 512:
+                        if len(plain) > 65536:
+                            plain.clear()
+                        plain[k] = None
                 elif self.has_secret(k):
                     return True
                 tv = type(v)
@@ -589,10 +596,21 @@ class Redactor:
                     return True
             return False
         if t is list or t is tuple:
+            flag = NOT_SECRET  # the strength of a `--secret-flag` just before
             for v in value:
-                if self.has_secret(v):
-                    return True
-            return bool(_flag_values(value))
+                tv = type(v)
+                if tv is str:
+                    if v not in clean and not self._clean_str(v):
+                        return True
+                    if flag and not v.startswith("-") and _is_secret_value(flag, v):
+                        return True
+                    flag = _flag_strength(v) if v.startswith("-") else NOT_SECRET
+                    continue
+                flag = NOT_SECRET
+                if tv is dict or tv is list or tv is tuple or isinstance(v, str | dict | list):
+                    if self.has_secret(v):
+                        return True
+            return False
         if isinstance(value, str):
             return not self._clean_str(str(value))
         if isinstance(value, dict | list | tuple):
@@ -664,19 +682,23 @@ def _pointed_strength(d: dict[Any, Any]) -> int:
     return NOT_SECRET
 
 
+def _flag_strength(item: str) -> int:
+    """For a list item `--api-key` (a flag whose value is the next item): its name's strength."""
+    if "=" in item or len(item) > 200:
+        return NOT_SECRET
+    return _name_strength(item)
+
+
 def _flag_values(items: list[Any] | tuple[Any, ...]) -> set[int]:
     """Indexes of the items that follow a secret-named flag (`--api-key`, `-token`)."""
     out: set[int] = set()
     for i in range(len(items) - 1):
-        flag = items[i]
-        if type(flag) is not str or not flag.startswith("-") or "=" in flag or len(flag) > 200:
-            continue
-        nxt = items[i + 1]
-        if type(nxt) is str and nxt.startswith("-"):
-            continue
-        strength = _name_strength(flag)
-        if strength and _is_secret_value(strength, nxt):
-            out.add(i + 1)
+        flag, nxt = items[i], items[i + 1]
+        if (type(flag) is str and flag.startswith("-") and type(nxt) is str
+                and not nxt.startswith("-")):
+            strength = _flag_strength(flag)
+            if strength and _is_secret_value(strength, nxt):
+                out.add(i + 1)
     return out
 
 

@@ -6,12 +6,23 @@ of the ledger file or the artifact store."""
 
 from __future__ import annotations
 
+import random
 import re
 
 import orjson
 import pytest
 from infer_forge.ledger import events as E
-from infer_forge.ledger.redact import Redactor, _plugin_rules, secret_values_from
+from infer_forge.ledger.redact import (
+    NAMED_SECRET_TAG as NAMED,
+)
+from infer_forge.ledger.redact import (
+    Redactor,
+    _plugin_rules,
+    _redact_assignments,
+    env_secret_values,
+    is_secret_name,
+    secret_values_from,
+)
 from infer_forge.ledger.store import Append
 from infer_forge.ledger.workspace import init_workspace, open_workspace
 
@@ -260,3 +271,215 @@ def test_planted_secrets_are_absent_from_ledger_file_and_artifacts(forge_home, t
         assert secret.encode() not in raw, secret
         assert secret not in export.stdout, secret
     assert "--api-key" in export.stdout
+
+
+# --- secret names: one rule for the env digest, mapping keys, flags and NAME=value text -------
+
+SECRET_NAMES = ["AWS_SECRET_ACCESS_KEY", "MY_API_KEY", "HF_TOKEN", "apiKey", "x-api-key",
+                "--api-key", "PGPASSWORD", "db.password", "config.env.AWS_SECRET_ACCESS_KEY",
+                "client_secret", "SECRET_KEY_BASE", "GITHUB_PAT", "Authorization", "auth",
+                "TOKEN", "OAuthToken", "accessToken", "SLACK_BOT_TOKEN", "credentials",
+                "MYSQL_PWD", "API_KEY_2", "apikey", "authtoken", "passphrase", "db_passwd"]
+ORDINARY_NAMES = ["KEYBOARD", "max_tokens", "num_tokens", "max_new_tokens",
+                  "TOKENIZERS_PARALLELISM", "bos_token", "eos_token", "pad_token_id",
+                  "time_to_first_token", "sort_key", "public_key", "SSH_AUTH_SOCK", "PWD",
+                  "OLDPWD", "secret_env", "PASSWORD_FILE", "token", "key", "AWS_ACCESS_KEY_ID",
+                  "GIT_ASKPASS", "XAUTHORITY", "HF_TOKEN_PATH", "tokenizer_path", "keyring",
+                  "secret_files", "token_usage", "hotkey", "monkey", "max_prefill_tokens",
+                  "cached_tokens", "kv_cache_dtype"]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_names(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ORDINARY_NAMES)
+def test_ordinary_names(name):
+    assert not is_secret_name(name)
+
+
+def test_the_environment_digest_uses_the_same_rule():
+    from infer_forge.harness.tools import env_digest
+
+    for name in SECRET_NAMES:
+        if name.replace("_", "").isalnum():
+            assert env_digest({name: "a1b2c3d4"}) == env_digest({name: "z9y8x7w6"}), name
+    for name in ("TOKENIZERS_PARALLELISM", "max_new_tokens", "SSH_AUTH_SOCK", "PWD"):
+        assert env_digest({name: "false"}) != env_digest({name: "true"}), name
+
+
+V = "q7Wz-Lp3Xr9_Mn2B"  # a value under a secret name, in every form below
+
+ASSIGNMENTS = [
+    f"export MY_API_KEY={V}",
+    f"MY_API_KEY={V} and more on the line",
+    f"[2026-11-29 10:00:01] INFO MY_API_KEY: {V}",
+    f"AWS_SECRET_ACCESS_KEY: {V}",
+    f'{{"AWS_SECRET_ACCESS_KEY": "{V}", "region": "us-east-1"}}',
+    f"env: {{'api_key': '{V}'}}",
+    f"python serve.py --api-key {V} --port 30000",
+    f"python serve.py --api-key={V} --port 30000",
+    f"python serve.py --env AWS_SECRET_ACCESS_KEY={V}",
+    f"ServerArgs(model_path='x', api_key='{V}', port=30000)",
+    f"curl 'https://api.example.com/v1?access_token={V}&x=1'",
+    f"Authorization: Basic {V}",
+    f"db_password = {V}",
+    f"PGPASSWORD={V} psql -h db",
+    f"  client-secret: \"{V}\"",
+    f"$config['auth_token'] => '{V}';",
+    f'cmd = "env \\"MY_API_KEY\\": \\"{V}\\""',
+    f"line one\\nGITHUB_PAT={V}\\nline three",
+    f"password: 123456{V}",
+]
+ORDINARY = [
+    "max_new_tokens: 128", "TOKENIZERS_PARALLELISM=false", "bos_token: <s>",
+    "#new-token: 32768, #cached-token: 0, token usage: 0.00, #token: 1234",
+    "api_key=None, port=30000", "--max-new-tokens 128", "PWD=/home/forge/work",
+    "SSH_AUTH_SOCK=/tmp/ssh-XXXX/agent.42", "KEYBOARD=us", "sort_key: timestamp",
+    "time_to_first_token: 0.21", "password_file: /etc/forge/pw", "secret_env: HF_TOKEN",
+    "url: https://example.org:443/a", "max_tokens=512", "key: value", "token: hello",
+    "MY_API_KEY=${MY_API_KEY}", "export HF_TOKEN=$HF_TOKEN", "api_key: ''",
+    "--api-key --port 30000", "TOKEN_LIMIT=4096", "auth_mode: none",
+]
+
+
+@pytest.mark.parametrize("text", ASSIGNMENTS)
+def test_values_under_secret_names_are_redacted_in_text(redactor, text):
+    assert V in text
+    short = redactor.text(text)
+    assert V not in short and "[REDACTED:" in short
+    for log in (text + "\n" + SGLANG_LOG * 8, SGLANG_LOG * 4 + text + "\n" + SGLANG_LOG * 4):
+        assert V not in redactor.text(log)
+    doc = orjson.dumps({"cmd": text, "argv": ["sh", "-c", text]})
+    assert redactor.might_contain_secret_bytes(doc) and V.encode() not in redactor.json_bytes(doc)
+    assert V not in orjson.dumps(redactor.value({"notes": [text]})).decode()
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_assignments_stay_intact(redactor, text):
+    assert redactor.text(text) is text
+    assert not redactor.has_secret({"line": text, "lines": [text]})
+    big = SGLANG_LOG * 4 + text + "\n" + SGLANG_LOG
+    assert redactor.text(big) is big
+
+
+def test_values_under_secret_keys_in_structured_data(redactor):
+    aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"[::-1]  # not the AWS rule's shape alone
+    data = {
+        "config": {"env": {"AWS_SECRET_ACCESS_KEY": aws, "TOKENIZERS_PARALLELISM": "false"},
+                   "max_new_tokens": 128, "db_password": 123456, "apiKey": V,
+                   "secrets": [V, "second-" + V]},
+        "argv": ["serve", "--api-key", V, "--port", "30000", "--hf-token", V + "x"],
+        "env": [{"name": "MY_API_KEY", "value": V}, {"name": "PATH", "value": "/usr/bin"}],
+        "diff": [{"path": "config.env.MY_API_KEY", "dimension": "config", "a": V, "b": V + "2"},
+                 {"path": "config.max_new_tokens", "dimension": "config", "a": 64, "b": 128}],
+    }
+    assert redactor.has_secret(data)
+    out = redactor.value(data)
+    text = orjson.dumps(out).decode()
+    assert V not in text and aws not in text and "123456" not in text
+    assert out["config"]["env"]["TOKENIZERS_PARALLELISM"] == "false"
+    assert out["config"]["max_new_tokens"] == 128
+    assert out["argv"][:2] == ["serve", "--api-key"] and out["argv"][3:5] == ["--port", "30000"]
+    assert out["env"][1] == {"name": "PATH", "value": "/usr/bin"}
+    assert out["diff"][1] == data["diff"][1]
+    assert redactor.json_bytes(orjson.dumps(data)) == orjson.dumps(out)
+    ordinary = {"max_new_tokens": 128, "TOKENIZERS_PARALLELISM": "false", "bos_token": "<s>",
+                "metrics": {"time_to_first_token": 0.21, "max_tokens": 512}, "key": "x",
+                "token": "hello", "new_token": 32768, "api_key": None, "password_file": "/x",
+                "argv": ["--max-new-tokens", "128", "--api-key", "--port"]}
+    assert not redactor.has_secret(ordinary)
+    assert redactor.value(ordinary) == ordinary
+    assert redactor.json_bytes(orjson.dumps(ordinary)) == orjson.dumps(ordinary)
+
+
+def test_the_triggers_catch_every_assignment_the_rule_redacts():
+    """The screen is a necessary condition of every rule (module contract): for generated
+    `NAME<sep>value` texts, whenever the rule redacts, the short-string screen, the JSON-bytes
+    screen and the long-log path all find it."""
+    rng = random.Random(7)
+    r = Redactor()
+    names = SECRET_NAMES + ORDINARY_NAMES + ["new-token", "Api_Key9", "SECRETÄ", "auth"]
+    seps = ["=", ": ", " = ", ":", "=>", "\": \"", "': '", " ", "=\"", "\\\": \\\""]
+    values = [V, "12345", "1e5", " spaced", "None", "0.5", "abc", "$REF", "-x", "9f8e7d6c",
+              "a,b", "12,ab", "x'y", "<s>"]
+    leads = ["", "export ", "  ", "[ts] ", "--", "\"", "{'", "x\\n"]
+    checked = 0
+    for _ in range(4000):
+        text = (rng.choice(leads) + rng.choice(names) + rng.choice(seps) + rng.choice(values)
+                + rng.choice(["", "\"", "'", " tail", ",next=1"]))
+        direct = _redact_assignments(text)
+        if direct is text:
+            continue
+        checked += 1
+        assert r.might_contain_secret(text), text
+        assert r.might_contain_secret_bytes(orjson.dumps(text)), text
+        assert r.text(text) == direct, text
+        log = SGLANG_LOG * 5 + text + "\n"
+        assert r.text(log) == SGLANG_LOG * 5 + direct + "\n", text
+    assert checked > 500
+
+
+def test_env_secret_values_skip_trivial_values():
+    env = {"MY_API_KEY": "k3y-" + V, "DB_PASSWORD": "hunter22", "HF_TOKEN": "false",
+           "GITHUB_TOKEN": "12345678", "SESSION_TOKEN": "abc", "AUTH": "CHANGEME",
+           "TOKENIZERS_PARALLELISM": "parallel-on-9", "PATH": "/usr/bin:/bin"}
+    assert sorted(env_secret_values(env)) == sorted(["k3y-" + V, "hunter22"])
+    assert env_secret_values({"X_URL": "https://x"}, ["X_URL"]) == ["https://x"]
+    base = Redactor()
+    assert base.with_values([]) is base and base.for_env({"PATH": "/usr/bin"}) is base
+    child = base.for_env(env)
+    assert child.text("printed hunter22 here") == "printed [REDACTED:configured-secret] here"
+    assert base.text("printed hunter22 here") == "printed hunter22 here"
+
+
+GH = "ghp_" + "a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8"
+
+
+def test_a_stream_name_or_command_id_holding_a_secret_is_refused(workspace):
+    from infer_forge.ledger.errors import LedgerError
+
+    ev = E.TaskExited(task_id="t", state="aborted-by-human", reason="x")
+    before = workspace.ledger.max_position()
+    for kwargs, what in (({"stream": f"task:{GH}"}, "task id"),
+                         ({"stream": f"graph:x-{GH}"}, "graph id"),
+                         ({"stream": "task:t", "command_id": f"t:b1:run:{GH}"}, "command id"),
+                         ({"stream": f"export HF_TOKEN={V}"}, "stream name")):
+        stream = kwargs.pop("stream")
+        with pytest.raises(LedgerError) as e:
+            workspace.ledger.append(stream, [ev], **kwargs)
+        assert str(e.value).startswith(f"{what} looks like a secret (")
+        assert "refusing to record it" in str(e.value)
+        assert GH not in str(e.value) and V not in str(e.value)
+    assert "(GitHub Token)" in _refusal(workspace, f"task:{GH}")
+    assert workspace.ledger.max_position() == before
+
+
+def _refusal(ws, stream: str) -> str:
+    from infer_forge.ledger.errors import LedgerError
+
+    with pytest.raises(LedgerError) as e:
+        ws.ledger.append(stream, [E.TaskExited(task_id="t", state="aborted-by-human",
+                                               reason="x")])
+    return str(e.value)
+
+
+def test_a_redaction_the_event_schema_cannot_hold_is_refused(workspace):
+    """A number under a secret name in a map of floats cannot become `[REDACTED…]` and still
+    decode: the event is refused (naming the field, not the value), nothing is written."""
+    from infer_forge.ledger.errors import LedgerError
+
+    before = workspace.ledger.max_position()
+    ev = E.MeasurementRecorded(task_id="t", block_id="b1", run_id="r1", source="s",
+                               metrics={"output_throughput": 1.0, "db_password": 482913.0})
+    with pytest.raises(LedgerError) as e:
+        workspace.ledger.append("task:t", [ev])
+    assert "metrics.db_password" in str(e.value) and "482913" not in str(e.value)
+    assert workspace.ledger.max_position() == before
+    ok = E.MeasurementRecorded(task_id="t", block_id="b1", run_id="r1", source="s",
+                               metrics={"max_new_tokens": 128.0, "time_to_first_token": 0.2},
+                               meta={"server_args": {"api_key": V}})
+    workspace.ledger.append("task:t", [ok])
+    (back,) = [r.event for r in workspace.ledger.stream("task:t")]
+    assert back.metrics == ok.metrics and back.meta == {"server_args": {"api_key": NAMED}}

@@ -16,7 +16,6 @@ search looks where the data went.
 
 from __future__ import annotations
 
-import json
 import secrets
 import string
 import sys
@@ -126,7 +125,7 @@ def _dump_index(path: Path) -> str:
         con.close()
 
 
-def test_planted_secrets_reach_no_stored_byte(forge_home, tmp_path, monkeypatch, planted):
+def test_planted_secrets_reach_no_stored_byte(forge_home, tmp_path, planted):
     s = planted
     home = forge_home
     printed: list[str] = []
@@ -210,6 +209,60 @@ def test_planted_secrets_reach_no_stored_byte(forge_home, tmp_path, monkeypatch,
     for where in (site, wiki):
         assert b"max_new_tokens" in where and b"REDACTED" in where
     assert b"leaky" in search
-    events = [json.loads(line) for line in everything_printed.splitlines()
-              if line.startswith('{"position"')]
-    assert events or "[REDACTED" in everything_printed
+
+
+# --- a child's own environment ----------------------------------------------------------------
+
+PRINT_ENV = ("import os, sys; print(os.environ['MY_API_KEY']); "
+             "print(os.environ['DB_PASSWORD'], file=sys.stderr)")
+
+
+def test_values_set_for_the_child_only_are_redacted_from_its_output(workspace, planted):
+    """`run_tool` with an env the forge process does not have: the child's secret-named values
+    are redacted from its captured stdout/stderr (artifacts and the returned text), from argv
+    (a shell expands them) and the environment digest ignores them."""
+    from infer_forge.harness.tools import run_tool
+
+    key, pw = planted["env_api_key"], planted["env_password"]
+    env = {"MY_API_KEY": key, "DB_PASSWORD": pw, "TOKENIZERS_PARALLELISM": "false"}
+    run = run_tool(workspace, [sys.executable, "-c", PRINT_ENV, f"--echo={key}"], env=env)
+    assert run.returncode == 0
+    stored = workspace.artifacts.text(run.event.stdout_digest) + workspace.artifacts.text(
+        run.event.stderr_digest)
+    for text in (run.stdout, run.stderr, stored, " ".join(run.event.argv)):
+        assert key not in text and pw not in text
+    assert "[REDACTED:configured-secret]" in run.stdout and "--echo=" in run.event.argv[-1]
+    other = run_tool(workspace, [sys.executable, "-c", PRINT_ENV],
+                     env={**env, "MY_API_KEY": key[::-1], "DB_PASSWORD": pw[::-1]})
+    assert other.event.env_digest == run.event.env_digest  # secret values are not hashed in
+    changed = run_tool(workspace, [sys.executable, "-c", PRINT_ENV],
+                       env={**env, "TOKENIZERS_PARALLELISM": "true"})
+    assert changed.event.env_digest != run.event.env_digest  # ordinary ones are
+
+
+def test_graph_node_env_and_its_output_reach_no_stored_byte(workspace, tmp_path, planted):
+    from infer_forge.harness.graph_runner import define_graph, run_graph
+
+    key, pw = planted["env_api_key"], planted["env_password"]
+    (tmp_path / "g.yaml").write_text(f"""\
+name: leak
+nodes:
+  - id: work
+    type: evaluation
+    work:
+      env: {{MY_API_KEY: "{key}", DB_PASSWORD: "{pw}", TOKENIZERS_PARALLELISM: "false"}}
+      sh: 'echo "key=$MY_API_KEY"; echo "{{\\"value\\": 1}}"'
+      verify:
+        - {{name: value, metric: value, at_least: 1}}
+        - {{name: says-password, sh: 'echo "failing with $DB_PASSWORD" >&2; exit 1'}}
+""")
+    define_graph(workspace, tmp_path / "g.yaml")
+    summary = run_graph(workspace, "leak", jobs=1)
+    assert summary.counts.get("rejected") == 1  # the second check failed, quoting stderr
+    checks = [c for r in workspace.ledger.log() for c in getattr(r.event, "checks", None) or []]
+    assert {c["name"]: c["passed"] for c in checks} == {"value": True, "says-password": False}
+    workspace.close()
+    raw = b"".join(p.read_bytes() for p in workspace.home.rglob("*") if p.is_file())
+    assert key.encode() not in raw and pw.encode() not in raw
+    assert b"failing with [REDACTED" in raw and b"key=[REDACTED" in raw
+    assert b"TOKENIZERS_PARALLELISM" in raw
