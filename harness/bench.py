@@ -235,6 +235,16 @@ def run_bench(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchResult:
     return asyncio.run(run_bench_async(cfg, prompts))
 
 
+def _storable_meta(meta: dict[str, Any], omitted: dict[str, str]) -> dict[str, Any]:
+    """The event's meta with NaN / infinite numbers (e.g. a config's infinite timeout)
+    replaced by None, and every left-out number's reason under `omitted_metrics`."""
+    from ..ledger.events import without_non_finite
+
+    meta, dropped = without_non_finite(meta, "meta")
+    omitted = {**omitted, **dropped}
+    return {**meta, "omitted_metrics": omitted} if omitted else meta
+
+
 def record_measurement(ws, result: BenchResult, *, task_id: str | None = None,
                        block_id: str | None = None, run_id: str | None = None,
                        source: str = "forge-bench", candidate: Mapping[str, Any] | None = None,
@@ -262,8 +272,8 @@ def record_measurement(ws, result: BenchResult, *, task_id: str | None = None,
         error=(f"{failed} of {failed + int(m.get('completed', 0))} requests failed"
                if failed else None),
         artifact_digest=digest,
-        meta={"config": result.config, "client": "infer-forge", **(meta or {}),
-              **({"omitted_metrics": omitted} if omitted else {})},
+        meta=_storable_meta({"config": result.config, "client": "infer-forge", **(meta or {})},
+                            omitted),
     )
     stream = task_stream(task_id) if task_id else MEASUREMENTS_STREAM
     ws.ledger.append(stream, [ev])

@@ -257,6 +257,29 @@ def test_evaluator_output_with_non_finite_numbers_is_omitted_not_fatal(tmp_path)
     assert "NaN is not a finite number" in run.meta["omitted_metrics"]["output_throughput"]
 
 
+def test_bench_client_results_with_non_finite_numbers_are_recorded_without_them(workspace):
+    from infer_forge.harness.bench import BenchResult
+    from infer_forge.harness.bench import record_measurement as record_bench
+
+    res = BenchResult(config={"request_rate": "inf", "timeout_s": INF}, records=[],
+                      warmup_records=[], duration_s=1.0,
+                      metrics={"completed": 4, "failed": 0, "request_throughput": 4.0,
+                               "output_throughput": NAN, "median_ttft_ms": INF,
+                               "slo_attainment_by_metric": {"ttft": -INF, "tpot": 1.0}})
+    ev = record_bench(workspace, res, task_id="t1")
+    assert ev.metrics == {"completed": 4.0, "failed": 0.0, "request_throughput": 4.0,
+                          "slo_attainment_by_metric.tpot": 1.0}
+    assert ev.meta["omitted_metrics"] == {
+        "output_throughput": "NaN is not a finite number",
+        "median_ttft_ms": "Infinity is not a finite number",
+        "slo_attainment_by_metric.ttft": "-Infinity is not a finite number",
+        "meta.config.timeout_s": "Infinity is not a finite number"}
+    assert ev.meta["config"]["timeout_s"] is None
+    (stored,) = workspace.ledger.stream(task_stream("t1"))
+    assert (stored.event.metrics, stored.event.meta) == (ev.metrics, ev.meta)
+    assert check_home(workspace.home).ok
+
+
 NAN_EVAL = r'''
 import json, os, sys
 cand = json.load(sys.stdin)
