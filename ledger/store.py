@@ -527,10 +527,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def check_sqlite_file(path: Path, *, missing_ok: bool = False) -> None:
-    """What can be told of a SQLite ledger file without opening it: it exists (unless
-    `missing_ok`), is not empty, starts with SQLite's header and is as long as the header
-    says (a leftover write-ahead log with content may still complete it: then SQLite's own
-    recovery decides). Raises DamagedLedgerError naming the file and the fault."""
+    """What can be told of a SQLite ledger file without opening it: it exists and is not
+    empty (unless `missing_ok`: a workspace being created), starts with SQLite's header and
+    is as long as the header says (a leftover write-ahead log with content may still
+    complete it: then SQLite's own recovery decides). Raises DamagedLedgerError naming the
+    file and the fault."""
     where = str(path)
     try:
         size = path.stat().st_size
@@ -548,6 +549,8 @@ def check_sqlite_file(path: Path, *, missing_ok: bool = False) -> None:
     if not path.is_file():
         raise DamagedLedgerError(where, "it is not a regular file")
     if size == 0:
+        if missing_ok:  # init after a crash between SQLite creating the file and writing it
+            return
         raise DamagedLedgerError(where, "the file is empty (0 bytes)")
     try:
         with path.open("rb") as f:

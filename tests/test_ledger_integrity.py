@@ -638,6 +638,14 @@ def test_init_still_creates_and_is_idempotent(forge_home):
         Ledger.open(fresh)
     assert not ledger_file(fresh).exists()
     shutil.rmtree(fresh)
+    # An init that died after SQLite created the file (0 bytes, no forge.toml yet) can be
+    # run again; with forge.toml the same empty file is damage.
+    crashed = forge_home.parent / "crashed-init"
+    crashed.mkdir()
+    ledger_file(crashed).touch()
+    res = run_forge("init", home=crashed)
+    assert res.returncode == 0, res.stderr
+    assert run_forge("check", home=crashed).returncode == 0
 
 
 def test_a_missing_postgres_table_is_damage_not_a_fresh_start(request):
