@@ -118,7 +118,10 @@ def check_finite(value: Any, where: str) -> None:
     The one check every entry point calls (CLI, JSON, YAML, bench import, engine output);
     `Event` construction and `codec.encode` call it too, so nothing non-finite is ever stored.
     """
-    bad = bad_number(value)
+    try:
+        bad = bad_number(value)
+    except RecursionError:
+        raise NonFiniteError(f"{where}: nested too deeply to be stored") from None
     if bad is not None:
         raise NonFiniteError(f"{field_path(where, bad[0])}: {bad[1]}")
 
@@ -224,7 +227,10 @@ def check_event_values(cls: type[Event], values: Mapping[str, Any], floats: bool
         v = values.get(name)
         if v is None or type(v) is str:
             continue
-        bad = bad_number(v)
+        try:
+            bad = bad_number(v)
+        except RecursionError:
+            raise NonFiniteError(f"{cls.TYPE}.{name}: nested too deeply to be stored") from None
         if bad is not None:
             raise NonFiniteError(f"{field_path(f'{cls.TYPE}.{name}', bad[0])}: {bad[1]}")
 
