@@ -11,13 +11,13 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from ..ledger.store import one_line
 from .errors import ProjectionError
-from .index import DIM_NAMES, open_index
+from .index.session import LOCKDOWN, locked_connection, open_index
 
 # Dimensions worth showing when two subjects differ (the rest are derived or redundant).
 COMPARE_DIMS = ["model", "model_revision", "task_type", "modality", "input_len", "output_len",
@@ -31,10 +31,6 @@ FILTER_COLUMNS = {
     "metric": "metric", "task": "task_id", "profile": "runtime_profile",
     "architecture": "architecture", "point": "point_hash", "parallelism": "parallelism",
 }
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 @dataclass
@@ -56,21 +52,6 @@ DEFAULT_TIMEOUT_S = 30.0
 # SET, CREATE, INSERT, ...) is refused by kind before anything runs, and the session below
 # refuses it again should one get through.
 QUERY_STATEMENTS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL")  # SELECT: also WITH/DESCRIBE/SHOW
-
-# The query session: the index opened read-only; no file outside it (COPY TO, EXPORT,
-# read_text/read_csv/glob, ATTACH), no extension installed or loaded, no persistent
-# secret, no scan of Python variables, no temp directory (DuckDB lets a session write in its
-# own), and then the configuration locked so no SET/RESET/PRAGMA can undo any of it.
-LOCKDOWN: dict[str, Any] = {
-    "enable_external_access": False,
-    "autoload_known_extensions": False,
-    "autoinstall_known_extensions": False,
-    "allow_community_extensions": False,
-    "allow_unsigned_extensions": False,
-    "allow_persistent_secrets": False,
-    "python_enable_replacements": False,
-    "temp_directory": "",
-}
 
 _KIND_LABEL = {"LOAD": "INSTALL/LOAD", "SET": "a setting change (SET, RESET, USE, PRAGMA x = y)",
                "VARIABLE_SET": "SET VARIABLE"}
@@ -135,21 +116,6 @@ def _limits(max_rows: int | None, timeout_s: float | None) -> tuple[int, float]:
         raise ProjectionError(f"timeout must be a number of seconds >= 0 (0: no limit), "
                               f"got {secs!r}")
     return rows, secs
-
-
-def locked_connection(path: Path) -> duckdb.DuckDBPyConnection:
-    """The index at `path`, read-only, in a session locked down as `LOCKDOWN` says."""
-    try:
-        con = duckdb.connect(str(path), read_only=True, config=LOCKDOWN)
-    except duckdb.Error as e:
-        raise ProjectionError(f"cannot open index {path}: {one_line(e)}") from None
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET lock_configuration = true")
-    except BaseException:
-        con.close()
-        raise
-    return con
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, text: str, *, max_rows: int | None = None,
@@ -425,6 +391,5 @@ def filter_ws(ws: Any, *, limit: int | None = 1000, **criteria: Any) -> Table:
         return filter_measurements(s.con, limit=limit, **criteria)
 
 
-__all__ = ["DIM_NAMES", "LOCKDOWN", "Table", "check_query", "compare", "compare_ws",
-           "filter_measurements", "filter_ws", "locked_connection", "resolve", "run_sql",
-           "sql_ws"]
+__all__ = ["Table", "check_query", "compare", "compare_ws", "filter_measurements", "filter_ws",
+           "resolve", "run_sql", "sql_ws"]

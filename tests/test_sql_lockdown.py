@@ -184,7 +184,7 @@ def test_session_refuses_even_without_the_statement_check(built, tmp_path):
     statement check refuses first. Nothing on disk changes, not even index.duckdb's bytes
     (no catch-up here)."""
     files = _files(tmp_path)
-    con = Q.locked_connection(I.index_path(built.home))
+    con = I.locked_connection(I.index_path(built.home))
     try:
         assert con.execute("SELECT current_setting('enable_external_access'), "
                            "current_setting('lock_configuration')").fetchone() == (False, True)

@@ -1,0 +1,420 @@
+"""The event → row projector: each stored notification becomes rows of the index's tables
+(pending, per batch; `catchup` writes them).
+
+- Every event is kept in `events` (bookkeeping markers excepted); events this projector does
+  not project (other issues' types, types newer than this code) only advance the position.
+  An event the ledger cannot decode (unknown type, corrupt JSON, a payload that fails
+  validation such as `null` for a metric) is recorded in `skipped` with its position and the
+  reason, and left out of every typed table (a JSON object stays in `events`, raw): no bad
+  row can stop the catch-up.
+- Deterministic: rows depend on the ledger only (no ingestion times, no batch-dependent ids),
+  so `rebuild` and incremental catch-up give the same `fingerprint`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from ...ledger import codec
+from ...ledger.clock import digest
+from ...ledger.errors import LedgerError
+from ...ledger.store import BOOKKEEPING_TYPES
+from .dims import (
+    _first,
+    _float,
+    _get,
+    _int,
+    _json,
+    _point_ref,
+    _repo_snapshot,
+    _str,
+    candidate_key,
+    point_dims,
+    profile_engine,
+)
+from .schema import DIM_NAMES
+
+_POINT_HASH_AT = DIM_NAMES.index("point_hash")
+
+
+class _Rows:
+    """Rows for one table in one batch, as tuples in `names` order: handlers append one
+    tuple per row; `columns()` transposes them in C (zip) when the batch is written."""
+
+    __slots__ = ("names", "rows", "append")
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.rows: list[tuple] = []
+        self.append = self.rows.append
+
+    def columns(self) -> dict[str, Any]:
+        if not self.rows:
+            return {n: [] for n in self.names}
+        return dict(zip(self.names, zip(*self.rows, strict=True), strict=True))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+_MEAS_EV_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "run_id",
+                 "source", "repeat", "success", "candidate", "candidate_key",
+                 "repo_snapshot"]  # + DIM_NAMES, by reference to the batch's distinct dims
+_BLOCK_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "block_index",
+               "sub_goal", "model_tier", "agent_topology", "executor", "routing", "candidate",
+               "candidate_key"]
+_TOOL_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "tool", "argv",
+              "exit_code", "duration_s", "error", "repo_digest", "stdout_digest",
+              "stderr_digest"]
+_VERIF_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "verdict",
+               "passed", "contract_hash", "point_hash", "candidate", "candidate_key", "gates",
+               "evidence"]
+_GATE_COLS = ["position", "verification_id", "task_id", "block_id", "gate", "metric",
+              "verdict", "observed", "threshold", "baseline", "reason", "detail"]
+_DEC_COLS = ["position", "decision_id", "occurred_at", "task_id", "block_id", "kind",
+             "candidate", "candidate_key", "reason", "evidence", "verification_event_id",
+             *DIM_NAMES]
+_HAND_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "kind", "outcome",
+              "state_reached", "findings", "next_sub_goal"]
+
+
+class Projector:
+    """Projects notifications into the index. One instance per catch-up run: its caches are
+    loaded from the database and thrown away with the run (so a rolled-back batch can never
+    leave a stale cache behind)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con = con
+        self.points: dict[str, dict[str, Any]] = {}  # point_hash -> row
+        self.point_names: dict[str, str] = {}  # name -> point_hash
+        self.profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self._task_dims: dict[str, dict[str, Any]] = {}
+        self._task_dims_row: dict[str, tuple] = {}
+        self._load()
+
+    def _load(self) -> None:
+        for row in _dicts(self.con.execute("SELECT * FROM points")):
+            self.points[row["point_hash"]] = row
+            if row["name"]:
+                self.point_names[row["name"]] = row["point_hash"]
+        for row in _dicts(self.con.execute("SELECT * FROM runtime_profiles")):
+            self.profiles[(row["service"], row["rev"])] = row
+        for row in _dicts(self.con.execute("SELECT * FROM tasks")):
+            self.tasks[row["task_id"]] = row
+
+    # --- per batch ----------------------------------------------------------------------
+
+    def _reset_batch(self) -> None:
+        self.b_events: list[tuple] = []  # the stored rows themselves (payload included)
+        self.b_points: dict[str, dict[str, Any]] = {}
+        self.b_profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
+        self.b_tasks: dict[str, dict[str, Any]] = {}
+        self.b_blocks = _Rows(_BLOCK_COLS)
+        self.b_tools = _Rows(_TOOL_COLS)
+        self.b_meas = _Rows(_MEAS_EV_COLS)
+        # Runs share their task's dimensions: each run keeps an index into the batch's
+        # distinct dimension tuples, expanded by Arrow's `take` (no per-run Python work).
+        self.b_meas_dims: list[int] = []
+        self.b_dims_index: dict[tuple, int] = {}
+        self.b_metric: list[str] = []
+        self.b_value: list[float | None] = []
+        self.b_moff: list[int] = []
+        self.b_inval = _Rows(["position", "event_id", "measurement_event_id", "reason"])
+        self.b_verif = _Rows(_VERIF_COLS)
+        self.b_gates = _Rows(_GATE_COLS)
+        self.b_dec = _Rows(_DEC_COLS)
+        self.b_hand = _Rows(_HAND_COLS)
+        self.b_skipped: list[tuple] = []  # (position, stream, version, type, error)
+
+    def project(self, rows: list[tuple]) -> int:
+        """Add one batch of stored rows `(position, stream, version, type, state)` (as
+        `Ledger.rows` gives them) to the pending rows. Returns events kept.
+
+        Every event is checked as the ledger reads it: a payload of exactly its current
+        form passes the codec's generated check (`codec.current_check`, no objects built);
+        anything else is decoded in full (upcast, coerced) or, when the ledger cannot decode
+        it (unknown type, corrupt JSON, invalid fields), left out of every table and recorded
+        in `skipped`: the position still advances with the batch, so it is read once. The
+        envelope columns of `events` are extracted by DuckDB's vectorized JSON reader at
+        insert time (see `catchup.batch_ops`)."""
+        self._reset_batch()
+        loads = orjson.loads
+        keep = self.b_events.append
+        handlers = _HANDLERS
+        bookkeeping = BOOKKEEPING_TYPES
+        checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
+        for row in rows:
+            topic = row[3]
+            if topic in bookkeeping:
+                continue
+            check = checks.get(topic)
+            if check is None:
+                check = checks[topic] = codec.current_check(topic) or codec.never
+            pos, state = row[0], row[4]
+            try:
+                d = loads(state)
+            except orjson.JSONDecodeError:
+                d = None
+            if type(d) is not dict or not check(d):
+                # Not exactly current: the ledger's own codec upcasts, coerces, or refuses.
+                try:
+                    ev_obj = codec.decode(str(row[1]), row[2], topic, bytes(state))
+                except LedgerError as e:
+                    self.b_skipped.append((pos, str(row[1]), row[2], topic, str(e)))
+                    if type(d) is dict:
+                        keep(row)  # a JSON object (e.g. a newer type): kept raw in `events`
+                    continue
+                d = ev_obj.model_dump(mode="json")
+            keep(row)
+            h = handlers.get(topic)
+            if h is not None:
+                h(self, pos, d)
+        return len(self.b_events)
+
+    # --- handlers -----------------------------------------------------------------------
+
+    def _resolve_point(self, ref: Any, point_hash: str | None) -> tuple[dict[str, Any],
+                                                                      str | None]:
+        """Dimensions for a task's point: pinned by hash, inline mapping, or a pinned name."""
+        if point_hash and point_hash in self.points:
+            return self._dims_of_point_row(self.points[point_hash]), point_hash
+        if isinstance(ref, dict):
+            ph = point_hash or digest(ref)
+            return point_dims(ref), ph
+        if isinstance(ref, str):
+            stem = Path(ref).stem if ("/" in ref or ref.endswith((".yaml", ".yml"))) else ref
+            for key in (ref, stem):
+                if key in self.point_names:
+                    ph = self.point_names[key]
+                    return self._dims_of_point_row(self.points[ph]), ph
+                if key in self.points:
+                    return self._dims_of_point_row(self.points[key]), key
+        return dict.fromkeys(DIM_NAMES), point_hash
+
+    @staticmethod
+    def _dims_of_point_row(row: dict[str, Any]) -> dict[str, Any]:
+        dims = {k: row.get(k) for k in DIM_NAMES}
+        dims["point_hash"] = row["point_hash"]
+        return dims
+
+    def _fill_engine(self, dims: dict[str, Any]) -> dict[str, Any]:
+        if dims.get("engine") is None and dims.get("service") is not None:
+            prof = self.profiles.get((dims["service"], dims["rev"]))
+            if prof is not None:
+                dims["engine"] = prof["engine"]
+        return dims
+
+    def _on_point(self, pos: int, d: dict[str, Any]) -> None:
+        point = d.get("point") or {}
+        ph = d.get("point_hash") or digest(point)
+        row = point_dims(point)
+        row.pop("task_type")
+        row.update(point_hash=ph, name=_str(d.get("name")), position=pos,
+                   pinned_at=d.get("occurred_at"), point=_json(point))
+        self._fill_engine(row)
+        self.points[ph] = row
+        if row["name"]:
+            self.point_names[row["name"]] = ph
+        self.b_points[ph] = row
+        self._task_dims.clear()
+        self._task_dims_row.clear()
+
+    def _on_profile(self, pos: int, d: dict[str, Any]) -> None:
+        prof = d.get("profile") or {}
+        image = _get(prof, "image")
+        fw = _get(prof, "framework")
+        row = {
+            "service": _str(d.get("service")), "rev": _int(d.get("rev")),
+            "profile_hash": d.get("profile_hash"), "previous_hash": d.get("previous_hash"),
+            "engine": profile_engine(prof),
+            "image": _str(_get(image, "digest") or _get(image, "name")
+                          if isinstance(image, dict) else image),
+            "framework": (f"{fw.get('kind')} {fw.get('version') or ''}".strip()
+                          if isinstance(fw, dict) else _str(fw)),
+            "position": pos, "revised_at": d.get("occurred_at"), "profile": _json(prof),
+            "config": _json(_get(prof, "config") or {}), "changes": _json(d.get("changes") or {}),
+        }
+        key = (row["service"], row["rev"])
+        self.profiles[key] = row
+        self.b_profiles[key] = row
+        self._task_dims.clear()
+        self._task_dims_row.clear()
+
+    def _on_task_defined(self, pos: int, d: dict[str, Any]) -> None:
+        tid = d.get("task_id")
+        definition = d.get("definition") or {}
+        ref = definition.get("point") if isinstance(definition, dict) else None
+        dims, ph = self._resolve_point(ref, d.get("point_hash"))
+        dims = self._fill_engine(dict(dims))
+        if dims.get("engine") is None and isinstance(definition, dict):
+            dims["engine"] = _str(definition.get("engine"))
+        dims["point_hash"] = ph
+        dims["task_type"] = _str(d.get("task_type"))
+        prior = self.tasks.get(tid) or {}
+        row = {
+            **dims, "task_id": tid, "title": d.get("title"), "goal": d.get("goal"),
+            "definition_hash": d.get("definition_hash"),
+            "defined_position": prior.get("defined_position") or pos,
+            "defined_at": prior.get("defined_at") or d.get("occurred_at"),
+            "last_position": pos, "exit_state": None, "exit_reason": None,
+            "exit_handoff": None, "exited_at": None, "definition": _json(definition),
+        }
+        self.tasks[tid] = row
+        self.b_tasks[tid] = row
+        self._task_dims.pop(tid, None)
+        self._task_dims_row.pop(tid, None)
+
+    def _dims(self, tid: str | None) -> dict[str, Any]:
+        dims = self._task_dims.get(tid)  # type: ignore[arg-type]
+        if dims is None:
+            task = self.tasks.get(tid)  # type: ignore[arg-type]
+            dims = {k: task.get(k) for k in DIM_NAMES} if task else dict.fromkeys(DIM_NAMES)
+            self._fill_engine(dims)
+            self._task_dims[tid] = dims  # type: ignore[index]
+        return dims
+
+    def _dims_row(self, tid: str | None) -> tuple:
+        """The task's dimensions as a tuple in DIM_NAMES order (cached with `_dims`)."""
+        row = self._task_dims_row.get(tid)  # type: ignore[arg-type]
+        if row is None:
+            dims = self._dims(tid)
+            row = self._task_dims_row[tid] = tuple(dims.get(n) for n in DIM_NAMES)  # type: ignore[index]
+        return row
+
+    def _touch_task(self, tid: str | None, pos: int, **changes: Any) -> None:
+        task = self.tasks.get(tid)  # type: ignore[arg-type]
+        if task is None:
+            return
+        task = {**task, **changes, "last_position": pos}
+        self.tasks[tid] = task  # type: ignore[index]
+        self.b_tasks[tid] = task  # type: ignore[index]
+
+    def _on_exit(self, pos: int, d: dict[str, Any]) -> None:
+        self._touch_task(d.get("task_id"), pos, exit_state=d.get("state"),
+                         exit_reason=d.get("reason"), exit_handoff=d.get("handoff"),
+                         exited_at=d.get("occurred_at"))
+        if d.get("handoff"):
+            self.b_hand.append((pos, d.get("event_id"), d.get("occurred_at"), d.get("task_id"),
+                                d.get("block_id"), "task-exit", d.get("state"),
+                                d.get("reason"), [], d.get("handoff")))
+
+    def _on_reopen(self, pos: int, d: dict[str, Any]) -> None:
+        self._touch_task(d.get("task_id"), pos, exit_state=None, exit_reason=None,
+                         exit_handoff=None, exited_at=None)
+
+    def _on_block(self, pos: int, d: dict[str, Any]) -> None:
+        routing = d.get("routing") or {}
+        cand = d.get("candidate") or {}
+        ckey = candidate_key(cand)
+        self.b_blocks.append((
+            pos, d.get("event_id"), d.get("occurred_at"), d.get("task_id"),
+            d.get("block_id") or f"b{d.get('index')}", _int(d.get("index")),
+            d.get("sub_goal"), _str(routing.get("model_tier")),
+            _str(routing.get("agent_topology")), _str(routing.get("executor")),
+            _json(routing), ckey, ckey))
+
+    def _on_tool(self, pos: int, d: dict[str, Any]) -> None:
+        argv = d.get("argv") or []
+        get = d.get
+        self.b_tools.append((
+            pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
+            get("tool"), [a if type(a) is str else str(a) for a in argv],
+            _int(get("exit_code")), _float(get("duration_s")), get("error"),
+            get("repo_digest"), get("stdout_digest"), get("stderr_digest")))
+
+    def _on_measurement(self, pos: int, d: dict[str, Any]) -> None:
+        get = d.get
+        tid = get("task_id")
+        dims = self._dims_row(tid)
+        digests = get("input_digests")
+        ref = _point_ref(digests)
+        if ref and ref != dims[_POINT_HASH_AT] and ref in self.points:
+            pd = self._fill_engine(self._dims_of_point_row(self.points[ref]))
+            pd["task_type"] = self._dims(tid).get("task_type")
+            dims = tuple(pd.get(n) for n in DIM_NAMES)
+        ckey = candidate_key(get("candidate"))
+        self.b_meas.append((pos, get("event_id"), get("occurred_at"), tid, get("block_id"),
+                            get("run_id"), get("source"), _int(get("repeat")),
+                            bool(get("success", True)), ckey, ckey,
+                            _repo_snapshot(digests)))
+        i = self.b_dims_index.get(dims)
+        if i is None:
+            i = self.b_dims_index[dims] = len(self.b_dims_index)
+        self.b_meas_dims.append(i)
+        self.b_moff.append(len(self.b_metric))
+        metrics = get("metrics") or {}
+        self.b_metric.extend(metrics)
+        self.b_value.extend(v if type(v) is float else _float(v) for v in metrics.values())
+
+    def _on_invalidated(self, pos: int, d: dict[str, Any]) -> None:
+        self.b_inval.append((pos, d.get("event_id"), _str(d.get("measurement_event_id")),
+                             d.get("reason")))
+
+    def _on_verification(self, pos: int, d: dict[str, Any]) -> None:
+        cand = d.get("candidate") or {}
+        gates = d.get("gates") or []
+        vid = d.get("event_id")
+        tid, bid = d.get("task_id"), d.get("block_id")
+        ckey = candidate_key(cand)
+        self.b_verif.append((
+            pos, vid, d.get("occurred_at"), tid, bid, d.get("verdict"), d.get("passed"),
+            d.get("contract_hash"), d.get("point_hash"), ckey, ckey, _json(gates),
+            [str(x) for x in d.get("evidence") or []]))
+        for g in gates:
+            if not isinstance(g, dict):
+                continue
+            verdict = g.get("verdict")
+            if verdict is None and isinstance(g.get("passed"), bool):
+                verdict = "pass" if g["passed"] else "fail"
+            self.b_gates.append((
+                pos, vid, tid, bid, _str(g.get("name") or g.get("gate")),
+                _str(g.get("metric")), _str(verdict),
+                _float(_first(g, "observed", "value", "measured", "median")),
+                _float(_first(g, "threshold", "at_least", "at_most", "limit")),
+                _float(_first(g, "baseline", "baseline_median")),
+                _str(_first(g, "reason", "why", "detail")), _json(g)))
+
+    def _on_decision(self, pos: int, d: dict[str, Any], kind: str) -> None:
+        tid = d.get("task_id")
+        cand = d.get("candidate") or {}
+        reason = d.get("reason") if kind == "rejected" else d.get("summary")
+        ckey = candidate_key(cand)
+        self.b_dec.append((
+            pos, d.get("event_id"), d.get("occurred_at"), tid, d.get("block_id"), kind, ckey,
+            ckey, reason, [str(x) for x in d.get("evidence") or []],
+            _str(d.get("verification_event_id")), *self._dims_row(tid)))
+
+    def _on_handoff(self, pos: int, d: dict[str, Any]) -> None:
+        self.b_hand.append((
+            pos, d.get("event_id"), d.get("occurred_at"), d.get("task_id"), d.get("block_id"),
+            "block", d.get("outcome"), d.get("state_reached"),
+            [str(x) for x in d.get("findings") or []], d.get("next_sub_goal")))
+
+
+_HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
+    "DeploymentPointPinned": Projector._on_point,
+    "RuntimeProfileRevised": Projector._on_profile,
+    "TaskDefined": Projector._on_task_defined,
+    "TaskExited": Projector._on_exit,
+    "TaskReopened": Projector._on_reopen,
+    "LoopBlockStarted": Projector._on_block,
+    "ToolInvoked": Projector._on_tool,
+    "MeasurementRecorded": Projector._on_measurement,
+    "MeasurementInvalidated": Projector._on_invalidated,
+    "VerificationRecorded": Projector._on_verification,
+    "DeliverableAccepted": lambda p, pos, d: p._on_decision(pos, d, "accepted"),
+    "DirectionRejected": lambda p, pos, d: p._on_decision(pos, d, "rejected"),
+    "LoopBlockHandedOff": Projector._on_handoff,
+}
+
+
+def _dicts(rel: duckdb.DuckDBPyConnection) -> Iterator[dict[str, Any]]:
+    names = [c[0] for c in rel.description]
+    for row in rel.fetchall():
+        yield dict(zip(names, row, strict=True))
