@@ -492,7 +492,7 @@ def profile_record(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge profile record examples/profiles/tiny-cpu.yaml
     """
-    from .harness.loop import record_profile
+    from .harness.loop.define import record_profile
 
     info = record_profile(open_ws(ctx), file)
     if as_json:
@@ -521,7 +521,7 @@ def task_new(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge task new examples/tasks/tune-tiny-cpu.yaml
     """
-    from .harness.loop import define_task
+    from .harness.loop.define import define_task
     from .ledger.specs import SpecError
 
     ws = open_ws(ctx)
@@ -547,7 +547,7 @@ def task_list(ctx, as_json: bool) -> None:
     Example:
       forge task list --json
     """
-    from .harness.loop import list_tasks
+    from .harness.loop.reads import list_tasks
 
     rows = list_tasks(open_ws(ctx), on_error=warn_undecodable)
     if as_json:
@@ -571,7 +571,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
-    from .harness.loop import task_summary
+    from .harness.loop.reads import task_summary
 
     s = task_summary(open_ws(ctx), task_id, on_error=warn_undecodable)
     if as_json:
@@ -591,7 +591,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
 
 
 def _run_loop(ctx, task_id: str, as_json: bool) -> None:
-    from .harness.loop import run_task
+    from .harness.loop.run import run_task
 
     ws = open_ws(ctx)
 
@@ -689,7 +689,7 @@ def task_accept(ctx, task_id: str, block: str | None, summary: str, as_json: boo
     Example:
       forge task accept tune-tiny-cpu --block b4 --summary "eager + continuous batching"
     """
-    from .harness.loop import accept
+    from .harness.loop.manual import accept
 
     info = accept(open_ws(ctx), task_id, block=block, summary=summary)
     emit_json(info) if as_json else click.echo(f"accepted {task_id}/{info['block_id']}")
@@ -709,7 +709,7 @@ def task_reject(ctx, task_id: str, reason: str, block: str | None, as_json: bool
     Example:
       forge task reject tune-tiny-cpu --reason "bf16 breaks token match"
     """
-    from .harness.loop import reject
+    from .harness.loop.manual import reject
 
     info = reject(open_ws(ctx), task_id, reason, block=block)
     emit_json(info) if as_json else click.echo(f"rejected {task_id}/{info['block_id']}")
@@ -733,7 +733,7 @@ def task_exit(ctx, task_id: str, state: str, reason: str, handoff: str | None,
     Example:
       forge task exit tune-tiny-cpu --state aborted-by-human --reason "superseded"
     """
-    from .harness.loop import exit_task
+    from .harness.loop.manual import exit_task
 
     info = exit_task(open_ws(ctx), task_id, state, reason, handoff=handoff)
     emit_json(info) if as_json else click.echo(f"task {task_id} exited: {state}")
@@ -758,7 +758,7 @@ def block_start(ctx, task_id: str, sub_goal: str, sets: tuple[str, ...], as_json
     Example:
       forge block start tune-tiny-cpu --sub-goal "try eager" --set engine.attn_implementation=eager
     """
-    from .harness.loop import start_block
+    from .harness.loop.manual import start_block
 
     info = start_block(open_ws(ctx), task_id, sub_goal, _parse_kv(sets, "--set"))
     emit_json(info) if as_json else click.echo(f"started {task_id}/{info['block_id']}")
@@ -776,7 +776,7 @@ def block_verify(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge block verify tune-tiny-cpu
     """
-    from .harness.loop import verify_block
+    from .harness.loop.manual import verify_block
 
     info = verify_block(open_ws(ctx), task_id)
     if as_json:
@@ -804,7 +804,7 @@ def block_handoff(ctx, task_id, state_reached, findings, next_sub_goal, outcome,
     Example:
       forge block handoff tune-tiny-cpu --state-reached "eager: +2%" --next "try cb"
     """
-    from .harness.loop import handoff_block
+    from .harness.loop.manual import handoff_block
 
     info = handoff_block(open_ws(ctx), task_id, state_reached=state_reached,
                          findings=list(findings), next_sub_goal=next_sub_goal, outcome=outcome)
@@ -825,7 +825,7 @@ def run_cmd(ctx, task_id: str, as_json: bool, argv: tuple[str, ...]) -> None:
     Example:
       forge run --task tune-tiny-cpu -- python bench.py --concurrency 8
     """
-    from .harness.loop import run_command
+    from .harness.loop.manual import run_command
 
     info = run_command(open_ws(ctx), task_id, list(argv), tee=not as_json)
     if as_json:
@@ -856,7 +856,7 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
       forge measure tune-tiny-cpu --metric output_throughput=512 --metric median_ttft_ms=80
     """
     from .harness.bench_import import metrics_from_json
-    from .harness.loop import record_measurement
+    from .harness.loop.manual import record_measurement
 
     values = _parse_kv(metrics, "--metric", numbers=True)
     if from_json:

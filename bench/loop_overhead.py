@@ -14,8 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from infer_forge.harness.evaluator import RunResult
-from infer_forge.harness.loop import define_task, run_task
+from infer_forge.harness.loop.define import define_task
+from infer_forge.harness.loop.evaluator import RunResult
+from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import events as E
 from infer_forge.ledger.store import Append, task_stream
 from infer_forge.ledger.workspace import init_workspace

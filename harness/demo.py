@@ -65,8 +65,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def run_demo(ws: Any, echo: Callable[[str], None] = print,
              task_file: Path = DEMO_TASK) -> dict[str, Any]:
     """Run the main job in workspace `ws`; returns timings and the candidate table."""
-    from .engine_evaluator import EngineEvaluator
-    from .loop import define_task, load_task_from_ledger, run_task
+    from .loop.define import define_task
+    from .loop.engine_evaluator import EngineEvaluator
+    from .loop.run import run_task
+    from .loop.task import load_task_from_ledger
     from .weights import pull
 
     if not task_file.is_file():

@@ -70,6 +70,8 @@ from ..projections.graph import (
     rework_plan,
 )
 from .errors import HarnessError
+from .loop.define import define_task
+from .loop.run import run_task
 from .tools import capture_redactor
 
 Echo = Callable[[str], None]
@@ -457,9 +459,6 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
 
     from ..ledger.specs import SpecError, load_yaml
 
-    loop = _loop_module()
-    if loop is None:
-        raise HarnessError(f"node {ctx.node}: loop tasks need harness.loop (issue 3)")
     src = (Path(ctx.view.graph_dir or cwd) / work.task).resolve()
     try:
         data = load_yaml(src)[0]
@@ -483,29 +482,14 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     t0 = time.monotonic()
-    loop.define_task(ctx.ws, copy, actor=ACTOR)
-    out = loop.run_task(ctx.ws, tid)
+    define_task(ctx.ws, copy, actor=ACTOR)
+    out = run_task(ctx.ws, tid)
     passed = out.exit_state == "delivered"
     checks = [{"name": "task-loop", "passed": passed, "task": tid, "blocks": out.blocks,
                "detail": f"{out.status} {out.exit_state or ''}: {out.exit_reason or ''}".strip()}]
     return WorkResult(passed, checks, [f"task:{tid}"], {"task": digest({"task": tid})},
                       time.monotonic() - t0,
                       "" if passed else f"task loop {tid} ended {out.exit_state or out.status}")
-
-
-def _loop_module():
-    try:
-        from . import loop
-    except ImportError:
-        return None
-    return loop if hasattr(loop, "define_task") and hasattr(loop, "run_task") else None
-
-
-def check_runnable(view: GraphView) -> None:
-    """Refuse before any work starts when a node's work kind cannot run here."""
-    loops = [n.id for n in view.tasks() if isinstance(n.spec.work, LoopWork)]
-    if loops and _loop_module() is None:
-        raise HarnessError(f"loop tasks need harness.loop (issue 3): nodes {', '.join(loops)}")
 
 
 def execute_node(ctx: NodeContext) -> str:
@@ -744,7 +728,6 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
     ledger = ws.ledger
     gstream = graph_stream(graph_id)
     view = load_graph(ledger, graph_id)
-    check_runnable(view)
     for r in view.runs:
         if r.outcome is None and _alive(r.pid, r.pid_start) and r.pid != os.getpid():
             raise HarnessError(f"graph {graph_id!r} is being run by pid {r.pid} (run {r.run_id})"

@@ -5,14 +5,10 @@ from __future__ import annotations
 import sys
 
 import pytest
-from infer_forge.harness.evaluator import CommandEvaluator, EvalContext, parse_metrics_line
-from infer_forge.harness.executors import (
-    CommandExecutor,
-    ManualExecutor,
-    SweepExecutor,
-    grid,
-)
-from infer_forge.harness.loop import define_task, run_task
+from infer_forge.harness.loop.define import define_task
+from infer_forge.harness.loop.evaluator import CommandEvaluator, EvalContext, parse_metrics_line
+from infer_forge.harness.loop.executors import CommandExecutor, ManualExecutor, SweepExecutor, grid
+from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger.specs import Range, effective_digest, load_point, load_profile, load_task
 from infer_forge.projections.memory import TaskMemory
 
@@ -141,9 +137,9 @@ def test_out_of_scope_candidate_is_rejected_without_running(workspace, tmp_path,
 
 
 def test_engine_task_without_evaluator_records_nothing(workspace, monkeypatch):
-    from infer_forge.harness import engine_evaluator  # noqa: F401  (registers engines)
+    from infer_forge.harness.loop import engine_evaluator  # noqa: F401  (registers engines)
     from infer_forge.harness.errors import HarnessError
-    from infer_forge.harness.evaluator import ENGINE_EVALUATORS
+    from infer_forge.harness.loop.evaluator import ENGINE_EVALUATORS
     from infer_forge.ledger.store import task_stream
 
     monkeypatch.delitem(ENGINE_EVALUATORS, "hf")
@@ -155,7 +151,7 @@ def test_engine_task_without_evaluator_records_nothing(workspace, monkeypatch):
 
 
 def test_routing_is_recorded_and_escalates(specs):
-    from infer_forge.harness.routing import route
+    from infer_forge.harness.loop.routing import route
 
     task, _, _ = specs
     assert route(task) == {"executor": "sweep", "model_tier": "none", "agent_topology": "single"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infer_forge.harness.gates import bootstrap_ci, judge, judge_gate
+from infer_forge.harness.loop.gates import bootstrap_ci, judge, judge_gate
 from infer_forge.ledger.specs import Contract, Gate
 
 C = Contract(gates=[Gate(name="stability", repeats=3, max_cv=0.1)])

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from infer_forge.harness.evaluator import CommandEvaluator, EvalContext, parse_metrics_line
-from infer_forge.harness.loop import define_task, record_measurement, run_task, start_block
+from infer_forge.harness.loop.define import define_task
+from infer_forge.harness.loop.evaluator import CommandEvaluator, EvalContext, parse_metrics_line
+from infer_forge.harness.loop.manual import record_measurement, start_block
+from infer_forge.harness.loop.run import run_task
 from infer_forge.harness.metrics import numeric_metrics
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.loop import (
+from infer_forge.harness.loop.define import define_task
+from infer_forge.harness.loop.manual import (
     accept,
-    define_task,
     exit_task,
     handoff_block,
     record_measurement,
     run_command,
-    run_task,
     start_block,
     verify_block,
 )
+from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import events as E
 from infer_forge.ledger.store import Append, task_stream
 from infer_forge.projections.memory import task_memory
@@ -338,7 +338,8 @@ def test_save_conflict_is_reported(workspace, task_file):
     define_task(workspace, task_file)
     start_block(workspace, "t1", "baseline")
     # A second writer moved the stream: a step computed on the old version is refused.
-    from infer_forge.harness.loop import _Stepper, load_task_from_ledger
+    from infer_forge.harness.loop.steps import _Stepper
+    from infer_forge.harness.loop.task import load_task_from_ledger
 
     lt = load_task_from_ledger(workspace, "t1")
     workspace.ledger.save(Append(task_stream("t1"), [E.LoopBlockHandedOff(
@@ -350,7 +351,7 @@ def test_save_conflict_is_reported(workspace, task_file):
 
 
 def test_run_task_file_for_graph_nodes(workspace, task_file):
-    from infer_forge.harness.loop import run_task_file
+    from infer_forge.harness.loop.run import run_task_file
 
     r = run_task_file(workspace, task_file, task_id="node-a")
     assert (r.task_id, r.exit_state) == ("node-a", "delivered")

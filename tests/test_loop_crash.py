@@ -8,7 +8,8 @@ import signal
 import subprocess
 
 import pytest
-from infer_forge.harness.loop import define_task, run_task
+from infer_forge.harness.loop.define import define_task
+from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger.store import task_stream
 from infer_forge.ledger.workspace import init_workspace
 

@@ -142,7 +142,7 @@ def test_cli_validate_and_task_new_record_nothing_on_error(forge_home, tmp_path)
 
 def test_profiles_are_versioned(workspace, tmp_path):
     from infer_forge.harness.errors import HarnessError
-    from infer_forge.harness.loop import record_profile
+    from infer_forge.harness.loop.define import record_profile
 
     src = (EX / "profiles/tiny-cpu.yaml").read_text()
     f = tmp_path / "prof.yaml"
@@ -183,7 +183,8 @@ def test_cli_point_show_json_matches_spec_hash():
 
 
 def test_both_example_tasks_can_be_defined(workspace):
-    from infer_forge.harness.loop import define_task, list_tasks
+    from infer_forge.harness.loop.define import define_task
+    from infer_forge.harness.loop.reads import list_tasks
 
     a = define_task(workspace, EX / "tasks/tune-tiny-cpu.yaml")
     b = define_task(workspace, EX / "tasks/tune-qwen-h200.yaml")

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..ledger.events import metric_value
-from .errors import HarnessError
-from .tools import capture_redactor, env_digest, repo_digest
+from ...ledger.events import metric_value
+from ..errors import HarnessError
+from ..tools import capture_redactor, env_digest, repo_digest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..ledger.specs import DeploymentPoint, RuntimeProfile
+    from ...ledger.specs import DeploymentPoint, RuntimeProfile
 
 
 @dataclass(frozen=True)

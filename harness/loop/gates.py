@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..ledger.specs import Contract, Gate
+from ...ledger.specs import Contract, Gate
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ledger.specs import TaskDefinition
+from ...ledger.specs import TaskDefinition
 
 _DEFAULT_TIER = {"sweep": "none", "manual": "human", "command": "small"}
 

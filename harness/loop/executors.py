@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..ledger import events as E
-from ..ledger.specs import (
+from ...ledger import events as E
+from ...ledger.specs import (
     DeploymentPoint,
     Range,
     RuntimeProfile,
@@ -36,9 +36,9 @@ from ..ledger.specs import (
     effective_digest,
     scope_allows,
 )
-from ..projections.memory import TaskMemory
-from .errors import HarnessError
-from .tools import run_tool
+from ...projections.memory import TaskMemory
+from ..errors import HarnessError
+from ..tools import run_tool
 
 
 @dataclass(frozen=True)

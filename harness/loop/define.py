@@ -1,0 +1,136 @@
+"""Spec registration: `forge profile record` and `forge task new` (the task, its deployment
+point and runtime profile, recorded in one save; idempotent for the same content).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...ledger import events as E
+from ...ledger.clock import digest
+from ...ledger.ids import check_id
+from ...ledger.specs import (
+    RuntimeProfile,
+    SpecError,
+    canonical,
+    diff_values,
+    load_point,
+    load_profile,
+    load_task,
+    spec_hash,
+)
+from ...ledger.store import Append, task_stream
+from ...ledger.workspace import WORKSPACE_STREAM
+from ..errors import HarnessError
+from .task import _workspace_specs, human_actor
+
+
+def _profile_event(ws: Any, profile: RuntimeProfile, source: str | None,
+                   actor: E.Actor) -> tuple[E.RuntimeProfileRevised | None, str]:
+    """The RuntimeProfileRevised to record (None when this exact revision is recorded)."""
+    h = spec_hash(profile)
+    _, profiles = _workspace_specs(ws)
+    prior = profiles.get((profile.service, profile.rev))
+    if prior is not None:
+        if prior.profile_hash != h:
+            changed = ", ".join(d["path"] for d in diff_values(prior.profile, canonical(profile)))
+            top = max(r for s, r in profiles if s == profile.service)
+            raise HarnessError(f"{source or 'profile'}: {profile.service} rev {profile.rev} is "
+                               f"already recorded with other content (changed: {changed}); "
+                               f"give it rev {top + 1}")
+        return None, h
+    older = [r for s, r in profiles if s == profile.service and r < profile.rev]
+    prev = profiles[(profile.service, max(older))] if older else None
+    changes = {}
+    if prev is not None:
+        changes = {"from_rev": prev.rev,
+                   "diff": diff_values(prev.profile, canonical(profile))}
+    return E.RuntimeProfileRevised(service=profile.service, rev=profile.rev, profile_hash=h,
+                                   profile=canonical(profile),
+                                   previous_hash=prev.profile_hash if prev else None,
+                                   changes=changes, actor=actor), h
+
+
+def record_profile(ws: Any, path: str | Path, actor: E.Actor | None = None) -> dict[str, Any]:
+    """Record a runtime profile revision (idempotent; rev N+1 records its diff from rev N)."""
+    profile = load_profile(path)
+    ev, h = _profile_event(ws, profile, str(path), actor or human_actor())
+    if ev is not None:
+        ws.ledger.append(WORKSPACE_STREAM, [ev], command_id=f"profile:{profile.service}:"
+                         f"{profile.rev}:{h}")
+    return {"service": profile.service, "rev": profile.rev, "profile_hash": h,
+            "recorded": ev is not None,
+            # as recorded: a changed `config.env.MY_API_KEY` prints as [REDACTED…] -> [REDACTED…]
+            "changes": ws.ledger.redactor.value(ev.changes) if ev else {}}
+
+
+def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
+                task_id: str | None = None) -> dict[str, Any]:
+    """`forge task new`: validate the task, its point and profile; record the profile revision
+    and the point pin if new, and TaskDefined — in one save. Idempotent for the same content."""
+    actor = actor or human_actor()
+    path = Path(path).resolve()
+    task = load_task(path)
+    # The one id rule, whichever way the id comes: given, the file's `id:` (checked when the
+    # file loaded) or the file name.
+    if task_id is not None:
+        task_id = check_id(task_id, "task id")
+    else:
+        where = str(path) if str(path).isprintable() else repr(str(path))
+        task_id = task.id or check_id(
+            path.stem, f"{where}: task id taken from the file name (the task has no id:)")
+    point_path = (path.parent / task.point).resolve()
+    point = load_point(point_path)
+    ref = point.runtime_profile
+    if task.profile:
+        profile_path: Path | None = (path.parent / task.profile).resolve()
+    elif ref.file:
+        profile_path = (point_path.parent / ref.file).resolve()
+    else:
+        profile_path = None
+    points, profiles = _workspace_specs(ws)
+    if profile_path is not None:
+        profile = load_profile(profile_path)
+        if (profile.service, profile.rev) != (ref.service, ref.rev):
+            raise SpecError([f"{profile_path}:1: service/rev: {profile.service} rev {profile.rev}"
+                             f" does not match the point's runtime_profile {ref.service} rev "
+                             f"{ref.rev} ({point_path})"])
+    elif (ref.service, ref.rev) in profiles:
+        profile = RuntimeProfile.model_validate(profiles[(ref.service, ref.rev)].profile)
+    else:
+        raise HarnessError(f"{point_path}: runtime_profile {ref.service} rev {ref.rev} is not "
+                           "recorded: give runtime_profile.file or forge profile record FILE")
+    prof_ev, profile_hash = _profile_event(ws, profile, str(profile_path), actor)
+    point_hash = spec_hash(point)
+    contract_hash = digest(task.contract.model_dump(mode="json"))
+    content = {k: v for k, v in canonical(task).items() if k not in ("point", "profile")}
+    definition_hash = digest({**content, "point": point_hash, "profile": profile_hash})
+    existing = ws.ledger.stream(task_stream(task_id), until_version=1)
+    if existing:
+        ev0 = existing[0].event
+        if isinstance(ev0, E.TaskDefined) and ev0.definition_hash == definition_hash:
+            return {"task_id": task_id, "created": False, "definition_hash": definition_hash,
+                    "point_hash": point_hash, "profile_hash": profile_hash}
+        raise HarnessError(f"{path}: task {task_id!r} is already defined with other content; "
+                           "give the changed task a new id")
+    appends = []
+    ws_events: list[E.Event] = []
+    if prof_ev is not None:
+        ws_events.append(prof_ev)
+    if point_hash not in points:
+        ws_events.append(E.DeploymentPointPinned(name=point.name or point_path.stem,
+                                                 point_hash=point_hash, point=canonical(point),
+                                                 source=str(point_path), actor=actor))
+    if ws_events:
+        appends.append(Append(WORKSPACE_STREAM, ws_events))
+    definition = {**canonical(task), "source": str(path)}
+    defined = E.TaskDefined(
+        title=task.title or task.goal[:80], task_type=task.type, goal=task.goal,
+        definition=definition, definition_hash=definition_hash, point_hash=point_hash,
+        profile_hash=profile_hash, task_id=task_id, actor=actor,
+        input_digests={"point": point_hash, "profile": profile_hash, "contract": contract_hash})
+    appends.append(Append(task_stream(task_id), [defined], expected_version=0))
+    ws.ledger.save(*appends, command_id=f"task-new:{task_id}:{definition_hash}")
+    return {"task_id": task_id, "created": True, "definition_hash": definition_hash,
+            "point_hash": point_hash, "profile_hash": profile_hash}

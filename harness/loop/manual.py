@@ -1,0 +1,219 @@
+"""The manual path: a person or an outside agent drives the loop (`forge block start`,
+`forge run --`, `forge measure`, `forge block verify|handoff`, `forge task accept|reject|
+exit`) under the same state machine as the automatic loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from ...ledger import events as E
+from ...ledger.specs import (
+    effective_digest,
+)
+from ...ledger.store import Append, task_stream
+from ...projections.memory import BlockRecord, TaskMemory
+from ..errors import HarnessError
+from ..tools import run_tool
+from .executors import describe, out_of_scope
+from .routing import route
+from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed
+from .task import LoadedTask, _stream_state, human_actor, load_task_from_ledger
+
+
+def _open(ws: Any, task_id: str) -> tuple[LoadedTask, TaskMemory, int]:
+    lt = load_task_from_ledger(ws, task_id)
+    mem, version, _ = _stream_state(ws, task_id)
+    if mem.status == "exited":
+        raise HarnessError(f"task {task_id} has exited ({mem.exit_state}); nothing more is "
+                           "recorded in it")
+    return lt, mem, version
+
+
+def _need_block(task_id: str, mem: TaskMemory, what: str) -> BlockRecord:
+    if mem.current_block is None:
+        raise HarnessError(f"task {task_id}: no open loop block; {what} happens inside a block "
+                           f"(forge block start {task_id} --sub-goal ...)")
+    return mem.current_block
+
+
+def start_block(ws: Any, task_id: str, sub_goal: str, candidate: dict[str, Any] | None = None,
+                actor: E.Actor | None = None) -> dict[str, Any]:
+    lt, mem, version = _open(ws, task_id)
+    if mem.current_block is not None:
+        raise HarnessError(f"task {task_id}: block {mem.current_block.block_id} is still open; "
+                           "hand it off first (forge block handoff)")
+    cand = dict(candidate or {})
+    problem = out_of_scope(lt.task, lt.point, lt.profile, cand) if cand else None
+    if problem:
+        raise HarnessError(f"task {task_id}: candidate out of scope: {problem}")
+    if effective_digest(lt.point, lt.profile, cand) in mem.tried:
+        raise HarnessError(f"task {task_id}: {describe(cand)} was already tried; "
+                           "a candidate already tried is not run again")
+    index = len(mem.execution_record) + 1
+    bid = f"b{index}"
+    st = _Stepper(ws, lt, lambda _s: None)
+    routing = route(lt.task, mem.no_progress_streak, None)
+    evs = _start_events(st, mem, bid, index, sub_goal, routing, cand, actor or human_actor(),
+                        None)
+    st.save(f"{bid}:start", evs, version)
+    return {"task_id": task_id, "block_id": bid, "index": index, "candidate": cand}
+
+
+def run_command(ws: Any, task_id: str, argv: list[str], cwd: str | None = None,
+                tee: bool = True) -> dict[str, Any]:
+    """`forge run -- CMD`: run CMD as a recorded tool call of the task's open block."""
+    if not argv:
+        raise HarnessError("forge run: give the command after --")
+    lt, mem, version = _open(ws, task_id)
+    blk = _need_block(task_id, mem, "a tool call")
+    run = run_tool(ws, argv, cwd=cwd, tee=tee,
+                   event_fields={"task_id": task_id, "block_id": blk.block_id,
+                                 "actor": human_actor(), "input_digests": lt.digests})
+    ws.ledger.save(Append(task_stream(task_id), [run.event]),
+                   command_id=f"{task_id}:{blk.block_id}:run:{uuid4().hex}")
+    return {"task_id": task_id, "block_id": blk.block_id, "exit_code": run.returncode,
+            "error": run.event.error, "stdout_digest": run.event.stdout_digest,
+            "stderr_digest": run.event.stderr_digest, "event_id": str(run.event.event_id)}
+
+
+def record_measurement(ws: Any, task_id: str, metrics: dict[str, float], *,
+                       source: str = "manual", success: bool = True, error: str | None = None,
+                       artifact: str | Path | None = None) -> dict[str, Any]:
+    # Before anything is read or stored: a NaN or infinite metric is refused by name.
+    values = {k: E.finite_float(v, f"metric {k}") for k, v in metrics.items()}
+    lt, mem, version = _open(ws, task_id)
+    blk = _need_block(task_id, mem, "a measurement")
+    n = len(blk.measurements)
+    digest_ = ws.artifacts.put_file(artifact) if artifact else None
+    ev = E.MeasurementRecorded(run_id=f"{blk.block_id}-m{n + 1}", source=source,
+                               metrics=values,
+                               candidate=blk.candidate, repeat=n, success=success, error=error,
+                               artifact_digest=digest_, task_id=task_id, block_id=blk.block_id,
+                               actor=human_actor(), input_digests=lt.digests)
+    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    return {"task_id": task_id, "block_id": blk.block_id, "run_id": ev.run_id,
+            "event_id": str(ev.event_id)}
+
+
+def verify_block(ws: Any, task_id: str) -> dict[str, Any]:
+    """Judge the open block's measurements against the contract (and the baseline)."""
+    lt, mem, version = _open(ws, task_id)
+    blk = _need_block(task_id, mem, "a verification")
+    if not blk.measurements:
+        raise HarnessError(f"task {task_id}: block {blk.block_id} has no measurements to verify")
+    st = _Stepper(ws, lt, lambda _s: None)
+    ev, verdict = _verify_event(st, blk, mem, human_actor())
+    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    return {"task_id": task_id, "block_id": blk.block_id, "verdict": verdict.verdict,
+            "reason": verdict.reason(), "gates": [g.to_dict() for g in verdict.gates],
+            "event_id": str(ev.event_id)}
+
+
+def handoff_block(ws: Any, task_id: str, *, state_reached: str, findings: list[str] = (),  # type: ignore[assignment]
+                  next_sub_goal: str | None = None, outcome: str = "progress") -> dict[str, Any]:
+    lt, mem, version = _open(ws, task_id)
+    blk = _need_block(task_id, mem, "a handoff")
+    ev = E.LoopBlockHandedOff(outcome=outcome, state_reached=state_reached,  # type: ignore[arg-type]
+                              findings=list(findings), next_sub_goal=next_sub_goal,
+                              task_id=task_id, block_id=blk.block_id, actor=human_actor(),
+                              input_digests=lt.digests)
+    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version),
+                   command_id=f"{task_id}:{blk.block_id}:handoff")
+    return {"task_id": task_id, "block_id": blk.block_id, "outcome": outcome}
+
+
+def _target_block(task_id: str, mem: TaskMemory, block: str | None) -> BlockRecord:
+    if block:
+        b = mem.block(block)
+        if b is None:
+            raise HarnessError(f"task {task_id}: no block {block}")
+        return b
+    if mem.current_block is not None:
+        return mem.current_block
+    if not mem.execution_record:
+        raise HarnessError(f"task {task_id}: no loop block yet")
+    return mem.execution_record[-1]
+
+
+def accept(ws: Any, task_id: str, *, block: str | None = None, summary: str = "",
+           actor: E.Actor | None = None) -> dict[str, Any]:
+    """Accept a block's candidate: needs its latest verification to pass, for this task's
+    contract on this task's deployment point."""
+    lt, mem, version = _open(ws, task_id)
+    b = _target_block(task_id, mem, block)
+    v = b.verification
+    if v is None:
+        raise HarnessError(f"task {task_id}: block {b.block_id} has no verification; "
+                           "acceptance needs a passing one (forge block verify)")
+    if not v["passed"]:
+        raise HarnessError(f"task {task_id}: block {b.block_id}'s verification is "
+                           f"{v['verdict']}; acceptance needs pass")
+    if v["contract_hash"] != lt.contract_hash:
+        raise HarnessError(f"task {task_id}: block {b.block_id} was verified against contract "
+                           f"{v['contract_hash']}, not this task's {lt.contract_hash}")
+    if v["point_hash"] != lt.point_hash:
+        raise HarnessError(f"task {task_id}: block {b.block_id} was verified on point "
+                           f"{v['point_hash']}, not this task's {lt.point_hash}")
+    if b.is_baseline:
+        raise HarnessError(f"task {task_id}: block {b.block_id} is the baseline; nothing to "
+                           "deliver")
+    ev = E.DeliverableAccepted(candidate=b.candidate, summary=summary or
+                               f"{describe(b.candidate)} passes every gate",
+                               verification_event_id=v["event_id"], evidence=[v["event_id"]],
+                               task_id=task_id, block_id=b.block_id,
+                               actor=actor or human_actor(), input_digests=lt.digests)
+    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
+
+
+def reject(ws: Any, task_id: str, reason: str, *, block: str | None = None) -> dict[str, Any]:
+    if not reason.strip():
+        raise HarnessError("a rejection needs --reason")
+    lt, mem, version = _open(ws, task_id)
+    b = _target_block(task_id, mem, block)
+    ev = E.DirectionRejected(candidate=b.candidate, reason=reason,
+                             evidence=[v for v in [(b.verification or {}).get("event_id")] if v],
+                             task_id=task_id, block_id=b.block_id, actor=human_actor(),
+                             input_digests=lt.digests)
+    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
+
+
+def exit_task(ws: Any, task_id: str, state: str, reason: str, *, handoff: str | None = None,
+              actor: E.Actor | None = None) -> dict[str, Any]:
+    """A human exit. Each state needs its criteria: delivered an accepted deliverable;
+    follow-up-handoff a handoff note; failed-budget a spent budget; failed-no-progress the
+    no-progress streak; every state a reason."""
+    lt, mem, version = _open(ws, task_id)
+    if not reason.strip():
+        raise HarnessError("an exit needs --reason")
+    evidence: list[str] = []
+    if state == "delivered":
+        if not mem.accepted:
+            raise HarnessError(f"task {task_id}: delivered needs an accepted deliverable "
+                               "(forge task accept)")
+        evidence = [mem.accepted[-1]["event_id"], mem.accepted[-1]["verification_event_id"]]
+    elif state == "follow-up-handoff":
+        if not (handoff or "").strip():
+            raise HarnessError("follow-up-handoff needs --handoff NOTE for whoever picks it up")
+    elif state == "failed-budget":
+        ex = lt.task.exit
+        if len(mem.execution_record) < ex.max_blocks and _wall_elapsed(mem) < ex.max_wall_s:
+            raise HarnessError(f"task {task_id}: budget not spent ({len(mem.execution_record)}"
+                               f"/{ex.max_blocks} blocks); use another state")
+    elif state == "failed-no-progress":
+        if mem.no_progress_streak < lt.task.exit.no_progress_blocks:
+            raise HarnessError(f"task {task_id}: only {mem.no_progress_streak} no-progress "
+                               "blocks in a row; use another state")
+    elif state not in ("failed-unverifiable", "failed-blocked", "aborted-by-human"):
+        raise HarnessError(f"unknown exit state {state!r}")
+    evidence += [b.block_id for b in mem.execution_record]
+    ev = E.TaskExited(state=state, reason=reason, handoff=handoff,  # type: ignore[arg-type]
+                      evidence=evidence, task_id=task_id, actor=actor or human_actor(),
+                      input_digests=lt.digests)
+    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    return {"task_id": task_id, "state": state, "event_id": str(ev.event_id)}
+

@@ -1,0 +1,173 @@
+"""The automatic loop: `run_task` runs (or resumes) a task's loop blocks until it exits or its
+executor waits for a person; `exit_due` checks the exit criteria between blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...ledger import events as E
+from ...ledger.specs import (
+    apply_candidate,
+)
+from ...projections.memory import TaskMemory
+from ..errors import HarnessError
+from .define import define_task
+from .evaluator import EvalContext, Evaluator, make_evaluator
+from .executors import Executor, describe, make_executor
+from .routing import route
+from .steps import (
+    _baseline_ctx,
+    _contenders,
+    _decide_events,
+    _handoff_text,
+    _measure_events,
+    _start_events,
+    _Stepper,
+    _stop_events,
+    _verify_event,
+    _wall_elapsed,
+)
+from .task import LOOP_ACTOR, LoadedTask, Progress, _stream_state, load_task_from_ledger
+
+
+@dataclass
+class LoopResult:
+    task_id: str
+    status: str
+    exit_state: str | None
+    exit_reason: str | None
+    blocks: int
+    memory: TaskMemory
+
+
+def exit_due(lt: LoadedTask, mem: TaskMemory, max_wall_s: float | None = None
+             ) -> tuple[str, str, list[str], str | None] | None:
+    """(state, reason, evidence, handoff) when the task must exit now, between blocks.
+    `max_wall_s` (a caller's cap, e.g. a graph node's) tightens the task's own wall budget."""
+    ex = lt.task.exit
+    wall = min(ex.max_wall_s, max_wall_s) if max_wall_s else ex.max_wall_s
+    if mem.accepted and ex.when == "all_gates_pass":
+        a = mem.accepted[-1]
+        return ("delivered", f"{describe(a['candidate'])} passed every gate of the contract",
+                [a["event_id"], a["verification_event_id"]], None)
+    base = mem.baseline_block()
+    if base is not None and base.status == "handed-off":
+        runs = base.runs()
+        if runs and not any(r["success"] for r in runs):
+            return ("failed-blocked", "every baseline run failed: "
+                    + "; ".join(sorted({m["error"] or "?" for m in base.measurements}))[:300],
+                    [m["event_id"] for m in base.measurements], None)
+        stab = [g for g in (base.verification or {}).get("gates", [])
+                if g.get("kind") == "stability"]
+        if stab and stab[0].get("verdict") == "fail":
+            return ("failed-unverifiable", f"the baseline is not stable: {stab[0]['reason']}",
+                    [base.verification["event_id"]], None)  # type: ignore[index]
+    if len(mem.execution_record) >= ex.max_blocks:
+        return ("failed-budget", f"block budget spent: {len(mem.execution_record)} of "
+                f"{ex.max_blocks} blocks", [b.block_id for b in mem.execution_record],
+                _handoff_text(mem))
+    elapsed = _wall_elapsed(mem)
+    if elapsed >= wall:
+        return ("failed-budget", f"wall-time budget spent: {elapsed:.0f}s of {wall:.0f}s",
+                [], _handoff_text(mem))
+    if mem.no_progress_streak >= ex.no_progress_blocks:
+        last = mem.execution_record[-mem.no_progress_streak:]
+        return ("failed-no-progress", f"{mem.no_progress_streak} blocks in a row without "
+                "measurable progress", [b.block_id for b in last], _handoff_text(mem))
+    return None
+
+
+def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
+             executor: Executor | None = None, progress: Progress | None = None,
+             max_wall_s: float | None = None) -> LoopResult:
+    """Run (or resume) a task's loop until it exits or its executor waits for a person."""
+    say = progress or (lambda _s: None)
+    lt = load_task_from_ledger(ws, task_id)
+    st = _Stepper(ws, lt, say)
+    executor = executor or make_executor(lt.task, ws=ws, base_dir=lt.base_dir)
+    if evaluator is None and executor.kind != "manual":
+        # Before anything is recorded: a task without an evaluator records nothing.
+        evaluator = make_evaluator(ws, lt.task, lt.profile, base_dir=lt.base_dir)
+    model_tiers = {k: v for k, v in ws.config.raw.get("model_tiers", {}).items() if v}
+    while True:
+        mem, version, _ = _stream_state(ws, task_id)
+        if executor.kind == "manual" and mem.status != "exited":
+            d = executor.decide(mem, lt.task, lt.point, lt.profile)
+            say(f"waiting: {d.reason}")
+            return LoopResult(task_id, "waiting", None, d.reason, len(mem.execution_record), mem)
+        if mem.status == "exited":
+            say(f"exited {mem.exit_state}: {mem.exit_reason}")
+            return LoopResult(task_id, mem.status, mem.exit_state, mem.exit_reason,
+                              len(mem.execution_record), mem)
+        blk = mem.current_block
+        if blk is None:
+            due = exit_due(lt, mem, max_wall_s)
+            if due is not None:
+                state, reason, evidence, handoff = due
+                if state in ("failed-budget", "failed-no-progress") \
+                        and lt.task.exit.when == "best_in_scope" and _contenders(mem):
+                    # Out of budget, but a passing candidate is in hand: deliver the best.
+                    st.save(f"exit:v{version}",
+                            _stop_events(st, mem, reason, None), version)
+                    continue
+                st.save(f"exit:v{version}",
+                        [E.TaskExited(state=state, reason=reason, evidence=evidence,  # type: ignore[arg-type]
+                                      handoff=handoff, **st.common())], version)
+                continue
+            index = len(mem.execution_record) + 1
+            bid = f"b{index}"
+            routing = route(lt.task, mem.no_progress_streak, model_tiers)
+            if mem.baseline_block() is None and not mem.execution_record:
+                decision_cand: dict[str, Any] = {}
+                sub_goal = "measure the baseline: the runtime profile's own configuration"
+                actor, tool_ev = LOOP_ACTOR, None
+            else:
+                d = executor.decide(mem, lt.task, lt.point, lt.profile)
+                if d.action == "wait":
+                    say(f"waiting: {d.reason}")
+                    return LoopResult(task_id, "waiting", None, d.reason,
+                                      len(mem.execution_record), mem)
+                if d.action == "stop":
+                    evs = _stop_events(st, mem, d.reason, d.handoff)
+                    if d.tool_event is not None:
+                        evs.insert(0, d.tool_event.model_copy(update=st.common()))
+                    st.save(f"stop:v{version}", evs, version)
+                    continue
+                decision_cand, sub_goal = d.candidate, d.sub_goal
+                actor, tool_ev = d.actor or LOOP_ACTOR, d.tool_event
+            st.save(f"{bid}:start", _start_events(st, mem, bid, index, sub_goal, routing,
+                                                  decision_cand, actor, tool_ev), version)
+            continue
+        if not blk.measurements:
+            assert evaluator is not None
+            say(f"begin {blk.block_id}:measure {describe(blk.candidate)}")
+            point, profile = apply_candidate(lt.point, lt.profile, blk.candidate)
+            ctx = EvalContext(ws, task_id, blk.block_id, point, profile,  # type: ignore[arg-type]
+                              None if blk.is_baseline else _baseline_ctx(mem, ws), say)
+            try:
+                results = evaluator.evaluate(blk.candidate, repeats=lt.task.contract.repeats,
+                                             ctx=ctx)
+            except HarnessError as e:
+                st.save(f"{blk.block_id}:blocked", [
+                    E.LoopBlockHandedOff(outcome="failed", state_reached="evaluator failed",
+                                         findings=[str(e)], **st.common(blk.block_id)),
+                    E.TaskExited(state="failed-blocked", reason=f"evaluator failed: {e}",
+                                 evidence=[blk.block_id], **st.common())], version)
+                continue
+            st.save(f"{blk.block_id}:measure", _measure_events(st, blk, results), version)
+        elif blk.verification is None:
+            ev, _ = _verify_event(st, blk, mem)
+            st.save(f"{blk.block_id}:verify", [ev], version)
+        else:
+            st.save(f"{blk.block_id}:handoff", _decide_events(st, blk, mem, executor), version)
+
+
+def run_task_file(ws: Any, path: str | Path, *, task_id: str | None = None,
+                  max_wall_s: float | None = None, progress: Progress | None = None
+                  ) -> LoopResult:
+    """Define (idempotently) and run a task from its YAML file: the entry for graph nodes."""
+    info = define_task(ws, path, task_id=task_id)
+    return run_task(ws, info["task_id"], progress=progress, max_wall_s=max_wall_s)

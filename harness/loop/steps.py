@@ -1,0 +1,219 @@
+"""The events of each loop step (start, measure, verify, decide, stop) and the stepper that
+saves a step atomically; shared by the automatic loop (run.py) and the manual path.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ...ledger import events as E
+from ...ledger.clock import utcnow
+from ...ledger.errors import ConflictError
+from ...ledger.specs import (
+    effective_digest,
+)
+from ...ledger.store import Append, task_stream
+from ...projections.memory import BlockRecord, TaskMemory
+from ..errors import HarnessError
+from .evaluator import RunResult
+from .executors import Executor, SweepExecutor, describe, out_of_scope
+from .gates import Verdict, judge
+from .task import LOOP_ACTOR, LoadedTask, Progress
+
+
+class _Stepper:
+    """Saves one step atomically with its deterministic command id; tells progress."""
+
+    def __init__(self, ws: Any, lt: LoadedTask, progress: Progress):
+        self.ws, self.lt, self.progress = ws, lt, progress
+
+    def common(self, block_id: str | None = None, actor: E.Actor = LOOP_ACTOR) -> dict[str, Any]:
+        return {"task_id": self.lt.task_id, "block_id": block_id, "actor": actor,
+                "input_digests": self.lt.digests}
+
+    def save(self, step: str, events: list[E.Event], version: int) -> None:
+        cid = f"{self.lt.task_id}:{step}"
+        try:
+            res = self.ws.ledger.save(Append(task_stream(self.lt.task_id), events,
+                                             expected_version=version), command_id=cid)
+        except ConflictError:
+            raise HarnessError(f"task {self.lt.task_id} changed while step {step} ran (another "
+                               "loop or a manual command); run forge task resume") from None
+        if res.duplicate:
+            # A resumed loop never recomputes a recorded step (it reads the ledger first), so
+            # this is a colliding command id: stop rather than spin.
+            raise HarnessError(f"task {self.lt.task_id}: step {step} was already recorded "
+                               f"(command {cid}); the task's history is not what this loop "
+                               "expects")
+        self.progress(f"saved {step} ({', '.join(e.TYPE for e in events)})")
+
+
+def _wall_elapsed(mem: TaskMemory) -> float:
+    if not mem.first_block_at:
+        return 0.0
+    return (utcnow() - datetime.fromisoformat(mem.first_block_at)).total_seconds()
+
+
+def _handoff_text(mem: TaskMemory) -> str:
+    best = mem.best_so_far or {}
+    parts = [f"best so far: {describe(best.get('candidate') or {})} "
+             f"({best.get('metric')} median {best.get('median')})"]
+    if mem.rejected:
+        parts.append("rejected: " + "; ".join(
+            f"{describe(r['candidate'])} ({r['reason'][:120]})" for r in mem.rejected[-5:]))
+    return ". ".join(parts)
+
+
+def _baseline_ctx(mem: TaskMemory, ws: Any) -> dict[str, Any] | None:
+    base = mem.baseline_block()
+    if base is None:
+        return None
+    return {"block_id": base.block_id,
+            "runs": [{"metrics": m["metrics"], "success": m["success"],
+                      "meta": m.get("meta", {}), "artifact_digest": m.get("artifact_digest")}
+                     for m in base.measurements]}
+
+
+def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult]) -> list[E.Event]:
+    evs: list[E.Event] = []
+    if not results:
+        results = [RunResult({}, success=False, error="the evaluator returned no runs")]
+    for i, r in enumerate(results):
+        meta = {k: v for k, v in r.meta.items() if k != "outputs"}
+        # An evaluator's NaN / infinite numbers are not measurements: left out of the event,
+        # the reasons kept in its meta (never a crash, never a `null` in the ledger).
+        meta, dropped = E.without_non_finite(meta, "meta")
+        metrics: dict[str, float] = {}
+        for k, v in r.metrics.items():
+            f, why = E.metric_value(v)
+            if f is None:
+                dropped[f"metrics.{k}"] = str(why)
+            else:
+                metrics[k] = f
+        if dropped:
+            prior = meta.get("omitted_metrics")
+            meta["omitted_metrics"] = {**(prior if isinstance(prior, dict) else {}), **dropped}
+        # The tool call carries where and how it ran; the measurement keeps the rest.
+        tool_meta = {k: meta.pop(k, None) for k in ("cwd", "env_digest", "repo_digest")}
+        if "argv" in meta:
+            evs.append(E.ToolInvoked(
+                tool="evaluator", argv=[str(a) for a in meta["argv"]], cwd=tool_meta["cwd"],
+                env_digest=tool_meta["env_digest"], repo_digest=tool_meta["repo_digest"],
+                exit_code=meta.get("exit_code"), duration_s=meta.get("duration_s"),
+                stdout_digest=meta.get("stdout_digest"), stderr_digest=meta.get("stderr_digest"),
+                error=None if r.success else r.error, **st.common(blk.block_id)))
+        evs.append(E.MeasurementRecorded(
+            run_id=f"{blk.block_id}-r{i + 1}", source=str(meta.get("source", "evaluator")),
+            metrics=metrics, candidate=blk.candidate,
+            repeat=i, success=r.success, error=r.error, artifact_digest=r.artifact_digest,
+            meta=meta, **st.common(blk.block_id)))
+    return evs
+
+
+def _verify_event(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
+                  actor: E.Actor = LOOP_ACTOR) -> tuple[E.VerificationRecorded, Verdict]:
+    base = mem.baseline_block()
+    runs = blk.runs()
+    verdict = judge(st.lt.task.contract, runs, base.runs() if base else None,
+                    skip_relative=blk.is_baseline)
+    ev = E.VerificationRecorded(
+        contract_hash=st.lt.contract_hash, point_hash=st.lt.point_hash, candidate=blk.candidate,
+        passed=verdict.passed, verdict=verdict.verdict,  # type: ignore[arg-type]
+        gates=[g.to_dict() for g in verdict.gates],
+        evidence=[m["event_id"] for m in blk.measurements] +
+                 ([m["event_id"] for m in base.measurements] if base and base is not blk else []),
+        **st.common(blk.block_id, actor))
+    return ev, verdict
+
+
+def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
+                   executor: Executor) -> list[E.Event]:
+    v = blk.verification or {}
+    verdict = v.get("verdict", "inconclusive")
+    gates = v.get("gates", [])
+    reasons = [f"{g['name']} {g['verdict']}: {g['reason']}" for g in gates]
+    evs: list[E.Event] = []
+    c = st.common(blk.block_id)
+    primary = mem.primary_metric
+    med = blk.median(primary) if primary else None
+    state = f"{describe(blk.candidate)}: verdict {verdict}" + (
+        f", {primary} median {med:.4g}" if med is not None else "")
+    if blk.is_baseline:
+        outcome = "progress" if any(r["success"] for r in blk.runs()) else "failed"
+        state = "baseline measured: " + state
+    elif verdict == "pass" and st.lt.task.exit.when == "all_gates_pass":
+        evs.append(E.DeliverableAccepted(
+            candidate=blk.candidate, summary=f"{describe(blk.candidate)} passes every gate",
+            verification_event_id=v.get("event_id"), evidence=[v.get("event_id", "")], **c))
+        outcome = "delivered"
+    else:
+        if verdict != "pass":
+            bad = [r for r, g in zip(reasons, gates, strict=True) if g["verdict"] != "pass"]
+            evs.append(E.DirectionRejected(candidate=blk.candidate,
+                                           reason=f"{verdict}: " + "; ".join(bad),
+                                           evidence=[v.get("event_id", "")], **c))
+        best = mem.best_so_far or {}
+        outcome = "progress" if verdict == "pass" or best.get("block_id") == blk.block_id \
+            else "no-progress"
+    next_goal = None
+    if outcome != "delivered" and isinstance(executor, SweepExecutor):
+        d = executor.decide(mem, st.lt.task, st.lt.point, st.lt.profile)
+        next_goal = d.sub_goal if d.action == "try" else f"stop: {d.reason}"
+    evs.append(E.LoopBlockHandedOff(outcome=outcome, state_reached=state,  # type: ignore[arg-type]
+                                    findings=reasons, next_sub_goal=next_goal, **c))
+    return evs
+
+
+def _contenders(mem: TaskMemory) -> list[BlockRecord]:
+    """Candidates that passed every gate and await the end of a best_in_scope search."""
+    return [b for b in mem.execution_record if not b.is_baseline and b.verification
+            and b.verification["verdict"] == "pass" and b.decision is None]
+
+
+def _stop_events(st: _Stepper, mem: TaskMemory, reason: str, handoff: str | None
+                 ) -> list[E.Event]:
+    """The executor has nothing left: deliver the best passing contender, or hand off."""
+    if st.lt.task.exit.when == "best_in_scope":
+        passing = _contenders(mem)
+        if passing and mem.primary_metric:
+            higher = mem.primary_direction == "at_least"
+            best = sorted(passing, key=lambda b: b.median(mem.primary_metric) or 0.0,
+                          reverse=higher)[0]
+            vid = best.verification["event_id"]  # type: ignore[index]
+            acc = E.DeliverableAccepted(candidate=best.candidate,
+                                        summary=f"{describe(best.candidate)}: best passing "
+                                        f"candidate in scope", verification_event_id=vid,
+                                        evidence=[vid], **st.common(best.block_id))
+            ex = E.TaskExited(state="delivered", reason=f"{describe(best.candidate)} is the best "
+                              f"candidate passing every gate ({reason})",
+                              evidence=[str(acc.event_id), vid], **st.common())
+            return [acc, ex]
+    text = handoff or f"{reason}; no candidate passed every gate. {_handoff_text(mem)}"
+    return [E.TaskExited(state="follow-up-handoff", reason=reason, handoff=text,
+                         evidence=[b.block_id for b in mem.execution_record], **st.common())]
+
+
+def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
+                  routing: dict[str, Any], cand: dict[str, Any], actor: E.Actor,
+                  tool_ev: E.ToolInvoked | None) -> list[E.Event]:
+    lt = st.lt
+    c = st.common(bid)
+    problem = out_of_scope(lt.task, lt.point, lt.profile, cand) if cand else None
+    cfg = None if problem else effective_digest(lt.point, lt.profile, cand)
+    digests = {**lt.digests, **({"config": cfg} if cfg else {})}
+    evs: list[E.Event] = [E.LoopBlockStarted(
+        index=index, sub_goal=sub_goal, routing=routing, candidate=cand, task_id=lt.task_id,
+        block_id=bid, actor=actor, input_digests=digests)]
+    if tool_ev is not None:
+        evs.append(tool_ev.model_copy(update={"task_id": lt.task_id, "block_id": bid}))
+    if problem:
+        evs += [E.DirectionRejected(candidate=cand, reason=f"out of scope: {problem}", **c),
+                E.LoopBlockHandedOff(outcome="no-progress", state_reached="not run",
+                                     findings=[f"out of scope: {problem}"], **c)]
+    elif cfg in mem.tried:
+        prior = next(b.block_id for b in mem.execution_record if b.config_digest == cfg)
+        evs.append(E.LoopBlockHandedOff(
+            outcome="no-progress", state_reached="not run",
+            findings=[f"{describe(cand)} was already tried in block {prior}; not run again"], **c))
+    return evs
