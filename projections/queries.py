@@ -261,13 +261,20 @@ def _resolve(con: duckdb.DuckDBPyConnection, text: str, runs: str) -> Subject:
 def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
     """Two subjects side by side: the dimensions that differ, each metric's medians with
     the delta, and the gate verdicts of the verifications covering each side."""
-    # The two sides are independent read-only queries: side b runs on its own cursor in a
-    # second thread (DuckDB releases the GIL), so a compare costs about one side's time.
+    # The two sides are independent read-only queries: side b runs in a second thread
+    # (DuckDB releases the GIL) on a cursor of its own that no other thread touches, so a
+    # compare costs about one side's time. The cursor is closed only after that thread has
+    # ended, whatever either side raised (the pool's exit waits for it); when both sides
+    # fail, side a's error is the one reported.
     runs = valid_runs(con)
-    with ThreadPoolExecutor(1) as pool, con.cursor() as cur:
-        fb = pool.submit(_side, cur, b, runs)
-        sa, dims_a, ma, gates_a = _side(con, a, runs)
-        sb, dims_b, mb, gates_b = fb.result()
+    cur = con.cursor()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            fb = pool.submit(_side, cur, b, runs)
+            sa, dims_a, ma, gates_a = _side(con, a, runs)
+            sb, dims_b, mb, gates_b = fb.result()
+    finally:
+        cur.close()
     differ = [{"dimension": d, "a": dims_a[d], "b": dims_b[d]} for d in COMPARE_DIMS
               if dims_a[d] != dims_b[d]]
     same = {d: dims_a[d] for d in COMPARE_DIMS if dims_a[d] == dims_b[d] and dims_a[d]}

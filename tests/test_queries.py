@@ -57,6 +57,37 @@ def test_compare_runtime_profiles_and_blocks(built):
         Q.compare_ws(built, "tune-tiny-cpu", "no-such-thing")
 
 
+# Side a is resolved in the calling thread while side b runs in a second one: an unresolved
+# side a raised while side b was still using its cursor, and closing that cursor then
+# raised duckdb's ResourceInUseException instead (about 3 runs in 8).
+UNRESOLVED = [("no-such-thing", "tune-tiny-cpu", "no-such-thing"),  # a fails, b is slow
+              ("no-such-thing", "deepgemm-moe-h20/b2", "no-such-thing"),
+              ("tune-tiny-cpu", "no-such-thing", "no-such-thing"),  # b fails
+              ("nope", "nada", "nope")]  # both fail: side a's error, every time
+
+
+@pytest.mark.parametrize(("a", "b", "named"), UNRESOLVED)
+def test_compare_of_an_unresolved_subject_is_one_error_every_time(built, a, b, named):
+    with I.open_index(built) as s:
+        for _ in range(50):
+            with pytest.raises(ProjectionError) as exc:
+                Q.compare(s.con, a, b)
+            msg = str(exc.value)
+            assert msg == (f"compare: {named!r} is not a task, block (task/block), runtime "
+                           "profile (service@rev) or point hash in the index"), msg
+        # The connection is still usable afterwards: a good compare works on it.
+        assert Q.compare(s.con, "qwen-h200@1", "qwen-h200@2")["metrics"]
+
+
+def test_compare_cli_of_an_unresolved_subject_is_one_line(built):
+    for a, b, named in UNRESOLVED[:2]:
+        r = run_forge("compare", a, b, home=built.home)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr and "Exception" not in r.stderr, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"{named!r} is not a task, block" in lines[0], r.stderr
+
+
 def _filter(ws, **kw):
     return {(r["task_id"], r["block_id"], r["metric"]): r["median"]
             for r in Q.filter_ws(ws, **kw).records()}
