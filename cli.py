@@ -855,7 +855,7 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
     Example:
       forge measure tune-tiny-cpu --metric output_throughput=512 --metric median_ttft_ms=80
     """
-    from .harness.bench_import import metrics_from_json
+    from .harness.bench.importer import metrics_from_json
     from .harness.loop.manual import record_measurement
 
     values = _parse_kv(metrics, "--metric", numbers=True)
@@ -1030,7 +1030,7 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
         raise click.BadParameter(f"not JSON: {e.msg}", param_hint="--extra-body") from None
     if not isinstance(extra, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--extra-body")
-    from .harness.bench import bench_command, format_table
+    from .harness.bench.client import bench_command, format_table
 
     out = bench_command(
         url=url, model=model, dataset=dataset, tokenizer_dir=tokenizer_dir,
@@ -1066,7 +1066,7 @@ def bench_import(ctx, file: Path, task_id, block_id, as_json) -> None:
     Example:
       forge bench import sglang_1129_1000_1024_1024.jsonl --task tune-qwen --block b3
     """
-    from .harness.bench_import import import_results
+    from .harness.bench.importer import import_results
 
     out = import_results(open_ws(ctx), file, task_id=task_id, block_id=block_id)
     if as_json:

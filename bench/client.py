@@ -30,8 +30,8 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from infer_forge.harness.bench import BenchConfig, run_bench
-from infer_forge.harness.datasets import (
+from infer_forge.harness.bench.client import BenchConfig, run_bench
+from infer_forge.harness.bench.datasets import (
     Prompt,
     load_tokenizer,
     random_prompts,

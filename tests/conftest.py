@@ -78,7 +78,7 @@ def run_forge(*args: str, home: Path | None = None, input: str | None = None,
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """A small byte-level BPE tokenizer directory (trained here, offline, in ~0.1 s)."""
-    from infer_forge.harness.datasets import small_bpe_tokenizer
+    from infer_forge.harness.bench.datasets import small_bpe_tokenizer
 
     return small_bpe_tokenizer(tmp_path_factory.mktemp("tinytok"))
 

@@ -9,8 +9,13 @@ import urllib.request
 import zlib
 
 import pytest
-from infer_forge.harness.bench import BenchConfig, format_table, record_measurement, run_bench
-from infer_forge.harness.datasets import (
+from infer_forge.harness.bench.client import (
+    BenchConfig,
+    format_table,
+    record_measurement,
+    run_bench,
+)
+from infer_forge.harness.bench.datasets import (
     Prompt,
     custom_prompts,
     load_tokenizer,
@@ -250,8 +255,8 @@ def _feed_response(raw: bytes, sizes) -> tuple:
     """Feed `raw` to one connection in pieces of the given sizes; returns (record, error)."""
     import asyncio
 
-    from infer_forge.harness.metrics import RequestRecord
-    from infer_forge.harness.sse_client import StreamState, _Conn
+    from infer_forge.harness.bench.metrics import RequestRecord
+    from infer_forge.harness.bench.sse_client import StreamState, _Conn
 
     class _T:  # the transport: the request bytes go nowhere
         def write(self, data):

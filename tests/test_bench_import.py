@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from infer_forge.harness.bench_import import import_results, parse_results
+from infer_forge.harness.bench.importer import import_results, parse_results
 from infer_forge.harness.errors import HarnessError
 
 from .conftest import run_forge
@@ -178,7 +178,7 @@ def _rows(home):
 
 
 def test_bad_line_deep_in_a_file_records_nothing(workspace, tmp_path, monkeypatch):
-    import infer_forge.harness.bench_import as bi
+    import infer_forge.harness.bench.importer as bi
 
     monkeypatch.setattr(bi, "BATCH", 2)
     lines = [_with(seed=i) for i in range(9)]
@@ -206,7 +206,7 @@ def test_binary_and_hostile_lines_are_one_line(tmp_path, raw, says):
 
 
 def test_overlong_line_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
-    import infer_forge.harness.bench_import as bi
+    import infer_forge.harness.bench.importer as bi
 
     monkeypatch.setattr(bi, "MAX_LINE_BYTES", 4096)
     f = _jsonl(tmp_path, GOOD, _with(tag="x" * 10_000))
@@ -218,7 +218,7 @@ def test_import_streams_in_bounded_batches_resumes_and_never_duplicates(workspac
                                                                        monkeypatch):
     import pathlib
 
-    import infer_forge.harness.bench_import as bi
+    import infer_forge.harness.bench.importer as bi
 
     monkeypatch.setattr(bi, "BATCH", 3)
     n = 10
@@ -254,7 +254,7 @@ def test_import_streams_in_bounded_batches_resumes_and_never_duplicates(workspac
 
 
 def test_a_file_changed_between_the_passes_is_refused(workspace, tmp_path, monkeypatch):
-    import infer_forge.harness.bench_import as bi
+    import infer_forge.harness.bench.importer as bi
 
     monkeypatch.setattr(bi, "BATCH", 2)
     f = _jsonl(tmp_path, *[_with(seed=i) for i in range(6)])
@@ -305,7 +305,7 @@ FROM_JSON = {
 
 @pytest.mark.parametrize("case", sorted(FROM_JSON))
 def test_measure_from_json_bad_files_are_one_line(forge_home, tmp_path, case):
-    from infer_forge.harness.bench_import import metrics_from_json
+    from infer_forge.harness.bench.importer import metrics_from_json
 
     content, says = FROM_JSON[case]
     f = tmp_path / "m.json"
@@ -329,7 +329,7 @@ def test_measure_from_json_bad_files_are_one_line(forge_home, tmp_path, case):
 
 
 def test_measure_from_json_takes_finite_top_level_numbers(tmp_path):
-    from infer_forge.harness.bench_import import metrics_from_json
+    from infer_forge.harness.bench.importer import metrics_from_json
 
     f = tmp_path / "m.json"
     f.write_text(_with(request_rate=float("inf")))  # a real result: rate is an argument

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from infer_forge.harness.correctness import (
+from infer_forge.harness.bench.correctness import (
     DEFAULT_PROMPTS,
     collect_greedy_outputs,
     compare_outputs,
     record_correctness,
     token_match,
 )
-from infer_forge.harness.datasets import load_tokenizer
+from infer_forge.harness.bench.datasets import load_tokenizer
 from infer_forge.harness.errors import HarnessError
 
 

@@ -137,8 +137,8 @@ def test_out_of_scope_candidate_is_rejected_without_running(workspace, tmp_path,
 
 
 def test_engine_task_without_evaluator_records_nothing(workspace, monkeypatch):
-    from infer_forge.harness.loop import engine_evaluator  # noqa: F401  (registers engines)
     from infer_forge.harness.errors import HarnessError
+    from infer_forge.harness.loop import engine_evaluator  # noqa: F401  (registers engines)
     from infer_forge.harness.loop.evaluator import ENGINE_EVALUATORS
     from infer_forge.ledger.store import task_stream
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from infer_forge.harness.bench.metrics import numeric_metrics
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.evaluator import CommandEvaluator, EvalContext, parse_metrics_line
 from infer_forge.harness.loop.manual import record_measurement, start_block
 from infer_forge.harness.loop.run import run_task
-from infer_forge.harness.metrics import numeric_metrics
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.check import check_home
@@ -260,8 +260,8 @@ def test_evaluator_output_with_non_finite_numbers_is_omitted_not_fatal(tmp_path)
 
 
 def test_bench_client_results_with_non_finite_numbers_are_recorded_without_them(workspace):
-    from infer_forge.harness.bench import BenchResult
-    from infer_forge.harness.bench import record_measurement as record_bench
+    from infer_forge.harness.bench.client import BenchResult
+    from infer_forge.harness.bench.client import record_measurement as record_bench
 
     res = BenchResult(config={"request_rate": "inf", "timeout_s": INF}, records=[],
                       warmup_records=[], duration_s=1.0,

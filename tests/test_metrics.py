@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.metrics import (
+from infer_forge.harness.bench.metrics import (
     RequestRecord,
     compute_metrics,
     numeric_metrics,
     parse_slo,
 )
+from infer_forge.harness.errors import HarnessError
 
 # The key names bench_serving writes (0.5.x), which ours must match exactly.
 SGLANG_KEYS = {

@@ -23,7 +23,18 @@ from typing import Any
 
 import orjson
 
+from ..bench.client import BenchConfig, run_bench
+from ..bench.correctness import (
+    GreedyOutput,
+    collect_greedy_outputs,
+    compare_outputs,
+    outputs_jsonl,
+)
+from ..bench.datasets import load_tokenizer, random_prompts
+from ..bench.metrics import numeric_metrics
+from ..engines.base import engine_config_of, engine_for
 from ..errors import HarnessError
+from ..weights import model_path, parse_name, pull
 from .evaluator import ENGINE_EVALUATORS, EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32
@@ -52,8 +63,6 @@ class EngineEvaluator:
 
     def _model(self, point: Any) -> Path:
         if self._model_dir is None:
-            from ..weights import model_path, parse_name, pull
-
             source = point.model.source
             try:
                 self._model_dir = model_path(Path(self.ws.home), source)
@@ -66,8 +75,6 @@ class EngineEvaluator:
     def _setup(self, point: Any) -> None:
         if self._prompts is not None:
             return
-        from ..datasets import load_tokenizer, random_prompts
-
         model_dir = self._model(point)
         self._tokenizer = load_tokenizer(model_dir)
         t = point.scenario.traffic
@@ -86,11 +93,6 @@ class EngineEvaluator:
             return [RunResult({}, success=False, error=f"the engine evaluator can only change "
                               f"engine.* keys, not {', '.join(sorted(others))}")]
         self._setup(point)
-        from ..bench import BenchConfig, run_bench
-        from ..correctness import collect_greedy_outputs, outputs_jsonl
-        from ..engines.base import engine_config_of, engine_for
-        from ..metrics import numeric_metrics
-
         name, config = engine_config_of(self.profile)
         t = point.scenario.traffic
         say = ctx.progress
@@ -146,8 +148,6 @@ class EngineEvaluator:
         return results
 
     def _token_match(self, outputs: list, baseline: Mapping[str, Any] | None) -> float | None:
-        from ..correctness import GreedyOutput, compare_outputs
-
         if baseline is None:
             return 1.0 if all(o.success for o in outputs) else None
         digest = None

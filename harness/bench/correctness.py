@@ -25,9 +25,11 @@ from typing import Any
 
 import orjson
 
-from .bench import MEASUREMENTS_STREAM, BenchConfig, run_bench
+from ...ledger import events as E
+from ...ledger.store import task_stream
+from ..errors import HarnessError
+from .client import MEASUREMENTS_STREAM, BenchConfig, run_bench
 from .datasets import Prompt
-from .errors import HarnessError
 
 DEFAULT_PROMPTS: tuple[str, ...] = (
     "The capital of France is",
@@ -119,9 +121,6 @@ def record_correctness(ws, rate: float, per_prompt: Sequence[Mapping[str, Any]],
                        block_id: str | None = None, candidate: Mapping[str, Any] | None = None,
                        run_id: str | None = None, baseline_digest: str | None = None):
     """Append one MeasurementRecorded for a correctness check; returns the event."""
-    from ..ledger import events as E
-    from ..ledger.store import task_stream
-
     digest = ws.artifacts.put(outputs_jsonl(outputs)) if outputs else None
     n = len(per_prompt)
     exact = sum(1 for r in per_prompt if r.get("exact")) / n if n else 1.0

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import HarnessError
+from ..errors import HarnessError
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..ledger.events import metric_value
-from .errors import HarnessError
+from ...ledger.events import metric_value
+from ..errors import HarnessError
 
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2e_latency")

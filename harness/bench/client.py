@@ -35,9 +35,13 @@ from typing import Any
 
 import orjson
 
-from .datasets import Prompt
-from .errors import HarnessError
-from .metrics import RequestRecord, compute_metrics, numeric_metrics
+from ...ledger import events as E
+from ...ledger.events import without_non_finite
+from ...ledger.ids import check_optional_id
+from ...ledger.store import task_stream
+from ..errors import HarnessError
+from .datasets import Prompt, build_prompts
+from .metrics import RequestRecord, compute_metrics, numeric_metrics, parse_slo
 from .sse_client import RawClient, StreamState
 
 # Body fields an engine needs beyond the OpenAI basics. transformers serve rejects unknown
@@ -238,8 +242,6 @@ def run_bench(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchResult:
 def _storable_meta(meta: dict[str, Any], omitted: dict[str, str]) -> dict[str, Any]:
     """The event's meta with NaN / infinite numbers (e.g. a config's infinite timeout)
     replaced by None, and every left-out number's reason under `omitted_metrics`."""
-    from ..ledger.events import without_non_finite
-
     meta, dropped = without_non_finite(meta, "meta")
     omitted = {**omitted, **dropped}
     return {**meta, "omitted_metrics": omitted} if omitted else meta
@@ -250,10 +252,6 @@ def record_measurement(ws, result: BenchResult, *, task_id: str | None = None,
                        source: str = "forge-bench", candidate: Mapping[str, Any] | None = None,
                        repeat: int | None = None, meta: Mapping[str, Any] | None = None):
     """Store the records artifact and append one MeasurementRecorded; returns the event."""
-    from ..ledger import events as E
-    from ..ledger.ids import check_optional_id
-    from ..ledger.store import task_stream
-
     check_optional_id(task_id, "task id")  # the one id rule: this may open a task's stream
     check_optional_id(block_id, "block id")
     digest = ws.artifacts.put(result.records_jsonl())
@@ -328,10 +326,6 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
                   ) -> dict[str, Any]:
     """`forge bench`: build the prompts, run, optionally record; returns a JSON-able summary
     (`metrics`, `config`, and `measurement` when recorded)."""
-    from ..ledger.ids import check_optional_id
-    from .datasets import build_prompts
-    from .metrics import parse_slo
-
     check_optional_id(task_id, "task id")  # before the run, not after it
     check_optional_id(block_id, "block id")
     prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir, dataset_path=dataset_path,

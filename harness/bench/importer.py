@@ -33,8 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..ledger.events import bad_number, field_path
-from .errors import HarnessError
+from ...ledger import events as E
+from ...ledger.events import bad_number, field_path
+from ...ledger.ids import check_optional_id
+from ...ledger.store import task_stream
+from ..errors import HarnessError
+from .client import MEASUREMENTS_STREAM
 from .metrics import numeric_metrics
 
 SOURCE = "sglang.bench_serving"
@@ -283,11 +287,6 @@ def import_results(ws, path: str | Path, *, task_id: str | None = None,
     file's hash and the batch, so a re-import adds nothing and an interrupted import resumes
     where it stopped; a file that changes between the passes is refused at the first batch
     that differs."""
-    from ..ledger import events as E
-    from ..ledger.ids import check_optional_id
-    from ..ledger.store import task_stream
-    from .bench import MEASUREMENTS_STREAM
-
     check_optional_id(task_id, "task id")  # the one id rule: this may open a task's stream
     check_optional_id(block_id, "block id")
     p = Path(path)

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from .errors import HarnessError
+from ..errors import HarnessError
 from .metrics import RequestRecord
 
 
