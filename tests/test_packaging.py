@@ -23,7 +23,9 @@ def test_every_subpackage_is_listed_in_pyproject():
         if any(p.endswith(".egg-info") or p == "__pycache__" for p in rel.parts):
             continue
         on_disk.add(".".join(("infer_forge", *rel.parts)))
-    listed = set(_config()["packages"])
+    packages = _config()["packages"]
+    listed = set(packages)
+    assert len(listed) == len(packages), "a package is listed twice"
     assert on_disk - listed == set(), "subpackages missing from pyproject's packages"
     assert listed - on_disk == set(), "pyproject lists packages that do not exist"
 
