@@ -254,6 +254,10 @@ def replay(ctx, task: str, until: str | None, as_json: bool) -> None:
     click.echo(f"  status: {state.status}" + (f" ({state.exit_state}: {state.exit_reason})"
                                                if state.exit_state else ""))
     click.echo(f"  as of position {state.last_position}, stream version {state.version}")
+    if any(x["reopened"] for x in state.exits):  # a reopened task: its exit history
+        click.echo("  exits: " + " -> ".join(
+            x["state"] + (f" (reopened: {x['reopened']})" if x["reopened"] else "")
+            for x in state.exits))
     click.echo(f"  blocks: {len(state.blocks)}, measurements: {state.measurements}, "
                f"accepted: {len(state.accepted)}, rejected: {len(state.rejected)}")
     for b in state.blocks:
@@ -897,7 +901,7 @@ def weights_pull(ctx, name: str, as_json: bool) -> None:
     Example:
       forge weights pull tiny-llama
     """
-    from .harness.weights import pull
+    from .harness.models.weights import pull
 
     pulled = pull(open_ws(ctx), name).as_dict()
     if as_json:
@@ -918,7 +922,7 @@ def weights_list(ctx, as_json: bool) -> None:
     Example:
       forge weights list --json
     """
-    from .harness.weights import list_models
+    from .harness.models.weights import list_models
 
     models = list_models(open_ws(ctx).home)
     if as_json:

@@ -49,7 +49,8 @@ def make_tokenizer(out: Path) -> Path:
 class Server:
     def __init__(self, *args: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "infer_forge.harness.scripted_server", "--port", "0", *args],
+            [sys.executable, "-m", "infer_forge.harness.testing.scripted_server", "--port", "0",
+             *args],
             stdout=subprocess.PIPE, text=True, cwd=str(REPO))
         line = self.proc.stdout.readline()
         if not line.startswith("listening on "):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from infer_forge.harness.engines import engine_for
 from infer_forge.harness.engines.process import free_port
-from infer_forge.harness.weights import pull
+from infer_forge.harness.models.weights import pull
 from infer_forge.ledger.workspace import init_workspace
 
 REPO = Path(__file__).resolve().parent.parent

@@ -69,7 +69,7 @@ def run_demo(ws: Any, echo: Callable[[str], None] = print,
     from .loop.engine_evaluator import EngineEvaluator
     from .loop.run import run_task
     from .loop.task import load_task_from_ledger
-    from .weights import pull
+    from .models.weights import pull
 
     if not task_file.is_file():
         raise HarnessError(f"{task_file}: the demo task file is missing (a source checkout "

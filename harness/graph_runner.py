@@ -72,7 +72,7 @@ from ..projections.graph import (
 from .errors import HarnessError
 from .loop.define import define_task
 from .loop.run import run_task
-from .tools import capture_redactor
+from .tools.calls import capture_redactor
 
 Echo = Callable[[str], None]
 ACTOR = E.Actor.tool("graph-runner")

@@ -85,12 +85,12 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def scripted_server():
-    """Factory: start `harness.scripted_server` as a real subprocess; returns its base URL.
+    """Factory: start `harness.testing.scripted_server` as a real subprocess; returns its base URL.
     Every server started is terminated at teardown."""
     procs: list[subprocess.Popen] = []
 
     def start(*args: str) -> str:
-        p = subprocess.Popen([sys.executable, "-m", "infer_forge.harness.scripted_server",
+        p = subprocess.Popen([sys.executable, "-m", "infer_forge.harness.testing.scripted_server",
                               "--port", "0", *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=str(REPO))
         procs.append(p)
@@ -115,7 +115,7 @@ def scripted_server():
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The generated tiny-llama model directory (pulled once per session, no ledger)."""
-    from infer_forge.harness.weights import fetch_model
+    from infer_forge.harness.models.weights import fetch_model
 
     home = tmp_path_factory.mktemp("tiny-model-home")
     return fetch_model(home, "tiny-llama").path

@@ -23,7 +23,7 @@ from infer_forge.harness.bench.datasets import (
     shared_prefix_prompts,
 )
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.scripted_server import token_text
+from infer_forge.harness.testing.scripted_server import token_text
 
 from .conftest import run_forge
 

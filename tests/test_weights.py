@@ -8,7 +8,7 @@ import os
 
 import pytest
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.weights import (
+from infer_forge.harness.models.weights import (
     MANIFEST,
     TINY_LLAMA,
     fetch_model,
@@ -132,7 +132,7 @@ def test_names(tmp_path):
 
 
 def test_tokenizer_training_is_single_threaded_and_restores_env(monkeypatch):
-    from infer_forge.harness.weights import train_tokenizer
+    from infer_forge.harness.models.weights import train_tokenizer
 
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     a = train_tokenizer(TINY_LLAMA).to_str()

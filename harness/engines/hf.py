@@ -195,6 +195,6 @@ def _model_dir(model: str | Path | None, ws) -> Path:
         return p.resolve()
     if ws is None:
         raise HarnessError(f"hf engine: model {str(model)!r} is not a directory")
-    from ..weights import model_path
+    from ..models.weights import model_path
 
     return model_path(ws.home, str(model)).resolve()

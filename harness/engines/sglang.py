@@ -332,7 +332,7 @@ class SGLangEngine(Engine):
             raise HarnessError("sglang engine: no model given (a hub id or a directory)")
         model_s = str(model)
         if ws is not None and not Path(model_s).exists() and "/" not in model_s:
-            from ..weights import model_path
+            from ..models.weights import model_path
 
             model_s = str(model_path(ws.home, model_s))
         python = cfg.get("python") or sys.executable

@@ -34,7 +34,7 @@ from ..bench.datasets import load_tokenizer, random_prompts
 from ..bench.metrics import numeric_metrics
 from ..engines.base import engine_config_of, engine_for
 from ..errors import HarnessError
-from ..weights import model_path, parse_name, pull
+from ..models.weights import model_path, parse_name, pull
 from .evaluator import ENGINE_EVALUATORS, EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...ledger.events import metric_value
 from ..errors import HarnessError
-from ..tools import capture_redactor, env_digest, repo_digest
+from ..tools.calls import capture_redactor, env_digest, repo_digest
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...ledger.specs import DeploymentPoint, RuntimeProfile

@@ -38,7 +38,7 @@ from ...ledger.specs import (
 )
 from ...projections.memory import TaskMemory
 from ..errors import HarnessError
-from ..tools import run_tool
+from ..tools.calls import run_tool
 
 
 @dataclass(frozen=True)

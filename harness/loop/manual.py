@@ -16,7 +16,7 @@ from ...ledger.specs import (
 from ...ledger.store import Append, task_stream
 from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
-from ..tools import run_tool
+from ..tools.calls import run_tool
 from .executors import describe, out_of_scope
 from .routing import route
 from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed

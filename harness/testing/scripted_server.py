@@ -21,8 +21,8 @@ outputs of two runs match. `tokens` fixes the number of tokens (default: the req
 `max_tokens`). `reject_fields` answers 422 to those body fields (as `transformers serve`
 does for `ignore_eos`, `min_tokens`); `fail_every` answers 500 to every N-th request.
 
-Run: `python -m infer_forge.harness.scripted_server --port 8123 --first-token-ms 50 --itl-ms 10`
-(prints `listening on http://127.0.0.1:PORT` once ready; `--port 0` picks a free port).
+Run: `python -m infer_forge.harness.testing.scripted_server --port 8123 --first-token-ms 50
+--itl-ms 10` (prints `listening on http://127.0.0.1:PORT` once ready; `--port 0` picks a free port).
 """
 
 from __future__ import annotations
@@ -401,7 +401,7 @@ def _events(rid: str, model: str, chat: bool, texts: list[str], usage: dict,
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m infer_forge.harness.scripted_server",
+    ap = argparse.ArgumentParser(prog="python -m infer_forge.harness.testing.scripted_server",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)

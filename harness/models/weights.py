@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..ledger import events as E
-from ..ledger.clock import digest as canonical_digest
-from .errors import HarnessError
+from ...ledger import events as E
+from ...ledger.clock import digest as canonical_digest
+from ..errors import HarnessError
 
 MANIFEST = "forge-manifest.json"
-CORPUS = Path(__file__).resolve().parent / "data" / "corpus.txt"
+# harness/data/ (package data): the path is part of the recipe below, so it stays there.
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
 WORKSPACE_STREAM = "workspace"
 
 BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..ledger import events as E
-from ..ledger.clock import digest
-from ..ledger.redact import Redactor, is_secret_name
+from ...ledger import events as E
+from ...ledger.clock import digest
+from ...ledger.redact import Redactor, is_secret_name
 
 
 @dataclass(frozen=True)
