@@ -16,6 +16,7 @@ Contracts:
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,7 +35,7 @@ from pydantic import (
 
 from .clock import digest
 from .errors import LedgerError
-from .ids import InvalidIdError, check_id, from_ledger
+from .ids import InvalidIdError, check_id, from_ledger, shown
 
 
 class SpecError(LedgerError):
@@ -136,17 +137,34 @@ class Role(Spec):
     parallelism: Parallelism = Field(default_factory=Parallelism)
 
 
+# The server roles of each architecture, in pipeline order. Disaggregated serving (pd:
+# prefill and decode servers; epd: encode servers too, for multimodal inputs) needs every one
+# of its roles and no other; a colocated topology may leave `roles` out (one kind of server)
+# or list `colocated` roles only.
+ARCHITECTURE_ROLES: dict[str, tuple[str, ...]] = {
+    "colocated": ("colocated",),
+    "pd": ("prefill", "decode"),
+    "epd": ("encode", "prefill", "decode"),
+}
+
+
 class Topology(Spec):
     architecture: Literal["colocated", "pd", "epd"] = "colocated"
     parallelism: Parallelism = Field(default_factory=Parallelism)
     roles: list[Role] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _roles_fit(self) -> Topology:
-        need = {"pd": {"prefill", "decode"}, "epd": {"encode", "prefill", "decode"}}
-        missing = need.get(self.architecture, set()) - {r.role for r in self.roles}
-        if self.roles and missing:
-            raise ValueError(f"architecture {self.architecture} needs roles {sorted(missing)}")
+    def _roles_fit(self, info: ValidationInfo) -> Topology:
+        if from_ledger(info):  # checked when it entered the ledger
+            return self
+        arch, roles = self.architecture, ARCHITECTURE_ROLES[self.architecture]
+        have = {r.role for r in self.roles}
+        if other := list(dict.fromkeys(r.role for r in self.roles if r.role not in roles)):
+            raise ValueError(f"architecture {arch} has no {', '.join(other)} role "
+                             f"(its roles: {', '.join(roles)})")
+        if arch != "colocated" and (missing := [r for r in roles if r not in have]):
+            raise ValueError(f"architecture {arch} needs roles {', '.join(roles)} "
+                             f"(missing: {', '.join(missing)})")
         return self
 
 
@@ -177,9 +195,20 @@ class DeploymentPoint(Spec):
 # --- runtime profile --------------------------------------------------------------------
 
 
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
 class Image(Spec):
     name: str
     digest: str | None = None  # sha256:… ; None only for a local, non-container profile
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None or from_ledger(info) or IMAGE_DIGEST.fullmatch(v):
+            return v
+        raise ValueError(f"must be sha256: and 64 lowercase hex digits (as `docker inspect` "
+                         f"shows it), got {shown(v, 100)}")
 
 
 class VersionedPart(Spec):
@@ -209,9 +238,6 @@ class RuntimeProfile(Spec):
     def _engine_fields(self) -> RuntimeProfile:
         if self.engine == "external" and not self.endpoint:
             raise ValueError("engine external needs endpoint")
-        if self.image is not None and self.image.digest is not None \
-                and not self.image.digest.startswith("sha256:"):
-            raise ValueError("image.digest must be sha256:<hex>")
         return self
 
 

@@ -6,7 +6,11 @@ import json
 
 import pytest
 import yaml
+from infer_forge.ledger.ids import LEDGER_CONTEXT
 from infer_forge.ledger.specs import (
+    DeploymentPoint,
+    Role,
+    RuntimeProfile,
     SpecError,
     apply_candidate,
     diff_specs,
@@ -190,3 +194,139 @@ def test_both_example_tasks_can_be_defined(workspace):
     b = define_task(workspace, EX / "tasks/tune-qwen-h200.yaml")
     assert a["point_hash"] != b["point_hash"] and a["profile_hash"] != b["profile_hash"]
     assert {t["task_id"] for t in list_tasks(workspace)} == {"tune-tiny-cpu", "tune-qwen-h200"}
+
+
+# --- topology roles and image digests -----------------------------------------------------
+
+ROLE_CASES = [  # (architecture, roles, the problem, or None when valid)
+    ("pd", None, "architecture pd needs roles prefill, decode (missing: prefill, decode)"),
+    ("pd", [], "architecture pd needs roles prefill, decode (missing: prefill, decode)"),
+    ("pd", ["prefill"], "architecture pd needs roles prefill, decode (missing: decode)"),
+    ("pd", ["decode", "decode"], "(missing: prefill)"),
+    ("pd", ["prefill", "decode", "encode"], "architecture pd has no encode role "
+                                            "(its roles: prefill, decode)"),
+    ("pd", ["prefill", "decode", "colocated"], "architecture pd has no colocated role"),
+    ("epd", None, "architecture epd needs roles encode, prefill, decode (missing: encode, "
+                  "prefill, decode)"),
+    ("epd", ["prefill", "decode"], "architecture epd needs roles encode, prefill, decode "
+                                   "(missing: encode)"),
+    ("epd", ["encode", "decode"], "(missing: prefill)"),
+    ("colocated", ["prefill", "decode"], "architecture colocated has no prefill, decode role "
+                                         "(its roles: colocated)"),
+    ("pd", ["prefill", "decode"], None),
+    ("pd", ["decode", "prefill", "prefill"], None),  # order free, a role may repeat
+    ("epd", ["encode", "prefill", "decode"], None),
+    ("colocated", None, None),
+    ("colocated", ["colocated"], None),
+]
+
+
+def _point_file(tmp_path, arch: str, roles: list[str] | None):
+    data = yaml.safe_load((EX / "points/qwen-h200.yaml").read_text())
+    data["runtime_profile"].pop("file")
+    data["topology"] = {"architecture": arch, "parallelism": {"tp": 1}}
+    if roles is not None:
+        data["topology"]["roles"] = [{"role": r, "count": 1 + i, "parallelism": {"tp": 2}}
+                                     for i, r in enumerate(roles)]
+    f = tmp_path / "point.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    return f, data
+
+
+@pytest.mark.parametrize(("arch", "roles", "problem"), ROLE_CASES)
+def test_topology_roles_fit_the_architecture(tmp_path, arch, roles, problem):
+    f, data = _point_file(tmp_path, arch, roles)
+    if problem is None:
+        assert load_point(f).topology.architecture == arch
+        return
+    with pytest.raises(SpecError) as ei:
+        load_point(f)
+    (line,) = ei.value.problems
+    assert line.startswith(f"{f}:") and ": topology: " in line and problem in line, line
+    # A point read back from the ledger was checked when it entered it: an older ledger's
+    # point still loads (the rule holds for what is recorded from now on).
+    assert DeploymentPoint.model_validate(data, context=LEDGER_CONTEXT).topology.roles == [
+        Role(role=r, count=1 + i, parallelism={"tp": 2}) for i, r in enumerate(roles or [])]
+
+
+BAD_DIGESTS = ["sha256:not-hex", "sha256:" + "0" * 63, "sha256:" + "0" * 65,
+               "sha256:" + "AB" * 32, "sha512:" + "0" * 64, "md5:" + "0" * 32, "0" * 64,
+               "sha256:" + "0" * 64 + "\n", " sha256:" + "0" * 64, "sha256:" + "g" * 64,
+               "sha256:", ""]
+
+
+@pytest.mark.parametrize("bad", BAD_DIGESTS)
+def test_image_digest_is_sha256_and_64_lowercase_hex(tmp_path, bad):
+    src = (EX / "profiles/qwen-h200-sglang.yaml").read_text()
+    good = "sha256:" + "0" * 64
+    assert good in src and load_profile(EX / "profiles/qwen-h200-sglang.yaml").image.digest == good
+    f = tmp_path / "profile.yaml"
+    f.write_text(src.replace(f'"{good}"', json.dumps(bad)))
+    with pytest.raises(SpecError) as ei:
+        load_profile(f)
+    (line,) = ei.value.problems
+    assert line == (f"{f}:10: image.digest: must be sha256: and 64 lowercase hex digits (as "
+                    f"`docker inspect` shows it), got {bad!r}"), line
+    fine = "sha256:" + "0123456789abcdef" * 4
+    f.write_text(src.replace(f'"{good}"', json.dumps(fine)))
+    assert load_profile(f).image.digest == fine
+    data = yaml.safe_load(src.replace(f'"{good}"', json.dumps(bad)))
+    assert RuntimeProfile.model_validate(data, context=LEDGER_CONTEXT).image.digest == bad
+
+
+def test_cli_refuses_roleless_pd_and_bad_digest_and_records_nothing(forge_home, tmp_path):
+    point, _ = _point_file(tmp_path, "pd", None)
+    prof = tmp_path / "profile.yaml"
+    prof.write_text((EX / "profiles/qwen-h200-sglang.yaml").read_text().replace(
+        "sha256:" + "0" * 64, "sha256:not-hex"))
+    p = run_forge("point", "validate", str(point), str(prof))
+    assert p.returncode == 1 and p.stdout == "" and "Traceback" not in p.stderr
+    at = point.read_text().splitlines().index("topology:") + 1
+    assert p.stderr.splitlines() == [
+        f"error: {point}:{at}: topology: architecture pd needs roles prefill, decode "
+        "(missing: prefill, decode)",
+        f"error: {prof}:10: image.digest: must be sha256: and 64 lowercase hex digits (as "
+        "`docker inspect` shows it), got 'sha256:not-hex'"]
+    assert run_forge("init").returncode == 0
+    from infer_forge.ledger.workspace import open_workspace
+
+    with open_workspace(forge_home) as ws:
+        before = ws.ledger.max_position()
+    p = run_forge("profile", "record", str(prof))
+    assert p.returncode == 1 and "image.digest: must be sha256:" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    with open_workspace(forge_home) as ws:
+        assert ws.ledger.max_position() == before
+
+
+def test_a_point_and_profile_pinned_before_these_rules_still_load(workspace):
+    """An older ledger may hold a pd point without roles and a placeholder digest: they were
+    checked when they entered it, so a task on them still loads (no ValidationError)."""
+    from infer_forge.harness.loop.define import define_task
+    from infer_forge.harness.loop.task import load_task_from_ledger
+    from infer_forge.ledger import events as E
+    from infer_forge.ledger.clock import digest
+    from infer_forge.ledger.store import task_stream
+
+    define_task(workspace, EX / "tasks/tune-qwen-h200.yaml")
+    evs = [r.event for r in workspace.ledger.stream("workspace")]
+    (pin,) = [e for e in evs if isinstance(e, E.DeploymentPointPinned)]
+    (rev1,) = [e for e in evs if isinstance(e, E.RuntimeProfileRevised)
+               and e.service == "qwen-h200"]
+    (defined,) = [r.event for r in workspace.ledger.stream(task_stream("tune-qwen-h200"))
+                  if isinstance(r.event, E.TaskDefined)]
+    point = {**pin.point, "topology": {"architecture": "pd", "parallelism": {"tp": 1}},
+             "runtime_profile": {"service": "qwen-h200", "rev": 2}}
+    prof = {**rev1.profile, "rev": 2, "image": {"name": "sglang", "digest": "sha256:placeholder"}}
+    tool = E.Actor.tool("older-forge")
+    workspace.ledger.append("workspace", [
+        E.DeploymentPointPinned(name="old-pd", point_hash=digest(point), point=point, actor=tool),
+        E.RuntimeProfileRevised(service="qwen-h200", rev=2, profile=prof,
+                                profile_hash=digest(prof), actor=tool)], command_id="old-pins")
+    workspace.ledger.append(task_stream("old-pd"), [E.TaskDefined(
+        task_id="old-pd", title="old-pd", task_type=defined.task_type, goal=defined.goal,
+        definition=defined.definition, definition_hash=defined.definition_hash,
+        point_hash=digest(point), actor=tool)], command_id="old-pd:define")
+    lt = load_task_from_ledger(workspace, "old-pd")
+    assert lt.point.topology.architecture == "pd" and lt.point.topology.roles == []
+    assert lt.profile is not None and lt.profile.image.digest == "sha256:placeholder"

@@ -9,10 +9,11 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
-from ...ledger.ids import check_id
+from ...ledger.ids import LEDGER_CONTEXT, check_id
 from ...ledger.specs import (
     RuntimeProfile,
     SpecError,
+    TaskDefinition,
     canonical,
     diff_values,
     load_point,
@@ -69,9 +70,18 @@ def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
                 task_id: str | None = None) -> dict[str, Any]:
     """`forge task new`: validate the task, its point and profile; record the profile revision
     and the point pin if new, and TaskDefined — in one save. Idempotent for the same content."""
+    path = Path(path).resolve()
+    return define_task_spec(ws, load_task(path), path, actor, task_id=task_id)
+
+
+def define_task_spec(ws: Any, task: TaskDefinition, path: str | Path,
+                     actor: E.Actor | None = None, *, task_id: str | None = None
+                     ) -> dict[str, Any]:
+    """`define_task` for a task already validated (a graph node's loop task, its argv filled
+    in). `path` is the YAML file it came from: its directory resolves the point and profile,
+    its name is the id when the task has none, and it is recorded as the source."""
     actor = actor or human_actor()
     path = Path(path).resolve()
-    task = load_task(path)
     # The one id rule, whichever way the id comes: given, the file's `id:` (checked when the
     # file loaded) or the file name.
     if task_id is not None:
@@ -97,7 +107,8 @@ def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
                              f" does not match the point's runtime_profile {ref.service} rev "
                              f"{ref.rev} ({point_path})"])
     elif (ref.service, ref.rev) in profiles:
-        profile = RuntimeProfile.model_validate(profiles[(ref.service, ref.rev)].profile)
+        profile = RuntimeProfile.model_validate(profiles[(ref.service, ref.rev)].profile,
+                                                context=LEDGER_CONTEXT)
     else:
         raise HarnessError(f"{point_path}: runtime_profile {ref.service} rev {ref.rev} is not "
                            "recorded: give runtime_profile.file or forge profile record FILE")
