@@ -10,7 +10,7 @@ import orjson
 from . import codec
 from .errors import LedgerError, NotFoundError
 from .ids import shown, unknown_id_hint
-from .state import PAYLOAD_FOLDS, TaskState, apply
+from .state import FOLDS, TaskState, apply
 from .store import Ledger, task_stream
 
 
@@ -38,12 +38,14 @@ def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskS
 
 def replay_rows(stream: str, rows: list[tuple[int, int, str, bytes]],
                 state: TaskState | None = None) -> TaskState:
-    """Fold raw rows `(position, version, type, state)` of one stream into task state.
+    """Fold raw rows `(position, version, type, state)` of one stream into task state, with
+    the one fold of `ledger.state`.
 
     A row whose payload is a known, current-version, exactly typed payload (checked field by
     field by `codec.load_current`) is folded from its dict; any other row is decoded in full
     (`codec.decode`: upcast, coerced, or rejected with the error naming stream and version)
-    and folded with `apply`. Both give the same state; the first skips building objects."""
+    and folded from the event's fields. Both give the same state; the first skips building
+    objects."""
     state = state or TaskState()
     # The payloads are acyclic and die by reference counting; left on, the cyclic collector
     # is triggered by their allocations and re-walks the whole heap (~10% of a long replay).
@@ -62,7 +64,7 @@ def replay_rows(stream: str, rows: list[tuple[int, int, str, bytes]],
 def _fold_rows(stream: str, rows: list[tuple[int, int, str, bytes]], state: TaskState) -> None:
     # codec.load_current + apply_payload, inlined: this loop runs once per event of a task.
     checks: dict[str, Any] = {}
-    folds = PAYLOAD_FOLDS
+    folds = FOLDS
     loads, decode, counters = orjson.loads, codec.decode, state.__dict__
     for pos, version, topic, raw in rows:
         check = checks.get(topic)

@@ -1,12 +1,23 @@
-"""Task state as a pure fold over a task stream's events (no I/O).
+"""The task's state: the one pure fold of a task stream (no I/O).
 
-`replay(events)` gives the state after those events; `fingerprint(state)` is a stable hash of
-it, so rebuilding twice (or on another machine) can be compared byte for byte.
+Every reader of a task folds its stream here: `forge replay` (`ledger.replay`, from stored
+payloads), `forge check` (every task stream), and Task Memory (`projections.memory`: the
+loop's and the CLI's view, which adds per-event records and derived views on top of this
+state). How an event changes a task (its status, exits and reopenings, blocks and their
+handoffs and decisions, what was accepted or rejected) is written once, below.
+
+One function per event type, `fold(state, fields)`, reads the event's fields from a mapping:
+either a stored payload that `codec.load_current` accepted (replay's fast path: JSON forms,
+fields left at their default may be absent) or a decoded event's own fields (`apply`). Both
+give the same state: ids are kept as their text, mappings are copied, a missing field reads
+as its class default. `replay(events)` gives the state after those events; `fingerprint`
+is a stable hash of it, so rebuilding twice (or on another machine) can be compared byte for
+byte.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,8 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import events as E
 from .clock import digest
 
+Fields = Mapping[str, Any]  # an event's fields: a checked stored payload or `event.__dict__`
+
 
 class BlockState(BaseModel):
+    """One loop block. Fields marked `exclude` are kept for Task Memory and left out of
+    replay's view and fingerprint (whose format predates them)."""
+
     model_config = ConfigDict(extra="forbid")
 
     block_id: str
@@ -28,9 +44,15 @@ class BlockState(BaseModel):
     measurements: int = 0
     verifications: list[str] = Field(default_factory=list)  # verdicts in order
     handoff: dict[str, Any] | None = None
+    config_digest: str | None = Field(None, exclude=True)  # the effective configuration
+    decision: str | None = Field(None, exclude=True)  # accepted | rejected
+    decision_reason: str | None = Field(None, exclude=True)
 
 
 class TaskState(BaseModel):
+    """A task as its events left it. `exits` is its exit history, oldest first: each exit's
+    state and reason, and the reason it was reopened (None while the exit stands)."""
+
     model_config = ConfigDict(extra="forbid")
 
     task_id: str | None = None
@@ -49,11 +71,23 @@ class TaskState(BaseModel):
     rejected: list[dict[str, Any]] = Field(default_factory=list)
     last_position: int = 0
     version: int = 0
+    exits: list[dict[str, Any]] = Field(default_factory=list)
+    definition: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    profile_hash: str | None = Field(None, exclude=True)
+    contract_hash: str | None = Field(None, exclude=True)
 
     def block(self, block_id: str | None) -> BlockState | None:
+        """The latest block with this id."""
         for b in reversed(self.blocks):
             if b.block_id == block_id:
                 return b
+        return None
+
+    def block_index(self, block_id: str | None) -> int | None:
+        """The position in `blocks` of `block(block_id)`."""
+        for i in range(len(self.blocks) - 1, -1, -1):
+            if self.blocks[i].block_id == block_id:
+                return i
         return None
 
 
@@ -63,89 +97,16 @@ def _inc(model: BaseModel, name: str) -> None:
     model.__dict__[name] += 1
 
 
-def apply(state: TaskState, event: E.Event) -> TaskState:
-    """Apply one event in place and return the state (callers own the state object)."""
-    _inc(state, "version")
-    match event:
-        case E.TaskDefined():
-            state.task_id = event.task_id
-            state.title, state.task_type, state.goal = event.title, event.task_type, event.goal
-            state.definition_hash, state.point_hash = event.definition_hash, event.point_hash
-            state.status = "defined"
-        case E.LoopBlockStarted():
-            state.blocks.append(
-                BlockState(
-                    block_id=event.block_id or f"b{event.index}",
-                    index=event.index,
-                    sub_goal=event.sub_goal,
-                    routing=dict(event.routing),
-                    candidate=dict(event.candidate),
-                )
-            )
-            state.status = "running"
-        case E.MeasurementRecorded():
-            _inc(state, "measurements")
-            if b := state.block(event.block_id):
-                _inc(b, "measurements")
-        case E.ToolInvoked():
-            if b := state.block(event.block_id):
-                _inc(b, "tool_calls")
-        case E.MeasurementInvalidated():
-            state.invalidated.append(str(event.measurement_event_id))
-        case E.VerificationRecorded():
-            if b := state.block(event.block_id):
-                b.verifications.append(event.verdict)
-        case E.LoopBlockHandedOff():
-            if b := state.block(event.block_id):
-                b.status = "handed-off"
-                b.handoff = {
-                    "outcome": event.outcome,
-                    "state_reached": event.state_reached,
-                    "findings": list(event.findings),
-                    "next_sub_goal": event.next_sub_goal,
-                }
-        case E.DeliverableAccepted():
-            state.accepted.append({"block_id": event.block_id, "candidate": dict(event.candidate),
-                                   "summary": event.summary})
-        case E.DirectionRejected():
-            state.rejected.append({"block_id": event.block_id, "candidate": dict(event.candidate),
-                                   "reason": event.reason})
-        case E.TaskExited():
-            state.status = "exited"
-            state.exit_state, state.exit_reason = event.state, event.reason
-        case E.TaskReopened():
-            state.status = "running"
-            state.exit_state = state.exit_reason = None
-        case _:
-            pass  # events that do not change task state still advance its version
-    return state
-
-
-def replay(events: Iterable[E.Event], state: TaskState | None = None) -> TaskState:
-    state = state or TaskState()
-    for ev in events:
-        apply(state, ev)
-    return state
-
-
-def fingerprint(state: BaseModel) -> str:
-    return digest(state.model_dump(mode="json"))
-
-
-# --- the same fold over checked payload dicts (replay's fast path) ----------------------------
-# Each function mirrors its case in `apply` and reads the same fields with the same defaults
-# as the event class. The payload must have passed `codec.load_current` (every field of
-# exactly its declared type), which is what makes the result identical to `apply`'s.
-
-
-def _defined(s: TaskState, p: dict[str, Any]) -> None:
+def _defined(s: TaskState, p: Fields) -> None:
     s.task_id = p.get("task_id")
     s.title, s.task_type, s.goal = p["title"], p["task_type"], p["goal"]
     s.definition_hash, s.point_hash = p["definition_hash"], p.get("point_hash")
+    s.definition, s.profile_hash = dict(p["definition"]), p.get("profile_hash")
+    s.contract_hash = p.get("input_digests", {}).get("contract")
     s.status = "defined"
 
 
-def _block_started(s: TaskState, p: dict[str, Any]) -> None:
+def _block_started(s: TaskState, p: Fields) -> None:
     s.blocks.append(
         BlockState(
             block_id=p.get("block_id") or f"b{p['index']}",
@@ -153,32 +114,34 @@ def _block_started(s: TaskState, p: dict[str, Any]) -> None:
             sub_goal=p["sub_goal"],
             routing=dict(p.get("routing", {})),
             candidate=dict(p.get("candidate", {})),
+            config_digest=p.get("input_digests", {}).get("config"),
         )
     )
     s.status = "running"
 
 
-def _measured(s: TaskState, p: dict[str, Any]) -> None:
+def _measured(s: TaskState, p: Fields) -> None:
     s.__dict__["measurements"] += 1  # as _inc, inlined: most events of a task are these
     if b := s.block(p.get("block_id")):
         b.__dict__["measurements"] += 1
 
 
-def _tool(s: TaskState, p: dict[str, Any]) -> None:
+def _tool(s: TaskState, p: Fields) -> None:
     if b := s.block(p.get("block_id")):
         _inc(b, "tool_calls")
 
 
-def _invalidated(s: TaskState, p: dict[str, Any]) -> None:
-    s.invalidated.append(p["measurement_event_id"])  # checked canonical: str(UUID(x)) == x
+def _invalidated(s: TaskState, p: Fields) -> None:
+    # A checked payload holds the canonical text (str(UUID(x)) == x); an event, the UUID.
+    s.invalidated.append(str(p["measurement_event_id"]))
 
 
-def _verified(s: TaskState, p: dict[str, Any]) -> None:
+def _verified(s: TaskState, p: Fields) -> None:
     if b := s.block(p.get("block_id")):
         b.verifications.append(p["verdict"])
 
 
-def _handed_off(s: TaskState, p: dict[str, Any]) -> None:
+def _handed_off(s: TaskState, p: Fields) -> None:
     if b := s.block(p.get("block_id")):
         b.status = "handed-off"
         b.handoff = {
@@ -189,27 +152,36 @@ def _handed_off(s: TaskState, p: dict[str, Any]) -> None:
         }
 
 
-def _accepted(s: TaskState, p: dict[str, Any]) -> None:
+def _accepted(s: TaskState, p: Fields) -> None:
+    summary = p.get("summary", "")
     s.accepted.append({"block_id": p.get("block_id"), "candidate": dict(p.get("candidate", {})),
-                       "summary": p.get("summary", "")})
+                       "summary": summary})
+    if b := s.block(p.get("block_id")):
+        b.decision, b.decision_reason = "accepted", summary
 
 
-def _rejected(s: TaskState, p: dict[str, Any]) -> None:
+def _rejected(s: TaskState, p: Fields) -> None:
     s.rejected.append({"block_id": p.get("block_id"), "candidate": dict(p.get("candidate", {})),
                        "reason": p["reason"]})
+    if b := s.block(p.get("block_id")):
+        b.decision, b.decision_reason = "rejected", p["reason"]
 
 
-def _exited(s: TaskState, p: dict[str, Any]) -> None:
+def _exited(s: TaskState, p: Fields) -> None:
     s.status = "exited"
     s.exit_state, s.exit_reason = p["state"], p["reason"]
+    s.exits.append({"state": p["state"], "reason": p["reason"], "reopened": None})
 
 
-def _reopened(s: TaskState, p: dict[str, Any]) -> None:
+def _reopened(s: TaskState, p: Fields) -> None:
+    # The exit stays in the history, marked with why it was reopened.
+    if s.exits and s.status == "exited":
+        s.exits[-1]["reopened"] = p["reason"]
     s.status = "running"
     s.exit_state = s.exit_reason = None
 
 
-PAYLOAD_FOLDS = {
+FOLDS: dict[str, Callable[[TaskState, Fields], None]] = {
     E.TaskDefined.TYPE: _defined,
     E.LoopBlockStarted.TYPE: _block_started,
     E.MeasurementRecorded.TYPE: _measured,
@@ -224,12 +196,28 @@ PAYLOAD_FOLDS = {
 }
 
 
-def apply_payload(state: TaskState, topic: str, payload: dict[str, Any]) -> TaskState:
-    """`apply` for a stored payload of event type `topic` that `codec.load_current` accepted
-    (a known, current-version, exactly typed payload); gives the same state as
-    `apply(state, decode(...))`. Other known types only advance the version, as in `apply`."""
+def apply_payload(state: TaskState, topic: str, payload: Fields) -> TaskState:
+    """Fold the fields of one event of type `topic` into `state`, in place (callers own the
+    state object): a stored payload `codec.load_current` accepted, or `event.__dict__`.
+    Events that do not change a task's state still advance its version."""
     state.__dict__["version"] += 1
-    fold = PAYLOAD_FOLDS.get(topic)
+    fold = FOLDS.get(topic)
     if fold is not None:
         fold(state, payload)
     return state
+
+
+def apply(state: TaskState, event: E.Event) -> TaskState:
+    """Fold one decoded event: the same fold, reading the event's own fields."""
+    return apply_payload(state, event.TYPE, event.__dict__)
+
+
+def replay(events: Iterable[E.Event], state: TaskState | None = None) -> TaskState:
+    state = state or TaskState()
+    for ev in events:
+        apply(state, ev)
+    return state
+
+
+def fingerprint(state: BaseModel) -> str:
+    return digest(state.model_dump(mode="json"))

@@ -1,29 +1,41 @@
 """Task Memory: what a loop (or a person, or an agent) needs to decide the next block.
 
-Derived from a task stream's events only — never a mutable file. `build_memory(events)` is a
-pure fold; `task_memory(ledger, task_id)` reads the stream and folds it.
+Derived from a task stream's events only — never a mutable file. It is the task's state from
+the one fold of a task stream (`ledger.state`: status, exits, blocks with their handoffs and
+decisions, accepted and rejected) plus what Task Memory adds on top, event by event:
 
-Fields: the current (open) loop block, the last handoff, the next loop block (index and the
-sub-goal the last handoff proposed), the execution record (every block with its candidate,
-routing, tool calls, measurements, verification and decision), best-so-far on the contract's
-primary metric, accepted deliverables, rejected directions with reasons, the effective-config
-digests already tried, and the trailing no-progress streak.
+- each block's records: its start time, tool calls, measurements (marked when invalidated)
+  and latest verification, which the fold only counts;
+- derived views: the current (open) loop block, the last handoff, the next loop block (index
+  and the sub-goal the last handoff proposed), the baseline and best-so-far on the contract's
+  primary metric (`Contract.primary`), accepted deliverables with their evidence, the
+  effective-config digests already tried, and the trailing no-progress streak.
+
+`build_memory(events)` is a pure fold; `task_memory(ledger, task_id)` reads the stream and
+folds it.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..ledger import events as E
 from ..ledger.errors import NotFoundError
+from ..ledger.ids import LEDGER_CONTEXT
+from ..ledger.specs import Contract
+from ..ledger.state import TaskState, apply
 from ..ledger.store import Ledger, OnError, Undecodable, task_stream
 
 
 class BlockRecord(BaseModel):
+    """One block of the execution record: the fold's block (identity, status, handoff,
+    decision) with the records Task Memory keeps of its events."""
+
     model_config = ConfigDict(extra="forbid")
 
     block_id: str
@@ -55,6 +67,9 @@ class BlockRecord(BaseModel):
 
 
 class TaskMemory(BaseModel):
+    """Fields marked `exclude` serve the loop (reopened tasks) and are not part of the
+    `forge task memory` output."""
+
     model_config = ConfigDict(extra="forbid")
 
     task_id: str | None = None
@@ -79,6 +94,9 @@ class TaskMemory(BaseModel):
     tried: list[str] = Field(default_factory=list)
     no_progress_streak: int = 0
     first_block_at: str | None = None
+    exits: list[dict[str, Any]] = Field(default_factory=list, exclude=True)  # the fold's
+    reopened_after: int = Field(0, exclude=True)  # blocks in the record at the last reopen
+    paused_s: float = Field(0.0, exclude=True)  # time spent exited before a reopen
 
     def block(self, block_id: str | None) -> BlockRecord | None:
         for b in reversed(self.execution_record):
@@ -87,102 +105,137 @@ class TaskMemory(BaseModel):
         return None
 
     def baseline_block(self) -> BlockRecord | None:
-        for b in self.execution_record:
+        """The latest measured baseline block (a reopened task may measure it again)."""
+        for b in reversed(self.execution_record):
             if b.is_baseline and b.measurements:
                 return b
         return None
 
 
-def _primary(definition: dict[str, Any]) -> tuple[str | None, str | None]:
-    gates = definition.get("contract", {}).get("gates", [])
-    for want_rel in (True, False):
-        for g in gates:
-            if g.get("metric") and bool(g.get("vs_baseline")) == want_rel \
-                    and (g.get("at_least") is not None or g.get("at_most") is not None):
-                return g["metric"], "at_least" if g.get("at_least") is not None else "at_most"
-    return None, None
+class _Builder:
+    """The fold's state and, aligned with its blocks, what Task Memory keeps on top."""
+
+    def __init__(self) -> None:
+        self.state = TaskState()
+        self.blocks: list[BlockRecord] = []
+        self.mem = TaskMemory()  # the derived views, filled as events come
+        self.exited_at: datetime | None = None
+
+    def block(self, block_id: str | None) -> BlockRecord | None:
+        i = self.state.block_index(block_id)
+        return None if i is None else self.blocks[i]
+
+    def memory(self) -> TaskMemory:
+        st, mem = self.state, self.mem
+        for rec, b in zip(self.blocks, st.blocks, strict=True):
+            rec.status, rec.decision, rec.decision_reason = b.status, b.decision, b.decision_reason
+            rec.handoff = None if b.handoff is None else {"block_id": b.block_id, **b.handoff}
+        last = self.blocks[-1] if self.blocks else None
+        mem.task_id, mem.status = st.task_id, st.status
+        mem.exit_state, mem.exit_reason, mem.exits = st.exit_state, st.exit_reason, st.exits
+        mem.definition, mem.definition_hash = st.definition, st.definition_hash
+        mem.point_hash, mem.profile_hash = st.point_hash, st.profile_hash
+        mem.contract_hash = st.contract_hash
+        mem.execution_record = self.blocks
+        mem.current_block = last if last is not None and last.status == "running" else None
+        mem.rejected = st.rejected
+        mem.tried = list(dict.fromkeys(b.config_digest for b in self.blocks if b.config_digest))
+        mem.first_block_at = self.blocks[0].started_at if self.blocks else None
+        return mem
 
 
-def apply(mem: TaskMemory, ev: E.Event) -> TaskMemory:
-    match ev:
-        case E.TaskDefined():
-            mem.task_id, mem.status = ev.task_id, "defined"
-            mem.definition = dict(ev.definition)
-            mem.definition_hash, mem.point_hash = ev.definition_hash, ev.point_hash
-            mem.profile_hash = ev.profile_hash
-            mem.contract_hash = ev.input_digests.get("contract")
-            mem.primary_metric, mem.primary_direction = _primary(mem.definition)
-        case E.LoopBlockStarted():
-            b = BlockRecord(block_id=ev.block_id or f"b{ev.index}", index=ev.index,
-                            sub_goal=ev.sub_goal, routing=dict(ev.routing),
-                            candidate=dict(ev.candidate),
-                            config_digest=ev.input_digests.get("config"),
-                            started_at=ev.occurred_at.isoformat())
-            mem.execution_record.append(b)
-            mem.current_block = b
-            mem.status = "running"
-            mem.first_block_at = mem.first_block_at or b.started_at
-            if b.config_digest and b.config_digest not in mem.tried:
-                mem.tried.append(b.config_digest)
-            mem.next_block = None
-        case E.ToolInvoked():
-            if b := mem.block(ev.block_id):
-                b.tool_calls.append({"tool": ev.tool, "argv": list(ev.argv),
-                                     "exit_code": ev.exit_code, "event_id": str(ev.event_id)})
-        case E.MeasurementRecorded():
-            if b := mem.block(ev.block_id):
-                b.measurements.append({"event_id": str(ev.event_id), "run_id": ev.run_id,
-                                       "repeat": ev.repeat, "metrics": dict(ev.metrics),
-                                       "success": ev.success, "error": ev.error,
-                                       "source": ev.source, "meta": dict(ev.meta),
-                                       "artifact_digest": ev.artifact_digest})
-        case E.MeasurementInvalidated():
-            for b in mem.execution_record:
-                for m in b.measurements:
-                    if m["event_id"] == str(ev.measurement_event_id):
-                        m["invalidated"] = ev.reason
-        case E.VerificationRecorded():
-            if b := mem.block(ev.block_id):
-                b.verification = {"event_id": str(ev.event_id), "verdict": ev.verdict,
-                                  "passed": ev.passed, "contract_hash": ev.contract_hash,
-                                  "point_hash": ev.point_hash, "gates": list(ev.gates),
-                                  "candidate": dict(ev.candidate)}
-                _update_best(mem, b)
-        case E.DeliverableAccepted():
-            b = mem.block(ev.block_id)
-            if b:
-                b.decision, b.decision_reason = "accepted", ev.summary
-            mem.accepted.append({"block_id": ev.block_id, "candidate": dict(ev.candidate),
-                                 "summary": ev.summary, "event_id": str(ev.event_id),
-                                 "verification_event_id": str(ev.verification_event_id or "")})
-        case E.DirectionRejected():
-            b = mem.block(ev.block_id)
-            if b:
-                b.decision, b.decision_reason = "rejected", ev.reason
-            mem.rejected.append({"block_id": ev.block_id, "candidate": dict(ev.candidate),
-                                 "reason": ev.reason})
-        case E.LoopBlockHandedOff():
-            b = mem.block(ev.block_id)
-            handoff = {"block_id": ev.block_id, "outcome": ev.outcome,
-                       "state_reached": ev.state_reached, "findings": list(ev.findings),
-                       "next_sub_goal": ev.next_sub_goal}
-            if b:
-                b.status, b.handoff = "handed-off", handoff
-            mem.last_handoff = handoff
-            if mem.current_block and mem.current_block.block_id == ev.block_id:
-                mem.current_block = None
-            mem.no_progress_streak = mem.no_progress_streak + 1 \
-                if ev.outcome == "no-progress" else 0
-            mem.next_block = {"index": len(mem.execution_record) + 1,
-                              "sub_goal": ev.next_sub_goal}
-        case E.TaskExited():
-            mem.status, mem.exit_state, mem.exit_reason = "exited", ev.state, ev.reason
-            mem.next_block = None
-        case E.TaskReopened():
-            mem.status, mem.exit_state, mem.exit_reason = "running", None, None
-            mem.no_progress_streak = 0
-            mem.next_block = {"index": len(mem.execution_record) + 1, "sub_goal": None}
-    return mem
+def _defined(r: _Builder, ev: E.TaskDefined) -> None:
+    try:
+        gate = Contract.model_validate(r.state.definition.get("contract"),
+                                       context=LEDGER_CONTEXT).primary
+    except ValidationError:  # not a task loop's definition (a graph node's, say)
+        gate = None
+    r.mem.primary_metric = gate.metric if gate else None
+    r.mem.primary_direction = None if gate is None else \
+        "at_least" if gate.at_least is not None else "at_most"
+
+
+def _started(r: _Builder, ev: E.LoopBlockStarted) -> None:
+    b = r.state.blocks[-1]
+    r.blocks.append(BlockRecord(block_id=b.block_id, index=b.index, sub_goal=b.sub_goal,
+                                routing=b.routing, candidate=b.candidate,
+                                config_digest=b.config_digest,
+                                started_at=ev.occurred_at.isoformat()))
+    r.mem.next_block = None
+
+
+def _tool(r: _Builder, ev: E.ToolInvoked) -> None:
+    if b := r.block(ev.block_id):
+        b.tool_calls.append({"tool": ev.tool, "argv": list(ev.argv), "exit_code": ev.exit_code,
+                             "event_id": str(ev.event_id)})
+
+
+def _measured(r: _Builder, ev: E.MeasurementRecorded) -> None:
+    if b := r.block(ev.block_id):
+        b.measurements.append({"event_id": str(ev.event_id), "run_id": ev.run_id,
+                               "repeat": ev.repeat, "metrics": dict(ev.metrics),
+                               "success": ev.success, "error": ev.error, "source": ev.source,
+                               "meta": dict(ev.meta), "artifact_digest": ev.artifact_digest})
+
+
+def _invalidated(r: _Builder, ev: E.MeasurementInvalidated) -> None:
+    target = str(ev.measurement_event_id)
+    for b in r.blocks:
+        for m in b.measurements:
+            if m["event_id"] == target:
+                m["invalidated"] = ev.reason
+
+
+def _verified(r: _Builder, ev: E.VerificationRecorded) -> None:
+    if b := r.block(ev.block_id):
+        b.verification = {"event_id": str(ev.event_id), "verdict": ev.verdict,
+                          "passed": ev.passed, "contract_hash": ev.contract_hash,
+                          "point_hash": ev.point_hash, "gates": list(ev.gates),
+                          "candidate": dict(ev.candidate)}
+        _update_best(r.mem, b)
+
+
+def _accepted(r: _Builder, ev: E.DeliverableAccepted) -> None:
+    r.mem.accepted.append({**r.state.accepted[-1], "event_id": str(ev.event_id),
+                           "verification_event_id": str(ev.verification_event_id or "")})
+
+
+def _handed_off(r: _Builder, ev: E.LoopBlockHandedOff) -> None:
+    mem = r.mem
+    mem.last_handoff = {"block_id": ev.block_id, "outcome": ev.outcome,
+                        "state_reached": ev.state_reached, "findings": list(ev.findings),
+                        "next_sub_goal": ev.next_sub_goal}
+    mem.no_progress_streak = mem.no_progress_streak + 1 if ev.outcome == "no-progress" else 0
+    mem.next_block = {"index": len(r.blocks) + 1, "sub_goal": ev.next_sub_goal}
+
+
+def _exited(r: _Builder, ev: E.TaskExited) -> None:
+    r.mem.next_block = None
+    r.exited_at = ev.occurred_at
+
+
+def _reopened(r: _Builder, ev: E.TaskReopened) -> None:
+    mem = r.mem
+    mem.no_progress_streak = 0
+    mem.next_block = {"index": len(r.blocks) + 1, "sub_goal": None}
+    mem.reopened_after = len(r.blocks)
+    if r.exited_at is not None:
+        mem.paused_s += max(0.0, (ev.occurred_at - r.exited_at).total_seconds())
+        r.exited_at = None
+
+
+_STEPS: dict[str, Callable[[_Builder, Any], None]] = {
+    E.TaskDefined.TYPE: _defined,
+    E.LoopBlockStarted.TYPE: _started,
+    E.ToolInvoked.TYPE: _tool,
+    E.MeasurementRecorded.TYPE: _measured,
+    E.MeasurementInvalidated.TYPE: _invalidated,
+    E.VerificationRecorded.TYPE: _verified,
+    E.DeliverableAccepted.TYPE: _accepted,
+    E.LoopBlockHandedOff.TYPE: _handed_off,
+    E.TaskExited.TYPE: _exited,
+    E.TaskReopened.TYPE: _reopened,
+}
 
 
 def _update_best(mem: TaskMemory, b: BlockRecord) -> None:
@@ -211,10 +264,14 @@ def _update_best(mem: TaskMemory, b: BlockRecord) -> None:
 
 
 def build_memory(events: Iterable[E.Event]) -> TaskMemory:
-    mem = TaskMemory()
+    """Fold the events with the task fold (`ledger.state.apply`), then Task Memory's step."""
+    r = _Builder()
     for ev in events:
-        apply(mem, ev)
-    return mem
+        apply(r.state, ev)
+        step = _STEPS.get(ev.TYPE)
+        if step is not None:
+            step(r, ev)
+    return r.memory()
 
 
 def task_memory(ledger: Ledger, task_id: str, on_error: OnError = None) -> TaskMemory:
