@@ -1509,7 +1509,7 @@ def graph_new(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge graph new examples/graphs/serving-project.yaml
     """
-    from .harness.graph_runner import define_graph
+    from .harness.graph.commands import define_graph
     from .projections.graph import summary
 
     ws = open_ws(ctx)
@@ -1593,7 +1593,7 @@ def graph_add_node(ctx, graph_id, node_file, node_id, kind, task_type, title, sh
     Example:
       forge graph add-node --id kernel-rope --type kernel --sh 'make rope' --verify './check'
     """
-    from .harness.graph_runner import add_node
+    from .harness.graph.commands import add_node
     from .ledger.graphspec import load_graph_yaml
 
     if node_file:
@@ -1630,7 +1630,7 @@ def graph_add_edge(ctx, graph_id, src, dst, kind, action, deliverable, access, r
     Example:
       forge graph add-edge kernel-rope eval-accuracy --kind handoff --deliverable rope.so
     """
-    from .harness.graph_runner import add_edge
+    from .harness.graph.commands import add_edge
 
     data: dict[str, Any] = {"from": src, "to": dst, "kind": kind, "access": access,
                             "deliverable": deliverable}
@@ -1674,7 +1674,7 @@ def graph_run(ctx, graph_id, jobs, as_json) -> None:
     Example:
       forge graph run -j 4
     """
-    from .harness.graph_runner import run_graph
+    from .harness.graph.run import run_graph
 
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs,
@@ -1695,7 +1695,7 @@ def graph_resume(ctx, graph_id, jobs, as_json) -> None:
     Example:
       forge graph resume -j 2
     """
-    from .harness.graph_runner import run_graph
+    from .harness.graph.run import run_graph
 
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, resume=True,
@@ -1704,7 +1704,7 @@ def graph_resume(ctx, graph_id, jobs, as_json) -> None:
 
 
 def _print_plan(plan: dict[str, list[str]], as_json: bool) -> None:
-    from .harness.graph_runner import format_plan
+    from .harness.graph.commands import format_plan
 
     if as_json:
         emit_json(plan)
@@ -1727,7 +1727,7 @@ def graph_rework(ctx, graph_id, node, reason, as_json) -> None:
     Example:
       forge graph rework kernel-rmsnorm --reason "epsilon handling wrong for fp16"
     """
-    from .harness.graph_runner import request_rework
+    from .harness.graph.commands import request_rework
 
     ws = open_ws(ctx)
     _print_plan(request_rework(ws, _graph_id(ws, graph_id), node, reason), as_json)
@@ -1748,7 +1748,7 @@ def graph_invalidate(ctx, graph_id, node, reason, evidence, as_json) -> None:
     Example:
       forge graph invalidate bench-baseline --reason "measured on the wrong image"
     """
-    from .harness.graph_runner import invalidate
+    from .harness.graph.commands import invalidate
 
     ws = open_ws(ctx)
     _print_plan(invalidate(ws, _graph_id(ws, graph_id), node, reason, evidence), as_json)
@@ -1768,7 +1768,7 @@ def graph_reject(ctx, graph_id, node, reason, evidence) -> None:
     Example:
       forge graph reject kernel-moe-deepgemm --reason "slower than triton on H20" --evidence E1
     """
-    from .harness.graph_runner import reject
+    from .harness.graph.commands import reject
 
     ws = open_ws(ctx)
     gid = _graph_id(ws, graph_id)
@@ -1789,7 +1789,7 @@ def graph_handoff(ctx, graph_id, src, dst) -> None:
     Example:
       forge graph handoff kernel-rmsnorm engine-integrate-rmsnorm
     """
-    from .harness.graph_runner import hand_off
+    from .harness.graph.commands import hand_off
 
     ws = open_ws(ctx)
     gid = _graph_id(ws, graph_id)

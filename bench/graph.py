@@ -27,7 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO.parent))
 
-from infer_forge.harness.graph_runner import define_graph, handoff_events, run_graph  # noqa: E402
+from infer_forge.harness.graph.commands import define_graph, handoff_events  # noqa: E402
+from infer_forge.harness.graph.run import run_graph  # noqa: E402
 from infer_forge.ledger import events as E  # noqa: E402
 from infer_forge.ledger.graphspec import parse_graph_spec  # noqa: E402
 from infer_forge.ledger.workspace import init_workspace  # noqa: E402

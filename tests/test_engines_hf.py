@@ -10,8 +10,8 @@ import pytest
 from infer_forge.harness.engines import NotSupported, engine_for
 from infer_forge.harness.engines.base import request_json
 from infer_forge.harness.engines.hf import hf_command, resolve_config
-from infer_forge.harness.engines.process import pgid_alive
 from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.proc import group_alive
 
 
 def test_real_server_describe_and_complete(hf_server):
@@ -94,7 +94,7 @@ def test_bad_model_dir_fails_at_once_with_the_servers_error(workspace, tmp_path)
     log = workspace.artifacts.text(rec.event.log_digest)
     assert log.startswith("$ ") and str(bad) in log.splitlines()[0]
     pid = int(msg.split("(pid ", 1)[1].split(")", 1)[0])
-    assert not pgid_alive(pid)
+    assert not group_alive(pid)
 
 
 def test_override_keys_reach_the_command():
@@ -105,4 +105,4 @@ def test_override_keys_reach_the_command():
     assert cfg == {"dtype": "bfloat16"}
     with pytest.raises(HarnessError, match="not an engine configuration key"):
         apply_overrides({}, {"scenario.traffic.concurrency": 8})
-    assert not pgid_alive(2**22 + 12345)  # no such group
+    assert not group_alive(2**22 + 12345)  # no such group

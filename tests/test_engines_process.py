@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from infer_forge.harness.engines.base import request_json
-from infer_forge.harness.engines.process import ServerProcess, free_port, pgid_alive
+from infer_forge.harness.engines.process import ServerProcess, free_port
 from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.proc import group_alive
 
 from .conftest import REPO
 
@@ -25,7 +26,7 @@ DRIVER = DATA / "engines" / "driver.py"
 def wait_gone(pgid: int, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not pgid_alive(pgid):
+        if not group_alive(pgid):
             return True
         time.sleep(0.05)
     return False
@@ -48,7 +49,7 @@ def test_crash_during_start_fails_at_once_with_log_tail(tmp_path):
     msg = str(e.value)
     assert "exited while starting (exit code 1)" in msg
     assert "torch.OutOfMemoryError: CUDA out of memory" in msg
-    assert not pgid_alive(server.pid)
+    assert not group_alive(server.pid)
     log = (tmp_path / "server.log").read_text()
     assert log.startswith("$ " + server.command_line)
     assert "[forge] stopped (failed-start)" in log
@@ -58,7 +59,7 @@ def test_not_healthy_by_deadline_is_stopped(tmp_path):
     server = fake_server(tmp_path, "slow:100000", startup_timeout_s=1.5)
     with pytest.raises(HarnessError, match=r"not healthy at .*/health_generate after 2s"):
         server.start().wait_ready()
-    assert not pgid_alive(server.pid)
+    assert not group_alive(server.pid)
 
 
 def test_stop_kills_the_whole_group_and_escalates_to_sigkill(tmp_path):
@@ -79,7 +80,7 @@ def test_stop_kills_the_whole_group_and_escalates_to_sigkill(tmp_path):
         child = int((tmp_path / "s.log").read_text().split("CHILDPID ")[1].split()[0])
         assert os.getpgid(child) == server.pid
     assert server.exit_code == -signal.SIGKILL
-    assert not pgid_alive(server.pid)
+    assert not group_alive(server.pid)
 
 
 def test_crash_mid_run_is_a_clear_error(tmp_path):
@@ -104,7 +105,7 @@ def test_crash_mid_run_is_a_clear_error(tmp_path):
     assert seen == 3
     assert "exited while running (killed by signal 9)" in str(e.value)
     assert "[fake sglang]" in str(e.value)  # the log tail
-    assert not pgid_alive(server.pid)
+    assert not group_alive(server.pid)
 
 
 def start_driver(kind: str, target: Path, logs: Path) -> tuple[subprocess.Popen, int]:
@@ -123,7 +124,7 @@ def test_no_orphan_when_forge_process_is_signalled(tmp_path, sig):
     """Ctrl-C (KeyboardInterrupt unwinds the with-block), SIGTERM (the safety-net handler),
     SIGKILL (PR_SET_PDEATHSIG): the server's process group is gone each time."""
     p, server_pid = start_driver("sglang", FAKE, tmp_path)
-    assert pgid_alive(server_pid)
+    assert group_alive(server_pid)
     p.send_signal(sig)
     p.wait(timeout=30)
     assert wait_gone(server_pid), f"server group {server_pid} survived {sig.name}"

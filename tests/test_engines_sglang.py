@@ -13,7 +13,6 @@ import pytest
 import yaml
 from infer_forge.harness.engines import engine_for
 from infer_forge.harness.engines.metrics import bucket_quantile, parse_prometheus, summarize
-from infer_forge.harness.engines.process import pgid_alive
 from infer_forge.harness.engines.sglang import (
     check_flags,
     help_flags,
@@ -23,6 +22,7 @@ from infer_forge.harness.engines.sglang import (
     validate_server_info,
 )
 from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.proc import group_alive
 
 DATA = Path(__file__).parent / "data" / "sglang"
 FAKE = [sys.executable, str(DATA / "fake_server.py")]
@@ -201,7 +201,7 @@ def test_launch_describe_metrics_profile_stop(workspace, tmp_path):
             running.start_profile(bogus=1)
         assert running.flush_cache()["message"].startswith("Cache flushed.")
         pid = running.pid
-    assert not pgid_alive(pid)
+    assert not group_alive(pid)
     recs = workspace.ledger.stream("task:t1")
     assert [r.type for r in recs] == ["EngineLaunched", "EngineStopped"]
     launched, stopped = recs[0].event, recs[1].event

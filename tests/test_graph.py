@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.graph_runner import (
+from infer_forge.harness.graph.commands import (
     add_edge,
     add_node,
     define_graph,

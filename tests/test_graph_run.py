@@ -7,12 +7,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from infer_forge.harness.graph_runner import define_graph, request_rework, run_graph
+from infer_forge.harness.graph.commands import define_graph, request_rework
+from infer_forge.harness.graph.run import run_graph
 from infer_forge.ledger import events as E
 from infer_forge.ledger.check import check_workspace
 from infer_forge.ledger.workspace import init_workspace
@@ -191,7 +193,9 @@ edges:
     with ws:
         def b_running():
             v = load_graph(ws.ledger, "crash")
-            return v.nodes["b"].state == "running" and v.nodes["a"].state == "delivered" and v
+            # d (after a) finishes at once; b waits for `release`: only b is in flight.
+            return v.nodes["b"].state == "running" and v.nodes["a"].state == "delivered" \
+                and v.nodes["d"].state == "delivered" and v
 
         v = _wait_for(b_running, what="b running")
         worker_pid = v.nodes["b"].pid
@@ -286,3 +290,41 @@ edges:
     ver = [r.event for r in workspace.ledger.stream("task:lg.tune")
            if isinstance(r.event, E.VerificationRecorded)][0]
     assert ver.passed and ver.gates[0]["task"] == "lg.tune.a1"
+    # The spec goes to the loop as an object: no YAML copy is written, and the definition's
+    # source is the task file itself (its directory is where the evaluator runs).
+    assert not (workspace.home / "graphs" / "lg" / "work" / "loops").exists()
+    defined = workspace.ledger.stream("task:lg.tune.a1")[0].event
+    assert defined.definition["source"] == str((tmp_path / "tune.yaml").resolve())
+    assert defined.definition["evaluator"]["argv"] == [sys.executable, f"{tmp_path}/ev.py"]
+
+
+GOOD_TASK = """id: x
+type: deployment-tuning
+goal: g
+point: {point}
+scope: {{engine.continuous_batching: [true]}}
+contract: {{gates: [{{name: stability, repeats: 2, max_cv: 0.1, max_failed_requests: 0}}]}}
+evaluator: {{kind: command, argv: [x]}}
+"""
+
+
+@pytest.mark.parametrize(("task_yaml", "says"), [
+    ("- not a mapping\n", "tune.yaml is not a mapping"),
+    (GOOD_TASK.format(point="nowhere.yaml"), "nowhere.yaml"),
+    (GOOD_TASK.format(point=REPO / "examples/points/tiny-cpu.yaml").replace(
+        "deployment-tuning", "no-such-type"), "tune.yaml:2: type"),
+    ("id: x\nid: y\n", "tune.yaml:2"),
+])
+def test_a_bad_loop_task_rejects_the_node_with_one_line(tmp_path, workspace, task_yaml, says):
+    (tmp_path / "tune.yaml").write_text(task_yaml)
+    (tmp_path / "g.yaml").write_text(
+        "name: bad\nnodes:\n  - {id: tune, type: deployment-tuning, "
+        "work: {kind: loop, task: tune.yaml}}\n")
+    define_graph(workspace, tmp_path / "g.yaml")
+    s = run_graph(workspace, "bad", jobs=1, max_respawns=0)
+    assert s.outcome == "completed" and s.counts.get("rejected") == 1, s
+    rejected = [r.event for r in workspace.ledger.stream(graph_stream("bad"))
+                if isinstance(r.event, E.NodeRejected)]
+    reason = rejected[0].reason
+    assert reason.startswith("node tune: loop task ") and says in reason, reason
+    assert "\n" not in reason

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.graph_runner import define_graph, run_graph
+from infer_forge.harness.graph.commands import define_graph
+from infer_forge.harness.graph.run import run_graph
 from infer_forge.ledger import events as E
 from infer_forge.ledger.graphspec import (
     GraphSpecError,

@@ -241,7 +241,8 @@ def test_values_set_for_the_child_only_are_redacted_from_its_output(workspace, p
 
 
 def test_graph_node_env_and_its_output_reach_no_stored_byte(workspace, tmp_path, planted):
-    from infer_forge.harness.graph_runner import define_graph, run_graph
+    from infer_forge.harness.graph.commands import define_graph
+    from infer_forge.harness.graph.run import run_graph
 
     key, pw = planted["env_api_key"], planted["env_password"]
     (tmp_path / "g.yaml").write_text(f"""\

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from infer_forge.harness.graph_runner import define_graph, invalidate
+from infer_forge.harness.graph.commands import define_graph, invalidate
 from infer_forge.wiki.build import build
 from infer_forge.wiki.lint import lint
 

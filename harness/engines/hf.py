@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HarnessError
+from ..proc import stat_fields
 from .base import (
     Engine,
     EventSink,
@@ -137,12 +138,13 @@ class HFRunning(ManagedEngine):
 def process_metrics(pid: int | None) -> dict[str, float]:
     if pid is None:
         return {}
+    fields = stat_fields(pid)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return {}
-    fields = stat[stat.rfind(")") + 2:].split()
+    if fields is None:
+        return {}
     ticks = os.sysconf("SC_CLK_TCK")
     out = {"process_cpu_seconds": (int(fields[11]) + int(fields[12])) / ticks,
            "process_threads": float(fields[17])}

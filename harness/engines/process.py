@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import shlex
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -36,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import HarnessError
+from ..proc import die_with_parent, group_alive
 
 TAIL_LINES = 20
 
@@ -69,49 +68,6 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
         return "(no log)"
     text = data.decode("utf-8", errors="replace").rstrip("\n").splitlines()
     return "\n".join(text[-lines:])
-
-
-def pgid_alive(pgid: int) -> bool:
-    """True while any process of the group exists (zombies of our own children excepted)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # killpg succeeds on zombies too: look for a live (non-zombie) member in /proc.
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _pdeathsig() -> Callable[[], None] | None:
-    """preexec_fn making the child die with its parent (Linux, main thread only)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    if threading.current_thread() is not threading.main_thread():
-        return None  # PDEATHSIG fires when the *thread* that forked exits
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
-
-    return preexec
 
 
 class ServerProcess:
@@ -168,7 +124,7 @@ class ServerProcess:
         try:
             self.proc = subprocess.Popen(
                 self.cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env, cwd=self.cwd, preexec_fn=_pdeathsig(),
+                start_new_session=True, env=env, cwd=self.cwd, preexec_fn=die_with_parent(),
             )
         except OSError as e:
             self._log.close()
@@ -238,16 +194,16 @@ class ServerProcess:
             return None
         pgid = proc.pid  # start_new_session: pid == pgid
         try:
-            if proc.poll() is None or pgid_alive(pgid):
+            if proc.poll() is None or group_alive(pgid):
                 _signal_group(pgid, signal.SIGTERM)
                 try:
                     proc.wait(timeout=self.grace_s)
                 except subprocess.TimeoutExpired:
                     pass
                 deadline = time.monotonic() + self.grace_s
-                while pgid_alive(pgid) and time.monotonic() < deadline:
+                while group_alive(pgid) and time.monotonic() < deadline:
                     time.sleep(0.05)  # members other than the leader may still be exiting
-                if pgid_alive(pgid) or proc.poll() is None:
+                if group_alive(pgid) or proc.poll() is None:
                     _signal_group(pgid, signal.SIGKILL)
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=5)

@@ -1,0 +1,217 @@
+"""`run_graph`: record the run, start worker processes, watch them (respawn a dead one, mark
+its nodes abandoned), echo progress, and summarize the run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from uuid import uuid4
+
+from ...ledger import events as E
+from ...ledger.errors import ConflictError
+from ...ledger.store import Ledger
+from ...ledger.workspace import Workspace
+from ...projections.graph import (
+    GraphView,
+    catch_up,
+    graph_stream,
+    load_graph,
+)
+from ..errors import HarnessError
+from ..proc import alive, die_with_parent, start_time
+from .work import repo_dir, workdir
+
+Echo = Callable[[str], None]
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass
+class RunSummary:
+    graph_id: str
+    run_id: str
+    jobs: int
+    outcome: str
+    wall_s: float
+    counts: dict[str, int]
+    ran: int  # node attempts concluded in this run
+    peak_in_flight: int
+    work_s: float  # sum of time inside node commands
+    overhead_per_node_s: float  # mean claim-to-conclusion time not spent in node commands
+    abandoned: list[str] = field(default_factory=list)
+    blocked: dict[str, list[str]] = field(default_factory=dict)
+    critical_path: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _progress_line(t: float, ev: E.Event, view: GraphView) -> str | None:
+    total = len(view.tasks())
+    c = view.counts()
+    tail = (f"[{c.get('delivered', 0)}/{total} delivered, {len(view.running())} running, "
+            f"{c.get('ready', 0)} ready]")
+    match ev:
+        case E.NodeStarted():
+            return f"[{t:6.1f}s] start     {ev.node} (attempt {ev.attempt}, {ev.worker})  {tail}"
+        case E.NodeDelivered():
+            return f"[{t:6.1f}s] delivered {ev.node} in {ev.duration_s:.2f}s  {tail}"
+        case E.NodeRejected():
+            return f"[{t:6.1f}s] rejected  {ev.node}: {ev.reason}  {tail}"
+        case E.NodeAbandoned():
+            return f"[{t:6.1f}s] abandoned {ev.node} (attempt {ev.attempt}): {ev.reason}"
+        case E.HandoffRefused():
+            return f"[{t:6.1f}s] refused   handoff {ev.src} -> {ev.dst}: {ev.reason}"
+    return None
+
+
+def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: bool = False,
+              echo: Echo = _quiet, poll_s: float = 0.05, max_respawns: int | None = None
+              ) -> RunSummary:
+    """Run the graph's ready nodes in `jobs` worker processes until nothing more can run."""
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    ledger = ws.ledger
+    gstream = graph_stream(graph_id)
+    view = load_graph(ledger, graph_id)
+    for r in view.runs:
+        if r.outcome is None and alive(r.pid, r.pid_start) and r.pid != os.getpid():
+            raise HarnessError(f"graph {graph_id!r} is being run by pid {r.pid} (run {r.run_id})"
+                               "; wait for it, or stop it and run: forge graph resume")
+    stale = view.running()
+    if stale and not resume:
+        raise HarnessError(
+            f"graph {graph_id!r} was interrupted with {len(stale)} node(s) in flight "
+            f"({', '.join(n.id for n in stale)}); run: forge graph resume")
+    # Where the repo nodes live, checked before anything is recorded.
+    repos = [repo_dir(ws, graph_id, n.id, n.spec.path) for n in view.nodes.values()
+             if n.kind == "repo"]
+    run_id = f"run{len(view.runs) + 1}-{uuid4().hex[:6]}"
+    me = os.getpid()
+    start: list[E.Event] = [E.GraphRunFinished(run_id=r.run_id, outcome="interrupted")
+                            for r in view.runs if r.outcome is None]
+    start += [E.NodeAbandoned(node=n.id, attempt=n.attempt,
+                              reason=f"runner of {n.run_id} died (pid {n.pid} gone); re-run")
+              for n in stale]
+    start.append(E.GraphRunStarted(run_id=run_id, jobs=jobs, pid=me, pid_start=start_time(me),
+                                   host=socket.gethostname(), resumed=resume))
+    try:
+        ledger.append(gstream, start, expected_version=view.version)
+    except ConflictError:
+        raise HarnessError(f"graph {graph_id!r} changed while starting; try again") from None
+    for d in repos:
+        d.mkdir(parents=True, exist_ok=True)
+    workdir(ws, graph_id).mkdir(parents=True, exist_ok=True)
+    logs = ws.home / "graphs" / graph_id / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    if stale:
+        echo(f"resuming {graph_id}: re-running {', '.join(n.id for n in stale)}")
+    todo = [n for n in view.tasks() if n.state != "delivered"]
+    n_workers = max(1, min(jobs, len(todo)))
+    echo(f"graph {graph_id}: {len(view.tasks())} tasks, {len(todo)} to do, "
+         f"{n_workers} worker(s), run {run_id}")
+    procs: dict[str, subprocess.Popen] = {}
+    spawned = 0
+    respawns_left = max_respawns if max_respawns is not None else 2 * n_workers
+
+    def spawn(name: str) -> None:
+        nonlocal spawned
+        spawned += 1
+        log = (logs / f"{run_id}-{name}.log").open("w")
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "infer_forge.harness.graph.worker", "--home", str(ws.home),
+             "--graph", graph_id, "--run", run_id, "--worker", name],
+            stdout=subprocess.DEVNULL, stderr=log, preexec_fn=die_with_parent())
+        log.close()
+
+    for i in range(n_workers):
+        spawn(f"w{i + 1}")
+    live = load_graph(ledger, graph_id)
+    failed = False
+    try:
+        while procs:
+            time.sleep(poll_s)
+            _echo_new(ledger, live, t0, echo)
+            for name, p in list(procs.items()):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                del procs[name]
+                if rc == 0:
+                    continue
+                tail = (logs / f"{run_id}-{name}.log").read_text()[-400:].strip()
+                echo(f"worker {name} died (exit {rc}): {tail.splitlines()[-1] if tail else ''}")
+                orphans = [n for n in load_graph(ledger, graph_id).running()
+                           if n.run_id == run_id and n.worker == name]
+                if orphans:
+                    ledger.append(gstream, [E.NodeAbandoned(
+                        node=n.id, attempt=n.attempt, reason=f"worker {name} died (exit {rc})")
+                        for n in orphans])
+                if respawns_left > 0:
+                    respawns_left -= 1
+                    spawn(f"{name.split('.')[0]}.{spawned}")
+                else:
+                    failed = True
+        _echo_new(ledger, live, t0, echo)
+    except BaseException:
+        for p in procs.values():
+            p.kill()
+        ledger.append(gstream, [E.GraphRunFinished(run_id=run_id, outcome="interrupted",
+                                                   wall_s=round(time.monotonic() - t0, 3))])
+        raise
+    wall = time.monotonic() - t0
+    final = load_graph(ledger, graph_id)
+    # Completed: every task delivered or rejected (a rejected direction is a result too).
+    done = all(n.state in ("delivered", "rejected") for n in final.tasks())
+    outcome = "completed" if done else ("failed" if failed else "stuck")
+    counts = final.counts()
+    ledger.append(gstream, [E.GraphRunFinished(run_id=run_id, outcome=outcome, counts=counts,
+                                               wall_s=round(wall, 3))],
+                  command_id=f"{graph_id}:{run_id}:finished")
+    stats = run_stats(ledger, graph_id, run_id)
+    overhead = stats["overhead_s"] / stats["ran"] if stats["ran"] else 0.0
+    path, _ = final.critical_path()
+    summary = RunSummary(graph_id, run_id, jobs, outcome, round(wall, 3), counts, stats["ran"],
+                         stats["peak_in_flight"], round(stats["work_s"], 3),
+                         round(max(0.0, overhead), 4), [n.id for n in stale], final.blocked(),
+                         path)
+    return summary
+
+
+def _echo_new(ledger: Ledger, live: GraphView, t0: float, echo: Echo) -> None:
+    for ev in catch_up(ledger, live):
+        line = _progress_line(time.monotonic() - t0, ev, live)
+        if line:
+            echo(line)
+
+
+def run_stats(ledger: Ledger, graph_id: str, run_id: str) -> dict[str, Any]:
+    """Peak concurrent in-flight nodes, attempts concluded and command time of one run."""
+    in_flight: set[tuple[str, int]] = set()
+    mine = False
+    peak = ran = 0
+    work = overhead = 0.0
+    for r in ledger.stream(graph_stream(graph_id)):
+        ev = r.event
+        if isinstance(ev, E.NodeStarted):
+            mine = ev.run_id == run_id
+            if mine:
+                in_flight.add((ev.node, ev.attempt))
+                peak = max(peak, len(in_flight))
+        elif isinstance(ev, E.NodeDelivered | E.NodeRejected | E.NodeAbandoned):
+            key = (ev.node, ev.attempt)
+            if key in in_flight:
+                in_flight.discard(key)
+                if not isinstance(ev, E.NodeAbandoned):
+                    ran += 1
+                    work += ev.work_s
+                    overhead += max(0.0, ev.duration_s - ev.work_s)
+    return {"peak_in_flight": peak, "ran": ran, "work_s": work, "overhead_s": overhead}

@@ -1,0 +1,341 @@
+"""Node work: run one claimed node (a command with its verification steps, or a task YAML
+through the task loop), record its verification, and conclude it (handoffs, delivery or
+rejection) on current state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...ledger import events as E
+from ...ledger.clock import digest
+from ...ledger.errors import ConflictError
+from ...ledger.graphspec import CommandWork, LoopWork
+from ...ledger.specs import SpecError, TaskDefinition, load_yaml, parse_spec
+from ...ledger.store import Append, task_stream
+from ...ledger.workspace import Workspace
+from ...projections.graph import GraphView, catch_up, graph_stream, node_task_id
+from ..errors import HarnessError
+from ..loop.define import define_task_spec
+from ..loop.run import run_task
+from ..proc import CommandOutcome, run_in_session
+from ..tools.calls import capture_redactor
+from .commands import ACTOR, handoff_events
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        return obj if isinstance(obj, dict) else None
+    return None
+
+
+@dataclass
+class NodeContext:
+    ws: Workspace
+    view: GraphView
+    node: str
+    attempt: int
+    run_id: str
+    worker: str
+
+    @property
+    def graph_id(self) -> str:
+        return self.view.graph_id
+
+    @property
+    def task_id(self) -> str:
+        return node_task_id(self.graph_id, self.node)
+
+    @property
+    def block(self) -> str:
+        return f"a{self.attempt}"
+
+    def cid(self, step: str) -> str:
+        return f"{self.task_id}:{self.block}:{step}"
+
+
+def workdir(ws: Workspace, graph_id: str) -> Path:
+    return ws.home / "graphs" / graph_id / "work"
+
+
+def repo_dir(ws: Workspace, graph_id: str, node: str, path: str | None) -> Path:
+    """A repo node's directory under the graph's work dir. The path was checked when the node
+    was defined (relative, no '..'); resolved here, symlinks included, it must stay inside."""
+    base = workdir(ws, graph_id).resolve()
+    target = (base / (path or f"repos/{node}")).resolve()
+    if not target.is_relative_to(base):
+        raise HarnessError(f"graph {graph_id!r}: repo node {node!r}: path {path!r} resolves to "
+                           f"{target}, outside the graph's work dir {base}")
+    return target
+
+
+def _subst(text: str, values: dict[str, str]) -> str:
+    for k, v in values.items():
+        text = text.replace("{" + k + "}", v)
+    return text
+
+
+@dataclass
+class WorkResult:
+    passed: bool
+    checks: list[dict[str, Any]]
+    evidence: list[str]
+    deliverable: dict[str, str]
+    work_s: float
+    reason: str = ""
+
+
+def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResult:
+    ledger, arts = ctx.ws.ledger, ctx.ws.artifacts
+    values = {"python": sys.executable, "graph_dir": ctx.view.graph_dir or str(cwd),
+              "workdir": str(cwd), "node": ctx.node, "attempt": str(ctx.attempt)}
+    env = {**os.environ, **{k: _subst(v, values) for k, v in work.env.items()},
+           "FORGE_GRAPH": ctx.graph_id, "FORGE_NODE": ctx.node,
+           "FORGE_ATTEMPT": str(ctx.attempt), "FORGE_WORKDIR": str(cwd),
+           "FORGE_GRAPH_DIR": values["graph_dir"], "PYTHON": sys.executable}
+    tstream = task_stream(ctx.task_id)
+    evidence: list[str] = []
+    work_s = 0.0
+
+    red = capture_redactor(ctx.ws, env)  # the node's env values never reach the ledger
+
+    def invoke(step: str, tool: str, argv: list[str], timeout_s: float) -> CommandOutcome:
+        nonlocal work_s
+        out = run_in_session(argv, cwd, env, timeout_s)
+        out.stdout, out.stderr = red.text(out.stdout), red.text(out.stderr)
+        argv = red.value(argv)
+        work_s += out.duration_s
+        ev = E.ToolInvoked(
+            tool=tool, argv=argv, cwd=str(cwd), exit_code=out.exit_code,
+            duration_s=round(out.duration_s, 4),
+            stdout_digest=arts.put(out.stdout) if out.stdout else None,
+            stderr_digest=arts.put(out.stderr) if out.stderr else None,
+            error=out.error, task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR)
+        ledger.append(tstream, [ev], command_id=ctx.cid(step))
+        evidence.append(str(ev.event_id))
+        return out
+
+    def argv_of(argv: list[str] | None, sh: str | None) -> list[str]:
+        if argv is not None:
+            return [_subst(a, values) for a in argv]
+        return ["bash", "-c", _subst(sh or "", values)]
+
+    main = invoke("work", "command", argv_of(work.argv, work.sh), work.timeout_s)
+    checks: list[dict[str, Any]] = []
+    if main.error or main.exit_code != 0:
+        reason = main.error or f"work command exited {main.exit_code}"
+        tail = " ".join(main.stderr.strip().splitlines()[-1:])[:200]
+        checks.append({"name": "work", "passed": False,
+                       "detail": reason + (f": {tail}" if tail else "")})
+        return WorkResult(False, checks, evidence, {}, work_s, reason)
+    metrics = last_json(main.stdout)
+    for i, v in enumerate(work.verify):
+        if v.metric is not None:
+            val = (metrics or {}).get(v.metric)
+            if not isinstance(val, int | float) or isinstance(val, bool):
+                checks.append({"name": v.name, "passed": False, "metric": v.metric,
+                               "detail": f"metric {v.metric!r} missing from the last JSON line"})
+                continue
+            ok = ((v.at_least is None or val >= v.at_least)
+                  and (v.at_most is None or val <= v.at_most)
+                  and (v.equals is None or val == v.equals))
+            bound = {k: b for k, b in (("at_least", v.at_least), ("at_most", v.at_most),
+                                       ("equals", v.equals)) if b is not None}
+            checks.append({"name": v.name, "passed": ok, "metric": v.metric, "value": val,
+                           **bound})
+        else:
+            out = invoke(f"verify{i}", f"verify:{v.name}", argv_of(v.argv, v.sh), v.timeout_s)
+            ok = out.error is None and out.exit_code == 0
+            detail = out.error or f"exit {out.exit_code}"
+            if not ok and out.stderr.strip():
+                detail += ": " + out.stderr.strip().splitlines()[-1][:200]
+            checks.append({"name": v.name, "passed": ok, "detail": detail})
+    deliverable: dict[str, str] = {}
+    missing = []
+    for rel in work.deliverables:
+        f = cwd / _subst(rel, values)
+        if f.is_file():
+            deliverable[rel] = arts.put(f.read_bytes())
+        else:
+            missing.append(rel)
+    if missing:
+        checks.append({"name": "deliverables", "passed": False,
+                       "detail": f"missing: {', '.join(missing)}"})
+    passed = all(c["passed"] for c in checks)
+    failed = [c["name"] for c in checks if not c["passed"]]
+    reason = "" if passed else f"verification failed: {', '.join(failed)}"
+    if main.stdout and not deliverable:
+        deliverable["stdout"] = arts.put(main.stdout)
+    return WorkResult(passed, checks, evidence, deliverable, work_s, reason)
+
+
+def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
+    """Run a task YAML through the Task Loop as task `<graph>.<node>.a<attempt>` (a new task
+    per attempt, so a reworked node really re-runs). Paths in the YAML are resolved against
+    its own directory; {python} {graph_dir} {workdir} {node} in argv are filled in."""
+    src = (Path(ctx.view.graph_dir or cwd) / work.task).resolve()
+    values = {"python": sys.executable, "graph_dir": ctx.view.graph_dir or str(cwd),
+              "workdir": str(cwd), "node": ctx.node, "attempt": str(ctx.attempt)}
+    tid = f"{ctx.task_id}.{ctx.block}"
+    try:
+        data, node = load_yaml(src)
+        if not isinstance(data, dict):
+            raise HarnessError(f"node {ctx.node}: loop task {src} is not a mapping")
+        data = {k: v for k, v in data.items() if k != "kind"}
+        data["id"] = tid
+        for key in ("evaluator", "executor"):
+            part = data.get(key)
+            if isinstance(part, dict) and isinstance(part.get("argv"), list):
+                part["argv"] = [_subst(str(a), values) for a in part["argv"]]
+        task = parse_spec("task", data, path=src, node=node)
+        assert isinstance(task, TaskDefinition)
+        t0 = time.monotonic()
+        define_task_spec(ctx.ws, task, src, actor=ACTOR)
+    except SpecError as e:
+        raise HarnessError(f"node {ctx.node}: loop task {e.problems[0]}") from None
+    out = run_task(ctx.ws, tid)
+    passed = out.exit_state == "delivered"
+    checks = [{"name": "task-loop", "passed": passed, "task": tid, "blocks": out.blocks,
+               "detail": f"{out.status} {out.exit_state or ''}: {out.exit_reason or ''}".strip()}]
+    return WorkResult(passed, checks, [f"task:{tid}"], {"task": digest({"task": tid})},
+                      time.monotonic() - t0,
+                      "" if passed else f"task loop {tid} ended {out.exit_state or out.status}")
+
+
+def execute_node(ctx: NodeContext) -> str:
+    """Run one claimed node to delivery or rejection. Returns the final state."""
+    t0 = time.monotonic()
+    ledger = ctx.ws.ledger
+    n = ctx.view.nodes[ctx.node]
+    spec = n.spec
+    tstream = task_stream(ctx.task_id)
+    definition = spec.model_dump(mode="json")
+    begin: list[E.Event] = []
+    if not ledger.version(tstream):
+        begin.append(E.TaskDefined(
+            title=spec.title or spec.id, task_type=spec.type or "", goal=spec.goal,
+            definition=definition, definition_hash=digest(definition), task_id=ctx.task_id,
+            actor=ACTOR))
+    elif ctx.attempt > 1:
+        begin.append(E.TaskReopened(reason=n.reason or f"attempt {ctx.attempt}",
+                                    task_id=ctx.task_id, actor=ACTOR))
+    begin.append(E.LoopBlockStarted(
+        index=ctx.attempt, sub_goal=spec.goal or spec.title or spec.id,
+        routing={"executor": spec.work.kind if spec.work else "none", "model_tier": "none",
+                 "agent_topology": "single", "worker": ctx.worker, "run_id": ctx.run_id},
+        task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR))
+    ledger.append(tstream, begin, command_id=ctx.cid("begin"))
+    cwd = workdir(ctx.ws, ctx.graph_id)
+    cwd.mkdir(parents=True, exist_ok=True)
+    try:
+        if isinstance(spec.work, CommandWork):
+            res = run_command_work(ctx, spec.work, cwd)
+        elif isinstance(spec.work, LoopWork):
+            res = run_loop_work(ctx, spec.work, cwd)
+        else:  # pragma: no cover - NodeSpec forbids it
+            raise HarnessError(f"node {ctx.node} has no work")
+    except HarnessError as e:
+        res = WorkResult(False, [{"name": "work", "passed": False, "detail": str(e)}], [], {},
+                         time.monotonic() - t0, str(e))
+    ver = E.VerificationRecorded(
+        contract_hash=digest(spec.work.model_dump(mode="json") if spec.work else {}),
+        passed=res.passed, verdict="pass" if res.passed else "fail", gates=res.checks,
+        evidence=res.evidence, task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR)
+    ddig = digest(res.deliverable) if res.deliverable else None
+    gstream = graph_stream(ctx.graph_id)
+    ledger.save(Append(tstream, [ver]), Append(gstream, [E.NodeVerified(
+        node=ctx.node, attempt=ctx.attempt, passed=res.passed, checks=res.checks,
+        verification_event_id=ver.event_id, deliverable=res.deliverable,
+        deliverable_digest=ddig, task_id=ctx.task_id, actor=ACTOR)]),
+        command_id=ctx.cid("verified"))
+    return _conclude(ctx, res, time.monotonic() - t0, ver)
+
+
+def _closing(ctx: NodeContext, res: WorkResult, ver: E.VerificationRecorded,
+             final: str) -> list[E.Event]:
+    """The node's task-stream ending for `final`: the standard task events."""
+    spec = ctx.view.nodes[ctx.node].spec
+    closing: list[E.Event]
+    if final == "delivered":
+        closing = [E.DeliverableAccepted(
+            candidate={}, summary=f"{spec.id}: all {len(res.checks)} checks passed",
+            verification_event_id=ver.event_id, evidence=res.evidence,
+            task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR),
+            E.LoopBlockHandedOff(outcome="delivered", state_reached="verified",
+                                 task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR),
+            E.TaskExited(state="delivered", reason="deliverable verified and handed off",
+                         evidence=[str(ver.event_id)], task_id=ctx.task_id, actor=ACTOR)]
+    elif final == "rejected":
+        closing = [E.DirectionRejected(reason=res.reason or "verification failed",
+                                       evidence=[str(ver.event_id), *res.evidence],
+                                       task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR),
+                   E.LoopBlockHandedOff(outcome="failed", state_reached="unverified",
+                                        findings=[res.reason], task_id=ctx.task_id,
+                                        block_id=ctx.block, actor=ACTOR),
+                   E.TaskExited(state="failed-unverifiable", reason=res.reason,
+                                evidence=[str(ver.event_id)], task_id=ctx.task_id,
+                                actor=ACTOR)]
+    else:  # reworked while running: the attempt is abandoned and the node runs again
+        closing = [E.LoopBlockHandedOff(outcome="no-progress", state_reached="superseded",
+                                        findings=["rework requested while running"],
+                                        task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR)]
+    return closing
+
+
+def _conclude(ctx: NodeContext, res: WorkResult, elapsed: float,
+              ver: E.VerificationRecorded) -> str:
+    """Handoffs + delivery (or refusals + rejection) in one save, decided on current state."""
+    gstream = graph_stream(ctx.graph_id)
+    view = ctx.view
+    for _ in range(200):
+        catch_up(ctx.ws.ledger, view)
+        n = view.nodes[ctx.node]
+        if n.attempt != ctx.attempt or n.state not in ("running", "verified"):
+            return "abandoned"  # someone abandoned this attempt (its runner was presumed dead)
+        events: list[E.Event]
+        delivered, refused = handoff_events(view, ctx.node, ctx.attempt)
+        if n.stale:
+            events = [*refused, E.NodeAbandoned(node=ctx.node, attempt=ctx.attempt,
+                                                reason="rework requested while running")]
+            final = "abandoned"
+        elif res.passed:
+            done = E.NodeDelivered(node=ctx.node, attempt=ctx.attempt,
+                                   deliverable_digest=n.deliverable_digest,
+                                   duration_s=round(elapsed, 4), work_s=round(res.work_s, 4),
+                                   task_id=ctx.task_id, actor=ACTOR)
+            events = [*delivered, done]
+            for es in view.out_edges.get(ctx.node, ()):
+                tgt = view.nodes[es.spec.dst]
+                if es.spec.label == "control:stop" and tgt.state in ("pending", "needs-rework"):
+                    events.append(E.NodeRejected(
+                        node=tgt.id, attempt=tgt.attempt,
+                        reason=f"stopped by {ctx.node} (control/stop) when it delivered",
+                        evidence=[str(done.event_id)], actor=ACTOR))
+            final = "delivered"
+        else:
+            events = [*refused, E.NodeRejected(
+                node=ctx.node, attempt=ctx.attempt, reason=res.reason or "verification failed",
+                evidence=[str(ver.event_id), *res.evidence], duration_s=round(elapsed, 4),
+                work_s=round(res.work_s, 4), task_id=ctx.task_id, actor=ACTOR)]
+            final = "rejected"
+        try:
+            ctx.ws.ledger.save(Append(gstream, events, expected_version=view.version),
+                               Append(task_stream(ctx.task_id), _closing(ctx, res, ver, final)),
+                               command_id=ctx.cid("conclude"))
+            return final
+        except ConflictError:
+            continue
+    raise HarnessError(f"graph {ctx.graph_id!r}: could not conclude {ctx.node} (stream busy)")

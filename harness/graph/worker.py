@@ -1,0 +1,82 @@
+"""The graph worker process (`python -m infer_forge.harness.graph.worker`, started by
+`run_graph`): claims ready nodes by appending NodeStarted with the graph stream's expected
+version, and runs them until nothing is ready or in flight in its run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from ...ledger import events as E
+from ...ledger.errors import ConflictError
+from ...ledger.workspace import Workspace, open_workspace
+from ...projections.graph import (
+    catch_up,
+    graph_stream,
+    load_graph,
+    node_task_id,
+)
+from .commands import ACTOR
+from .work import NodeContext, execute_node
+
+
+def worker_loop(ws: Workspace, graph_id: str, run_id: str, worker: str,
+                poll_s: float = 0.03) -> int:
+    """Claim and run ready nodes until nothing is ready or in flight in this run.
+    Returns how many nodes this worker ran."""
+    ran = 0
+    gstream = graph_stream(graph_id)
+    view = load_graph(ws.ledger, graph_id)
+    idle = 0
+    while True:
+        catch_up(ws.ledger, view)
+        run = next((r for r in view.runs if r.run_id == run_id), None)
+        if run is None or run.outcome is not None:
+            return ran
+        ready = view.ready()
+        if not ready:
+            if not any(n.run_id == run_id for n in view.running()):
+                return ran
+            # Polling the ledger, the only channel between workers; back off while idle.
+            idle += 1
+            time.sleep(min(poll_s * idle, 0.25))
+            continue
+        idle = 0
+        node = ready[0]
+        attempt = view.nodes[node].attempt + 1
+        claim = E.NodeStarted(node=node, attempt=attempt, run_id=run_id, worker=worker,
+                              pid=os.getpid(), task_id=node_task_id(graph_id, node),
+                              actor=ACTOR,
+                              input_digests={es.spec.src: es.deliverable_digest or ""
+                                             for es in view.in_edges.get(node, ())
+                                             if es.spec.kind == "handoff"})
+        try:
+            ws.ledger.append(gstream, [claim], expected_version=view.version,
+                             command_id=f"{graph_id}:{node}:a{attempt}:start:{run_id}:{worker}")
+        except ConflictError:
+            continue
+        catch_up(ws.ledger, view)
+        execute_node(NodeContext(ws, view, node, attempt, run_id, worker))
+        ran += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker process entry point (started by run_graph)."""
+    ap = argparse.ArgumentParser(prog="graph-worker")
+    ap.add_argument("--home", required=True)
+    ap.add_argument("--graph", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--worker", required=True)
+    a = ap.parse_args(argv)
+    ws = open_workspace(a.home)
+    try:
+        worker_loop(ws, a.graph, a.run, a.worker)
+    finally:
+        ws.close()
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())
