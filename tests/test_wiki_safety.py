@@ -41,8 +41,9 @@ from tests.helpers.hostile import METRIC, REPO, SHOWN, TASK, build_hostile, forg
 
 # What forge's page generators emit; anything else in a page came from user text.
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "nav", "a", "form", "input",
-                "h1", "h2", "p", "ul", "li", "table", "tr", "th", "td", "pre", "figure",
-                "span", "svg", "g", "rect", "text", "line", "circle"}
+                "h1", "h2", "p", "ul", "li", "table", "thead", "tbody", "tr", "th", "td",
+                "pre", "code", "strong", "figure", "span", "svg", "g", "rect", "text", "line",
+                "circle", "defs", "path", "use", "clippath"}
 URL_ATTRS = {"href", "src", "action", "formaction", "xlink:href", "srcset", "data", "poster"}
 
 
@@ -76,12 +77,17 @@ def audit_site(site: Path) -> dict[str, str]:
         a = Audit()
         a.feed(html)
         a.close()
+        ids = {attrs.get("id") for _, attrs in a.tags} - {None}
         for tag, attrs in a.tags:
             assert tag in ALLOWED_TAGS, (rel, tag, attrs)
             for name, value in attrs.items():
                 assert not name.startswith("on"), (rel, tag, name, value)
-                if name in URL_ATTRS:
+                if name in URL_ATTRS and tag == "use":  # a plot's marker: a shape of its own
+                    assert (value or "").startswith("#") and value[1:] in ids, (rel, value)
+                elif name in URL_ATTRS:
                     assert_site_url(site, f, value or "")
+                for ref in re.findall(r"url\(([^)]*)\)", value or ""):  # clip paths
+                    assert ref.startswith("#") and ref[1:] in ids, (rel, name, value)
             if tag == "a":
                 assert "href" in attrs, (rel, attrs)
         assert "<script" not in html.lower(), rel

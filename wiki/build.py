@@ -28,13 +28,17 @@ from . import narrative
 from .errors import WikiError
 from .graphs import GRAPH_INDEX, graph_pages
 from .page import Page, link, text, to_html, to_markdown
-from .pages import FACETS, NAV, Snapshot, load, make_pages
+from .pages import FACETS, NAV, make_pages
+from .plot import PlotCache
 from .retrieve import corpus_docs
 from .search_page import SEARCH_HTML
+from .snapshot import Snapshot, load
 
 STATE = "_state.json"
-BUILD_VERSION = 3  # bump when page generation changes: existing wikis rebuild (2: graph pages;
-# 3: user text never forms a link, injective page names, the graph index at `graphs`)
+BUILD_VERSION = 4  # bump when page generation changes: existing wikis rebuild (2: graph pages;
+# 3: user text never forms a link, injective page names, the graph index at `graphs`;
+# 4: the site rendered from markdown by markdown-it, plots by matplotlib with verdicts and SLOs)
+PLOT_CACHE = "_plots.json"  # drawings kept between builds (plot.PlotCache)
 RELATED_K = 5
 DIM_BONUS = 0.05  # added to the cosine similarity per shared dimension
 MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims", "graphs")
@@ -185,7 +189,9 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
                 timings: dict[str, float], stats: dict[str, int],
                 extra_texts: list[str] = (), extra_pages: list[Page] = ()) -> list[Page]:
     t = time.perf_counter()
-    pages = make_pages(snap)
+    plots = PlotCache(wiki_dir / PLOT_CACHE)
+    pages = make_pages(snap, plots)
+    plots.save()
     if extra_pages:
         pages += extra_pages
         home = next(p for p in pages if p.path == "index")

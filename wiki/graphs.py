@@ -2,7 +2,9 @@
 
 The drawing is a layered SVG (nodes in topological generations of the whole graph, left to
 right; boxes coloured by state; handoff edges solid, state edges dashed, control edges thick)
-so the static site shows the graph without JavaScript. The page also carries the Mermaid
+so the static site shows the graph without JavaScript. It is drawn here, not by matplotlib
+(as the wiki's plots are): boxes in a fixed layered layout are a few lines of SVG, with every
+text escaped by `esc`, and cost nothing per page. The page also carries the Mermaid
 source, the node table (state, why blocked, rework path) and the rejected directions with
 their evidence. Task nodes link to their task pages when those exist.
 """

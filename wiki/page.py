@@ -1,16 +1,20 @@
 """A wiki page as data, rendered two ways from the same blocks: markdown with typed
-frontmatter and `[[path|label]]` wiki links (the journal), and HTML (the static site).
+frontmatter and `[[path|label]]` wiki links (the journal), and HTML (the static site): the
+same markdown, with `[label](page.html)` links, rendered by markdown-it-py.
 
 Blocks: ("h", text) | ("p", text) | ("list", [text]) | ("table", columns, rows) |
 ("code", str) | ("svg", svg).
 
-Links are data, never text. A text is a plain `str` (anything a user or an agent typed:
-reasons, goals, candidate values, titles; it is never read as markup), a `Link` (made only by
-forge's page generators, with `link()`), or a `Text` mixing the two (`text(...)`). So user text
-cannot form a link, whatever it holds: the markdown escapes `[`, `]`, `\\`, `<` in it and the
-HTML escapes it. The HTML renderer also emits an `<a href>` only for a link to a page of the
-site (a relative page path built of page-name characters, and one of the built pages when
-the build passes them); any other link renders as its label.
+Links and markup are data, never text. A text is a plain `str` (anything a user or an agent
+typed: reasons, goals, candidate values, titles; it is never read as markup), a `Link` (made
+only by forge's page generators, with `link()`), a `Strong` or `Code` (`strong()`, `code()`:
+forge's own emphasis, its content plain text), or a `Text` mixing them (`text(...)`). So user
+text cannot form a link, a tag or any markup, whatever it holds: `md_escape` backslash-escapes
+everything in it that CommonMark could read as markup, so it shows as typed, in the journal
+and on the site. The site's renderer (`MD`) allows no raw HTML, images, autolinks or
+reference definitions, escapes every text it writes, and emits an `<a href>` only for a link
+to a page of the site (a relative page path built of page-name characters, and one of the
+built pages when the build passes them); any other link renders as its label.
 
 Page names: `page_name(value)` is the file name of the page of an id or name. A valid id
 (ledger.ids: lowercase, starts and ends with a letter or digit) is its own page name; anything
@@ -19,19 +23,20 @@ a page, on a case-insensitive file system too, and every name is short enough fo
 system.
 
 SVG blocks come from forge's own drawings (plot.py, graphs.py), which escape every text they
-draw with `esc()`.
+draw.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
 import yaml
+from markdown_it import MarkdownIt
 
 from ..ledger.ids import is_id
 
@@ -60,8 +65,31 @@ class Link:
         raise TypeError("a Link is not a string: combine it with text(...), not an f-string")
 
 
+@dataclass(frozen=True)
+class Strong:
+    """Text shown strong (`**…**` in markdown), made by a page generator: `strong(...)`."""
+
+    text: str
+
+    def __format__(self, spec: str) -> str:
+        raise TypeError("a Strong is not a string: combine it with text(...), not an f-string")
+
+
+@dataclass(frozen=True)
+class Code:
+    """Text shown as code (a backtick span in markdown), made by a page generator."""
+
+    text: str
+
+    def __format__(self, spec: str) -> str:
+        raise TypeError("a Code is not a string: combine it with text(...), not an f-string")
+
+
+MARKUP = (Link, Strong, Code)  # segments of a Text that are not plain strings
+
+
 class Text(tuple):
-    """A run of plain strings and Links."""
+    """A run of plain strings, Links and markup (Strong, Code)."""
 
     def __format__(self, spec: str) -> str:
         raise TypeError("a Text is not a string: combine it with text(...), not an f-string")
@@ -71,16 +99,24 @@ def link(path: str, label: Any = None) -> Link:
     return Link(path, str(label) if label is not None else path.rsplit("/", 1)[-1])
 
 
+def strong(v: Any) -> Strong:
+    return Strong(" ".join(str(v).split()))
+
+
+def code(v: Any) -> Code:
+    return Code(" ".join(str(v).splitlines()))
+
+
 def text(*parts: Any) -> Text:
-    """Plain strings and Links in order (nested Texts flattened, None as nothing, other values
-    as their str)."""
-    out: list[str | Link] = []
+    """Plain strings, Links and markup in order (nested Texts flattened, None as nothing,
+    other values as their str)."""
+    out: list[Any] = []
     for p in parts:
         if p is None:
             continue
         if isinstance(p, Text):
             out.extend(p)
-        elif isinstance(p, Link | str):
+        elif isinstance(p, MARKUP) or isinstance(p, str):
             out.append(p)
         else:
             out.append(str(p))
@@ -96,17 +132,21 @@ def join(sep: str, items: Iterable[Any]) -> Text:
     return text(*parts)
 
 
-def _segments(v: Any) -> list[str | Link]:
+def _segments(v: Any) -> list[Any]:
     if isinstance(v, Text):
         return list(v)
-    if isinstance(v, Link):
+    if isinstance(v, MARKUP):
         return [v]
     return [_cell(v)]
 
 
+def _plain(s: Any) -> str:
+    return s.label if isinstance(s, Link) else s.text if isinstance(s, Strong | Code) else s
+
+
 def plain(v: Any) -> str:
-    """Text as a reader sees it: links by their labels."""
-    return "".join(s.label if isinstance(s, Link) else s for s in _segments(v))
+    """Text as a reader sees it: links by their labels, markup by its text."""
+    return "".join(_plain(s) for s in _segments(v))
 
 
 def slug(text_: Any) -> str:
@@ -177,7 +217,7 @@ def _cell(v: Any) -> str:
         if v != v or v in (float("inf"), float("-inf")):
             return str(v)
         return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.0f}"
-    if isinstance(v, Text | Link):
+    if isinstance(v, Text | Link | Strong | Code):
         return plain(v)
     return str(v)
 
@@ -199,43 +239,83 @@ def sort_key(v: Any) -> tuple:
 
 # --- markdown ---------------------------------------------------------------------------
 
-_MD_ESCAPES = {"\\": "\\\\", "[": "\\[", "]": "\\]"}
+# What could start markup in plain text: `\` `` ` `` `*` `[` `]` `~` `#` anywhere, `_` where
+# it could delimit emphasis (not between two letters or digits), `<` where it could open a tag
+# or an autolink, `&` where it could start a character reference.
+_MD_SPECIAL = re.compile(r"[\\`*\[\]~#]|(?<![^\W_])_|_(?![^\W_])|<(?=[A-Za-z/!?])"
+                         r"|&(?=[A-Za-z0-9#])")
 _MD_TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what could open an HTML tag or an autolink
+_MD_BLOCK = frozenset("-+=>")  # at the start of a block: a list, a rule or heading, a quote
+_MD_ORDERED = re.compile(r"\d{1,9}(?=[.)])")  # at the start of a block: an ordered list
 
 
-def md_escape(s: str, table: bool = False) -> str:
-    """Plain text for the markdown journal: one line, and nothing in it can form a wiki link,
-    a markdown link, an autolink or an HTML tag (CommonMark backslash escapes; a `<` before
-    a space or a digit stays as it is)."""
-    s = " ".join(s.splitlines())
-    s = _MD_TAG.sub("\\\\<", "".join(_MD_ESCAPES.get(c, c) for c in s))
+def md_escape(s: str, table: bool = False, start: bool = False) -> str:
+    """Plain text for markdown, one line, that any CommonMark renderer shows as typed (the
+    site's markdown-it, a viewer of the journal): nothing in it forms a wiki link, a link, an
+    autolink, an HTML tag, a character reference, emphasis or code (backslash escapes); at the
+    `start` of a block nothing opens a block (list, quote, heading, rule, code); in a `table`
+    nothing ends the cell."""
+    s = _MD_SPECIAL.sub(r"\\\g<0>", " ".join(s.splitlines()))
+    if start:
+        s = s.lstrip()
+        if s[:1] in _MD_BLOCK:
+            s = "\\" + s
+        elif m := _MD_ORDERED.match(s):
+            s = f"{m.group()}\\{s[m.end():]}"
     return s.replace("|", "\\|") if table else s
 
 
 def _md_label(label: str, table: bool) -> str:
-    """A link's label (it may hold a title someone typed): one line, no bracket, no tag."""
+    """A wiki link's label (it may hold a title someone typed): one line, no bracket, no
+    tag."""
     label = " ".join(label.splitlines()).replace("]", ")").replace("[", "(")
     label = _MD_TAG.sub("\\\\<", label)
     return label.replace("|", "\\|") if table else label
 
 
-def _md(v: Any, table: bool = False) -> str:
+def _backticks(s: str) -> int:
+    """The longest run of backticks in `s`."""
+    return max((len(m) for m in re.findall(r"`+", s)), default=0)
+
+
+def _code_span(s: str, table: bool) -> str:
+    if not s.strip():
+        return md_escape(s, table)
+    fence = "`" * (_backticks(s) + 1)
+    if s[0] == "`" or s[-1] == "`" or (s[0] == " " and s[-1] == " "):
+        s = f" {s} "  # a renderer strips one space each side
+    return fence + (s.replace("|", "\\|") if table else s) + fence
+
+
+LinkMd = Callable[[Link, bool, bool], str]  # (link, in a table, at the start of a block)
+
+
+def _wiki_link(s: Link, table: bool, start: bool) -> str:
+    """The journal's link: `[[path|label]]` to a page path, else the label as text."""
+    if is_page_path(s.path):
+        sep = "\\|" if table else "|"
+        return f"[[{s.path}{sep}{_md_label(s.label, table)}]]"
+    return md_escape(s.label, table, start)
+
+
+def _md(v: Any, link_md: LinkMd, table: bool = False, start: bool = False) -> str:
     out = []
     for s in _segments(v):
         if isinstance(s, Link):
-            if is_page_path(s.path):
-                sep = "\\|" if table else "|"
-                out.append(f"[[{s.path}{sep}{_md_label(s.label, table)}]]")
-            else:
-                out.append(md_escape(s.label, table))
+            part = link_md(s, table, start)
+        elif isinstance(s, Strong):
+            part = f"**{md_escape(s.text, table)}**" if s.text.strip() else ""
+        elif isinstance(s, Code):
+            part = _code_span(s.text, table)
         else:
-            out.append(md_escape(s, table))
+            part = md_escape(s, table, start)
+        out.append(part)
+        start = start and not part.strip()
     return "".join(out)
 
 
-def _fence(code: str) -> str:
-    longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
-    return "`" * max(3, longest + 1)
+def _fence(code_: str) -> str:
+    return "`" * max(3, _backticks(code_) + 1)
 
 
 def _svg(svg: str) -> str:
@@ -244,32 +324,35 @@ def _svg(svg: str) -> str:
     return " ".join(svg.splitlines()).replace("[", "&#91;").replace("]", "&#93;")
 
 
+def _block_md(b: tuple, link_md: LinkMd) -> list[str]:
+    """The markdown lines of one block (not an SVG block), a blank line after them."""
+    kind = b[0]
+    if kind == "h":
+        return [f"## {_md(b[1], link_md, start=True)}", ""]
+    if kind == "p":
+        return [_md(b[1], link_md, start=True), ""]
+    if kind == "list":
+        return [f"- {_md(x, link_md, start=True)}" for x in b[1]] + [""]
+    if kind == "table":
+        cols, rows = b[1], b[2]
+        return (["| " + " | ".join(md_escape(str(c), True) for c in cols) + " |",
+                 "|" + "---|" * len(cols)]
+                + ["| " + " | ".join(_md(c, link_md, True) for c in r) + " |" for r in rows]
+                + [""])
+    if kind == "code":
+        fence = _fence(b[1])
+        return [fence, b[1], fence, ""]
+    return []
+
+
 def to_markdown(page: Page) -> str:
     front = {"type": page.kind, "title": page.title, **page.meta,
              "ledger_position": page.position}
     dumped = yaml.dump(front, Dumper=_DUMPER, sort_keys=True, allow_unicode=True)
     out = ["---", dumped.rstrip(), "---",
-           "", f"# {md_escape(page.title)}", ""]
+           "", f"# {md_escape(page.title, start=True)}", ""]
     for b in page.blocks:
-        kind = b[0]
-        if kind == "h":
-            out += [f"## {_md(b[1])}", ""]
-        elif kind == "p":
-            out += [_md(b[1]), ""]
-        elif kind == "list":
-            out += [f"- {_md(x)}" for x in b[1]] + [""]
-        elif kind == "table":
-            cols, rows = b[1], b[2]
-            out.append("| " + " | ".join(md_escape(str(c), True) for c in cols) + " |")
-            out.append("|" + "---|" * len(cols))
-            for r in rows:
-                out.append("| " + " | ".join(_md(c, True) for c in r) + " |")
-            out.append("")
-        elif kind == "code":
-            fence = _fence(b[1])
-            out += [fence, b[1], fence, ""]
-        elif kind == "svg":
-            out += [_svg(b[1]), ""]
+        out += [_svg(b[1]), ""] if b[0] == "svg" else _block_md(b, _wiki_link)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -295,6 +378,8 @@ th{background:#f3f3f3}code,pre{background:#f6f6f6}pre{padding:.5em;overflow:auto
 .meta{color:#666;font-size:12px}.kind{color:#888;font-size:12px;margin-left:.5em}
 .pass{color:#080}.fail{color:#b00}.inconclusive{color:#a60}"""
 VERDICTS = ("pass", "fail", "inconclusive")
+# The href of a page of the site, relative to a page: `../` steps, then a page path.
+SITE_HREF = re.compile(r"(?:\.\./)*" + PAGE_PATH.pattern + r"\.html")
 
 
 def esc(v: Any) -> str:
@@ -307,45 +392,78 @@ def linkable(path: str, known: set[str] | frozenset[str] | None) -> bool:
     return is_page_path(path) and (known is None or path in known)
 
 
-def _html_text(v: Any, prefix: str, known: set[str] | None) -> str:
-    if type(v) is str and v in VERDICTS:
-        return f'<span class="{v}">{v}</span>'
-    out = []
-    for s in _segments(v):
-        if isinstance(s, Link):
-            if linkable(s.path, known):
-                out.append(f'<a href="{prefix}{s.path}.html">{esc(s.label)}</a>')
-            else:
-                out.append(esc(s.label))
-        else:
-            out.append(esc(s))
-    return "".join(out)
+def _render_text(self: Any, tokens: list, idx: int, options: Any, env: dict) -> str:
+    t = tokens[idx].content
+    if len(tokens) == 1 and t in VERDICTS:  # a cell (or paragraph) that is a verdict
+        return f'<span class="{t}">{t}</span>'
+    return esc(t)
+
+
+def _render_code_inline(self: Any, tokens: list, idx: int, options: Any, env: dict) -> str:
+    return f"<code>{esc(tokens[idx].content)}</code>"
+
+
+def _render_code_block(self: Any, tokens: list, idx: int, options: Any, env: dict) -> str:
+    return f"<pre><code>{esc(tokens[idx].content)}</code></pre>\n"
+
+
+def _render_link_open(self: Any, tokens: list, idx: int, options: Any, env: dict) -> str:
+    """A link to a built page of the site (`env`: this page's `prefix` and the `known`
+    pages, or None for any page path); any other link renders as its label alone."""
+    href = str(tokens[idx].attrGet("href") or "")
+    prefix = env["prefix"]
+    rest = href[len(prefix):] if href.startswith(prefix) else ""
+    if not (rest.endswith(".html") and linkable(rest[:-5], env["known"])):
+        env["dropped"] = True
+        return ""
+    return f'<a href="{esc(href)}">'
+
+
+def _render_link_close(self: Any, tokens: list, idx: int, options: Any, env: dict) -> str:
+    return "" if env.pop("dropped", False) else "</a>"
+
+
+def _markdown_it() -> MarkdownIt:
+    """CommonMark with tables; no raw HTML, images, autolinks or reference definitions; a
+    link only to a page of the site (`SITE_HREF`, then `_render_link_open`); every text
+    escaped with `esc`."""
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable("table")
+    md.disable(["image", "autolink", "html_inline", "html_block", "reference"])
+    md.validateLink = lambda url: SITE_HREF.fullmatch(url) is not None
+    for name, rule in (("text", _render_text), ("code_inline", _render_code_inline),
+                       ("code_block", _render_code_block), ("fence", _render_code_block),
+                       ("link_open", _render_link_open), ("link_close", _render_link_close)):
+        md.add_render_rule(name, rule)
+    return md
+
+
+MD = _markdown_it()
+
+
+def _site_link(prefix: str, known: set[str] | frozenset[str] | None) -> LinkMd:
+    def link_md(s: Link, table: bool, start: bool) -> str:
+        if linkable(s.path, known):
+            return f"[{md_escape(s.label, table)}]({prefix}{s.path}.html)"
+        return md_escape(s.label, table, start)
+
+    return link_md
 
 
 def to_html(page: Page, nav: list[tuple[str, str]], known: set[str] | None = None) -> str:
-    """The page as HTML. `known`: the paths of the built pages (links elsewhere are text)."""
+    """The page as HTML: each block's markdown rendered by markdown-it (`MD`); forge's own
+    drawings as they are. `known`: the paths of the built pages (links elsewhere are text)."""
     depth = page.path.count("/")
     prefix = "../" * depth
+    link_md = _site_link(prefix, known)
+    env: dict[str, Any] = {"prefix": prefix, "known": known}
     body = [f"<h1>{esc(page.title)}</h1>",
             f'<p class="meta">{esc(page.kind)} · ledger position {esc(page.position)}</p>']
     for b in page.blocks:
-        kind = b[0]
-        if kind == "h":
-            body.append(f"<h2>{_html_text(b[1], prefix, known)}</h2>")
-        elif kind == "p":
-            body.append(f"<p>{_html_text(b[1], prefix, known)}</p>")
-        elif kind == "list":
-            body.append("<ul>" + "".join(f"<li>{_html_text(x, prefix, known)}</li>"
-                                         for x in b[1]) + "</ul>")
-        elif kind == "table":
-            head = "".join(f"<th>{esc(c)}</th>" for c in b[1])
-            rows = "".join("<tr>" + "".join(f"<td>{_html_text(c, prefix, known)}</td>"
-                                            for c in r) + "</tr>" for r in b[2])
-            body.append(f"<table><tr>{head}</tr>{rows}</table>")
-        elif kind == "code":
-            body.append(f"<pre>{esc(b[1])}</pre>")
-        elif kind == "svg":
+        if b[0] == "svg":
             body.append(f"<figure>{_svg(b[1])}</figure>")
+        else:
+            body.append(MD.render("\n".join(_block_md(b, link_md)), env))
     navhtml = " ".join(f'<a href="{prefix}{p}.html">{esc(label)}</a>'
                        for p, label in nav if is_page_path(p))
     search = (f'<form action="{prefix}search.html" method="get" style="display:inline">'

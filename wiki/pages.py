@@ -1,20 +1,26 @@
 """Deterministic pages from the index: one per task, deployment point, runtime profile, model
 and decision; an index page per dimension; the home page and log.md (chronological).
 
-`load(con)` reads everything the pages need in a few bulk queries (a `Snapshot`);
-`make_pages(snap)` is then a pure function of it: the same index gives the same pages.
+`snapshot.load(con)` reads everything the pages need in a few bulk queries (a `Snapshot`);
+`make_pages(snap)` is then a pure function of it: the same index gives the same pages (a
+`PlotCache` only saves drawing the same plot again).
+
+Throughput-vs-TTFT plots: one point per (task, block, candidate), labelled by its block,
+coloured and shaped by its verdict (the task's decision on that block, else baseline for the
+empty candidate, else unjudged); the TTFT SLO and throughput floor of the deployment point
+(`scenario.slo`) and the task's absolute gates on those two metrics are drawn as lines.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from .page import Page, join, link, page_name, slug, sort_key, text
-from .plot import scatter_svg
+from .page import Page, code, join, link, page_name, slug, sort_key, strong, text
+from .plot import Line, PlotCache, Point
+from .snapshot import Snapshot
 
 DIMENSION_PAGES = [  # (column, title)
     ("model", "Models"), ("task_type", "Task types"), ("accelerator", "Accelerators"),
@@ -25,6 +31,7 @@ FACETS = ("model", "task_type", "accelerator", "engine", "runtime_profile")
 NAV = [("index", "Home"), ("log", "Log"), ("search", "Search")] + [
     (f"dims/{slug(c)}", t) for c, t in DIMENSION_PAGES[:5]]
 TRADEOFF_X, TRADEOFF_Y = "median_ttft_ms", "output_throughput"
+MAX_LINES = 4  # SLO and gate lines on one plot; a page over tasks with more draws none
 
 
 def facet_text(facets: dict[str, Any]) -> str:
@@ -40,67 +47,6 @@ def task_text(t: dict[str, Any]) -> str:
 def decision_text(d: dict[str, Any]) -> str:
     return (f"{d['kind']} direction {_cand(d['candidate_key'])}: {d['reason'] or ''}. "
             f"{facet_text({k: d.get(k) for k in FACETS})}")
-
-
-def _rows(con, sql: str) -> list[dict[str, Any]]:
-    rel = con.execute(sql)
-    names = [d[0] for d in rel.description]
-    return [dict(zip(names, r, strict=True)) for r in rel.fetchall()]
-
-
-@dataclass
-class Snapshot:
-    position: int
-    tasks: list[dict[str, Any]]
-    blocks: dict[str, list[dict[str, Any]]]
-    metrics: dict[str, list[dict[str, Any]]]  # task -> summary rows
-    gates: dict[str, list[dict[str, Any]]]  # task -> gate rows
-    decisions: list[dict[str, Any]]
-    handoffs: dict[str, list[dict[str, Any]]]
-    points: list[dict[str, Any]]
-    profiles: list[dict[str, Any]]
-    task_positions: dict[str, int]
-    events_by_id: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-
-def load(con) -> Snapshot:
-    (pos,) = con.execute("SELECT coalesce(max(position), 0) FROM tracking").fetchone()
-    tasks = _rows(con, """SELECT t.*, o.status, o.blocks, o.accepted, o.rejected
-                          FROM tasks t JOIN task_overview o USING (task_id)
-                          ORDER BY t.task_id""")
-    blocks: dict[str, list] = defaultdict(list)
-    for r in _rows(con, "SELECT * FROM block_overview ORDER BY task_id, block_index, block_id"):
-        blocks[r["task_id"]].append(r)
-    metrics: dict[str, list] = defaultdict(list)
-    for r in _rows(con, """SELECT task_id, block_id, candidate_key, metric, count(value) n,
-                                  median(value) median, min(value) min, max(value) max
-                           FROM valid_measurements GROUP BY ALL
-                           ORDER BY task_id, block_id, candidate_key, metric"""):
-        metrics[r["task_id"]].append(r)
-    gates: dict[str, list] = defaultdict(list)
-    for r in _rows(con, """SELECT g.*, v.verdict AS verification, v.event_id AS vid
-                           FROM gate_verdicts g JOIN verifications v
-                             ON v.event_id = g.verification_id
-                           ORDER BY g.task_id, g.position, g.gate"""):
-        gates[r["task_id"]].append(r)
-    decisions = _rows(con, "SELECT * FROM decisions ORDER BY position")
-    handoffs: dict[str, list] = defaultdict(list)
-    for r in _rows(con, "SELECT * FROM handoffs ORDER BY position"):
-        handoffs[r["task_id"]].append(r)
-    points = _rows(con, "SELECT * FROM points ORDER BY point_hash")
-    profiles = _rows(con, "SELECT * FROM runtime_profiles ORDER BY service, rev")
-    task_positions = dict(con.execute(
-        "SELECT task_id, max(position) FROM events WHERE task_id IS NOT NULL "
-        "GROUP BY task_id").fetchall())
-    ev_ids: set[str] = {e for d in decisions for e in d["evidence"] or []}
-    events_by_id: dict[str, tuple[str, int]] = {}
-    if ev_ids:
-        for eid, typ, p in con.execute(
-                "SELECT event_id, type, position FROM events WHERE event_id IN "
-                "(SELECT unnest($1))", [sorted(ev_ids)]).fetchall():
-            events_by_id[eid] = (typ, p)
-    return Snapshot(pos, tasks, dict(blocks), dict(metrics), dict(gates), decisions,
-                    dict(handoffs), points, profiles, task_positions, events_by_id)
 
 
 # --- paths ------------------------------------------------------------------------------
@@ -185,24 +131,85 @@ def _gate_table(rows: list[dict[str, Any]]) -> tuple:
               g["observed"], g["threshold"], g["reason"]) for g in rows])
 
 
-def _tradeoff_svg(rows: list[dict[str, Any]], title: str) -> str:
-    """Throughput vs TTFT per runtime profile, one point per (task, block, candidate)."""
+def _json(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return orjson.loads(v)
+        except orjson.JSONDecodeError:
+            return None
+    return v
+
+
+def _at(d: Any, *keys: str) -> Any:
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def slo_lines(snap: Snapshot, t: dict[str, Any]) -> list[Line]:
+    """The lines of a task's throughput-vs-TTFT plot: its deployment point's TTFT SLO (each
+    percentile given: the median must stay under any of them) and throughput floor, and its
+    absolute gates on median TTFT (at_most) and output throughput (at_least)."""
+    definition = _json(t.get("definition"))
+    point = _json((snap.points_by_hash.get(t.get("point_hash")) or {}).get("point"))
+    if not isinstance(point, dict):
+        point = _at(definition, "point")
+    slo = _at(point, "scenario", "slo")
+    ttft = _at(slo, "ttft_ms")
+    found: list[tuple[str, Any, str, str]] = [  # axis, value, label before and after it
+        ("x", v, f"TTFT SLO {k} ", " ms")
+        for k, v in sorted(ttft.items() if isinstance(ttft, dict) else [], key=str)]
+    found.append(("y", _at(slo, "throughput_floor"), "throughput floor ", " tok/s"))
+    gates = _at(definition, "contract", "gates")
+    for g in gates if isinstance(gates, list) else []:
+        if isinstance(g, dict) and not g.get("vs_baseline"):
+            if g.get("metric") == TRADEOFF_X:
+                found.append(("x", g.get("at_most"), f"gate {g.get('name')}: ≤ ", " ms"))
+            elif g.get("metric") == TRADEOFF_Y:
+                found.append(("y", g.get("at_least"), f"gate {g.get('name')}: ≥ ", " tok/s"))
+    return [Line(axis, v, f"{before}{v:g}{after}") for axis, value, before, after in found
+            if (v := _number(value)) is not None]
+
+
+def verdict_of(snap: Snapshot, tid: str, bid: str | None, cand: str | None) -> str:
+    """accepted | rejected (the task's latest decision on the block, or on the candidate when
+    the decision names no block), else baseline (the empty candidate), else unjudged."""
+    kind = snap.decided.get((tid, "block", bid)) if bid is not None else None
+    kind = kind or snap.decided.get((tid, "candidate", cand))
+    if kind in ("accepted", "rejected"):
+        return kind
+    return "baseline" if cand in (None, "{}") else "unjudged"
+
+
+def _tradeoff_svg(snap: Snapshot, rows: list[dict[str, Any]], title: str, plots: PlotCache,
+                  tasks: list[dict[str, Any]], one_task: bool = False) -> str:
+    """Throughput vs TTFT, one point per (task, block, candidate): labelled by its block (by
+    task/block when the plot shows several tasks), by verdict, shaped by runtime profile when
+    it shows several; the SLO and gate lines of the tasks (when they have at most MAX_LINES
+    between them)."""
     pts: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         key = (r.get("runtime_profile") or "?", r["task_id"], r["block_id"], r["candidate_key"])
         pts.setdefault(key, {})[r["metric"]] = r["median"]
-    series: dict[str, list] = defaultdict(list)
-    for (rp, tid, bid, cand), m in sorted(pts.items(), key=lambda kv: sort_key(kv[0])):
-        if TRADEOFF_X in m and TRADEOFF_Y in m:
-            series[str(rp)].append((m[TRADEOFF_X], m[TRADEOFF_Y],
-                                    f"{tid}/{bid or '—'} {_cand(cand)}"))
-    if not series:
+    points = [Point(m[TRADEOFF_X], m[TRADEOFF_Y],
+                    (bid or "—") if one_task else f"{tid}/{bid or '—'}",
+                    verdict_of(snap, tid, bid, cand), str(rp))
+              for (rp, tid, bid, cand), m in sorted(pts.items(), key=lambda kv: sort_key(kv[0]))
+              if TRADEOFF_X in m and TRADEOFF_Y in m]
+    if not points:
         return ""
-    return scatter_svg(dict(series), xlabel="median TTFT (ms)",
-                       ylabel="output throughput (tok/s)", title=title)
+    lines = list(dict.fromkeys(ln for t in tasks for ln in slo_lines(snap, t)))
+    return plots.plot_svg(points, xlabel="median TTFT (ms)",
+                          ylabel="output throughput (tok/s)", title=title,
+                          lines=lines if len(lines) <= MAX_LINES else ())
 
 
-def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]) -> Page:
+def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]],
+              plots: PlotCache) -> Page:
     tid = t["task_id"]
     p = Page(task_path(tid), "task", t["title"] or tid,
              position=snap.task_positions.get(tid, t["last_position"] or 0),
@@ -213,10 +220,10 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
               "accelerator": t["accelerator"], "engine": t["engine"],
               "runtime_profile": t["runtime_profile"], "point_hash": t["point_hash"],
               "definition_hash": t["definition_hash"]}
-    p.add("p", f"**Goal:** {t['goal']}")
+    p.add("p", text(strong("Goal:"), f" {t['goal']}"))
     status = f"{t['status']}" + (f" — {t['exit_state']}: {t['exit_reason']}"
                                  if t["exit_state"] else "")
-    p.add("p", f"**Status:** {status}")
+    p.add("p", text(strong("Status:"), f" {status}"))
     p.add("h", "Deployment point")
     p.add(*_dims_table(t, ["model", "task_type", "accelerator", "engine", "runtime_profile",
                            "architecture", "parallelism", "scenario", "point_hash"]))
@@ -236,8 +243,9 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
     if metrics:
         p.add("h", "Measurements")
         p.add(*_metric_table(metrics))
-        svg = _tradeoff_svg([{**m, "runtime_profile": t["runtime_profile"]} for m in metrics],
-                            f"{tid}: throughput vs TTFT")
+        svg = _tradeoff_svg(snap, [{**m, "runtime_profile": t["runtime_profile"]}
+                                   for m in metrics],
+                            f"{tid}: throughput vs TTFT", plots, [t], one_task=True)
         if svg and len({(m["block_id"], m["candidate_key"]) for m in metrics}) > 1:
             p.add("svg", svg)
     gates = snap.gates.get(tid, [])
@@ -263,10 +271,12 @@ def decision_page(snap: Snapshot, d: dict[str, Any], task: dict[str, Any] | None
     p.meta = {"decision_id": d["decision_id"], "kind": d["kind"], "task_id": tid,
               "block_id": d["block_id"], "candidate": orjson.loads(d["candidate"] or "{}"),
               "model": d["model"], "accelerator": d["accelerator"], "engine": d["engine"]}
-    p.add("p", text("**Task:** ", link(task_path(tid), tid),
+    p.add("p", text(strong("Task:"), " ", link(task_path(tid), tid),
                     f" — {task['goal']}" if task else None))
-    p.add("p", f"**Decision:** {d['kind']} — {d['reason'] or '(no reason recorded)'}")
-    p.add("p", f"**Candidate:** {_cand(d['candidate_key'])} (block {d['block_id'] or '—'})")
+    p.add("p", text(strong("Decision:"),
+                    f" {d['kind']} — {d['reason'] or '(no reason recorded)'}"))
+    p.add("p", text(strong("Candidate:"),
+                    f" {_cand(d['candidate_key'])} (block {d['block_id'] or '—'})"))
     p.add("h", "Evidence")
     ev = []
     for e in d["evidence"] or []:
@@ -300,14 +310,14 @@ def _task_list(tasks: list[dict[str, Any]]) -> tuple:
 
 
 def group_page(snap: Snapshot, path: str, kind: str, title: str, tasks: list[dict[str, Any]],
-               head: list[tuple], extra_meta: dict[str, Any]) -> Page:
+               head: list[tuple], extra_meta: dict[str, Any], plots: PlotCache) -> Page:
     pos = max([snap.task_positions.get(t["task_id"], 0) for t in tasks] or [0])
     p = Page(path, kind, title, position=pos, summary=title, meta=extra_meta)
     for b in head:
         p.add(*b)
     rows = [m | {"runtime_profile": t["runtime_profile"], "task_id": t["task_id"]}
             for t in tasks for m in snap.metrics.get(t["task_id"], [])]
-    svg = _tradeoff_svg(rows, "Throughput vs TTFT per runtime profile")
+    svg = _tradeoff_svg(snap, rows, "Throughput vs TTFT per runtime profile", plots, tasks)
     if svg:
         p.add("h", "Throughput vs TTFT")
         p.add("svg", svg)
@@ -316,14 +326,15 @@ def group_page(snap: Snapshot, path: str, kind: str, title: str, tasks: list[dic
     return p
 
 
-def make_pages(snap: Snapshot) -> list[Page]:
+def make_pages(snap: Snapshot, plots: PlotCache | None = None) -> list[Page]:
+    plots = plots if plots is not None else PlotCache()
     pages: list[Page] = []
     by_task_dec: dict[str, list] = defaultdict(list)
     for d in snap.decisions:
         by_task_dec[d["task_id"]].append(d)
     tasks_by_id = {t["task_id"]: t for t in snap.tasks}
     for t in snap.tasks:
-        pages.append(task_page(snap, t, by_task_dec.get(t["task_id"], [])))
+        pages.append(task_page(snap, t, by_task_dec.get(t["task_id"], []), plots))
     for d in snap.decisions:
         pages.append(decision_page(snap, d, tasks_by_id.get(d["task_id"])))
     groups: dict[str, dict[Any, list]] = {c: defaultdict(list) for c, _ in DIMENSION_PAGES}
@@ -335,8 +346,8 @@ def make_pages(snap: Snapshot) -> list[Page]:
     for ph in sorted(set(groups["point_hash"]) - {None} | set(points)):
         tasks = groups["point_hash"].get(ph, [])
         src = points.get(ph) or (tasks[0] if tasks else {})
-        head = [("p", f"Deployment point `{ph}`" + (f" ({src['name']})" if src.get("name")
-                                                     else "")),
+        head = [("p", text("Deployment point ", code(ph),
+                           f" ({src['name']})" if src.get("name") else None)),
                 _dims_table(src, ["model", "modality", "scenario", "architecture",
                                   "parallelism", "runtime_profile", "accelerator",
                                   "accelerator_count"])]
@@ -346,7 +357,7 @@ def make_pages(snap: Snapshot) -> list[Page]:
                                               | orjson.OPT_SORT_KEYS).decode()))
         pages.append(group_page(snap, point_path(ph), "point",
                                 f"Point {src.get('name') or ph[7:19]}", tasks, head,
-                                {"point_hash": ph, "name": src.get("name")}))
+                                {"point_hash": ph, "name": src.get("name")}, plots))
     profiles = {f"{r['service']}@{r['rev']}": r for r in snap.profiles}
     for rp in sorted(set(groups["runtime_profile"]) - {None} | set(profiles)):
         tasks = groups["runtime_profile"].get(rp, [])
@@ -354,21 +365,22 @@ def make_pages(snap: Snapshot) -> list[Page]:
         head: list[tuple] = []
         if prof:
             cfg = orjson.loads(prof["config"] or "{}")
-            head += [("p", f"Engine **{prof['engine']}**, profile hash "
-                           f"`{prof['profile_hash']}`"
-                           + (f", image {prof['image']}" if prof["image"] else "")),
+            head += [("p", text("Engine ", strong(prof["engine"]), ", profile hash ",
+                                code(prof["profile_hash"]),
+                                f", image {prof['image']}" if prof["image"] else None)),
                      ("table", ["flag", "value"], [(k, orjson.dumps(v).decode())
                                                    for k, v in sorted(cfg.items())])]
         pages.append(group_page(snap, profile_path(rp), "profile", f"Runtime profile {rp}",
                                 tasks, head, {"runtime_profile": rp,
-                                              "engine": prof["engine"] if prof else None}))
+                                              "engine": prof["engine"] if prof else None},
+                                plots))
     for m in sorted(set(groups["model"]) - {None}):
         tasks = groups["model"][m]
         rps = sorted({t["runtime_profile"] for t in tasks if t["runtime_profile"]})
-        head = [("p", text(f"Model **{m}**; runtime profiles: ",
+        head = [("p", text("Model ", strong(m), "; runtime profiles: ",
                            join(", ", (link(profile_path(r), r) for r in rps)) or "none"))]
         pages.append(group_page(snap, model_path(m), "model", f"Model {m}", tasks, head,
-                                {"model": m}))
+                                {"model": m}, plots))
     for col, title in DIMENSION_PAGES:
         p = Page(f"dims/{slug(col)}", "dimension", title, position=snap.position,
                  summary=f"index of tasks by {col}", meta={"dimension": col})
@@ -381,12 +393,12 @@ def make_pages(snap: Snapshot) -> list[Page]:
             p.add("list", [text(link(task_path(t["task_id"]), t["task_id"]),
                                 f" — {t['exit_state'] or t['status']}") for t in ts])
         pages.append(p)
-    pages.append(home_page(snap, groups))
+    pages.append(home_page(snap, groups, plots))
     pages.append(log_page(snap))
     return pages
 
 
-def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]]) -> Page:
+def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]], plots: PlotCache) -> Page:
     p = Page("index", "index", "infer-forge journal", position=snap.position,
              summary="home of the journal")
     acc = sum(1 for d in snap.decisions if d["kind"] == "accepted")
@@ -403,9 +415,10 @@ def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]]) -> Page:
     p.add("h", "Latest tasks")
     recent = sorted(snap.tasks, key=lambda t: -(t["defined_position"] or 0))[:20]
     p.add(*_task_list(recent))
+    shown = snap.tasks[:2000]
     rows = [m | {"runtime_profile": t["runtime_profile"], "task_id": t["task_id"]}
-            for t in snap.tasks[:2000] for m in snap.metrics.get(t["task_id"], [])]
-    svg = _tradeoff_svg(rows, "Throughput vs TTFT per runtime profile")
+            for t in shown for m in snap.metrics.get(t["task_id"], [])]
+    svg = _tradeoff_svg(snap, rows, "Throughput vs TTFT per runtime profile", plots, shown)
     if svg:
         p.add("h", "Throughput vs TTFT")
         p.add("svg", svg)

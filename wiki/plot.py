@@ -1,29 +1,75 @@
-"""Inline SVG scatter plots (no plotting library): deterministic text, one series per label.
-Every text drawn is escaped (`page.esc`); points that are not finite numbers are left out, and
-any range of finite values (one value, huge values) gets axes."""
+"""Scatter plots for the wiki, drawn by matplotlib (its SVG backend; imported on first use).
+
+`plot_svg(points, lines=...)`: each `Point` is coloured and shaped by its verdict (accepted,
+rejected, baseline, unjudged; by its group when no point has a verdict, and shaped by its
+group when verdicts are shown for several groups), and labelled (its block) beside it while
+the plot has few points; each `Line` (an SLO, a gate's threshold) is drawn across the plot.
+`scatter_svg(series)` is the older shape: a label to (x, y, label) points.
+
+Deterministic: a fixed hash salt for element ids, no date or creator metadata, text kept as
+text. Safe: matplotlib's SVG writer escapes every text; labels are cleaned of control and
+format characters, and `$` is text (math is not parsed); the SVG is then checked (`_checked`):
+drawing elements only, no script, no event attribute, references only to its own ids.
+Robust: points that are not finite numbers are left out, any range of finite values gets axes,
+and a drawing matplotlib cannot make gives no plot (""), never a failed build.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
+import io
+import json
 import math
+import os
+import re
+import threading
+import unicodedata
+import warnings
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
-from .page import esc
-
+VERDICT_STYLE = {  # verdict -> (colour, marker), in legend order
+    "accepted": ("#2b8a3e", "^"),
+    "rejected": ("#c92a2a", "X"),
+    "baseline": ("#868e96", "o"),
+    "unjudged": ("#1c7ed6", "s"),
+}
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
+GROUP_MARKERS = "osD^vP*X<>ph"
+LINE_COLOURS = ["#e8590c", "#862e9c", "#0b7285", "#5c940d"]
+MAX_LABELS = 30  # points labelled beside them; more would overlap
+MAX_LEGEND_GROUPS = 12
+LABEL_CHARS, LEGEND_CHARS, TITLE_CHARS = 24, 28, 80
+RC = {"svg.hashsalt": "infer-forge", "svg.fonttype": "none", "text.parse_math": False,
+      "font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"], "font.size": 9,
+      "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
+      "xtick.labelsize": 8, "ytick.labelsize": 8}
+METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
+_LOCK = threading.Lock()  # matplotlib's state (rc parameters, font cache) is not thread-safe
 
 
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    if not hi > lo:
-        hi = lo + max(1.0, abs(lo) * 0.1)
-    raw = (hi - lo) / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = min((s * mag for s in (1, 2, 2.5, 5, 10) if s * mag >= raw), default=raw)
-    start = math.floor(lo / step) * step
-    out, v = [], start
-    while v <= hi + step * 0.5 and len(out) < 20:
-        out.append(round(v, 10))
-        v += step
-    return out
+@dataclass(frozen=True)
+class Point:
+    x: Any
+    y: Any
+    label: str = ""  # drawn beside the point (e.g. its block)
+    verdict: str | None = None  # a key of VERDICT_STYLE (another value counts as unjudged)
+    group: str = ""  # e.g. its runtime profile
+
+
+@dataclass(frozen=True)
+class Line:
+    """A threshold across the plot: `axis` "x" is a vertical line at x = value."""
+
+    axis: Literal["x", "y"]
+    value: Any
+    label: str
 
 
 def _finite(v: object) -> bool:
@@ -31,72 +77,186 @@ def _finite(v: object) -> bool:
             and math.isfinite(v) and abs(v) < 1e300)
 
 
-def _lower(v: float) -> float:
-    return v - abs(v) * 0.05
+def clean_text(v: Any, limit: int) -> str:
+    """One line of at most `limit` characters, without control, format (bidi overrides,
+    zero-width characters) or surrogate characters."""
+    s = "".join(c if unicodedata.category(c)[0] != "C" else " " for c in str(v))
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[:limit - 1] + "…"
 
 
-def _upper(v: float) -> float:
-    return v + abs(v) * 0.05
+def scatter_svg(series: dict[str, list[tuple[Any, Any, str]]], *, xlabel: str, ylabel: str,
+                title: str) -> str:
+    """`series` maps a label to (x, y, point label) points: one colour per series."""
+    return plot_svg([Point(x, y, label, None, str(name))
+                     for name, pts in series.items() for x, y, label in pts],
+                    xlabel=xlabel, ylabel=ylabel, title=title)
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3g}"
-
-
-def scatter_svg(series: dict[str, list[tuple[float, float, str]]], *, xlabel: str,
-                ylabel: str, title: str, width: int = 640, height: int = 400) -> str:
-    """`series` maps a label to (x, y, tooltip) points. Returns an <svg> element."""
-    series = {str(label): [(x, y, tip) for x, y, tip in s if _finite(x) and _finite(y)]
-              for label, s in series.items()}
-    pts = [(x, y) for s in series.values() for x, y, _ in s]
+def plot_svg(points: Iterable[Point], *, xlabel: str, ylabel: str, title: str,
+             lines: Iterable[Line] = (), width: float = 6.4, height: float = 4.0) -> str:
+    """An <svg> element (width and height in inches), or "" when no point is a pair of finite
+    numbers or matplotlib cannot draw them."""
+    pts = [p for p in points if _finite(p.x) and _finite(p.y)]
     if not pts:
         return ""
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    guides = sorted({(ln.axis, float(ln.value), clean_text(ln.label, LEGEND_CHARS))
+                     for ln in lines if _finite(ln.value) and ln.axis in ("x", "y")})
     try:
-        xt = _ticks(_lower(min(xs)), _upper(max(xs)))
-        yt = _ticks(_lower(min(ys)), _upper(max(ys)))
-    except (ValueError, OverflowError):  # a range no float axis can span
+        with _LOCK, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # missing glyphs, singular limits: drawn anyway
+            svg = _draw(pts, guides, xlabel, ylabel, title, width, height)
+    except (ValueError, OverflowError, ArithmeticError, RuntimeError):
         return ""
-    x0, x1, y0, y1 = xt[0], xt[-1], yt[0], yt[-1]
-    left, right, top, bottom = 70, 170, 30, 50
-    pw, ph = width - left - right, height - top - bottom
+    return _checked(svg)
 
-    def sx(v: float) -> float:
-        return left + (v - x0) / ((x1 - x0) or 1) * pw
 
-    def sy(v: float) -> float:
-        return top + ph - (v - y0) / ((y1 - y0) or 1) * ph
+def _draw(pts: list[Point], guides: list[tuple[str, float, str]], xlabel: str, ylabel: str,
+          title: str, width: float, height: float) -> str:
+    import matplotlib
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" width="{width}" '
-           f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="{esc(title)}">',
-           f'<text x="{left}" y="18" font-size="14" font-weight="bold">{esc(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>']
-    for v in xt:
-        x = sx(v)
-        out.append(f'<line x1="{x:.1f}" y1="{top + ph}" x2="{x:.1f}" y2="{top + ph + 4}" '
-                   f'stroke="#999"/><text x="{x:.1f}" y="{top + ph + 16}" font-size="10" '
-                   f'text-anchor="middle">{_fmt(v)}</text>')
-    for v in yt:
-        y = sy(v)
-        out.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{left}" y2="{y:.1f}" '
-                   f'stroke="#999"/><text x="{left - 6}" y="{y + 3:.1f}" font-size="10" '
-                   f'text-anchor="end">{_fmt(v)}</text>')
-    out.append(f'<text x="{left + pw / 2:.0f}" y="{height - 10}" font-size="12" '
-               f'text-anchor="middle">{esc(xlabel)}</text>')
-    out.append(f'<text x="16" y="{top + ph / 2:.0f}" font-size="12" text-anchor="middle" '
-               f'transform="rotate(-90 16 {top + ph / 2:.0f})">{esc(ylabel)}</text>')
-    for i, (label, points) in enumerate(sorted(series.items())):
-        color = PALETTE[i % len(PALETTE)]
-        for x, y, tip in points:
-            if x is None or y is None:
-                continue
-            out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="{color}" '
-                       f'fill-opacity="0.8"><title>{esc(tip)}</title></circle>')
-        ly = top + 12 + i * 16
-        if i < 16:
-            out.append(f'<circle cx="{left + pw + 14}" cy="{ly - 4}" r="4" fill="{color}"/>'
-                       f'<text x="{left + pw + 22}" y="{ly}" font-size="11">'
-                       f'{esc(label[:22])}</text>')
-    out.append("</svg>")
-    return "".join(out)
+    judged = any(p.verdict is not None for p in pts)
+    groups = sorted({p.group for p in pts})
+    by_group = len(groups) > 1
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(width, height))
+        FigureCanvasSVG(fig)
+        ax = fig.add_subplot()
+        fig.subplots_adjust(left=0.12, right=0.68, top=0.9, bottom=0.13)
+        marks: dict[tuple[str, str], list[Point]] = {}
+        for p in pts:
+            if judged:
+                colour, marker = VERDICT_STYLE.get(p.verdict or "", VERDICT_STYLE["unjudged"])
+                if by_group:
+                    marker = GROUP_MARKERS[groups.index(p.group) % len(GROUP_MARKERS)]
+            else:
+                colour, marker = PALETTE[groups.index(p.group) % len(PALETTE)], "o"
+            marks.setdefault((colour, marker), []).append(p)
+        for (colour, marker), ps in sorted(marks.items()):
+            ax.scatter([p.x for p in ps], [p.y for p in ps], c=colour, marker=marker, s=36,
+                       alpha=0.85, zorder=3, linewidths=0)
+        drawn = [(ax.axvline if axis == "x" else ax.axhline)(
+            value, color=LINE_COLOURS[i % len(LINE_COLOURS)], linestyle="--", linewidth=1,
+            zorder=2, label=label) for i, (axis, value, label) in enumerate(guides)]
+        if len(pts) <= MAX_LABELS:
+            at: dict[tuple[float, float], list[str]] = {}
+            for p in pts:
+                if p.label:
+                    at.setdefault((p.x, p.y), []).append(clean_text(p.label, LABEL_CHARS))
+            for (x, y), labels in sorted(at.items()):
+                ax.annotate(clean_text(", ".join(dict.fromkeys(labels)), 2 * LABEL_CHARS),
+                            (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7,
+                            color="#343a40")
+        handles: list[Any] = []
+        if judged:
+            present = {p.verdict if p.verdict in VERDICT_STYLE else "unjudged" for p in pts}
+            handles += [Line2D([], [], color=c, marker="o" if by_group else m, linestyle="",
+                               label=v) for v, (c, m) in VERDICT_STYLE.items() if v in present]
+        if by_group or not judged:
+            for i, g in enumerate(groups[:MAX_LEGEND_GROUPS]):
+                style = ({"marker": GROUP_MARKERS[i % len(GROUP_MARKERS)], "color": "#212529",
+                          "markerfacecolor": "none"} if judged  # the shape of the group
+                         else {"marker": "o", "color": PALETTE[i % len(PALETTE)]})
+                handles.append(Line2D([], [], linestyle="", **style,
+                                      label=clean_text(g or "—", LEGEND_CHARS)))
+            if len(groups) > MAX_LEGEND_GROUPS:
+                handles.append(Line2D([], [], linestyle="",
+                                      label=f"… {len(groups) - MAX_LEGEND_GROUPS} more"))
+        ax.legend(handles=handles + drawn, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  frameon=False, borderaxespad=0)
+        ax.set_title(clean_text(title, TITLE_CHARS), loc="left")
+        ax.set_xlabel(clean_text(xlabel, TITLE_CHARS))
+        ax.set_ylabel(clean_text(ylabel, TITLE_CHARS))
+        ax.grid(True, color="#e9ecef", linewidth=0.6, zorder=0)
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata=METADATA)
+    return buf.getvalue()
+
+
+# --- the check of the drawing -------------------------------------------------------------
+
+_NS = {"svg": "http://www.w3.org/2000/svg", "xlink": "http://www.w3.org/1999/xlink"}
+ELEMENTS = {"svg", "defs", "g", "path", "use", "clipPath", "rect", "text", "tspan"}
+_REF = re.compile(r"url\(#([A-Za-z0-9_-]+)\)")
+
+
+def _checked(svg: str) -> str:
+    """The <svg> element alone (no XML prolog, no global style sheet, brackets as character
+    references), or "" unless it holds only drawing elements, no event attribute and no
+    reference outside itself."""
+    start = svg.find("<svg")
+    svg = re.sub(r"<style[^>]*>[^<]*</style>", "", svg[start:]) if start >= 0 else ""
+    try:
+        root = ET.fromstring(svg)
+    except ET.ParseError:
+        return ""
+    ids = {e.get("id") for e in root.iter()}
+    for e in root.iter():
+        ns, _, tag = e.tag.rpartition("}")
+        if ns != "{" + _NS["svg"] or tag not in ELEMENTS:
+            return ""
+        for name, value in e.attrib.items():
+            local = name.rpartition("}")[2]
+            if local.lower().startswith("on"):
+                return ""
+            if local == "href" and not (value.startswith("#") and value[1:] in ids):
+                return ""
+            refs = _REF.findall(value)
+            if value.count("url(") != len(refs) or any(r not in ids for r in refs):
+                return ""
+    return svg.replace("[", "&#91;").replace("]", "&#93;")  # no wiki link in the journal
+
+
+# --- drawings kept between builds -----------------------------------------------------------
+
+PLOT_VERSION = 1  # bump when the drawing changes: cached drawings are drawn again
+
+
+@functools.cache
+def _matplotlib_version() -> str:
+    return importlib.metadata.version("matplotlib")
+
+
+class PlotCache:
+    """Drawings by the digest of what they draw, kept between builds in a file (the wiki's
+    `_plots.json`): a build draws only the plots whose points, lines or titles changed, and
+    saves only the drawings it used. A drawing read from the file is checked again
+    (`_checked`); a damaged file is ignored."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.kept: dict[str, str] = {}
+        if path is not None and path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = {}
+            if isinstance(data, dict):
+                self.kept = {k: v for k, v in data.items() if isinstance(v, str)}
+        self.used: dict[str, str] = {}
+        self.drawn = 0
+
+    def plot_svg(self, points: Iterable[Point], *, xlabel: str, ylabel: str, title: str,
+                 lines: Iterable[Line] = ()) -> str:
+        points, lines = tuple(points), tuple(lines)
+        key = hashlib.sha256(repr((PLOT_VERSION, _matplotlib_version(), points, lines, xlabel,
+                                   ylabel, title)).encode("utf-8", "surrogatepass")).hexdigest()
+        svg = self.used.get(key)
+        if svg is None and key in self.kept:  # a kept drawing that fails the check is redrawn
+            svg = (_checked(self.kept[key]) or None) if self.kept[key] else ""
+        if svg is None:
+            svg = plot_svg(points, xlabel=xlabel, ylabel=ylabel, title=title, lines=lines)
+            self.drawn += 1
+        self.used[key] = svg
+        return svg
+
+    def save(self) -> None:
+        if self.path is None or self.used == self.kept:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.used, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
