@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -343,30 +343,38 @@ def check(ctx, as_json: bool) -> None:
 # --- specs and task loops (issue 3) -----------------------------------------------------
 
 
-def _parse_kv(pairs: tuple[str, ...], what: str, *, numbers: bool = False) -> dict[str, Any]:
-    """KEY=VALUE pairs; VALUE parsed as JSON when it is JSON (numbers, true, "text"), else text.
-    A number the ledger cannot hold (NaN, Infinity, 1e999, an integer past 64 bits) is refused
-    naming the key; with `numbers`, every VALUE must be a finite number."""
+def parse_assignments(items: tuple[str, ...] | list[str], what: str, *,
+                      numbers: bool = False) -> dict[str, Any]:
+    """`KEY=VALUE` options, one parser for every command (--set, --metric). VALUE is JSON when
+    it is JSON (8, 1e3, true, "text", [1, 2]), else read by the specs' bounded YAML loader
+    (bfloat16, {a: 1}, anchors); an empty VALUE is null. A number the ledger cannot hold
+    (NaN, infinities, integers past 64 bits) is refused naming the key; with `numbers`, every
+    VALUE must be a finite number."""
     from .ledger.events import check_finite, finite_float
+    from .ledger.specs import load_yaml_text
 
     out: dict[str, Any] = {}
-    for p in pairs:
-        key, sep, raw = p.partition("=")
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise click.BadParameter(f"{p!r} is not KEY=VALUE", param_hint=what)
+            raise click.ClickException(f"{what} {item!r}: expected KEY=VALUE")
+        where = f"{what} {key}"
         try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError):  # not JSON (or too many digits, or too deep)
-            value = raw
-        if numbers and isinstance(value, str):
-            try:
-                value = float(value)  # "nan", "inf", "-Infinity": refused just below
-            except ValueError:
-                raise click.ClickException(f"{what} {key}: {raw!r} is not a number") from None
+            value = json.loads(raw) if raw.strip() else None
+        except (ValueError, RecursionError):  # not JSON (or too deep for it)
+            value = load_yaml_text(raw, where)[0]
+            if isinstance(value, date):  # YAML's timestamps: the text as given
+                value = raw
         if numbers:
-            value = finite_float(value, f"{what} {key}")
+            if isinstance(value, str):
+                try:
+                    value = float(value)  # "nan", "inf", "-Infinity": refused just below
+                except ValueError:
+                    raise click.ClickException(f"{where}: {raw!r} is not a number") from None
+            value = finite_float(value, where)
         else:
-            check_finite(value, f"{what} {key}")
+            check_finite(value, where)
         out[key] = value
     return out
 
@@ -764,7 +772,7 @@ def block_start(ctx, task_id: str, sub_goal: str, sets: tuple[str, ...], as_json
     """
     from .harness.loop.manual import start_block
 
-    info = start_block(open_ws(ctx), task_id, sub_goal, _parse_kv(sets, "--set"))
+    info = start_block(open_ws(ctx), task_id, sub_goal, parse_assignments(sets, "--set"))
     emit_json(info) if as_json else click.echo(f"started {task_id}/{info['block_id']}")
 
 
@@ -862,7 +870,7 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
     from .harness.bench.importer import metrics_from_json
     from .harness.loop.manual import record_measurement
 
-    values = _parse_kv(metrics, "--metric", numbers=True)
+    values = parse_assignments(metrics, "--metric", numbers=True)
     if from_json:
         values = {**metrics_from_json(from_json), **values}
     bad = [k for k, v in values.items() if not isinstance(v, int | float) or isinstance(v, bool)]
@@ -956,7 +964,8 @@ def engine_up_cmd(ctx, profile: str, model: str | None, sets: tuple[str, ...], o
     """
     from .harness.engines.up import engine_up
 
-    info = engine_up(open_ws(ctx), profile, model=model, sets=sets, once=once,
+    info = engine_up(open_ws(ctx), profile, model=model,
+                     overrides=parse_assignments(sets, "--set"), once=once,
                      echo=lambda s: click.echo(s, err=True))
     if as_json:
         emit_json(info)

@@ -90,7 +90,7 @@ def run_demo(ws: Any, echo: Callable[[str], None] = print,
     echo("[4/4] running the loop: baseline, candidates, gates, accept or reject")
     t = time.monotonic()
     lt = load_task_from_ledger(ws, task_id)
-    evaluator = EngineEvaluator(ws, lt.task, lt.profile)
+    evaluator = EngineEvaluator(ws, lt.task)
     result = run_task(ws, task_id, evaluator=evaluator,
                       progress=lambda s: echo(f"      {time.monotonic() - t0:6.1f}s  {s}"))
     timings["loop_s"] = time.monotonic() - t

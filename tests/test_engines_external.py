@@ -7,12 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from infer_forge.harness.engines import (
-    NotSupported,
-    ReadOnlyError,
-    engine_config_of,
-    engine_for,
-)
+from infer_forge.harness.engines import engine_for
+from infer_forge.harness.engines.base import NotSupported, ReadOnlyError, engine_config_of
 from infer_forge.harness.engines.process import ServerProcess, free_port
 from infer_forge.harness.errors import HarnessError
 

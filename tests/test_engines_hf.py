@@ -7,8 +7,8 @@ import json
 import urllib.request
 
 import pytest
-from infer_forge.harness.engines import NotSupported, engine_for
-from infer_forge.harness.engines.base import request_json
+from infer_forge.harness.engines import engine_for
+from infer_forge.harness.engines.base import NotSupported, request_json
 from infer_forge.harness.engines.hf import hf_command, resolve_config
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.proc import group_alive

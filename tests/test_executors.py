@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 
 import pytest
+from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.loop.evaluator import CommandEvaluator, EvalContext, parse_metrics_line
+from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
+from infer_forge.harness.loop.evaluation import EvalContext
+from infer_forge.harness.loop.evaluator import CommandEvaluator, make_evaluator, parse_metrics_line
 from infer_forge.harness.loop.executors import CommandExecutor, ManualExecutor, SweepExecutor, grid
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger.specs import Range, effective_digest, load_point, load_profile, load_task
@@ -136,18 +141,63 @@ def test_out_of_scope_candidate_is_rejected_without_running(workspace, tmp_path,
     assert log.read_text().count("\n") == 3  # only the baseline's repeats ran
 
 
-def test_engine_task_without_evaluator_records_nothing(workspace, monkeypatch):
-    from infer_forge.harness.errors import HarnessError
-    from infer_forge.harness.loop import engine_evaluator  # noqa: F401  (registers engines)
-    from infer_forge.harness.loop.evaluator import ENGINE_EVALUATORS
+def test_make_evaluator_dispatches_on_the_task_and_the_engine(specs, workspace, tmp_path):
+    task, point, profile = specs
+    for engine, extra in (("hf", {}), ("sglang", {}),
+                          ("external", {"endpoint": "http://127.0.0.1:9/v1"})):
+        prof = profile.model_copy(update={"engine": engine, "config": {}, **extra})
+        assert isinstance(make_evaluator(workspace, task, prof), EngineEvaluator)
+    cmd = task.model_copy(update={"evaluator": task.evaluator.model_copy(
+        update={"kind": "command", "argv": ["x"]})})
+    ev = make_evaluator(workspace, cmd, profile, base_dir=tmp_path)
+    assert isinstance(ev, CommandEvaluator) and ev.cwd == str(tmp_path)
+    with pytest.raises(HarnessError, match="no evaluator for engine None"):
+        make_evaluator(workspace, task, None)
+
+
+def test_a_task_whose_evaluator_cannot_be_made_records_nothing(workspace, monkeypatch):
+    from infer_forge.harness.loop import run as loop_run
     from infer_forge.ledger.store import task_stream
 
-    monkeypatch.delitem(ENGINE_EVALUATORS, "hf")
+    def refuse(*_a, **_k):
+        raise HarnessError("no evaluator for engine 'hf'")
+
+    monkeypatch.setattr(loop_run, "make_evaluator", refuse)
     define_task(workspace, EX / "tasks/tune-tiny-cpu.yaml")
     v = workspace.ledger.version(task_stream("tune-tiny-cpu"))
     with pytest.raises(HarnessError, match="no evaluator for engine 'hf'"):
         run_task(workspace, "tune-tiny-cpu")
     assert workspace.ledger.version(task_stream("tune-tiny-cpu")) == v
+
+
+def test_engine_evaluator_launches_exactly_the_context_profile(specs, workspace, tmp_path,
+                                                              scripted_server,
+                                                              tiny_tokenizer_dir):
+    """The loop applies the candidate to the profile it hands over (EvalContext); the engine
+    evaluator launches that configuration as it is, and nothing else."""
+    task, point, _ = specs
+    model = tmp_path / "model"
+    shutil.copytree(tiny_tokenizer_dir, model)
+    (model / "config.json").write_text("{}")
+    traffic = point.scenario.traffic.model_copy(update={
+        "num_prompts": 3, "input_len": 8, "output_len": 3, "concurrency": 2})
+    pt = point.model_copy(update={
+        "model": point.model.model_copy(update={"source": str(model)}),
+        "scenario": point.scenario.model_copy(update={"traffic": traffic})})
+    url = scripted_server("--tokens", "3")
+    prof = load_profile(EX / "profiles/tiny-cpu.yaml").model_copy(update={
+        "engine": "external", "endpoint": url, "config": {"model": "from-the-context"}})
+    ctx = EvalContext(workspace, "t", "b2", pt, prof)
+    runs = EngineEvaluator(workspace, task).evaluate({"engine.model": "from-the-context"},
+                                                   repeats=1, ctx=ctx)
+    assert [r.success for r in runs] == [True], runs
+    desc = json.loads(workspace.artifacts.get(runs[0].meta["server_info_digest"]))
+    assert desc["base_url"] == url and desc["model"] == "from-the-context"
+    assert desc["resolved_args"] == {"base_url": url, "model": "from-the-context"}
+    # A context without a profile is a broken setup, not a run.
+    with pytest.raises(HarnessError, match="needs a deployment point and a runtime profile"):
+        EngineEvaluator(workspace, task).evaluate({}, repeats=1,
+                                                  ctx=EvalContext(workspace, "t", "b2", pt, None))
 
 
 def test_routing_is_recorded_and_escalates(specs):

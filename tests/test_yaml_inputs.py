@@ -237,17 +237,57 @@ def test_cli_refuses_each_shape_without_traceback_or_write(tmp_path, forge_home)
     ("99999999999999999999999", "does not fit in 64 bits"),
     ("[" + ", ".join(["&x" + str(i) + " [1]" for i in range(3)]) + "]", None),  # fine
 ])
-def test_engine_set_values_go_through_the_bounded_loader(value, says):
-    from infer_forge.harness.engines.up import parse_sets
-    from infer_forge.harness.errors import HarnessError
+def test_set_values_go_through_the_bounded_loader(value, says):
+    from infer_forge.cli import parse_assignments
+    from infer_forge.ledger.errors import LedgerError
 
     if says is None:
-        assert parse_sets([f"cuda_graph_bs={value}"]) == {"cuda_graph_bs": [[1], [1], [1]]}
+        assert parse_assignments([f"cuda_graph_bs={value}"], "--set") == \
+            {"cuda_graph_bs": [[1], [1], [1]]}
         return
-    with pytest.raises(HarnessError) as ei:
-        parse_sets([f"threads={value}"])
-    assert str(ei.value).startswith("--set threads:") and says in str(ei.value)
-    assert parse_sets(["threads=4", "dtype=bfloat16"]) == {"threads": 4, "dtype": "bfloat16"}
+    for what, numbers in (("--set", False), ("--metric", True)):
+        if numbers and "64 bits" in says:
+            continue  # a metric is a float: a big integer is a (large) number
+        with pytest.raises(LedgerError) as ei:
+            parse_assignments([f"threads={value}"], what, numbers=numbers)
+        assert str(ei.value).startswith(f"{what} threads:") and says in str(ei.value)
+    assert parse_assignments(["threads=4", "dtype=bfloat16"], "--set") == \
+        {"threads": 4, "dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize(("raw", "value"), [
+    ("true", True), ("8", 8), ("bfloat16", "bfloat16"), ("1e3", 1000.0), ("-2.5", -2.5),
+    ("[1, 2]", [1, 2]), ("{a: 1}", {"a": 1}), ('"8"', "8"), ("", None),
+    ("2024-01-01", "2024-01-01"), ("a=b", "a=b"),
+])
+def test_one_key_value_parser_for_every_command(raw, value):
+    """--set (block start, engine up) and --metric read VALUE the same way."""
+    from infer_forge.cli import parse_assignments
+
+    assert parse_assignments([f" k ={raw}"], "--set") == {"k": value}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        assert parse_assignments([f"k={raw}"], "--metric", numbers=True) == {"k": float(value)}
+
+
+@pytest.mark.parametrize(("item", "numbers", "says"), [
+    ("k", False, "--x 'k': expected KEY=VALUE"),
+    ("=1", False, "--x '=1': expected KEY=VALUE"),
+    ("k=NaN", False, "--x k: NaN is not a finite number"),
+    ("k=-Infinity", False, "--x k: -Infinity is not a finite number"),
+    ("k=[1, 1e999]", False, "--x k"),
+    ("k=fast", True, "--x k: 'fast' is not a number"),
+    ("k=inf", True, "--x k: Infinity is not a finite number"),
+    ("k=true", True, "--x k: True is not a number"),
+])
+def test_key_value_parser_refuses_with_one_line_naming_the_key(item, numbers, says):
+    import click
+    from infer_forge.cli import parse_assignments
+    from infer_forge.ledger.errors import LedgerError
+
+    with pytest.raises((click.ClickException, LedgerError)) as ei:
+        parse_assignments([item], "--x", numbers=numbers)
+    msg = ei.value.message if isinstance(ei.value, click.ClickException) else str(ei.value)
+    assert msg.startswith(says) and "\n" not in msg, msg
 
 
 @pytest.mark.parametrize("argv", [

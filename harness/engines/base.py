@@ -29,6 +29,7 @@ from typing import Any
 
 from ...ledger import events as E
 from ..errors import HarnessError
+from .process import ServerProcess, exit_reason
 
 ENGINE_STREAM = "engines"
 JSON = dict[str, Any]
@@ -168,8 +169,6 @@ class RunningEngine(ABC):
         return self
 
     def __exit__(self, exc_type, *_exc: object) -> None:
-        from .process import exit_reason
-
         self.stop(reason=exit_reason(exc_type))
 
 
@@ -218,32 +217,6 @@ def log_dir(ws, explicit: Path | None = None) -> Path:
     return Path(tempfile.gettempdir()) / "forge-logs"
 
 
-def engine_for(profile_or_name: Any) -> Engine:
-    """The engine adapter for a name ("hf", "sglang", "external") or a runtime profile."""
-    name = profile_or_name if isinstance(profile_or_name, str) else \
-        engine_config_of(profile_or_name)[0]
-    if name == "hf":
-        from .hf import HFEngine
-
-        return HFEngine()
-    if name == "sglang":
-        from .sglang import SGLangEngine
-
-        return SGLangEngine()
-    if name == "external":
-        from .external import ExternalEngine
-
-        return ExternalEngine()
-    raise HarnessError(f"unknown engine {name!r} (known: hf, sglang, external)")
-
-
-def launch_profile(profile: Any, *, model: str | Path | None = None, ws=None,
-                   overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> RunningEngine:
-    """Convenience: pick the engine from a runtime profile and launch its configuration."""
-    name, config = engine_config_of(profile)
-    return engine_for(name).launch(config, model=model, ws=ws, overrides=overrides, **kwargs)
-
-
 class ManagedEngine(RunningEngine):
     """A RunningEngine backed by a ServerProcess we started: check/stop/log/events."""
 
@@ -285,8 +258,6 @@ def start_server(engine: str, cmd: list[str], *, base_url: str, health_path: str
                  sink: EventSink, log_path: Path, env: Mapping[str, str] | None,
                  startup_timeout_s: float, ready=None):
     """Start and wait for a server; a failed start is recorded (with its log) and re-raised."""
-    from .process import ServerProcess, exit_reason
-
     server = ServerProcess(cmd, health_url=base_url + health_path, log_path=log_path,
                            name=f"{engine} server", env=env, startup_timeout_s=startup_timeout_s,
                            ready=ready, artifacts=ws.artifacts if ws is not None else None)

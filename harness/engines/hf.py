@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HarnessError
+from ..models.weights import model_path
 from ..proc import stat_fields
 from .base import (
     Engine,
@@ -197,6 +198,4 @@ def _model_dir(model: str | Path | None, ws) -> Path:
         return p.resolve()
     if ws is None:
         raise HarnessError(f"hf engine: model {str(model)!r} is not a directory")
-    from ..models.weights import model_path
-
     return model_path(ws.home, str(model)).resolve()

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HarnessError
+from ..models.weights import model_path
 from .base import (
     Engine,
     EventSink,
@@ -332,8 +333,6 @@ class SGLangEngine(Engine):
             raise HarnessError("sglang engine: no model given (a hub id or a directory)")
         model_s = str(model)
         if ws is not None and not Path(model_s).exists() and "/" not in model_s:
-            from ..models.weights import model_path
-
             model_s = str(model_path(ws.home, model_s))
         python = cfg.get("python") or sys.executable
         version = str(cfg.get("version") or installed_version(python))

@@ -1,10 +1,10 @@
 """Evaluating a candidate on a real engine: launch, check outputs, benchmark, tear down.
 
-Contract (an `Evaluator`, see evaluator.py):
-- One engine launch per candidate: the runtime profile's engine configuration with the
-  candidate's `engine.<key>` overrides, on the deployment point's model (a `forge:` recipe is
-  pulled if missing). Other scope dimensions are not this evaluator's to change: a candidate
-  naming one is a failed run saying so.
+Contract (an `Evaluator`, see evaluation.py):
+- One engine launch per candidate: exactly `ctx.profile`'s engine configuration (the loop has
+  applied the candidate's `engine.<key>` values to it), on `ctx.point`'s model (a `forge:`
+  recipe is pulled if missing). Other scope dimensions are not this evaluator's to change: a
+  candidate naming one is a failed run saying so.
 - Per launch: greedy outputs on the fixed prompt set (stored as an artifact; the baseline's
   digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
   traffic (seeded prompts of exact token lengths, the point's concurrency or request rate).
@@ -32,10 +32,11 @@ from ..bench.correctness import (
 )
 from ..bench.datasets import load_tokenizer, random_prompts
 from ..bench.metrics import numeric_metrics
-from ..engines.base import engine_config_of, engine_for
+from ..engines import engine_for
+from ..engines.base import engine_config_of
 from ..errors import HarnessError
 from ..models.weights import model_path, parse_name, pull
-from .evaluator import ENGINE_EVALUATORS, EvalContext, RunResult
+from .evaluation import EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32
 
@@ -45,19 +46,13 @@ def _length(value: Any) -> int:
 
 
 class EngineEvaluator:
-    def __init__(self, ws: Any, task: Any, profile: Any, *,
-                 greedy_max_tokens: int = GREEDY_MAX_TOKENS):
+    def __init__(self, ws: Any, task: Any, *, greedy_max_tokens: int = GREEDY_MAX_TOKENS):
         self.ws = ws
         self.task = task
-        self.profile = profile
         self.greedy_max_tokens = greedy_max_tokens
         self._prompts: list | None = None
         self._tokenizer = None
         self._model_dir: Path | None = None
-
-    @classmethod
-    def for_task(cls, ws: Any, task: Any, profile: Any) -> EngineEvaluator:
-        return cls(ws, task, profile)
 
     # --- setup, once per evaluator ---------------------------------------------------------
 
@@ -85,15 +80,16 @@ class EngineEvaluator:
 
     def evaluate(self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
                  ) -> list[RunResult]:
-        point = ctx.point
-        if point is None:
-            raise HarnessError(f"task {ctx.task_id}: the engine evaluator needs a deployment point")
+        point, profile = ctx.point, ctx.profile
+        if point is None or profile is None:
+            raise HarnessError(f"task {ctx.task_id}: the engine evaluator needs a deployment "
+                               "point and a runtime profile")
         others = [k for k in candidate if not k.startswith("engine.")]
         if others:
             return [RunResult({}, success=False, error=f"the engine evaluator can only change "
                               f"engine.* keys, not {', '.join(sorted(others))}")]
         self._setup(point)
-        name, config = engine_config_of(self.profile)
+        name, config = engine_config_of(profile)  # the candidate is applied already
         t = point.scenario.traffic
         say = ctx.progress
         fields = {"task_id": ctx.task_id, "block_id": ctx.block_id}
@@ -102,7 +98,7 @@ class EngineEvaluator:
         try:
             say(f"launching {name} engine with {dict(candidate) or 'the profile as is'}")
             with engine_for(name).launch(config, model=self._model_dir, ws=self.ws,
-                                         overrides=candidate, event_fields=fields) as eng:
+                                         event_fields=fields) as eng:
                 desc = eng.describe()
                 meta["launch_command"] = desc.get("launch_command")
                 meta["server_info_digest"] = self.ws.artifacts.put(
@@ -162,7 +158,3 @@ class EngineEvaluator:
         rate, _ = compare_outputs(base, outputs)
         return rate
 
-
-ENGINE_EVALUATORS.setdefault("hf", EngineEvaluator.for_task)
-ENGINE_EVALUATORS.setdefault("sglang", EngineEvaluator.for_task)
-ENGINE_EVALUATORS.setdefault("external", EngineEvaluator.for_task)

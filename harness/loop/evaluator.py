@@ -1,17 +1,9 @@
-"""Evaluating a candidate: the one interface between the task loop and whatever measures.
+"""The evaluators and the choice of one for a task (the interface: evaluation.py).
 
-Contract:
-- An `Evaluator` runs one candidate (a mapping of scope keys to values, e.g.
-  `{"engine.dtype": "bfloat16"}`; `{}` is the baseline: the profile's own configuration)
-  `repeats` times and returns one `RunResult` per run. Failures are data: a run that could not
-  be measured is a `RunResult(success=False, error=...)`, never an exception. Exceptions are
-  reserved for a broken setup (`HarnessError`: missing executable, bad configuration).
-- Metric names follow `sglang.bench_serving` (output_throughput, request_throughput,
-  median_ttft_ms, p99_ttft_ms, mean_tpot_ms, median_itl_ms, median_e2e_latency_ms, completed,
-  failed, …) plus `token_match` when correctness was measured against the baseline.
-- `CommandEvaluator` is the generic path: it runs a configured argv once per repeat with the
-  candidate as JSON on stdin and in `$FORGE_CANDIDATE`, and reads a JSON object of metrics
-  from the last non-empty line of stdout. Its stdout/stderr are kept as artifacts.
+`CommandEvaluator` is the generic path: it runs a configured argv once per repeat with the
+candidate as JSON on stdin and in `$FORGE_CANDIDATE`, and reads a JSON object of metrics from
+the last non-empty line of stdout. Its stdout/stderr are kept as artifacts. The engine
+evaluator (engine_evaluator.py) launches the runtime profile's engine and benchmarks it.
 """
 
 from __future__ import annotations
@@ -20,56 +12,16 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from ...ledger.events import metric_value
+from ..engines import ENGINES
 from ..errors import HarnessError
 from ..tools.calls import capture_redactor, env_digest, repo_digest
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...ledger.specs import DeploymentPoint, RuntimeProfile
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One repeated run of one candidate (failures as data)."""
-
-    metrics: dict[str, float]
-    success: bool = True
-    error: str | None = None
-    artifact_digest: str | None = None  # per-request records (JSONL) in the artifact store
-    meta: dict[str, Any] = field(default_factory=dict)  # engine command, server info digest, …
-
-
-def _no_progress(_: str) -> None:
-    return None
-
-
-@dataclass(frozen=True)
-class EvalContext:
-    """What an evaluator may use besides the candidate. `point` and `profile` already have the
-    candidate applied (`ledger.specs.apply_candidate`): launch exactly what they say. For a
-    candidate block, `baseline` is `{"block_id", "runs": [{"metrics", "success", "meta",
-    "artifact_digest"}, ...]}` from the baseline block's measurements (None for the baseline
-    itself): token match compares against what the baseline run kept in `meta`/artifacts."""
-
-    workspace: Any
-    task_id: str
-    block_id: str
-    point: DeploymentPoint | None
-    profile: RuntimeProfile | None
-    baseline: dict[str, Any] | None = None  # e.g. {"outputs": [...]} from the baseline run
-    progress: Callable[[str], None] = _no_progress
-
-
-class Evaluator(Protocol):
-    def evaluate(
-        self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
-    ) -> list[RunResult]: ...
-
+from .engine_evaluator import EngineEvaluator
+from .evaluation import EvalContext, Evaluator, RunResult
 
 # Keys of the JSON line that are not metrics.
 _RESERVED = {"success", "error", "meta", "outputs"}
@@ -187,24 +139,17 @@ class CommandEvaluator:
 
 # --- choosing an evaluator for a task ---------------------------------------------------
 
-# engine kind -> factory(ws, task, profile) -> Evaluator. The engine helper registers here
-# (e.g. ENGINE_EVALUATORS["hf"] = EngineEvaluator.for_task) or edits `make_evaluator`.
-ENGINE_EVALUATORS: dict[str, Callable[..., Evaluator]] = {}
-
 
 def make_evaluator(ws: Any, task: Any, profile: Any, *, base_dir: str | Path | None = None
                    ) -> Evaluator:
     """The evaluator a task's loop uses: `evaluator: {kind: command, argv}` in the task YAML
     gives a CommandEvaluator (argv run in the task file's directory); otherwise the engine
-    evaluator registered for the profile's engine."""
+    evaluator, for a runtime profile on any engine (hf, sglang, external)."""
     spec = task.evaluator
     if spec.kind == "command":
         return CommandEvaluator(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s)
     engine = getattr(profile, "engine", None)
-    from . import engine_evaluator  # noqa: F401  (registers the engine evaluators)
-
-    factory = ENGINE_EVALUATORS.get(str(engine))
-    if factory is None:
-        raise HarnessError(f"no evaluator for engine {engine!r} yet: give the task "
-                           "`evaluator: {kind: command, argv: [...]}`")
-    return factory(ws, task, profile)
+    if engine in ENGINES:
+        return EngineEvaluator(ws, task)
+    raise HarnessError(f"no evaluator for engine {engine!r}: give the task "
+                       "`evaluator: {kind: command, argv: [...]}`")

@@ -15,7 +15,8 @@ from ...ledger.specs import (
 from ...projections.memory import TaskMemory
 from ..errors import HarnessError
 from .define import define_task
-from .evaluator import EvalContext, Evaluator, make_evaluator
+from .evaluation import EvalContext, Evaluator
+from .evaluator import make_evaluator
 from .executors import Executor, describe, make_executor
 from .routing import route
 from .steps import (

@@ -16,7 +16,7 @@ from ...ledger.specs import (
 from ...ledger.store import Append, task_stream
 from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
-from .evaluator import RunResult
+from .evaluation import RunResult
 from .executors import Executor, SweepExecutor, describe, out_of_scope
 from .gates import Verdict, judge
 from .task import LOOP_ACTOR, LoadedTask, Progress

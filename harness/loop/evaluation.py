@@ -1,0 +1,61 @@
+"""Evaluating a candidate: the one interface between the task loop and whatever measures.
+
+Contract:
+- An `Evaluator` runs one candidate (a mapping of scope keys to values, e.g.
+  `{"engine.dtype": "bfloat16"}`; `{}` is the baseline: the profile's own configuration)
+  `repeats` times and returns one `RunResult` per run. Failures are data: a run that could not
+  be measured is a `RunResult(success=False, error=...)`, never an exception. Exceptions are
+  reserved for a broken setup (`HarnessError`: missing executable, bad configuration).
+- Metric names follow `sglang.bench_serving` (output_throughput, request_throughput,
+  median_ttft_ms, p99_ttft_ms, mean_tpot_ms, median_itl_ms, median_e2e_latency_ms, completed,
+  failed, …) plus `token_match` when correctness was measured against the baseline.
+- The evaluators: `CommandEvaluator` (evaluator.py: a configured argv, metrics from its last
+  stdout line) and `EngineEvaluator` (engine_evaluator.py: launch, check outputs, benchmark);
+  `evaluator.make_evaluator` chooses one for a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...ledger.specs import DeploymentPoint, RuntimeProfile
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One repeated run of one candidate (failures as data)."""
+
+    metrics: dict[str, float]
+    success: bool = True
+    error: str | None = None
+    artifact_digest: str | None = None  # per-request records (JSONL) in the artifact store
+    meta: dict[str, Any] = field(default_factory=dict)  # engine command, server info digest, …
+
+
+def _no_progress(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What an evaluator may use besides the candidate. `point` and `profile` already have the
+    candidate applied (`ledger.specs.apply_candidate`): launch exactly what they say. For a
+    candidate block, `baseline` is `{"block_id", "runs": [{"metrics", "success", "meta",
+    "artifact_digest"}, ...]}` from the baseline block's measurements (None for the baseline
+    itself): token match compares against what the baseline run kept in `meta`/artifacts."""
+
+    workspace: Any
+    task_id: str
+    block_id: str
+    point: DeploymentPoint | None
+    profile: RuntimeProfile | None
+    baseline: dict[str, Any] | None = None  # e.g. {"outputs": [...]} from the baseline run
+    progress: Callable[[str], None] = _no_progress
+
+
+class Evaluator(Protocol):
+    def evaluate(
+        self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
+    ) -> list[RunResult]: ...
