@@ -559,9 +559,9 @@ def task_list(ctx, as_json: bool) -> None:
     Example:
       forge task list --json
     """
-    from .harness.loop.reads import list_tasks
+    from .projections.memory import list_tasks
 
-    rows = list_tasks(open_ws(ctx), on_error=warn_undecodable)
+    rows = list_tasks(open_ws(ctx).ledger, on_error=warn_undecodable)
     if as_json:
         emit_json(rows)
         return
@@ -583,9 +583,9 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
-    from .harness.loop.reads import task_summary
+    from .projections.memory import task_summary
 
-    s = task_summary(open_ws(ctx), task_id, on_error=warn_undecodable)
+    s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
     if as_json:
         emit_json(s)
         return
@@ -749,6 +749,29 @@ def task_exit(ctx, task_id: str, state: str, reason: str, handoff: str | None,
 
     info = exit_task(open_ws(ctx), task_id, state, reason, handoff=handoff)
     emit_json(info) if as_json else click.echo(f"task {task_id} exited: {state}")
+
+
+@task.command("reopen")
+@click.argument("task_id")
+@click.option("--reason", required=True, help="Why the task runs again (the blocker is gone…).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_reopen(ctx, task_id: str, reason: str, as_json: bool) -> None:
+    """Reopen an exited task; its exit stays in the history (forge replay shows it).
+
+    Reopens failed-blocked, failed-unverifiable, failed-no-progress, follow-up-handoff and
+    aborted-by-human; `forge task run` (or the manual path) then continues the task.
+
+    \b
+    Example:
+      forge task reopen tune-tiny-cpu --reason "the engine image is fixed"
+    """
+    from .harness.loop.manual import reopen_task
+
+    info = reopen_task(open_ws(ctx), task_id, reason)
+    emit_json(info) if as_json else click.echo(
+        f"task {task_id} reopened (was {info['reopened']})")
 
 
 @main.group()

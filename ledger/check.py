@@ -3,7 +3,8 @@
 Checks: the backend's own integrity check (SQLite `PRAGMA integrity_check`), gap-free global
 positions (on PostgreSQL a rolled-back insert leaves a gap in the sequence: a note, not a
 problem), every stream's versions contiguous from 1, every event decodes (known type, valid
-payload, upcastable) and every task stream replays, every save is whole (its events match its
+payload, upcastable) and every task stream replays (with the one task fold of `state`, as
+`forge replay` and Task Memory fold it), every save is whole (its events match its
 CommandHandled marker), every artifact hashes to its digest.
 """
 

@@ -11,8 +11,9 @@ decisions, accepted and rejected) plus what Task Memory adds on top, event by ev
   primary metric (`Contract.primary`), accepted deliverables with their evidence, the
   effective-config digests already tried, and the trailing no-progress streak.
 
-`build_memory(events)` is a pure fold; `task_memory(ledger, task_id)` reads the stream and
-folds it.
+`build_memory(events)` is a pure fold; `read_memory(ledger, task_id)` reads the stream and
+folds it (the loop, `forge task memory`); `list_tasks` and `task_summary` are the read
+queries of `forge task list` and `forge task show`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..ledger import events as E
 from ..ledger.errors import NotFoundError
-from ..ledger.ids import LEDGER_CONTEXT
+from ..ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
 from ..ledger.specs import Contract
 from ..ledger.state import TaskState, apply
 from ..ledger.store import Ledger, OnError, Undecodable, task_stream
@@ -95,7 +96,7 @@ class TaskMemory(BaseModel):
     no_progress_streak: int = 0
     first_block_at: str | None = None
     exits: list[dict[str, Any]] = Field(default_factory=list, exclude=True)  # the fold's
-    reopened_after: int = Field(0, exclude=True)  # blocks in the record at the last reopen
+    reopened_after: int | None = Field(None, exclude=True)  # blocks at the last reopen
     paused_s: float = Field(0.0, exclude=True)  # time spent exited before a reopen
 
     def block(self, block_id: str | None) -> BlockRecord | None:
@@ -110,6 +111,11 @@ class TaskMemory(BaseModel):
             if b.is_baseline and b.measurements:
                 return b
         return None
+
+    def before_reopen(self, b: BlockRecord) -> bool:
+        """Whether block `b` ran before the task was last reopened."""
+        return self.reopened_after is not None and any(
+            x is b for x in self.execution_record[:self.reopened_after])
 
 
 class _Builder:
@@ -243,7 +249,8 @@ def _update_best(mem: TaskMemory, b: BlockRecord) -> None:
         med = b.median(mem.primary_metric) if mem.primary_metric else None
         mem.baseline = {"block_id": b.block_id, "metric": mem.primary_metric, "median": med,
                         "verdict": (b.verification or {}).get("verdict")}
-        if mem.best_so_far is None:
+        if mem.best_so_far is None or (mem.best_so_far["median"] is None and med is not None):
+            # (a baseline measured again after a reopen replaces one that had no median)
             mem.best_so_far = {"block_id": b.block_id, "candidate": {}, "metric":
                                mem.primary_metric, "median": med, "verdict": "baseline"}
         return
@@ -274,14 +281,66 @@ def build_memory(events: Iterable[E.Event]) -> TaskMemory:
     return r.memory()
 
 
-def task_memory(ledger: Ledger, task_id: str, on_error: OnError = None) -> TaskMemory:
-    """The task's memory from its stream. An undecodable event raises (naming its position),
-    or, given `on_error` (readers: `forge task memory`), is handed to it and left out."""
+def read_memory(ledger: Ledger, task_id: str, on_error: OnError = None
+                ) -> tuple[TaskMemory, int]:
+    """The task's memory and its stream's version (what a save appends after). An
+    undecodable event raises, naming its position (a loop must not act on part of a
+    history), or, given `on_error` (readers), is handed to it and left out."""
     bad: list[Undecodable] = []
     records = ledger.stream(task_stream(task_id),
                             on_error=None if on_error is None else bad.append)
     if not records and not bad:
-        raise NotFoundError(f"unknown task {task_id!r}")
+        raise NotFoundError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)} "
+                            "(define it with forge task new FILE.yaml)")
     for u in bad:
         on_error(u)  # type: ignore[misc]
-    return build_memory(r.event for r in records)
+    version = max([r.version for r in records[-1:]] + [u.version for u in bad[-1:]])
+    return build_memory(r.event for r in records), version
+
+
+def task_memory(ledger: Ledger, task_id: str, on_error: OnError = None) -> TaskMemory:
+    """`forge task memory`: the task's memory from its stream (see `read_memory`)."""
+    return read_memory(ledger, task_id, on_error)[0]
+
+
+# --- read queries over task streams: `forge task list`, `forge task show` ------------------
+
+
+def list_tasks(ledger: Ledger, on_error: OnError = None) -> list[dict[str, Any]]:
+    """Every task with its status. Undecodable events raise, or, given `on_error`, are
+    handed to it and left out (a task whose definition is damaged is still listed)."""
+    ids = []
+    # The task ids are the streams' names: no need to decode the definitions to list them.
+    for _pos, stream, version, _topic, _state in ledger.rows(types=[E.TaskDefined.TYPE]):
+        if stream.startswith("task:") and version == 1:
+            ids.append(stream[len("task:"):])
+    out = []
+    for tid in ids:
+        damaged: list[Undecodable] = []
+        mem, _ = read_memory(ledger, tid, None if on_error is None else damaged.append)
+        for u in damaged:
+            on_error(u)  # type: ignore[misc]
+        row = {"task_id": tid, "type": mem.definition.get("type"),
+               "status": mem.status, "exit_state": mem.exit_state,
+               "blocks": len(mem.execution_record), "accepted": len(mem.accepted),
+               "rejected": len(mem.rejected), "goal": mem.definition.get("goal")}
+        if damaged:
+            row["damaged_events"] = [u.position for u in damaged]
+        out.append(row)
+    return out
+
+
+def task_summary(ledger: Ledger, task_id: str, on_error: OnError = None) -> dict[str, Any]:
+    mem, version = read_memory(ledger, task_id, on_error)
+    return {"task_id": task_id, "status": mem.status, "exit_state": mem.exit_state,
+            "exit_reason": mem.exit_reason, "definition": mem.definition,
+            "definition_hash": mem.definition_hash, "point_hash": mem.point_hash,
+            "profile_hash": mem.profile_hash, "contract_hash": mem.contract_hash,
+            "version": version,
+            "blocks": [{"block_id": b.block_id, "sub_goal": b.sub_goal,
+                        "candidate": b.candidate, "routing": b.routing, "status": b.status,
+                        "measurements": len(b.measurements), "tool_calls": len(b.tool_calls),
+                        "verdict": (b.verification or {}).get("verdict"),
+                        "decision": b.decision, "outcome": (b.handoff or {}).get("outcome")}
+                       for b in mem.execution_record],
+            "best_so_far": mem.best_so_far}

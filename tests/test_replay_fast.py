@@ -112,6 +112,9 @@ def test_fast_replay_equals_full_validation_at_every_position(home):
             assert fingerprint(replay_task(ledger, "t1", until=pos)) == fingerprint(
                 _full_fold(ledger, "task:t1", pos))
     assert full.status == "exited" and full.exit_state == "delivered"
+    assert full.exits == [
+        {"state": "failed-no-progress", "reason": "budget", "reopened": "one more idea"},
+        {"state": "delivered", "reason": "done", "reopened": None}]
     assert [b.block_id for b in full.blocks] == ["b1", "b2", "b3"]
     assert full.blocks[0].tool_calls == 1 and full.blocks[0].measurements == 4
     assert full.measurements == 6 and len(full.invalidated) == 1

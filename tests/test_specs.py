@@ -188,12 +188,13 @@ def test_cli_point_show_json_matches_spec_hash():
 
 def test_both_example_tasks_can_be_defined(workspace):
     from infer_forge.harness.loop.define import define_task
-    from infer_forge.harness.loop.reads import list_tasks
+    from infer_forge.projections.memory import list_tasks
 
     a = define_task(workspace, EX / "tasks/tune-tiny-cpu.yaml")
     b = define_task(workspace, EX / "tasks/tune-qwen-h200.yaml")
     assert a["point_hash"] != b["point_hash"] and a["profile_hash"] != b["profile_hash"]
-    assert {t["task_id"] for t in list_tasks(workspace)} == {"tune-tiny-cpu", "tune-qwen-h200"}
+    assert {t["task_id"] for t in list_tasks(workspace.ledger)} == {"tune-tiny-cpu",
+                                                                     "tune-qwen-h200"}
 
 
 # --- topology roles and image digests -----------------------------------------------------

@@ -21,9 +21,11 @@ Contracts:
   call or measurement outside an open block; acceptance needs a passing verification of the
   task's contract on the task's deployment point.
 
-Modules: `task` (a task loaded from the ledger, its stream state), `define` (spec
-registration), `steps` (each step's events and the stepper that saves them), `run` (the
-automatic loop), `manual` (the manual path), `reads` (task list and summary), `evaluator`
-and `engine_evaluator` (measuring a candidate), `executors` (choosing the next candidate),
+Modules: `task` (a task loaded from the ledger), `define` (spec registration), `steps`
+(each step's events and the stepper that saves them), `run` (the automatic loop), `manual`
+(the manual path and the task lifecycle commands: exit, reopen), `evaluator` and
+`engine_evaluator` (measuring a candidate), `executors` (choosing the next candidate),
 `gates` (judging runs against the contract), `routing` (executor, model tier, topology).
+The task's state and the read queries (task list, show, memory) live in
+`projections.memory`.
 """

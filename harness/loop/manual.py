@@ -1,6 +1,6 @@
 """The manual path: a person or an outside agent drives the loop (`forge block start`,
 `forge run --`, `forge measure`, `forge block verify|handoff`, `forge task accept|reject|
-exit`) under the same state machine as the automatic loop.
+exit|reopen`) under the same state machine as the automatic loop.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from ...ledger.specs import (
     effective_digest,
 )
 from ...ledger.store import Append, task_stream
-from ...projections.memory import BlockRecord, TaskMemory
+from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from ..tools.calls import run_tool
 from .executors import describe, out_of_scope
 from .routing import route
 from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed
-from .task import LoadedTask, _stream_state, human_actor, load_task_from_ledger
+from .task import LoadedTask, human_actor, load_task_from_ledger
 
 
 def _open(ws: Any, task_id: str) -> tuple[LoadedTask, TaskMemory, int]:
     lt = load_task_from_ledger(ws, task_id)
-    mem, version, _ = _stream_state(ws, task_id)
+    mem, version = read_memory(ws.ledger, task_id)
     if mem.status == "exited":
         raise HarnessError(f"task {task_id} has exited ({mem.exit_state}); nothing more is "
                            "recorded in it")
@@ -217,3 +217,37 @@ def exit_task(ws: Any, task_id: str, state: str, reason: str, *, handoff: str | 
     ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
     return {"task_id": task_id, "state": state, "event_id": str(ev.event_id)}
 
+
+
+# Exit states a person may reopen: the blocker, the noise, the idea, the person came back.
+# Not `delivered` (its deliverable stands: a new task goes further) nor `failed-budget` (the
+# budget is part of the task's definition: it would exit again at once).
+REOPENABLE = ("failed-blocked", "failed-unverifiable", "failed-no-progress",
+              "follow-up-handoff", "aborted-by-human")
+
+
+def reopen_task(ws: Any, task_id: str, reason: str, *, actor: E.Actor | None = None
+                ) -> dict[str, Any]:
+    """`forge task reopen`: an exited task runs again (`forge task run` or the manual path
+    continue it). Appends TaskReopened; the fold keeps the exit in the task's history, and a
+    reopened task whose baseline blocked it measures the baseline again."""
+    if not reason.strip():
+        raise HarnessError("a reopen needs --reason")
+    mem, version = read_memory(ws.ledger, task_id)
+    if mem.status != "exited":
+        raise HarnessError(f"task {task_id} is {mem.status}, not exited; only an exited task "
+                           "can be reopened")
+    if mem.exit_state not in REOPENABLE:
+        why = ("its deliverable stands; define a new task to go further"
+               if mem.exit_state == "delivered" else
+               "its budget is part of its definition; define a new task with a larger budget")
+        raise HarnessError(f"task {task_id} exited {mem.exit_state}: it cannot be reopened "
+                           f"({why})")
+    digests = {k: v for k, v in (("definition", mem.definition_hash), ("point", mem.point_hash),
+                                 ("contract", mem.contract_hash),
+                                 ("profile", mem.profile_hash)) if v}
+    ev = E.TaskReopened(reason=reason, task_id=task_id, actor=actor or human_actor(),
+                        input_digests=digests)
+    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    return {"task_id": task_id, "reopened": mem.exit_state, "reason": reason,
+            "event_id": str(ev.event_id)}

@@ -12,7 +12,7 @@ from ...ledger import events as E
 from ...ledger.specs import (
     apply_candidate,
 )
-from ...projections.memory import TaskMemory
+from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from .define import define_task
 from .evaluation import EvalContext, Evaluator
@@ -31,7 +31,7 @@ from .steps import (
     _verify_event,
     _wall_elapsed,
 )
-from .task import LOOP_ACTOR, LoadedTask, Progress, _stream_state, load_task_from_ledger
+from .task import LOOP_ACTOR, LoadedTask, Progress, load_task_from_ledger
 
 
 @dataclass
@@ -42,6 +42,32 @@ class LoopResult:
     exit_reason: str | None
     blocks: int
     memory: TaskMemory
+
+
+def _baseline_problem(base: BlockRecord) -> tuple[str, str, list[str]] | None:
+    """(exit state, reason, evidence) when a measured baseline blocks the task."""
+    runs = base.runs()
+    if runs and not any(r["success"] for r in runs):
+        return ("failed-blocked", "every baseline run failed: "
+                + "; ".join(sorted({m["error"] or "?" for m in base.measurements}))[:300],
+                [m["event_id"] for m in base.measurements])
+    stab = [g for g in (base.verification or {}).get("gates", [])
+            if g.get("kind") == "stability"]
+    if stab and stab[0].get("verdict") == "fail":
+        return ("failed-unverifiable", f"the baseline is not stable: {stab[0]['reason']}",
+                [base.verification["event_id"]])  # type: ignore[index]
+    return None
+
+
+def _measure_baseline(mem: TaskMemory) -> bool:
+    """Whether the next block measures the baseline: the first block, or, in a reopened
+    task, when no baseline was measured or the one measured before the reopen blocked it."""
+    if not mem.execution_record:
+        return True
+    if mem.reopened_after is None:
+        return False
+    base = mem.baseline_block()
+    return base is None or (mem.before_reopen(base) and _baseline_problem(base) is not None)
 
 
 def exit_due(lt: LoadedTask, mem: TaskMemory, max_wall_s: float | None = None
@@ -55,17 +81,11 @@ def exit_due(lt: LoadedTask, mem: TaskMemory, max_wall_s: float | None = None
         return ("delivered", f"{describe(a['candidate'])} passed every gate of the contract",
                 [a["event_id"], a["verification_event_id"]], None)
     base = mem.baseline_block()
-    if base is not None and base.status == "handed-off":
-        runs = base.runs()
-        if runs and not any(r["success"] for r in runs):
-            return ("failed-blocked", "every baseline run failed: "
-                    + "; ".join(sorted({m["error"] or "?" for m in base.measurements}))[:300],
-                    [m["event_id"] for m in base.measurements], None)
-        stab = [g for g in (base.verification or {}).get("gates", [])
-                if g.get("kind") == "stability"]
-        if stab and stab[0].get("verdict") == "fail":
-            return ("failed-unverifiable", f"the baseline is not stable: {stab[0]['reason']}",
-                    [base.verification["event_id"]], None)  # type: ignore[index]
+    # A baseline from before a reopen does not block: the loop measures it again.
+    if base is not None and base.status == "handed-off" and not mem.before_reopen(base):
+        problem = _baseline_problem(base)
+        if problem is not None:
+            return (*problem, None)
     if len(mem.execution_record) >= ex.max_blocks:
         return ("failed-budget", f"block budget spent: {len(mem.execution_record)} of "
                 f"{ex.max_blocks} blocks", [b.block_id for b in mem.execution_record],
@@ -94,7 +114,7 @@ def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
         evaluator = make_evaluator(ws, lt.task, lt.profile, base_dir=lt.base_dir)
     model_tiers = {k: v for k, v in ws.config.raw.get("model_tiers", {}).items() if v}
     while True:
-        mem, version, _ = _stream_state(ws, task_id)
+        mem, version = read_memory(ws.ledger, task_id)
         if executor.kind == "manual" and mem.status != "exited":
             d = executor.decide(mem, lt.task, lt.point, lt.profile)
             say(f"waiting: {d.reason}")
@@ -121,7 +141,8 @@ def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
             index = len(mem.execution_record) + 1
             bid = f"b{index}"
             routing = route(lt.task, mem.no_progress_streak, model_tiers)
-            if mem.baseline_block() is None and not mem.execution_record:
+            again = _measure_baseline(mem)
+            if again:
                 decision_cand: dict[str, Any] = {}
                 sub_goal = "measure the baseline: the runtime profile's own configuration"
                 actor, tool_ev = LOOP_ACTOR, None
@@ -140,7 +161,8 @@ def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
                 decision_cand, sub_goal = d.candidate, d.sub_goal
                 actor, tool_ev = d.actor or LOOP_ACTOR, d.tool_event
             st.save(f"{bid}:start", _start_events(st, mem, bid, index, sub_goal, routing,
-                                                  decision_cand, actor, tool_ev), version)
+                                                  decision_cand, actor, tool_ev,
+                                                  measure_again=again), version)
             continue
         if not blk.measurements:
             assert evaluator is not None

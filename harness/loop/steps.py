@@ -50,9 +50,12 @@ class _Stepper:
 
 
 def _wall_elapsed(mem: TaskMemory) -> float:
+    """Seconds the task has run since its first block (time spent exited before a reopen
+    does not count)."""
     if not mem.first_block_at:
         return 0.0
-    return (utcnow() - datetime.fromisoformat(mem.first_block_at)).total_seconds()
+    return (utcnow() - datetime.fromisoformat(mem.first_block_at)).total_seconds() \
+        - mem.paused_s
 
 
 def _handoff_text(mem: TaskMemory) -> str:
@@ -196,7 +199,10 @@ def _stop_events(st: _Stepper, mem: TaskMemory, reason: str, handoff: str | None
 
 def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
                   routing: dict[str, Any], cand: dict[str, Any], actor: E.Actor,
-                  tool_ev: E.ToolInvoked | None) -> list[E.Event]:
+                  tool_ev: E.ToolInvoked | None, *, measure_again: bool = False
+                  ) -> list[E.Event]:
+    """A block's start; `measure_again`: a configuration already tried is run again (the
+    baseline of a reopened task)."""
     lt = st.lt
     c = st.common(bid)
     problem = out_of_scope(lt.task, lt.point, lt.profile, cand) if cand else None
@@ -211,7 +217,7 @@ def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal:
         evs += [E.DirectionRejected(candidate=cand, reason=f"out of scope: {problem}", **c),
                 E.LoopBlockHandedOff(outcome="no-progress", state_reached="not run",
                                      findings=[f"out of scope: {problem}"], **c)]
-    elif cfg in mem.tried:
+    elif cfg in mem.tried and not measure_again:
         prior = next(b.block_id for b in mem.execution_record if b.config_digest == cfg)
         evs.append(E.LoopBlockHandedOff(
             outcome="no-progress", state_reached="not run",

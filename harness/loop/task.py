@@ -1,6 +1,6 @@
-"""A task as the loop sees it: its definition, point and profile loaded from the ledger, and
-the state (Task Memory) and version of its stream. Shared by spec registration, the
-automatic loop and the manual path.
+"""A task as the loop sees it: its definition, point and profile loaded from the ledger (its
+state and stream version come from Task Memory, `projections.memory.read_memory`). Shared by
+spec registration, the automatic loop and the manual path.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from ...ledger.specs import (
     RuntimeProfile,
     TaskDefinition,
 )
-from ...ledger.store import OnError, Undecodable, task_stream
+from ...ledger.store import task_stream
 from ...ledger.workspace import WORKSPACE_STREAM
-from ...projections.memory import TaskMemory, build_memory
 from ..errors import HarnessError
 
 LOOP_ACTOR = E.Actor.tool("forge-loop")
@@ -75,24 +74,6 @@ def _workspace_specs(ws: Any) -> tuple[dict[str, dict], ProfileIndex]:
         elif isinstance(ev, E.RuntimeProfileRevised):
             profiles[(ev.service, ev.rev)] = ev
     return points, profiles
-
-
-def _stream_state(ws: Any, task_id: str, on_error: OnError = None
-                  ) -> tuple[TaskMemory, int, list[E.Event]]:
-    """Memory, version and events of a task. An undecodable event raises (naming its
-    position: a loop must not act on a partial history), or, for readers that pass
-    `on_error`, is handed to it and left out."""
-    bad: list[Undecodable] = []
-    records = ws.ledger.stream(task_stream(task_id),
-                               on_error=None if on_error is None else bad.append)
-    if not records and not bad:
-        raise NotFoundError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)} "
-                            "(define it with forge task new FILE.yaml)")
-    for u in bad:
-        on_error(u)  # type: ignore[misc]
-    evs = [r.event for r in records]
-    version = max([r.version for r in records[-1:]] + [u.version for u in bad[-1:]])
-    return build_memory(evs), version, evs
 
 
 def load_task_from_ledger(ws: Any, task_id: str) -> LoadedTask:
