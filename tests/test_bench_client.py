@@ -178,7 +178,7 @@ def test_custom_jsonl_and_its_errors(tmp_path):
     cases = {
         '{"prompt": "a", "output_len": 2}\n{"prompt": 5, "output_len": 2}\n': ":2: field 'prompt'",
         '{"prompt": "a", "output_len": 0}\n': ":1: field 'output_len'",
-        '{"prompt": "a", "output_len": 2}\n{oops\n': ":2: not valid JSON",
+        '{"prompt": "a", "output_len": 2}\n{oops\n': ":2: malformed JSON",
         '[1, 2]\n': ":1: expected a JSON object",
     }
     for text, msg in cases.items():

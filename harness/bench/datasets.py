@@ -17,14 +17,13 @@ Contracts:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..errors import HarnessError
+from ..jsonl import iter_jsonl
 
 
 @dataclass(frozen=True)
@@ -124,19 +123,9 @@ def custom_prompts(path: str | Path, tokenizer=None, default_output_len: int | N
     """Prompts from JSONL lines `{"prompt": str, "output_len": int}`. `prompt_len` is the
     tokenizer's count when given, else the line's `prompt_len`, else 0. Blank lines skipped."""
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise HarnessError(f"cannot read dataset {p}: {e}") from None
     out: list[Prompt] = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for no, obj in iter_jsonl(p):
         where = f"{p}:{no}"
-        try:
-            obj: Any = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise HarnessError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(obj, dict):
             raise HarnessError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         prompt = obj.get("prompt")

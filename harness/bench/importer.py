@@ -37,6 +37,7 @@ from ...ledger import events as E
 from ...ledger.events import bad_number, field_path
 from ...ledger.ids import check_optional_id
 from ...ledger.store import task_stream
+from .. import jsonl
 from ..errors import HarnessError
 from .client import MEASUREMENTS_STREAM
 from .metrics import numeric_metrics
@@ -176,43 +177,14 @@ def iter_results(path: str | Path) -> Iterator[ImportedRun]:
 
 
 def _raw_lines(p: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes with the line ending) of `p`; a line over MAX_LINE_BYTES is an
-    error, so memory stays bounded whatever the file holds."""
-    try:
-        f = p.open("rb")
-    except OSError as e:
-        raise HarnessError(f"cannot read {p}: {e.strerror or e}") from None
-    no = 0
-    with f:
-        while True:
-            try:
-                raw = f.readline(MAX_LINE_BYTES + 1)
-            except OSError as e:
-                raise HarnessError(f"{p}:{no + 1}: cannot read: {e.strerror or e}") from None
-            if not raw:
-                return
-            no += 1
-            if len(raw) > MAX_LINE_BYTES:
-                raise HarnessError(f"{p}:{no}: line longer than {MAX_LINE_BYTES >> 20} MiB "
-                                   "(not a bench_serving result?)")
-            yield no, raw
+    """(line number, raw bytes) of `p`, each line at most MAX_LINE_BYTES."""
+    return jsonl.read_lines(p, max_line_bytes=MAX_LINE_BYTES)
 
 
 def _parse_raw(p: Path, no: int, raw: bytes) -> ImportedRun | None:
     where = f"{p}:{no}"
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise HarnessError(f"{where}: not UTF-8 text (a bench_serving JSONL file?)") from None
-    if not line.strip():
-        return None
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise HarnessError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-    except RecursionError:
-        raise HarnessError(f"{where}: malformed JSON (nested too deeply)") from None
-    return parse_line(obj, where, no)
+    obj = jsonl.parse_line(raw, where)
+    return None if obj is None else parse_line(obj, where, no)
 
 
 @dataclass

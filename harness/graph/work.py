@@ -5,7 +5,6 @@ rejection) on current state.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ from ...ledger.store import Append, task_stream
 from ...ledger.workspace import Workspace
 from ...projections.graph import GraphView, catch_up, graph_stream, node_task_id
 from ..errors import HarnessError
+from ..jsonl import last_json_line
 from ..loop.define import define_task_spec
 from ..loop.run import run_task
 from ..proc import CommandOutcome, run_in_session
@@ -30,16 +30,12 @@ from .commands import ACTOR, handoff_events
 
 
 def last_json(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            return None
-        return obj if isinstance(obj, dict) else None
-    return None
+    """The JSON object on the last non-empty stdout line (None when there is none)."""
+    try:
+        obj = last_json_line(stdout)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 @dataclass

@@ -35,6 +35,7 @@ from ..bench.metrics import numeric_metrics
 from ..engines import engine_for
 from ..engines.base import engine_config_of
 from ..errors import HarnessError
+from ..jsonl import iter_jsonl_text
 from ..models.weights import model_path, parse_name, pull
 from .evaluation import EvalContext, RunResult
 
@@ -153,8 +154,8 @@ class EngineEvaluator:
                 break
         if not digest:
             return None
-        rows = [orjson.loads(line) for line in self.ws.artifacts.get(digest).splitlines() if line]
-        base = [GreedyOutput(**r) for r in rows]
+        lines = self.ws.artifacts.get(digest).splitlines()
+        base = [GreedyOutput(**r) for _, r in iter_jsonl_text(lines, f"artifact {digest}")]
         rate, _ = compare_outputs(base, outputs)
         return rate
 

@@ -19,6 +19,7 @@ from typing import Any
 from ...ledger.events import metric_value
 from ..engines import ENGINES
 from ..errors import HarnessError
+from ..jsonl import last_json_line
 from ..tools.calls import capture_redactor, env_digest, repo_digest
 from .engine_evaluator import EngineEvaluator
 from .evaluation import EvalContext, Evaluator, RunResult
@@ -31,13 +32,7 @@ def parse_metrics_line(stdout: str) -> tuple[dict[str, float], dict[str, Any]]:
     """Metrics (finite numbers and bools as floats) and the rest from stdout's last JSON line.
 
     Raises ValueError with a one-line reason when there is no JSON object there."""
-    lines = [ln for ln in stdout.splitlines() if ln.strip()]
-    if not lines:
-        raise ValueError("no output on stdout (expected a JSON object of metrics)")
-    try:
-        obj = json.loads(lines[-1])
-    except json.JSONDecodeError as e:
-        raise ValueError(f"last stdout line is not JSON: {e.msg} in {lines[-1][:120]!r}") from None
+    obj = last_json_line(stdout)
     if not isinstance(obj, dict):
         raise ValueError(f"last stdout line is a JSON {type(obj).__name__}, not an object")
     metrics: dict[str, float] = {}

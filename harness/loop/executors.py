@@ -38,6 +38,7 @@ from ...ledger.specs import (
 )
 from ...projections.memory import TaskMemory
 from ..errors import HarnessError
+from ..jsonl import last_json_line
 from ..tools.calls import run_tool
 
 
@@ -148,10 +149,9 @@ class CommandExecutor:
             last = (run.stderr.strip().splitlines() or [""])[-1][:300]
             return Decision("stop", reason=f"executor {self.argv[0]} failed "
                             f"(exit {run.returncode}): {last}", tool_event=ev)
-        lines = [ln for ln in run.stdout.splitlines() if ln.strip()]
         try:
-            answer = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
+            answer = last_json_line(run.stdout)
+        except ValueError:
             answer = None
         if not isinstance(answer, dict) or answer.get("action") not in ("try", "stop"):
             return Decision("stop", reason=f"executor {self.argv[0]} answered no valid action "
