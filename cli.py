@@ -7,18 +7,82 @@ error into a one-line `click.ClickException` (non-zero exit).
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import sys
+import time
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
+from .harness.bench.client import bench_command, format_table
+from .harness.bench.importer import import_results, metrics_from_json
+from .harness.demo import run_demo
+from .harness.engines.up import engine_up
+from .harness.errors import HarnessError
+from .harness.graph.commands import (
+    add_edge,
+    add_node,
+    define_graph,
+    format_plan,
+    hand_off,
+    invalidate,
+    request_rework,
+)
+from .harness.graph.commands import reject as reject_node
+from .harness.graph.run import run_graph
+from .harness.loop.define import define_task, record_profile
+from .harness.loop.manual import (
+    accept,
+    exit_task,
+    handoff_block,
+    record_measurement,
+    reopen_task,
+    run_command,
+    start_block,
+    verify_block,
+)
+from .harness.loop.manual import reject as reject_direction
+from .harness.loop.run import run_task
+from .harness.models.weights import list_models, pull
+from .ledger.check import check_home
 from .ledger.errors import LedgerError
+from .ledger.events import check_finite, finite_float
+from .ledger.graphspec import load_graph_yaml
+from .ledger.redact import redact_message
+from .ledger.replay import replay_task
+from .ledger.specs import (
+    SpecError,
+    canonical,
+    detect_kind,
+    diff_specs,
+    load_spec,
+    load_yaml,
+    load_yaml_text,
+    spec_hash,
+)
+from .ledger.state import fingerprint
+from .ledger.workspace import init_workspace, open_workspace
+from .projections.errors import ProjectionError
+from .projections.graph import load_graph, resolve_graph_id, summary, to_dot, to_mermaid, tree_lines
+from .projections.index import rebuild, status, update
+from .projections.memory import list_tasks, task_memory, task_summary
+from .projections.queries import compare_ws, filter_ws, sql_ws
+from .repos.errors import RepoError
+from .wiki.build import build
+from .wiki.errors import WikiError
+from .wiki.lint import lint
+from .wiki.retrieve import retrieve
+from .wiki.serve import serve
 
 # --- shared helpers ---------------------------------------------------------------------
+
+# The packages' own error bases: each becomes one line (and a non-zero exit).
+DOMAIN_ERRORS = (HarnessError, ProjectionError, WikiError, RepoError)
 
 
 def fail_cleanly(fn):
@@ -26,8 +90,6 @@ def fail_cleanly(fn):
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .ledger.redact import redact_message  # no message repeats a secret it was given
-
         try:
             return fn(*args, **kwargs)
         except click.ClickException as e:
@@ -37,27 +99,10 @@ def fail_cleanly(fn):
             if len(getattr(e, "problems", ())) > 1:
                 _spec_error(e)  # a spec's problems: one `error: FILE:LINE: …` line each
             raise click.ClickException(redact_message(" ".join(str(e).split()))) from None
-        except _domain_errors() as e:
+        except DOMAIN_ERRORS as e:
             raise click.ClickException(redact_message(" ".join(str(e).split()))) from None
 
     return wrapper
-
-
-def _domain_errors() -> tuple[type[BaseException], ...]:
-    """Error base classes of the packages above the ledger (imported lazily: fast --help)."""
-    errors: list[type[BaseException]] = []
-    for mod, name in (
-        ("infer_forge.harness.errors", "HarnessError"),
-        ("infer_forge.projections.errors", "ProjectionError"),
-        ("infer_forge.wiki.errors", "WikiError"),
-        ("infer_forge.repos.errors", "RepoError"),
-    ):
-        try:
-            module = __import__(mod, fromlist=[name])
-            errors.append(getattr(module, name))
-        except (ImportError, AttributeError):
-            continue
-    return tuple(errors) or (LedgerError,)
 
 
 def emit_json(value: Any) -> None:
@@ -65,8 +110,6 @@ def emit_json(value: Any) -> None:
 
 
 def open_ws(ctx: click.Context):
-    from .ledger.workspace import open_workspace
-
     ws = open_workspace(ctx.obj.get("home"))
     ctx.call_on_close(ws.close)
     return ws
@@ -143,8 +186,6 @@ def init(ctx: click.Context, init_home: Path | None, ledger_url: str | None, as_
     Example:
       forge init --home ./.forge
     """
-    from .ledger.workspace import init_workspace
-
     ws, created = init_workspace(init_home or ctx.obj.get("home"), ledger_url=ledger_url)
     with ws:
         info = {"home": str(ws.home), "created": created, "ledger": ws.config.ledger_url}
@@ -239,9 +280,6 @@ def replay(ctx, task: str, until: str | None, as_json: bool) -> None:
     Example:
       forge replay tune-tiny-cpu --until 120 --json
     """
-    from .ledger.replay import replay_task
-    from .ledger.state import fingerprint
-
     position = _position_arg(until, "--until")
     ws = open_ws(ctx)
     state = replay_task(ws.ledger, task, position)
@@ -321,8 +359,6 @@ def check(ctx, as_json: bool) -> None:
     Example:
       forge check
     """
-    from .ledger.check import check_home
-
     # A ledger too damaged to open is reported here (what, where), not raised.
     report = check_home(ctx.obj.get("home"))
     if as_json:
@@ -350,9 +386,6 @@ def parse_assignments(items: tuple[str, ...] | list[str], what: str, *,
     (bfloat16, {a: 1}, anchors); an empty VALUE is null. A number the ledger cannot hold
     (NaN, infinities, integers past 64 bits) is refused naming the key; with `numbers`, every
     VALUE must be a finite number."""
-    from .ledger.events import check_finite, finite_float
-    from .ledger.specs import load_yaml_text
-
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -381,8 +414,6 @@ def parse_assignments(items: tuple[str, ...] | list[str], what: str, *,
 
 def _spec_error(e: Exception) -> None:
     """Print a SpecError's problems one per line on stderr and exit 1."""
-    from .ledger.redact import redact_message
-
     for line in getattr(e, "problems", [str(e)]):
         click.echo(f"error: {redact_message(line)}", err=True)
     raise SystemExit(1)
@@ -403,21 +434,15 @@ def point_show(file: Path, as_json: bool) -> None:
     Example:
       forge point show examples/points/tiny-cpu.yaml
     """
-    from .ledger.specs import SpecError, canonical, detect_kind, load_spec, spec_hash
-
     try:
         spec = load_spec(file)
     except SpecError as e:
         _spec_error(e)
-    from .ledger.specs import load_yaml
-
     kind = detect_kind(load_yaml(file)[0])
     data = {"file": str(file), "kind": kind, "hash": spec_hash(spec), "spec": canonical(spec)}
     if as_json:
         emit_json(data)
     else:
-        import yaml
-
         click.echo(f"# {kind} {data['hash']}")
         click.echo(yaml.safe_dump(data["spec"], sort_keys=True).rstrip())
 
@@ -433,8 +458,6 @@ def point_validate(files: tuple[Path, ...], as_json: bool) -> None:
     Example:
       forge point validate examples/points/*.yaml examples/tasks/*.yaml
     """
-    from .ledger.specs import SpecError, load_spec, spec_hash
-
     results, bad = [], False
     for f in files:
         try:
@@ -467,8 +490,6 @@ def point_diff(a: Path, b: Path, as_json: bool) -> None:
     Example:
       forge point diff examples/points/tiny-cpu.yaml examples/points/qwen-h200.yaml
     """
-    from .ledger.specs import SpecError, diff_specs, load_spec, spec_hash
-
     try:
         sa, sb = load_spec(a), load_spec(b)
     except SpecError as e:
@@ -504,8 +525,6 @@ def profile_record(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge profile record examples/profiles/tiny-cpu.yaml
     """
-    from .harness.loop.define import record_profile
-
     info = record_profile(open_ws(ctx), file)
     if as_json:
         emit_json(info)
@@ -533,9 +552,6 @@ def task_new(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge task new examples/tasks/tune-tiny-cpu.yaml
     """
-    from .harness.loop.define import define_task
-    from .ledger.specs import SpecError
-
     ws = open_ws(ctx)
     try:
         info = define_task(ws, file)
@@ -559,8 +575,6 @@ def task_list(ctx, as_json: bool) -> None:
     Example:
       forge task list --json
     """
-    from .projections.memory import list_tasks
-
     rows = list_tasks(open_ws(ctx).ledger, on_error=warn_undecodable)
     if as_json:
         emit_json(rows)
@@ -583,8 +597,6 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
-    from .projections.memory import task_summary
-
     s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
     if as_json:
         emit_json(s)
@@ -603,8 +615,6 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
 
 
 def _run_loop(ctx, task_id: str, as_json: bool) -> None:
-    from .harness.loop.run import run_task
-
     ws = open_ws(ctx)
 
     def say(line: str) -> None:
@@ -663,8 +673,6 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task memory tune-tiny-cpu --json
     """
-    from .projections.memory import task_memory
-
     mem = task_memory(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
     if as_json:
         emit_json(mem.model_dump(mode="json"))
@@ -701,8 +709,6 @@ def task_accept(ctx, task_id: str, block: str | None, summary: str, as_json: boo
     Example:
       forge task accept tune-tiny-cpu --block b4 --summary "eager + continuous batching"
     """
-    from .harness.loop.manual import accept
-
     info = accept(open_ws(ctx), task_id, block=block, summary=summary)
     emit_json(info) if as_json else click.echo(f"accepted {task_id}/{info['block_id']}")
 
@@ -721,9 +727,7 @@ def task_reject(ctx, task_id: str, reason: str, block: str | None, as_json: bool
     Example:
       forge task reject tune-tiny-cpu --reason "bf16 breaks token match"
     """
-    from .harness.loop.manual import reject
-
-    info = reject(open_ws(ctx), task_id, reason, block=block)
+    info = reject_direction(open_ws(ctx), task_id, reason, block=block)
     emit_json(info) if as_json else click.echo(f"rejected {task_id}/{info['block_id']}")
 
 
@@ -745,8 +749,6 @@ def task_exit(ctx, task_id: str, state: str, reason: str, handoff: str | None,
     Example:
       forge task exit tune-tiny-cpu --state aborted-by-human --reason "superseded"
     """
-    from .harness.loop.manual import exit_task
-
     info = exit_task(open_ws(ctx), task_id, state, reason, handoff=handoff)
     emit_json(info) if as_json else click.echo(f"task {task_id} exited: {state}")
 
@@ -767,8 +769,6 @@ def task_reopen(ctx, task_id: str, reason: str, as_json: bool) -> None:
     Example:
       forge task reopen tune-tiny-cpu --reason "the engine image is fixed"
     """
-    from .harness.loop.manual import reopen_task
-
     info = reopen_task(open_ws(ctx), task_id, reason)
     emit_json(info) if as_json else click.echo(
         f"task {task_id} reopened (was {info['reopened']})")
@@ -793,8 +793,6 @@ def block_start(ctx, task_id: str, sub_goal: str, sets: tuple[str, ...], as_json
     Example:
       forge block start tune-tiny-cpu --sub-goal "try eager" --set engine.attn_implementation=eager
     """
-    from .harness.loop.manual import start_block
-
     info = start_block(open_ws(ctx), task_id, sub_goal, parse_assignments(sets, "--set"))
     emit_json(info) if as_json else click.echo(f"started {task_id}/{info['block_id']}")
 
@@ -811,8 +809,6 @@ def block_verify(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge block verify tune-tiny-cpu
     """
-    from .harness.loop.manual import verify_block
-
     info = verify_block(open_ws(ctx), task_id)
     if as_json:
         emit_json(info)
@@ -839,8 +835,6 @@ def block_handoff(ctx, task_id, state_reached, findings, next_sub_goal, outcome,
     Example:
       forge block handoff tune-tiny-cpu --state-reached "eager: +2%" --next "try cb"
     """
-    from .harness.loop.manual import handoff_block
-
     info = handoff_block(open_ws(ctx), task_id, state_reached=state_reached,
                          findings=list(findings), next_sub_goal=next_sub_goal, outcome=outcome)
     emit_json(info) if as_json else click.echo(f"handed off {task_id}/{info['block_id']}")
@@ -860,8 +854,6 @@ def run_cmd(ctx, task_id: str, as_json: bool, argv: tuple[str, ...]) -> None:
     Example:
       forge run --task tune-tiny-cpu -- python bench.py --concurrency 8
     """
-    from .harness.loop.manual import run_command
-
     info = run_command(open_ws(ctx), task_id, list(argv), tee=not as_json)
     if as_json:
         emit_json(info)
@@ -890,9 +882,6 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
     Example:
       forge measure tune-tiny-cpu --metric output_throughput=512 --metric median_ttft_ms=80
     """
-    from .harness.bench.importer import metrics_from_json
-    from .harness.loop.manual import record_measurement
-
     values = parse_assignments(metrics, "--metric", numbers=True)
     if from_json:
         values = {**metrics_from_json(from_json), **values}
@@ -932,8 +921,6 @@ def weights_pull(ctx, name: str, as_json: bool) -> None:
     Example:
       forge weights pull tiny-llama
     """
-    from .harness.models.weights import pull
-
     pulled = pull(open_ws(ctx), name).as_dict()
     if as_json:
         emit_json(pulled)
@@ -953,8 +940,6 @@ def weights_list(ctx, as_json: bool) -> None:
     Example:
       forge weights list --json
     """
-    from .harness.models.weights import list_models
-
     models = list_models(open_ws(ctx).home)
     if as_json:
         emit_json(models)
@@ -985,8 +970,6 @@ def engine_up_cmd(ctx, profile: str, model: str | None, sets: tuple[str, ...], o
     Example:
       forge engine up examples/profiles/tiny-cpu.yaml --model tiny-llama --once
     """
-    from .harness.engines.up import engine_up
-
     info = engine_up(open_ws(ctx), profile, model=model,
                      overrides=parse_assignments(sets, "--set"), once=once,
                      echo=lambda s: click.echo(s, err=True))
@@ -1066,8 +1049,6 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
         raise click.BadParameter(f"not JSON: {e.msg}", param_hint="--extra-body") from None
     if not isinstance(extra, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--extra-body")
-    from .harness.bench.client import bench_command, format_table
-
     out = bench_command(
         url=url, model=model, dataset=dataset, tokenizer_dir=tokenizer_dir,
         dataset_path=dataset_path, num_prompts=num_prompts, input_len=input_len,
@@ -1102,8 +1083,6 @@ def bench_import(ctx, file: Path, task_id, block_id, as_json) -> None:
     Example:
       forge bench import sglang_1129_1000_1024_1024.jsonl --task tune-qwen --block b3
     """
-    from .harness.bench.importer import import_results
-
     out = import_results(open_ws(ctx), file, task_id=task_id, block_id=block_id)
     if as_json:
         emit_json(out)
@@ -1135,17 +1114,10 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
     Example:
       FORGE_HOME=/tmp/forge-demo forge demo
     """
-    import time
-
-    from .harness.demo import run_demo
-    from .ledger.workspace import init_workspace
-
     ws, _ = init_workspace(ctx.obj.get("home"))
     with ws:
         result = run_demo(ws, echo=click.echo)
         if not no_wiki:
-            from .wiki.build import build
-
             t = time.monotonic()
             click.echo("building the index and the wiki …")
             report = build(ws)
@@ -1188,8 +1160,6 @@ def print_table(columns: list[str], rows: list[Any], max_width: int = 60) -> Non
 
 
 def print_csv(columns: list[str], rows: list[Any]) -> None:
-    import csv
-
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(columns)
     for r in rows:
@@ -1237,8 +1207,6 @@ def index_update(ctx, as_json: bool) -> None:
     Example:
       forge index update
     """
-    from .projections.index import update
-
     _index_report(update(open_ws(ctx)), as_json)
 
 
@@ -1253,8 +1221,6 @@ def index_rebuild(ctx, as_json: bool) -> None:
     Example:
       forge index rebuild --json
     """
-    from .projections.index import rebuild
-
     _index_report(rebuild(open_ws(ctx)), as_json)
 
 
@@ -1269,8 +1235,6 @@ def index_status(ctx, as_json: bool) -> None:
     Example:
       forge index status
     """
-    from .projections.index import status
-
     _index_report(status(open_ws(ctx)), as_json)
 
 
@@ -1300,8 +1264,6 @@ def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool, max_rows: int | None,
     Example:
       forge sql "SELECT task_id, kind, reason FROM decisions WHERE kind = 'rejected'"
     """
-    from .projections.queries import sql_ws
-
     t = sql_ws(open_ws(ctx), query, max_rows=max_rows, timeout_s=timeout_s)
     emit_rows(t.columns, t.rows, as_json, as_csv)
     if t.truncated:
@@ -1325,8 +1287,6 @@ def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
       forge compare qwen-h200@1 qwen-h200@2
       forge compare tune-tiny-cpu/b1 tune-tiny-cpu/b2 --json
     """
-    from .projections.queries import compare_ws
-
     r = compare_ws(open_ws(ctx), a, b)
     if as_json:
         emit_json(r)
@@ -1379,8 +1339,6 @@ def filter_cmd(ctx, model, task_type, gpu, engine, metric, task, profile, archit
     Example:
       forge filter --model Qwen3-30B-A3B --gpu H200 --gpu H20 --metric output_throughput
     """
-    from .projections.queries import filter_ws
-
     t = filter_ws(open_ws(ctx), limit=limit, model=model, task_type=task_type, gpu=gpu,
                   engine=engine, metric=metric, task=task, profile=profile,
                   architecture=architecture)
@@ -1401,8 +1359,6 @@ def retrieve_cmd(ctx, text: str, k: int, kinds: tuple[str, ...], as_json: bool) 
     Example:
       forge retrieve "why was the DeepGEMM MoE path rejected on H20?" -k 3
     """
-    from .wiki.retrieve import retrieve
-
     r = retrieve(open_ws(ctx), text, k, kinds)
     if as_json:
         emit_json(r)
@@ -1432,8 +1388,6 @@ def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
     Example:
       forge wiki build && forge wiki lint
     """
-    from .wiki.build import build
-
     rep = build(open_ws(ctx), embeddings=not no_embeddings, force=force)
     if as_json:
         emit_json(rep.__dict__)
@@ -1459,8 +1413,6 @@ def wiki_lint(ctx, as_json: bool) -> None:
     Example:
       forge wiki lint --json
     """
-    from .wiki.lint import lint
-
     rep = lint(open_ws(ctx))
     if as_json:
         emit_json(rep.as_dict())
@@ -1495,8 +1447,6 @@ def wiki_serve(ctx, port: int, no_build: bool, no_embeddings: bool) -> None:
     Example:
       forge wiki serve --port 8765   # then open http://127.0.0.1:8765/
     """
-    from .wiki.serve import serve
-
     serve(open_ws(ctx), port=port, build_first=not no_build, embeddings=not no_embeddings,
           echo=lambda s: click.echo(s, nl=True) or sys.stdout.flush())
 
@@ -1518,8 +1468,6 @@ def graph() -> None:
 
 
 def _graph_id(ws, graph_id: str | None) -> str:
-    from .projections.graph import resolve_graph_id
-
     return resolve_graph_id(ws.ledger, graph_id)
 
 
@@ -1541,9 +1489,6 @@ def graph_new(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge graph new examples/graphs/serving-project.yaml
     """
-    from .harness.graph.commands import define_graph
-    from .projections.graph import summary
-
     ws = open_ws(ctx)
     view, created = define_graph(ws, file)
     if as_json:
@@ -1572,8 +1517,6 @@ def graph_show(ctx, graph_id, as_json, tree, mermaid, dot) -> None:
       forge graph show --tree
       forge graph show --mermaid > graph.mmd
     """
-    from .projections.graph import load_graph, summary, to_dot, to_mermaid, tree_lines
-
     ws = open_ws(ctx)
     view = load_graph(ws.ledger, _graph_id(ws, graph_id))
     if mermaid:
@@ -1625,9 +1568,6 @@ def graph_add_node(ctx, graph_id, node_file, node_id, kind, task_type, title, sh
     Example:
       forge graph add-node --id kernel-rope --type kernel --sh 'make rope' --verify './check'
     """
-    from .harness.graph.commands import add_node
-    from .ledger.graphspec import load_graph_yaml
-
     if node_file:
         data = load_graph_yaml(node_file)
     else:
@@ -1662,8 +1602,6 @@ def graph_add_edge(ctx, graph_id, src, dst, kind, action, deliverable, access, r
     Example:
       forge graph add-edge kernel-rope eval-accuracy --kind handoff --deliverable rope.so
     """
-    from .harness.graph.commands import add_edge
-
     data: dict[str, Any] = {"from": src, "to": dst, "kind": kind, "access": access,
                             "deliverable": deliverable}
     if action:
@@ -1706,8 +1644,6 @@ def graph_run(ctx, graph_id, jobs, as_json) -> None:
     Example:
       forge graph run -j 4
     """
-    from .harness.graph.run import run_graph
-
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs,
                   echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
@@ -1727,8 +1663,6 @@ def graph_resume(ctx, graph_id, jobs, as_json) -> None:
     Example:
       forge graph resume -j 2
     """
-    from .harness.graph.run import run_graph
-
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, resume=True,
                   echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
@@ -1736,8 +1670,6 @@ def graph_resume(ctx, graph_id, jobs, as_json) -> None:
 
 
 def _print_plan(plan: dict[str, list[str]], as_json: bool) -> None:
-    from .harness.graph.commands import format_plan
-
     if as_json:
         emit_json(plan)
         return
@@ -1759,8 +1691,6 @@ def graph_rework(ctx, graph_id, node, reason, as_json) -> None:
     Example:
       forge graph rework kernel-rmsnorm --reason "epsilon handling wrong for fp16"
     """
-    from .harness.graph.commands import request_rework
-
     ws = open_ws(ctx)
     _print_plan(request_rework(ws, _graph_id(ws, graph_id), node, reason), as_json)
 
@@ -1780,8 +1710,6 @@ def graph_invalidate(ctx, graph_id, node, reason, evidence, as_json) -> None:
     Example:
       forge graph invalidate bench-baseline --reason "measured on the wrong image"
     """
-    from .harness.graph.commands import invalidate
-
     ws = open_ws(ctx)
     _print_plan(invalidate(ws, _graph_id(ws, graph_id), node, reason, evidence), as_json)
 
@@ -1800,11 +1728,9 @@ def graph_reject(ctx, graph_id, node, reason, evidence) -> None:
     Example:
       forge graph reject kernel-moe-deepgemm --reason "slower than triton on H20" --evidence E1
     """
-    from .harness.graph.commands import reject
-
     ws = open_ws(ctx)
     gid = _graph_id(ws, graph_id)
-    reject(ws, gid, node, reason, evidence)
+    reject_node(ws, gid, node, reason, evidence)
     click.echo(f"graph {gid}: {node} rejected")
 
 
@@ -1821,8 +1747,6 @@ def graph_handoff(ctx, graph_id, src, dst) -> None:
     Example:
       forge graph handoff kernel-rmsnorm engine-integrate-rmsnorm
     """
-    from .harness.graph.commands import hand_off
-
     ws = open_ws(ctx)
     gid = _graph_id(ws, graph_id)
     ev = hand_off(ws, gid, src, dst)

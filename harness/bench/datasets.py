@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import HarnessError
+
+if TYPE_CHECKING:
+    import numpy as np
 from ..jsonl import iter_jsonl
 
 
@@ -53,6 +55,8 @@ def _encode(tok, text: str) -> list[int]:
 def _candidate_ids(tok) -> np.ndarray:
     special = set(getattr(tok, "all_special_ids", []) or [])
     size = len(tok)
+    import numpy as np  # here: only building prompts needs it
+
     ids = np.array([i for i in range(size) if i not in special], dtype=np.int64)
     if ids.size == 0:
         raise HarnessError("tokenizer has no non-special tokens")
@@ -91,6 +95,8 @@ def random_prompts(tokenizer, num_prompts: int, input_len: int, output_len: int,
     """bench_serving's `random` dataset with exact token lengths (module contract)."""
     if num_prompts < 1:
         raise HarnessError(f"num_prompts {num_prompts} must be at least 1")
+    import numpy as np  # here: only building prompts needs it
+
     rng = np.random.default_rng(seed)
     ins = _lengths(rng, input_len, range_ratio, num_prompts)
     outs = _lengths(rng, output_len, range_ratio, num_prompts)
@@ -105,6 +111,8 @@ def shared_prefix_prompts(tokenizer, num_groups: int, prompts_per_group: int,
     """bench_serving's `generated-shared-prefix` dataset (module contract)."""
     if num_groups < 1 or prompts_per_group < 1:
         raise HarnessError("num_groups and prompts_per_group must be at least 1")
+    import numpy as np  # here: only building prompts needs it
+
     rng = np.random.default_rng(seed)
     pool = _candidate_ids(tokenizer)
     out: list[Prompt] = []

@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ...ledger.events import metric_value
 from ..errors import HarnessError
+
+if TYPE_CHECKING:
+    pass
 
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
 LATENCIES = ("ttft", "tpot", "itl", "e2e_latency")
@@ -117,6 +118,8 @@ def parse_slo(slo: Mapping[str, Any] | Iterable[str] | None) -> dict[str, float]
 
 
 def _stats(name: str, values: Sequence[float]) -> dict[str, float]:
+    import numpy as np  # here: most commands that import the bench never compute metrics
+
     a = np.asarray(values, dtype=np.float64) if len(values) else np.zeros(1)
     p90, p95, p99 = np.percentile(a, [90, 95, 99])
     return {
