@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import networkx as nx
-
 from ..ledger.errors import LedgerError
 from ..projections.errors import ProjectionError
 from ..projections.graph import list_graphs, load_graph, node_task_id, summary, to_mermaid
@@ -39,6 +37,8 @@ def graph_path(graph_id: str) -> str:
 def layout(view: Any) -> dict[str, tuple[float, float]]:
     """Node -> (x, y): repos and systems in the first column, then task nodes in columns by
     topological generation of the gating DAG (definition refuses cycles there)."""
+    import networkx as nx  # here: importing the wiki (every forge command) stays fast
+
     g = view.gating_dag()
     columns = [sorted(n.id for n in view.nodes.values() if n.kind != "task")]
     try:
