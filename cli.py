@@ -167,7 +167,7 @@ def main(ctx: click.Context, home: Path | None) -> None:
     ctx.obj["home"] = home
 
 
-# --- workspace and ledger (issue 2) -----------------------------------------------------
+# --- workspace and ledger ---------------------------------------------------------------
 
 
 @main.command()
@@ -376,7 +376,7 @@ def check(ctx, as_json: bool) -> None:
         raise SystemExit(1)
 
 
-# --- specs and task loops (issue 3) -----------------------------------------------------
+# --- specs and task loops ---------------------------------------------------------------
 
 
 def parse_assignments(items: tuple[str, ...] | list[str], what: str, *,
@@ -897,10 +897,10 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
                                                f"{task_id}/{info['block_id']}")
 
 
-# --- harness: weights, engines, bench, gates, demo (issue 4) ----------------------------
+# --- harness: weights, engines, bench, gates, demo --------------------------------------
 
 
-# weights and engines (issue 4: weights pull, engines)
+# weights and engines
 
 
 @main.group()
@@ -982,7 +982,7 @@ def engine_up_cmd(ctx, profile: str, model: str | None, sets: tuple[str, ...], o
             click.echo(f"  {k} {v}")
 
 
-# bench (issue 4: benchmark client, bench_serving import)
+# bench: benchmark client, bench_serving import
 
 
 @main.group("bench", invoke_without_command=True)
@@ -1137,7 +1137,7 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
         emit_json(result)
 
 
-# --- journal: index, queries, wiki (issue 5) --------------------------------------------
+# --- journal: index, queries, wiki ------------------------------------------------------
 
 
 def _cell(v: Any) -> str:
@@ -1450,10 +1450,9 @@ def wiki_serve(ctx, port: int, no_build: bool, no_embeddings: bool) -> None:
     serve(open_ws(ctx), port=port, build_first=not no_build, embeddings=not no_embeddings,
           echo=lambda s: click.echo(s, nl=True) or sys.stdout.flush())
 
-# (end of issue 5 section)
 
 
-# --- task graph (issue 6) ---------------------------------------------------------------
+# --- task graph -------------------------------------------------------------------------
 
 
 @main.group()

@@ -8,7 +8,7 @@ file of 1.7M lines: the run arguments and the headline metrics, ~300 bytes; --fu
 writes every key of a real 0.5.4 line, ~1.8 kB), imports it with the real CLI in a fresh
 subprocess, and reads that process's peak RSS from `os.wait4` (ru_maxrss). Baselines from the
 same run: `forge --help` (the interpreter and CLI) and an import of a 1,000-line file of the
-same shape; the ratio large/1k says whether memory grows with the file. Goal (issue 9):
+same shape; the ratio large/1k says whether memory grows with the file. Goal:
 under 300 MB for 1M lines. Before the streaming import, 1.7M short lines grew past 12 GB.
 """
 

@@ -1,4 +1,4 @@
-"""Task graph benchmarks (issue 6). Prints figures for bench/RESULTS.md.
+"""Task graph benchmarks. Prints figures for bench/RESULTS.md.
 
     .venv/bin/python bench/graph.py [--nodes 1000 --edges 5000] [--chain 40] [--skip-example]
 

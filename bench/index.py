@@ -1,4 +1,4 @@
-"""Benchmark of the index, queries and wiki (issue 5).
+"""Benchmark of the index, queries and wiki.
 
 Builds a synthetic ledger with a realistic mix (per task: a definition, loop blocks with
 tool calls, engine launches, repeated measurements of ten metrics, a verification and a

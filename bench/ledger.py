@@ -1,4 +1,4 @@
-"""Benchmark of the ledger (issue 2), every figure against a baseline measured in the same run.
+"""Benchmark of the ledger, every figure against a baseline measured in the same run.
 
 1. Append throughput of structured events (measurements and verifications with full
    envelopes, redaction and an idempotency command id per save) in per-step batches of 20

@@ -511,7 +511,7 @@ class CommandHandled(Event):
     positions: list[int] = Field(default_factory=list)
 
 
-# --- issue 6 (task graph) ---------------------------------------------------------------
+# --- task graph -------------------------------------------------------------------------
 # Stream "graph:<graph id>". Node work (tool calls, verification) goes on the node's own task
 # stream "task:<graph id>.<node id>" with the task events above; the graph stream holds what
 # gates the graph: definitions, claims, verification outcomes, handoffs, rework.

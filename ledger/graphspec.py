@@ -108,7 +108,7 @@ class CommandWork(_Spec):
 
 
 class LoopWork(_Spec):
-    """Run a task YAML (issue 3's TaskDefinition) through the Task Loop."""
+    """Run a task YAML (a TaskDefinition) through the Task Loop."""
 
     kind: Literal["loop"] = "loop"
     task: str  # path, relative to the graph file

@@ -72,7 +72,7 @@ def run_forge(*args: str, home: Path | None = None, input: str | None = None,
                           env=e, timeout=timeout, cwd=str(REPO))
 
 
-# --- bench client fixtures (issue 4) -----------------------------------------------------
+# --- bench client fixtures ---------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +109,7 @@ def scripted_server():
             p.kill()
 
 
-# --- weights and engines fixtures (issue 4) ----------------------------------------------
+# --- weights and engines fixtures --------------------------------------------------------
 
 
 @pytest.fixture(scope="session")

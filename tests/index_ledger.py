@@ -1,4 +1,4 @@
-"""A hand-built ledger for the index, query, wiki and notebook tests (issue 5).
+"""A hand-built ledger for the index, query, wiki and notebook tests.
 
 Real events appended through `Ledger.save`; every number is written here so tests can check
 compare/filter answers by hand. Four tasks on four deployment points:

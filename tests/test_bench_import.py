@@ -111,7 +111,7 @@ def test_forge_bench_import_cli(forge_home, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-# --- issue 9: numbers the ledger cannot hold, bounded memory, resumable batches ------------
+# --- numbers the ledger cannot hold, bounded memory, resumable batches ---------------------
 
 GOOD = V05.read_text().splitlines()[0]
 

@@ -1,4 +1,4 @@
-"""forge.toml has one schema (issue 9, item 8): unknown tables and keys are refused by name
+"""forge.toml has one schema: unknown tables and keys are refused by name
 (a typo never falls back to a local SQLite ledger), as are sections that are not tables,
 wrong types, non-finite numbers, binary files and passwords in the ledger URL; every refusal
 is one line naming the file and the key, and nothing is written."""

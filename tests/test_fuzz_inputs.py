@@ -1,4 +1,4 @@
-"""Fuzz-style inputs (issue 9, "Done when"): seeded random mutations of the real example specs,
+"""Fuzz-style inputs: seeded random mutations of the real example specs,
 bench_serving files and forge.toml go through the real CLI. Every case must end with exit 0,
 1 or 2, no uncaught exception and no traceback; a refusal is one `Error: …` line (or, for a
 spec, `error: FILE:LINE: …` lines, one per problem); and a refused case leaves the ledger

@@ -1,4 +1,4 @@
-"""Task graph semantics (issue 6): spec errors, ready/blocked, verified handoffs, rework."""
+"""Task graph semantics: spec errors, ready/blocked, verified handoffs, rework."""
 
 from __future__ import annotations
 

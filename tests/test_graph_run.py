@@ -1,4 +1,4 @@
-"""Running task graphs (issue 6): parallel workers on one ledger, kill -9 + resume, rework
+"""Running task graphs: parallel workers on one ledger, kill -9 + resume, rework
 re-runs, loop nodes, and the serving-project example (39 task nodes)."""
 
 from __future__ import annotations

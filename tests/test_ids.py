@@ -1,6 +1,6 @@
 """One id rule (ledger/ids.py), applied wherever an id enters: task files (`id:` and the file
 name), `--task` / `--block` of the commands that open records, graph and node ids; graph repo
-nodes stay inside the graph's work dir (issue 9, item 5)."""
+nodes stay inside the graph's work dir."""
 
 from __future__ import annotations
 

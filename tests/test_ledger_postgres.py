@@ -226,7 +226,7 @@ def test_postgres_unknown_or_corrupt_event_is_loud(pg_home, topic, state, error)
     assert E.EVENT_TYPES  # the registry is untouched by a bad row
 
 
-# --- issue 9: the password stays out of forge.toml, messages and the ledger; a server that
+# --- the password stays out of forge.toml, messages and the ledger; a server that
 # does not answer fails after the configured connect timeout ---------------------------------
 
 SECRET = "Pg-s3cret/w@odd:chars"

@@ -1,4 +1,4 @@
-"""`forge sql` is a read-only window on the index (issue 9, item 2): queries only, in a DuckDB
+"""`forge sql` is a read-only window on the index: queries only, in a DuckDB
 session that cannot write, read or reach anything outside the index, load no extension and
 change no setting; with a row and a time limit. Every refusal is one line, and nothing on
 disk changes: the ledger byte for byte, the index row for row, no new file anywhere."""

@@ -1,4 +1,4 @@
-"""The task graph drawn on the wiki (issue 6 view on the issue 5 site)."""
+"""The task graph drawn on the wiki."""
 
 from __future__ import annotations
 

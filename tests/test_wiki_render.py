@@ -1,7 +1,7 @@
 """The wiki as a reader sees it: markdown rendered by markdown-it (no literal `**`), plain text
 shown exactly as typed in the site and in any CommonMark view of the journal, and
 throughput-vs-TTFT plots drawn by matplotlib with points labelled by block and verdict and the
-SLO drawn (issue 10). Safety of the same pages: tests/test_wiki_safety.py, test_browser.py."""
+SLO drawn. Safety of the same pages: tests/test_wiki_safety.py, test_browser.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Nothing a user types runs script in the wiki, links off the site, or breaks a build
-(issue 9, items 4-6).
+"""Nothing a user types runs script in the wiki, links off the site, or breaks a build.
 
 Script, attribute breakouts, `[[javascript:…]]`, off-site and `..` links are planted in every
 user-text field through the real CLI (tests/helpers/hostile.py); the produced HTML is parsed:

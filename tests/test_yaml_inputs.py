@@ -1,4 +1,4 @@
-"""Hostile YAML (issue 9, items 1, 8, 9): numbers the ledger cannot hold, recursive anchors,
+"""Hostile YAML: numbers the ledger cannot hold, recursive anchors,
 alias bombs, deep nesting, binary garbage and oversized files are refused by the one bounded
 loader (`ledger.specs.load_yaml`) with one line per problem naming file, line and field; the
 CLI exits 1 without a traceback and records nothing."""

@@ -43,7 +43,7 @@ from .client import MEASUREMENTS_STREAM
 from .metrics import numeric_metrics
 
 SOURCE = "sglang.bench_serving"
-# Bounds that keep an import's memory flat whatever the file's size (issue 9).
+# Bounds that keep an import's memory flat whatever the file's size.
 BATCH = 1000  # runs per save (one transaction, one command id each)
 MAX_LINE_BYTES = 16 << 20  # one result line (with --output-details arrays) may be large
 CHUNK_BYTES = 8 << 20  # artifact bytes redacted at once (a smaller file: in one piece)
