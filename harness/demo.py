@@ -15,6 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HarnessError
+from .loop.define import define_task
+from .loop.engine_evaluator import EngineEvaluator
+from .loop.run import run_task
+from .loop.task import load_task_from_ledger
+from .models.weights import pull
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEMO_TASK = EXAMPLES / "tasks" / "demo-tiny-cpu.yaml"
@@ -65,12 +70,6 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def run_demo(ws: Any, echo: Callable[[str], None] = print,
              task_file: Path = DEMO_TASK) -> dict[str, Any]:
     """Run the main job in workspace `ws`; returns timings and the candidate table."""
-    from .loop.define import define_task
-    from .loop.engine_evaluator import EngineEvaluator
-    from .loop.run import run_task
-    from .loop.task import load_task_from_ledger
-    from .models.weights import pull
-
     if not task_file.is_file():
         raise HarnessError(f"{task_file}: the demo task file is missing (a source checkout "
                            "holds it under examples/tasks/)")

@@ -7,7 +7,8 @@
 - `die_with_parent`: a preexec_fn giving the child PR_SET_PDEATHSIG(SIGKILL), so a kill -9 of
   a runner takes its children with it.
 - `run_in_session`: run a command in its own session, dying with this process, with a
-  timeout that kills its whole group; the outcome is data, never an exception.
+  timeout that kills its whole group; the outcome is data, never an exception. `last_line`:
+  the last line of its output (the error a failed command printed).
 """
 
 from __future__ import annotations
@@ -100,6 +101,12 @@ def die_with_parent() -> Callable[[], None] | None:
             os._exit(137)
 
     return preexec
+
+
+def last_line(text: str, limit: int = 200) -> str:
+    """The last non-empty line of a command's output (its error, usually), cut to `limit`."""
+    lines = text.strip().splitlines()
+    return lines[-1][:limit] if lines else ""
 
 
 @dataclass

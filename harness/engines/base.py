@@ -20,6 +20,7 @@ Contracts:
 from __future__ import annotations
 
 import json
+import tempfile
 import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
@@ -212,8 +213,6 @@ def log_dir(ws, explicit: Path | None = None) -> Path:
         return Path(explicit)
     if ws is not None:
         return Path(ws.home) / "logs"
-    import tempfile
-
     return Path(tempfile.gettempdir()) / "forge-logs"
 
 

@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..errors import HarnessError
 from ..models.weights import model_path
 from .base import (
@@ -147,8 +149,6 @@ def options_to_args(opts: Mapping[str, Any]) -> list[str]:
 
 def options_to_yaml(opts: Mapping[str, Any]) -> str:
     """The `--config` file: keys are flag names without `--` (SGLang turns each into a flag)."""
-    import yaml
-
     data = {}
     for key in sorted(opts):
         value = opts[key]

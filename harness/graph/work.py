@@ -24,7 +24,7 @@ from ..errors import HarnessError
 from ..jsonl import last_json_line
 from ..loop.define import define_task_spec
 from ..loop.run import run_task
-from ..proc import CommandOutcome, run_in_session
+from ..proc import CommandOutcome, last_line, run_in_session
 from ..tools.calls import capture_redactor
 from .commands import ACTOR, handoff_events
 
@@ -78,6 +78,12 @@ def repo_dir(ws: Workspace, graph_id: str, node: str, path: str | None) -> Path:
     return target
 
 
+def _placeholders(ctx: NodeContext, cwd: Path) -> dict[str, str]:
+    """What {python} {graph_dir} {workdir} {node} {attempt} stand for in a node's work."""
+    return {"python": sys.executable, "graph_dir": ctx.view.graph_dir or str(cwd),
+            "workdir": str(cwd), "node": ctx.node, "attempt": str(ctx.attempt)}
+
+
 def _subst(text: str, values: dict[str, str]) -> str:
     for k, v in values.items():
         text = text.replace("{" + k + "}", v)
@@ -96,8 +102,7 @@ class WorkResult:
 
 def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResult:
     ledger, arts = ctx.ws.ledger, ctx.ws.artifacts
-    values = {"python": sys.executable, "graph_dir": ctx.view.graph_dir or str(cwd),
-              "workdir": str(cwd), "node": ctx.node, "attempt": str(ctx.attempt)}
+    values = _placeholders(ctx, cwd)
     env = {**os.environ, **{k: _subst(v, values) for k, v in work.env.items()},
            "FORGE_GRAPH": ctx.graph_id, "FORGE_NODE": ctx.node,
            "FORGE_ATTEMPT": str(ctx.attempt), "FORGE_WORKDIR": str(cwd),
@@ -133,7 +138,7 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
     checks: list[dict[str, Any]] = []
     if main.error or main.exit_code != 0:
         reason = main.error or f"work command exited {main.exit_code}"
-        tail = " ".join(main.stderr.strip().splitlines()[-1:])[:200]
+        tail = last_line(main.stderr)
         checks.append({"name": "work", "passed": False,
                        "detail": reason + (f": {tail}" if tail else "")})
         return WorkResult(False, checks, evidence, {}, work_s, reason)
@@ -157,7 +162,7 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
             ok = out.error is None and out.exit_code == 0
             detail = out.error or f"exit {out.exit_code}"
             if not ok and out.stderr.strip():
-                detail += ": " + out.stderr.strip().splitlines()[-1][:200]
+                detail += ": " + last_line(out.stderr)
             checks.append({"name": v.name, "passed": ok, "detail": detail})
     deliverable: dict[str, str] = {}
     missing = []
@@ -183,8 +188,7 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
     per attempt, so a reworked node really re-runs). Paths in the YAML are resolved against
     its own directory; {python} {graph_dir} {workdir} {node} in argv are filled in."""
     src = (Path(ctx.view.graph_dir or cwd) / work.task).resolve()
-    values = {"python": sys.executable, "graph_dir": ctx.view.graph_dir or str(cwd),
-              "workdir": str(cwd), "node": ctx.node, "attempt": str(ctx.attempt)}
+    values = _placeholders(ctx, cwd)
     tid = f"{ctx.task_id}.{ctx.block}"
     try:
         data, node = load_yaml(src)

@@ -20,6 +20,7 @@ from ...ledger.events import metric_value
 from ..engines import ENGINES
 from ..errors import HarnessError
 from ..jsonl import last_json_line
+from ..proc import last_line
 from ..tools.calls import capture_redactor, env_digest, repo_digest
 from .engine_evaluator import EngineEvaluator
 from .evaluation import EvalContext, Evaluator, RunResult
@@ -113,7 +114,7 @@ class CommandEvaluator:
             if proc.stderr:
                 meta["stderr_digest"] = store.put(proc.stderr)
         if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+            tail = last_line(proc.stderr)
             return RunResult({}, success=False,
                              error=f"evaluator exited {proc.returncode}: {tail}".rstrip(": "),
                              meta=meta)

@@ -39,6 +39,7 @@ from ...ledger.specs import (
 from ...projections.memory import TaskMemory
 from ..errors import HarnessError
 from ..jsonl import last_json_line
+from ..proc import last_line
 from ..tools.calls import run_tool
 
 
@@ -146,7 +147,7 @@ class CommandExecutor:
                        timeout=self.timeout_s)
         ev = run.event
         if run.returncode != 0:
-            last = (run.stderr.strip().splitlines() or [""])[-1][:300]
+            last = last_line(run.stderr, 300)
             return Decision("stop", reason=f"executor {self.argv[0]} failed "
                             f"(exit {run.returncode}): {last}", tool_event=ev)
         try:

@@ -32,12 +32,12 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest as canonical_digest
+from ...ledger.workspace import WORKSPACE_STREAM
 from ..errors import HarnessError
 
 MANIFEST = "forge-manifest.json"
 # harness/data/ (package data): the path is part of the recipe below, so it stays there.
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
-WORKSPACE_STREAM = "workspace"
 
 BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
