@@ -9,6 +9,7 @@ recorded in `skipped` in the same transaction as its batch, so it too is read on
 from __future__ import annotations
 
 import array
+import functools
 import gc
 import queue
 import threading
@@ -16,14 +17,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any
-
-import duckdb
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProjectionError
 from .projector import Projector, _Rows
 from .schema import DIM_NAMES, DIMS, PROJECTION, tracked_position
+
+if TYPE_CHECKING:  # imported where used: importing the index (every forge command) stays fast
+    import duckdb
+    import pyarrow as pa
 
 # Notifications per transaction. Large: a table's insert of a full row group (122,880 rows)
 # is written straight to the database file instead of the WAL, and each commit has a fixed
@@ -65,6 +67,8 @@ class CatchUpResult:
 def batch_ops(p: Projector) -> list[tuple]:
     """The projector's pending batch as database operations (Arrow tables built here, in the
     caller's thread): ("sql", text, params) and ("insert", table, arrow) steps."""
+    import pyarrow as pa
+
     ops: list[tuple] = []
     if p.b_events:
         pos, stream, version, typ, state = zip(*p.b_events, strict=True)
@@ -131,26 +135,36 @@ def apply(con: duckdb.DuckDBPyConnection, ops: list[tuple]) -> None:
             _insert(con, op[1], op[2])
 
 
-_SQL_ARROW = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string()}
-# Arrow types of the batch columns (given, not inferred: inference costs a pass per column).
-ARROW_TYPES: dict[str, pa.DataType] = {
-    **{n: _SQL_ARROW[t] for n, t in DIMS},
-    "position": pa.int64(), "version": pa.int64(), "schema_version": pa.int64(),
-    "block_index": pa.int64(), "exit_code": pa.int64(), "repeat": pa.int64(),
-    "defined_position": pa.int64(), "last_position": pa.int64(),
-    "duration_s": pa.float64(), "observed": pa.float64(), "threshold": pa.float64(),
-    "baseline": pa.float64(), "success": pa.bool_(), "passed": pa.bool_(),
-    "argv": pa.list_(pa.string()), "evidence": pa.list_(pa.string()),
-    "findings": pa.list_(pa.string()),
-}
+@functools.cache
+def arrow_types() -> dict[str, pa.DataType]:
+    """Arrow types of the batch columns (given, not inferred: inference costs a pass per
+    column); built on first use."""
+    import pyarrow as pa
+
+    sql_arrow = {"BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string()}
+    return {
+        **{n: sql_arrow[t] for n, t in DIMS},
+        "position": pa.int64(), "version": pa.int64(), "schema_version": pa.int64(),
+        "block_index": pa.int64(), "exit_code": pa.int64(), "repeat": pa.int64(),
+        "defined_position": pa.int64(), "last_position": pa.int64(),
+        "duration_s": pa.float64(), "observed": pa.float64(), "threshold": pa.float64(),
+        "baseline": pa.float64(), "success": pa.bool_(), "passed": pa.bool_(),
+        "argv": pa.list_(pa.string()), "evidence": pa.list_(pa.string()),
+        "findings": pa.list_(pa.string()),
+    }
 
 
 def _table(rows: _Rows) -> pa.Table:
-    return pa.table({n: _array(v, ARROW_TYPES.get(n, pa.string()))
+    import pyarrow as pa
+
+    types = arrow_types()
+    return pa.table({n: _array(v, types.get(n, pa.string()))
                      for n, v in rows.columns().items()})
 
 
 def _array(values: list[Any], typ: pa.DataType | None = None) -> pa.Array:
+    import pyarrow as pa
+
     try:
         return pa.array(values, typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -161,6 +175,8 @@ def _array(values: list[Any], typ: pa.DataType | None = None) -> pa.Array:
 def _text_array(values: tuple[bytes, ...]) -> pa.Array:
     """UTF-8 payloads as one Arrow string array, built from one joined buffer and their
     offsets (8x cheaper than converting object by object), then validated."""
+    import pyarrow as pa
+
     offsets = array.array("q", accumulate(map(len, values), initial=0))
     arr = pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets),
                                            pa.py_buffer(b"".join(values)))
@@ -172,6 +188,8 @@ def _text_array(values: tuple[bytes, ...]) -> pa.Array:
 
 
 def _rows_table(rows: list[dict[str, Any]]) -> pa.Table:
+    import pyarrow as pa
+
     names = list(rows[0])
     return pa.table({n: _array([r.get(n) for r in rows]) for n in names})
 
@@ -188,6 +206,8 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, tbl: pa.Table) -> None:
 def _commit_batch(con: duckdb.DuckDBPyConnection, ops: list[tuple], first: int, last: int,
                   before_commit: Callable[[int], None] | None) -> None:
     """One batch's rows and the new tracking position, in one transaction."""
+    import duckdb
+
     con.execute("BEGIN TRANSACTION")
     try:
         apply(con, ops)
