@@ -4,9 +4,12 @@ every row."""
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
 
 from ...ledger.clock import digest
+
+if TYPE_CHECKING:
+    import duckdb
 
 PROJECTION = "index"
 # Bump when tables or their meaning change: an index of another version is rebuilt.

@@ -11,15 +11,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from filelock import FileLock, Timeout
 
 from ...ledger.store import one_line
 from ..errors import ProjectionError
 from .catchup import DEFAULT_BATCH, CatchUpResult, catch_up
 from .schema import INDEX_SCHEMA_VERSION, SCHEMA_KEY, TABLES, ensure_schema, tracked_position
+
+if TYPE_CHECKING:  # imported where used: importing the index (every forge command) stays fast
+    import duckdb
 
 INDEX_NAME = "index.duckdb"
 LOCK_TIMEOUT_S = 120.0
@@ -46,6 +48,8 @@ def index_path(home: Path) -> Path:
 
 
 def connect(path: Path) -> duckdb.DuckDBPyConnection:
+    import duckdb
+
     try:
         con = duckdb.connect(str(path))
     except duckdb.Error as e:
@@ -59,6 +63,8 @@ def schema_version(path: Path) -> int | None:
     """The schema version of an existing index file (None: new, or too old to say)."""
     if not path.exists():
         return INDEX_SCHEMA_VERSION
+    import duckdb
+
     try:
         con = duckdb.connect(str(path))
     except duckdb.Error as e:
@@ -75,6 +81,8 @@ def schema_version(path: Path) -> int | None:
 
 def locked_connection(path: Path) -> duckdb.DuckDBPyConnection:
     """The index at `path`, read-only, in a session locked down as `LOCKDOWN` says."""
+    import duckdb
+
     try:
         con = duckdb.connect(str(path), read_only=True, config=LOCKDOWN)
     except duckdb.Error as e:
