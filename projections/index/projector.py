@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import orjson
 
 from ...ledger import codec
@@ -38,6 +37,9 @@ from .dims import (
     profile_engine,
 )
 from .schema import DIM_NAMES
+
+if TYPE_CHECKING:
+    import duckdb
 
 _POINT_HASH_AT = DIM_NAMES.index("point_hash")
 
