@@ -11,13 +11,14 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from ..ledger.store import one_line
 from .errors import ProjectionError
 from .index.session import LOCKDOWN, locked_connection, open_index
+
+if TYPE_CHECKING:  # imported where used: importing the queries (every forge command) stays fast
+    import duckdb
 
 # Dimensions worth showing when two subjects differ (the rest are derived or redundant).
 COMPARE_DIMS = ["model", "model_revision", "task_type", "modality", "input_len", "output_len",
@@ -70,6 +71,8 @@ def _first_word(sql: str) -> str:
 def _statements(con: duckdb.DuckDBPyConnection, text: str) -> list[Any]:
     """Parse `text`: the statements if every one is a query, else a one-line error naming
     the first statement that is not (or saying that there is none)."""
+    import duckdb
+
     try:
         statements = con.extract_statements(text)
     except duckdb.Error as e:
@@ -94,6 +97,8 @@ def _statements(con: duckdb.DuckDBPyConnection, text: str) -> list[Any]:
 
 def check_query(text: str) -> None:
     """Refuse, before any work, SQL that `forge sql` would refuse to run."""
+    import duckdb
+
     con = duckdb.connect(":memory:", config=LOCKDOWN)
     try:
         _statements(con, text)
@@ -124,6 +129,8 @@ def run_sql(con: duckdb.DuckDBPyConnection, text: str, *, max_rows: int | None =
     rows are fetched (`Table.truncated` says there were more), and the query is interrupted
     after `timeout_s` seconds (0: no limit for either). Every failure is a one-line
     ProjectionError. The session's own lockdown is the caller's (`locked_connection`)."""
+    import duckdb
+
     rows_cap, secs = _limits(max_rows, timeout_s)
     statements = _statements(con, text)
     fired = threading.Event()
