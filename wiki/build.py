@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..projections.index import open_index
 from . import narrative
 from .errors import WikiError
@@ -102,6 +100,8 @@ def add_related(pages: list[Page], settings: WikiSettings, cache_dir: Path,
             cache.embed(list(extra_texts))
             cache.save()
         return
+    import numpy as np  # here: importing the wiki (every forge command) stays fast
+
     n = len(cand)
     codes = np.zeros((n, len(FACETS)), np.int64)
     for j, f in enumerate(FACETS):
