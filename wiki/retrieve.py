@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..projections.index import open_index
 from .embed import EmbeddingCache, encode_query
 from .pages import decision_path, decision_text, task_path, task_text
+
+if TYPE_CHECKING:  # imported where used: importing the wiki (every forge command) stays fast
+    import numpy as np
 
 _FACETS = "model, task_type, accelerator, engine, runtime_profile"
 CORPUS_SQL = f"""
@@ -91,6 +92,8 @@ class Retriever:
                kinds: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         if not self.docs:
             return []
+        import numpy as np
+
         q = encode_query(query, self.model)
         scores = self.vecs @ q
         if kinds:
