@@ -28,17 +28,20 @@ draw.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from markdown_it import MarkdownIt
 
 from ..ledger.ids import is_id
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 # `[[target|label]]` in the markdown journal (for lint); inside markdown tables the pipe is
@@ -423,10 +426,14 @@ def _render_link_close(self: Any, tokens: list, idx: int, options: Any, env: dic
     return "" if env.pop("dropped", False) else "</a>"
 
 
+@functools.cache
 def _markdown_it() -> MarkdownIt:
     """CommonMark with tables; no raw HTML, images, autolinks or reference definitions; a
     link only to a page of the site (`SITE_HREF`, then `_render_link_open`); every text
-    escaped with `esc`."""
+    escaped with `esc`. Built on first use: importing the wiki (every forge command) stays
+    fast."""
+    from markdown_it import MarkdownIt
+
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable("table")
     md.disable(["image", "autolink", "html_inline", "html_block", "reference"])
@@ -438,7 +445,10 @@ def _markdown_it() -> MarkdownIt:
     return md
 
 
-MD = _markdown_it()
+def __getattr__(name: str) -> Any:
+    if name == "MD":  # the site's renderer, `page.MD`, built on first use
+        return _markdown_it()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _site_link(prefix: str, known: set[str] | frozenset[str] | None) -> LinkMd:
@@ -463,7 +473,7 @@ def to_html(page: Page, nav: list[tuple[str, str]], known: set[str] | None = Non
         if b[0] == "svg":
             body.append(f"<figure>{_svg(b[1])}</figure>")
         else:
-            body.append(MD.render("\n".join(_block_md(b, link_md)), env))
+            body.append(_markdown_it().render("\n".join(_block_md(b, link_md)), env))
     navhtml = " ".join(f'<a href="{prefix}{p}.html">{esc(label)}</a>'
                        for p, label in nav if is_page_path(p))
     search = (f'<form action="{prefix}search.html" method="get" style="display:inline">'
