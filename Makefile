@@ -26,8 +26,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m "not slow"
 
+# mypy checks the package as `infer_forge` (settings in pyproject.toml [tool.mypy]); the
+# repository root is that package, so a link under .venv gives it the name.
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	mkdir -p $(VENV)/mypy_path && ln -sfn ../.. $(VENV)/mypy_path/infer_forge
+	$(BIN)/mypy
 
 # Each prints its figures and ratios; bench/RESULTS.md records them with the commands.
 bench: $(STAMP)
