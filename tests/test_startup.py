@@ -1,0 +1,77 @@
+"""Startup stays cheap: importing the CLI, asking any command for its help, or importing any
+module of the package loads none of the heavy libraries. They are imported where they are
+used (the index's catch-up, SQL, the wiki's renderer and vectors, the bench's metrics, the
+engines), so `forge --help` or a command that fails on its input does not pay for them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+HEAVY = ("pyarrow", "numpy", "duckdb", "torch", "transformers", "sentence_transformers",
+         "matplotlib", "markdown_it", "networkx", "aiohttp", "detect_secrets")
+
+
+def _loaded_after(code: str) -> object:
+    """Run `code` in a fresh interpreter; it prints one JSON value as its last line."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=str(REPO), timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    loaded = _loaded_after(
+        "import infer_forge.cli, sys, json\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
+    assert loaded == []
+
+
+def test_the_help_of_every_command_loads_no_heavy_library():
+    # Every command and group, at every depth, renders its --help (each one's parameters,
+    # defaults and choices are built): none of that may import a heavy library.
+    loaded = _loaded_after(
+        "import json, sys\n"
+        "import click\n"
+        "from click.testing import CliRunner\n"
+        "from infer_forge.cli import main\n"
+        "paths, todo = [], [((), main)]\n"
+        "while todo:\n"
+        "    path, cmd = todo.pop()\n"
+        "    paths.append(path)\n"
+        "    if isinstance(cmd, click.Group):\n"
+        "        todo += [((*path, n), c) for n, c in cmd.commands.items()]\n"
+        "runner = CliRunner()\n"
+        "bad = [p for p in paths if runner.invoke(main, [*p, '--help']).exit_code != 0]\n"
+        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        "print(json.dumps({'commands': len(paths), 'failed': bad, 'heavy': heavy}))")
+    assert loaded["commands"] > 40  # the walk reached the subcommands
+    assert loaded["failed"] == []
+    assert loaded["heavy"] == []
+
+
+def test_importing_any_package_module_loads_no_heavy_library():
+    # Every module of the package, one after the other in one interpreter: the first whose
+    # import pulls in a heavy library is named (with what it pulled in).
+    loaded = _loaded_after(
+        "import importlib, json, pkgutil, sys\n"
+        "import infer_forge\n"
+        "modules, offenders = [], {}\n"
+        "def walk(pkg):\n"
+        "    for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        if m.name == 'infer_forge.tests' or offenders:\n"
+        "            continue\n"
+        "        mod = importlib.import_module(m.name)\n"
+        "        modules.append(m.name)\n"
+        f"        heavy = [h for h in {HEAVY!r} if h in sys.modules]\n"
+        "        if heavy:\n"
+        "            offenders[m.name] = heavy\n"
+        "        elif m.ispkg:\n"
+        "            walk(mod)\n"
+        "walk(infer_forge)\n"
+        "print(json.dumps({'modules': len(modules), 'offenders': offenders}))")
+    assert loaded["offenders"] == {}
+    assert loaded["modules"] > 80  # the walk reached the subpackages
