@@ -61,12 +61,11 @@ from .ledger.specs import (
     detect_kind,
     diff_specs,
     load_spec,
-    load_yaml,
-    load_yaml_text,
     spec_hash,
 )
 from .ledger.state import fingerprint
 from .ledger.workspace import init_workspace, open_workspace
+from .ledger.yamlio import load_yaml, load_yaml_text
 from .projections.errors import ProjectionError
 from .projections.graph import load_graph, resolve_graph_id, summary, to_dot, to_mermaid, tree_lines
 from .projections.index import rebuild, status, update

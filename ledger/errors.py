@@ -54,3 +54,11 @@ class NotFoundError(LedgerError):
 
 class ArtifactIntegrityError(LedgerError):
     """An artifact's bytes no longer hash to its digest."""
+
+
+class SpecError(LedgerError):
+    """A spec file is invalid. `problems` holds one 'file:line: path: message' line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))

@@ -331,7 +331,8 @@ def parse_edge(data: Any, where: str = "edge") -> EdgeSpec:
 def load_graph_yaml(path: str | Path) -> Any:
     """A graph or node YAML file's data, read by the specs' bounded loader (size, nesting,
     aliases, UTF-8, duplicate keys, finite numbers); a problem is one GraphSpecError line."""
-    from .specs import SpecError, load_yaml
+    from .errors import SpecError
+    from .yamlio import load_yaml
 
     try:
         return load_yaml(path)[0]

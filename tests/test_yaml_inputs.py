@@ -1,6 +1,6 @@
 """Hostile YAML: numbers the ledger cannot hold, recursive anchors,
 alias bombs, deep nesting, binary garbage and oversized files are refused by the one bounded
-loader (`ledger.specs.load_yaml`) with one line per problem naming file, line and field; the
+loader (`ledger.yamlio.load_yaml`) with one line per problem naming file, line and field; the
 CLI exits 1 without a traceback and records nothing."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from infer_forge.cli import main
 from infer_forge.ledger.graphspec import GraphSpecError, load_graph_spec
 from infer_forge.ledger.specs import (
-    MAX_YAML_BYTES,
     SpecError,
     load_point,
     load_profile,
@@ -21,6 +20,7 @@ from infer_forge.ledger.specs import (
     load_task,
     parse_spec,
 )
+from infer_forge.ledger.yamlio import MAX_YAML_BYTES
 
 from .conftest import REPO, run_forge
 

@@ -16,9 +16,10 @@ from ...ledger import events as E
 from ...ledger.clock import digest
 from ...ledger.errors import ConflictError
 from ...ledger.graphspec import CommandWork, LoopWork
-from ...ledger.specs import SpecError, TaskDefinition, load_yaml, parse_spec
+from ...ledger.specs import SpecError, TaskDefinition, parse_spec
 from ...ledger.store import Append, task_stream
 from ...ledger.workspace import Workspace
+from ...ledger.yamlio import load_yaml
 from ...projections.graph import GraphView, catch_up, graph_stream, node_task_id
 from ..errors import HarnessError
 from ..jsonl import last_json_line
