@@ -11,6 +11,10 @@ Three sources of truth for what a secret is:
 Speed matters because every event and log passes through here: cheap *triggers*, each a
 necessary condition of some rule, screen the text first; only text that trips a trigger is
 scanned with every rule (the slow, exact path) — for a long log, only the lines around a hit.
+
+Here: the `Redactor` (text, structured values, JSON bytes) and the configured secret values.
+The secret-name rule lives in `secret_names`, the provider patterns and triggers in
+`secret_patterns`.
 """
 
 from __future__ import annotations
@@ -18,371 +22,31 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-# --- secret names -------------------------------------------------------------------------
-# One rule says whether a name (an environment variable, a mapping key, a CLI flag, the left
-# side of `NAME=value` in text) holds a secret. The environment digest, the structured-data
-# walk and the text rule all use it. Names are split into words on `_ - . /`, spaces and
-# camelCase; only the last dotted segment counts (`config.env.MY_API_KEY` is `MY_API_KEY`).
-#
-# Strong words (secret, password, passwd, passphrase, credential(s), creds) make the name
-# secret wherever they stand, unless the name ends in a word that makes it a reference to the
-# secret rather than the secret itself (`PASSWORD_FILE`, `secret_env`, `SECRET_NAME`).
-# Weak words (key, token, auth, authorization, pat, pwd) must be the last word
-# (`MY_API_KEY`, `HF_TOKEN`, `apiKey`, not `KEYBOARD`, `TOKENIZERS_PARALLELISM`,
-# `max_new_tokens`, `SSH_AUTH_SOCK`), not follow a word that makes them ordinary
-# (`bos_token`, `time_to_first_token`, `sort_key`, `public_key`), and count alone only in
-# an upper-case name (`TOKEN` but not `token` or `key`, which are ordinary JSON keys, nor
-# `PWD`, the shell's working directory) or as `auth`/`Authorization`. Under a weak name, a
-# value whose first word is a number is not a secret (`#new-token: 32768`); under a strong
-# one, any non-empty value is.
-
-_STRONG_WORDS = frozenset({"secret", "secrets", "password", "passwords", "passwd", "passphrase",
-                           "credential", "credentials", "creds"})
-_STRONG_ENDINGS = ("password", "passwd", "passphrase", "secret")  # pgpassword, clientsecret
-_WEAK_WORDS = frozenset({"key", "keys", "token", "auth", "authorization", "pat", "pwd"})
-# One-word compounds that end in a weak word: apikey, accesstoken, …
-_COMPOUND_HEADS = frozenset({"api", "access", "secret", "private", "signing", "encryption",
-                             "master", "client", "service", "license", "auth", "app", "refresh",
-                             "session", "bearer", "oauth", "bot", "user", "id"})
-# Words after a strong word that make the name a reference to a secret, not the secret.
-_REFERENCE_ENDINGS = frozenset({
-    "file", "files", "path", "paths", "dir", "directory", "name", "names", "env", "envs", "id",
-    "ids", "ref", "arn", "type", "types", "mode", "policy", "length", "len", "count", "enabled",
-    "required", "source", "provider", "manager", "backend", "store", "rotation", "prompt",
-    "hint", "field", "fields", "label", "var", "vars", "variable", "variables", "version",
-    "expiry", "expires", "expiration", "ttl", "set", "reset", "changed", "at", "format",
-    "kind", "scope", "scopes", "location", "mount", "volume", "command", "cmd", "helper",
-})
-# Words before `token`/`key` that make them ordinary: tokenizer and count vocabulary, and
-# keys that are not credentials.
-_ORDINARY_BEFORE = {
-    "token": frozenset({
-        "bos", "eos", "pad", "unk", "cls", "sep", "mask", "stop", "start", "end", "special",
-        "image", "video", "audio", "vision", "first", "last", "next", "prev", "previous",
-        "output", "input", "prompt", "new", "cached", "per", "max", "min", "num", "n", "total",
-        "avg", "mean", "think", "thinking", "reasoning", "tool", "eot", "eom", "boi", "eoi",
-        "placeholder", "sampled", "generated", "decode", "prefill", "chat", "system",
-        "assistant", "begin", "eod", "fim", "middle", "suffix", "prefix", "sentinel", "word",
-        "subword", "added", "additional", "vocab", "draft", "spec", "speculative",
-    }),
-    "key": frozenset({
-        "sort", "cache", "partition", "primary", "foreign", "hash", "dict", "lookup", "group",
-        "join", "index", "shard", "route", "routing", "map", "unique", "composite", "row",
-        "column", "metric", "config", "kv", "public", "pub", "idempotency", "dedup", "order",
-        "lock", "cursor", "record", "field", "object", "sharding", "bucket", "host", "ssh",
-        "gpg", "pgp", "hot", "shortcut", "press", "media", "music", "piano", "dimension",
-        "query", "value", "attention", "rope", "head", "heads", "layer", "tensor", "weight",
-    }),
-}
-_ORDINARY_BEFORE["keys"] = _ORDINARY_BEFORE["key"]
-_NAME_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[^\x00-\x7f]+")
-_NAME_CACHE: dict[str, int] = {}
-
-NOT_SECRET, WEAK, STRONG = 0, 1, 2
-
-
-def _name_strength(name: str) -> int:
-    """0: not a secret name; 1: weak (key, token, …: strings only); 2: strong (any value)."""
-    s = _NAME_CACHE.get(name)
-    if s is None:
-        s = _compute_strength(name)
-        if len(_NAME_CACHE) > 65536:
-            _NAME_CACHE.clear()
-        _NAME_CACHE[name] = s
-    return s
-
-
-def _compute_strength(name: str) -> int:
-    if len(name) > 200:
-        return NOT_SECRET
-    segment = re.split(r"[./]", name.strip("-_ \"'[]"))[-1]
-    words = [w.lower() for w in _NAME_WORD.findall(segment)]
-    if not words:
-        return NOT_SECRET
-    last = words[-1]
-    if any(w in _STRONG_WORDS or w.endswith(_STRONG_ENDINGS) for w in words):
-        strong_last = last in _STRONG_WORDS or last.endswith(_STRONG_ENDINGS)
-        if strong_last or last not in _REFERENCE_ENDINGS:
-            return STRONG
-    if last in _WEAK_WORDS:
-        if len(words) == 1:
-            if last in ("auth", "authorization"):
-                return WEAK
-            return WEAK if segment.isupper() and last != "pwd" else NOT_SECRET
-        ordinary = _ORDINARY_BEFORE.get(last)
-        if ordinary is not None and words[-2] in ordinary:
-            return NOT_SECRET
-        return WEAK
-    for weak in ("key", "token"):
-        if last.endswith(weak) and last[: -len(weak)] in _COMPOUND_HEADS:  # apikey, authtoken
-            return WEAK
-    return NOT_SECRET
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether a variable, key or flag of this name holds a secret (see the rule above)."""
-    return _name_strength(name) != NOT_SECRET
-
-
-# Values under a secret name that are not secrets: placeholders, unset markers.
-_PLACEHOLDERS = frozenset({"none", "null", "nil", "true", "false", "yes", "no", "on", "off",
-                           "<set>", "***", "...", "-", "n/a", "unset", "undefined", "~",
-                           "<redacted>", "redacted", "********"})
-_SHELL_REF = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%")
-
-
-def _is_secret_value(strength: int, value: Any) -> bool:
-    """Whether `value`, found under a name of this strength, is to be redacted."""
-    t = type(value)
-    if t is str:
-        v = value.strip()
-        if not v or v.lower() in _PLACEHOLDERS or v.startswith(REDACTED[:-1]):
-            return False
-        if _SHELL_REF.fullmatch(v):  # a reference to a variable, not its value
-            return False
-        if strength == STRONG:
-            return True
-        head = _HEAD_WORD.match(v).group()  # type: ignore[union-attr]
-        return bool(head) and not _NUMERIC_WORD.fullmatch(head)
-    if t is int or t is float:
-        return strength == STRONG
-    return False
-
-
-def env_secret_values(env: Mapping[str, str], names: Iterable[str] = ()) -> list[str]:
-    """Values of the variables in `env` that are named in `names` or whose names look secret
-    (`is_secret_name`): what a child process with this environment could print. Trivial
-    values (short, one plain word, all digits, placeholders) are left out: redacting them
-    everywhere would redact ordinary text."""
-    named = set(names)
-    out = []
-    for k, v in env.items():
-        if (k in named or is_secret_name(k)) and _nontrivial(v):
-            out.append(v)
-    return out
-
-
-def _nontrivial(v: str) -> bool:
-    v = v.strip()
-    return (len(v) >= 6 and v.lower() not in _PLACEHOLDERS and not v.isdigit()
-            and not (v.isalpha() and (v.islower() or v.isupper())))
-
-
-# `NAME=value`, `NAME: value`, `"NAME": "value"`, `NAME => 'value'`, `--name value` in text:
-# the value is redacted when NAME is a secret name and the value passes `_is_secret_value`.
-# An unquoted value at the start of a line (`MY_API_KEY=a b c` in `env` output, a YAML line)
-# runs to the end of the line; elsewhere to the next space or delimiter.
-_ASSIGN = re.compile(
-    r"(?:(?<![\w.\-/$\\])|(?<=\\[nrt]))(?:(?P<dash>--)|-)?\\?[\"']?"
-    r"(?P<name>[A-Za-z_][\w.\-]{0,199})\\?[\"']?\]?"
-    r"(?P<sep>[ \t]*(?:=>?|:(?![/:\\]))[ \t]*|(?(dash)[ \t]+|(?!)))"
-    r"(?P<scheme>(?i:bearer|basic|token|digest)[ \t]+)?"
-    r"(?:(?P<vq>\\?[\"'`])(?P<qv>(?:\\.|[^\\\n])*?)(?P=vq)"
-    r"|(?P<uv>\$\{\w+\}|(?!=)[^\s\"'`,;&<>(){}\[\]|\\]+))"
+from .secret_names import (
+    NAMED_SECRET_TAG,
+    NOT_SECRET,
+    REDACTED,
+    _is_secret_value,
+    _name_strength,
+    _redact_assignments,
+    env_secret_values,
 )
-_LINE_LEAD = re.compile(r"[ \t]*(?:(?:export|set|declare -x)[ \t]+|-[ \t]+)?")
-NAMED_SECRET_TAG = "[REDACTED:named-secret]"
-# The triggers of `_ASSIGN` (see `_LOWER_TRIGGER_SPECS`): after the name, its separator and an
-# optional opening quote (also JSON-escaped, once or twice); a weak name's value must start
-# with a word that is not all digits and punctuation (so `#new-token: 32768` trips nothing).
-_SEP_T = r"\\{0,3}[\"'`]?\]?[ \t]*+(?:=|:(?![/:\\]))[ \t]*+\\{0,3}[\"'`]?"
-_WEAK_VALUE_T = r"[ \t]*+[0-9.,_+\-]*+[^\s0-9.,_+\-\"'`\\]"
-_WEAK = r"[0-9_.\-]*+" + _SEP_T + _WEAK_VALUE_T
-_STRONG = r"[\w.\-\x80-\xff]*+" + _SEP_T + r"\S"
-_IBM = r"\\?[\"']?\]? *+[:=>]*+ *+\\?[\"']?[a-z0-9_\-]{24}"
-_NUMERIC_WORD = re.compile(r"[0-9.,_+\-]*")
-_HEAD_WORD = re.compile(r"[^\s\"'`\\]*")
-
-
-def _redact_assignments(text: str) -> str:
-    """Apply `_ASSIGN` to `text`; the same object back when nothing is redacted."""
-    search = _ASSIGN.search
-    pieces: list[str] = []
-    last = pos = 0
-    n = len(text)
-    while pos < n:
-        m = search(text, pos)
-        if m is None:
-            break
-        strength = _name_strength(m.group("name"))
-        quoted = m.group("vq") is not None
-        vstart, vend = m.span("qv") if quoted else m.span("uv")
-        if strength and _is_secret_value(strength, text[vstart:vend]):
-            flag = not m.group("sep").strip()
-            if flag and not quoted and text.startswith("-", vstart):
-                strength = NOT_SECRET  # `--api-key --next-flag`: no value
-            elif not flag and not quoted:
-                line0 = text.rfind("\n", 0, m.start()) + 1
-                if _LINE_LEAD.fullmatch(text, line0, m.start()):  # `NAME=a b c` on its own
-                    eol = text.find("\n", vend)
-                    eol = len(text) if eol < 0 else eol
-                    vend += len(text[vend:eol].rstrip(" \t\r"))
-            if strength:
-                pieces.append(text[last:vstart])
-                pieces.append(NAMED_SECRET_TAG)
-                last = pos = vend
-                continue
-        pos = m.end("sep")  # the value may itself be a `NAME=value`
-    if not pieces:
-        return text
-    pieces.append(text[last:])
-    return "".join(pieces)
-
-
-# detect-secrets plugins we do not use: they flag ordinary log lines, not credentials.
-_SKIPPED_PLUGINS = {
-    "Base64HighEntropyString",
-    "HexHighEntropyString",
-    "KeywordDetector",
-    "IPPublicDetector",
-}
-
-# Patterns detect-secrets does not have. The optional group 1 is what gets replaced.
-_EXTRA_RULES: list[tuple[str, str, int]] = [
-    ("HuggingFace Token", r"\bhf_[A-Za-z0-9]{30,}", 0),
-    # detect-secrets' JWT pattern stops before the signature; take all three segments.
-    ("JSON Web Token", r"\beyJ[A-Za-z0-9_\-]+\.eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-+/=]*", 0),
-    ("NPM Token", r"\bnpm_[A-Za-z0-9]{36}\b", 0),
-    ("GitHub Token", r"\bgithub_pat_[A-Za-z0-9_]{22,}", 0),
-    ("Google API Key", r"\bAIza[0-9A-Za-z_\-]{35}", 0),
-    # The AWS secret key has no shape of its own; its usual assignment does.
-    ("AWS Secret Key",
-     r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
-     1),
-    ("API Key", r"\bsk-(?:proj-|ant-(?:api\d\d-)?|svcacct-)?[A-Za-z0-9_\-]{20,}", 0),
-    (
-        "Private Key Block",
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY"
-        r"(?: BLOCK)?-----|$)",
-        0,
-    ),
-    ("Private Key Block", r"PuTTY-User-Key-File-\d+:.*?(?:Private-MAC:[^\n]*|$)", 0),
-    ("Bearer Token", r"(?i:\bbearer)\s+([A-Za-z0-9_\-.=+/]{16,})", 1),
-    ("Basic Auth Credentials", r"://[^:/?#\[\]@!$&'()*+,;=\s\"]+:([^/?#\[\]@\s\"]+)@", 1),
-]
-
-# Triggers: cheap necessary conditions. Every match of every rule contains a match of one of
-# these (tests/test_redact.py checks each rule's sample through every scan path), so text
-# without a trigger hit holds no secret. Each is (regex, anchors): every match of the regex
-# contains one of the literal anchors, so a substring test rules most text out before any
-# regex runs. Both also hold on the JSON serialization of a string (hence `\\?` before
-# quotes), which lets a whole event be screened in one pass over its JSON bytes.
-_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
-    # Artifactory AKC…/AP…, AWS key ids, Azure storage, Google, Twilio AC…
-    (r"A(?:KC|P[\dA-F]|3T|BIA|CCA|KIA|SIA|ccountKey=|Iza|C[a-z0-9]{32})", ("A",)),
-    (r"://[^/\s\"@]+@", ("://",)),  # credentials in a URL (basic auth, Cloudant)
-    (r"g(?:h[pousr]_|ithub_pat_|l(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-)",
-     ("gh", "gl", "github_pat_")),  # GitHub, GitLab
-    ("GR1348941", ()),  # GitLab runner
-    ("eyJ", ()),  # JWT
-    ("_authToken", ()), ("npm_", ()),  # npm
-    (r"s(?:k-|q0csp-)", ("sk-", "sq0csp-")),  # OpenAI/Anthropic/other API keys, Square
-    ("k_live_", ()),  # Stripe
-    ("BEGIN", ()), ("PuTTY-User-Key", ()),  # private keys
-    ("pypi-AgE", ()),  # PyPI
-    (r"S(?:G\.[\w-]{22}\.|K[a-z0-9]{32})", ("SG.", "SK")),  # SendGrid, Twilio SK…
-    (r"\.[\w-]{6}\.[\w-]{27}", (".",)),  # Discord
-    # Mailchimp; and `--secret-flag value` (the `_ASSIGN` rule)
-    (r"-(?:us\d|-\\?[\"']?[\w.\-\x80-\xff]*?(?i:key|token|auth|pat|pwd|secret|pass|cred)"
-     r"[\w.\-\x80-\xff]*\\?[\"']?\]?[ \t]+[^\s\-])", ("-us", "--")),
-    (r":(?<=\d{8}:)[\w-]{35}", (":",)),  # Telegram (not the digits of `sha256:<hex>`)
-    ("hf_", ()),  # Hugging Face
-]
-# Matched against the lowercased text (much faster than (?i)): the case-insensitive rules.
-_LOWER_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
-    ("aws", ()),
-    ("xox", ()), (r"hooks\.slack", ("hooks.slack",)),  # Slack
-    ("softlayer", ()),
-    ("bearer", ()),
-    # Cloudant, IBM Cloud IAM, IBM COS, SoftLayer: a key-ish word, a separator, a long value
-    # (_IBM); and `NAME=value` under a secret name (the `_ASSIGN` rule): a weak word ends the
-    # name and the value's first word is not a number (_WEAK), a strong word may be followed
-    # by more of the name (_STRONG). One pass per leading literal: each pass over a long log
-    # costs about as much as another rule.
-    ("key(?:" + _IBM + "|s?" + _WEAK + ")", ("key",)),
-    ("token(?:" + _IBM + "|" + _WEAK + ")", ("token",)),
-    ("p(?:(?:wd?|ass(?:word)?)" + _IBM + "|(?:wd|at)" + _WEAK + "|ass(?:w|phrase)" + _STRONG
-     + ")", ("pw", "pass", "pat")),
-    ("auth(?:orization)?" + _WEAK, ("auth",)),
-    ("secret" + _STRONG, ("secret",)),
-    ("cred(?:s|ential)" + _STRONG, ("cred",)),
-]
-_TRIGGERS = [t for t, _ in _TRIGGER_SPECS]
-_LOWER_TRIGGERS = [t for t, _ in _LOWER_TRIGGER_SPECS]
-
-
-@dataclass(frozen=True)
-class _Screen:
-    """One trigger for the screening pass: literal anchors, then the regex (None: the anchor
-    is the whole trigger)."""
-
-    anchors: tuple[bytes, ...]
-    pattern: re.Pattern[bytes] | None
-
-    def hit(self, data: bytes) -> bool:
-        for a in self.anchors:
-            if a in data:
-                return self.pattern is None or self.pattern.search(data) is not None
-        return False
-
-
-def _screens(specs: list[tuple[str, tuple[str, ...]]]) -> list[_Screen]:
-    out = []
-    for regex, anchors in specs:
-        if anchors:
-            out.append(_Screen(tuple(a.encode() for a in anchors),
-                               re.compile(_as_bytes_trigger(regex))))
-        else:  # a plain literal
-            out.append(_Screen((regex.encode(),), None))
-    return out
-
-
-
-REDACTED = "[REDACTED]"
-
-
-@dataclass(frozen=True)
-class _Rule:
-    label: str
-    pattern: re.Pattern[str]
-    group: int  # 0: replace the whole match, n: replace group n only
-
-
-@lru_cache(maxsize=1)
-def _plugin_rules() -> tuple[_Rule, ...]:
-    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-
-    rules: list[_Rule] = []
-    for label, regex, group in _EXTRA_RULES:
-        rules.append(_Rule(label, re.compile(regex, re.DOTALL), group))
-    for label, cls in get_mapping_from_secret_type_to_class().items():
-        if cls.__name__ in _SKIPPED_PLUGINS:
-            continue
-        for pattern in getattr(cls(), "denylist", ()):
-            group = 1 if pattern.groups >= 1 and cls.__name__ not in {
-                "GitHubTokenDetector",
-                "GitLabTokenDetector",
-                "NpmDetector",
-            } else 0
-            rules.append(_Rule(label, _without_borders(pattern), group))
-    return tuple(rules)
-
-
-def _without_borders(pattern: re.Pattern[str]) -> re.Pattern[str]:
-    """Artifactory's patterns consume the whitespace around the token; as lookarounds the
-    replacement keeps it (and the line structure of a log)."""
-    p = pattern.pattern
-    if p.startswith(r'(?:\s|=|:|"|^)') and p.endswith(r'(?:\s|"|$)'):
-        p = r'(?:(?<=[\s=:"])|^)' + p[len(r'(?:\s|=|:|"|^)'):-len(r'(?:\s|"|$)')]
-        return re.compile(p + r'(?=[\s"]|$)', pattern.flags)
-    return pattern
+from .secret_patterns import (
+    _LOWER_TRIGGER_SPECS,
+    _LOWER_TRIGGERS,
+    _TRIGGER_SPECS,
+    _TRIGGERS,
+    _as_bytes_trigger,
+    _plugin_rules,
+    _replace,
+    _Screen,
+    _screens,
+)
 
 
 class Redactor:
@@ -715,33 +379,6 @@ def _line_end(data: bytes, pos: int) -> int:
         return len(data)
     end = data.find(b"\n", pos)
     return len(data) if end < 0 else end
-
-
-def _as_bytes_trigger(pattern: str) -> bytes:
-    """A str trigger for the byte scan. The rules' \\w and \\d are Unicode-aware, so the
-    byte version also accepts any non-ASCII byte where they stand: still a necessary
-    condition."""
-    for old, new in (
-        (r"[\w-]", r"[\w\x80-\xff-]"),
-        (r"(?<=\d{8}:)", r"(?<=[\d\x80-\xff]{8}:)"),
-        (r"[\dA-F]", r"[\dA-F\x80-\xff]"),
-    ):
-        pattern = pattern.replace(old, new)
-    return pattern.encode("ascii")
-
-
-def _replace(text: str, rule: _Rule) -> str:
-    tag = f"[REDACTED:{rule.label}]"
-
-    def sub(m: re.Match[str]) -> str:
-        if rule.group and m.lastindex and m.group(rule.group) is not None:
-            start, end = m.span(rule.group)
-            s0 = m.start()
-            whole = m.group(0)
-            return whole[: start - s0] + tag + whole[end - s0 :]
-        return tag
-
-    return rule.pattern.sub(sub, text)
 
 
 DEFAULT_SECRET_ENV = (

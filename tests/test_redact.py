@@ -12,17 +12,16 @@ import re
 import orjson
 import pytest
 from infer_forge.ledger import events as E
-from infer_forge.ledger.redact import (
+from infer_forge.ledger.redact import Redactor, secret_values_from
+from infer_forge.ledger.secret_names import (
     NAMED_SECRET_TAG as NAMED,
 )
-from infer_forge.ledger.redact import (
-    Redactor,
-    _plugin_rules,
+from infer_forge.ledger.secret_names import (
     _redact_assignments,
     env_secret_values,
     is_secret_name,
-    secret_values_from,
 )
+from infer_forge.ledger.secret_patterns import _plugin_rules
 from infer_forge.ledger.store import Append
 from infer_forge.ledger.workspace import init_workspace, open_workspace
 

@@ -20,7 +20,8 @@ from typing import IO, Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
-from ...ledger.redact import Redactor, is_secret_name
+from ...ledger.redact import Redactor
+from ...ledger.secret_names import is_secret_name
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class ToolRun:
 
 def env_digest(env: Mapping[str, str], secret_names: Sequence[str] = ()) -> str:
     """Digest of the environment; values of secret-named variables (configured, or by the one
-    rule `redact.is_secret_name`) are never hashed in (a hash of a short secret could be
+    rule `secret_names.is_secret_name`) are never hashed in (a hash of a short secret could be
     brute-forced), only the fact that they were set."""
     secret = set(secret_names)
     items = {}
