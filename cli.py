@@ -67,7 +67,8 @@ from .ledger.state import fingerprint
 from .ledger.workspace import init_workspace, open_workspace
 from .ledger.yamlio import load_yaml, load_yaml_text
 from .projections.errors import ProjectionError
-from .projections.graph import load_graph, resolve_graph_id, summary, to_dot, to_mermaid, tree_lines
+from .projections.graph import load_graph, resolve_graph_id
+from .projections.graph_views import summary, to_dot, to_mermaid, tree_lines
 from .projections.index import rebuild, status, update
 from .projections.memory import list_tasks, task_memory, task_summary
 from .projections.queries import compare_ws, filter_ws, sql_ws

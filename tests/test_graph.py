@@ -19,12 +19,9 @@ from infer_forge.projections.graph import (
     fold,
     graph_stream,
     load_graph,
-    page_markdown,
     rework_plan,
-    to_dot,
-    to_mermaid,
-    tree_lines,
 )
+from infer_forge.projections.graph_views import page_markdown, to_dot, to_mermaid, tree_lines
 
 from .conftest import run_forge
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..ledger.errors import LedgerError
 from ..projections.errors import ProjectionError
-from ..projections.graph import list_graphs, load_graph, node_task_id, summary, to_mermaid
+from ..projections.graph import list_graphs, load_graph, node_task_id
+from ..projections.graph_views import summary, to_mermaid
 from .page import Page, esc, link, page_name, text
 from .pages import task_path
 
