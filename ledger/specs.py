@@ -12,7 +12,7 @@ Contracts:
   `runtime_profile.file`, also relative to itself.
 - `diff_specs(a, b)` names the changed dimensions as dotted paths.
 
-Why one module of ~600 lines: the three spec kinds (point, profile, task) are one vocabulary
+Why one module past 500 lines: the three spec kinds (point, profile, task) are one vocabulary
 sharing the `Spec` base, its validators and `SPEC_KINDS`; parsing, hashing, diffing and
 applying a candidate work on all three alike. Reading YAML lives in `yamlio`.
 """
