@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..ledger.store import one_line
+from ..ledger.workspace import Workspace
 from .errors import ProjectionError
 from .index.session import LOCKDOWN, locked_connection, open_index
 
@@ -63,7 +64,9 @@ _LEADING_COMMENTS = re.compile(r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 
 
 def _first_word(sql: str) -> str:
-    rest = sql[_LEADING_COMMENTS.match(sql).end():]
+    lead = _LEADING_COMMENTS.match(sql)
+    assert lead is not None  # every part of the pattern is optional: it always matches
+    rest = sql[lead.end():]
     m = re.match(r"[A-Za-z_]+", rest)
     return m.group(0).upper() if m else "?"
 
@@ -167,7 +170,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, text: str, *, max_rows: int | None =
             timer.join()  # a callback already running finishes before the caller closes
 
 
-def sql_ws(ws: Any, text: str, *, max_rows: int | None = None,
+def sql_ws(ws: Workspace, text: str, *, max_rows: int | None = None,
            timeout_s: float | None = None) -> Table:
     """Catch up, then run `text` in a locked-down session (`locked_connection`): read-only
     on the index, nothing outside it, no extensions, configuration locked; with a row and
@@ -204,8 +207,9 @@ def _exists(con, sql: str, params: list[Any]) -> bool:
 def valid_runs(con: duckdb.DuckDBPyConnection) -> str:
     """The cheapest relation equal to the `valid_runs` view: with no invalidation recorded
     (the common case) it is the successful runs, without the view's anti-join."""
-    (n,) = con.execute("SELECT count(*) FROM invalidations").fetchone()
-    return "valid_runs" if n else "(SELECT * FROM measurement_runs WHERE success)"
+    row = con.execute("SELECT count(*) FROM invalidations").fetchone()
+    assert row is not None  # an aggregate returns one row
+    return "valid_runs" if row[0] else "(SELECT * FROM measurement_runs WHERE success)"
 
 
 def resolve(con: duckdb.DuckDBPyConnection, text: str, runs: str | None = None) -> Subject:
@@ -357,7 +361,7 @@ def _gates(con, s: Subject) -> list[dict[str, Any]]:
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
-def compare_ws(ws: Any, a: str, b: str) -> dict[str, Any]:
+def compare_ws(ws: Workspace, a: str, b: str) -> dict[str, Any]:
     with open_index(ws) as s:
         return compare(s.con, a, b)
 
@@ -400,7 +404,7 @@ def filter_measurements(con: duckdb.DuckDBPyConnection, *, limit: int | None = 1
     return Table([d[0] for d in rel.description], rel.fetchall())
 
 
-def filter_ws(ws: Any, *, limit: int | None = 1000, **criteria: Any) -> Table:
+def filter_ws(ws: Workspace, *, limit: int | None = 1000, **criteria: Any) -> Table:
     with open_index(ws) as s:
         return filter_measurements(s.con, limit=limit, **criteria)
 

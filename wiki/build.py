@@ -17,10 +17,12 @@ import json
 import os
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..ledger.workspace import Workspace
 from ..projections.index import open_index
 from . import narrative
 from .errors import WikiError
@@ -88,7 +90,7 @@ def embed_text(p: Page) -> str:
 
 
 def add_related(pages: list[Page], settings: WikiSettings, cache_dir: Path,
-                extra_texts: list[str] = ()) -> None:
+                extra_texts: Sequence[str] = ()) -> None:
     """A 'Related' block on task and decision pages: top-k by cosine + shared dimensions.
     `extra_texts` are embedded into the same cache (retrieve's corpus)."""
     cand = [p for p in pages if p.kind in ("task", "decision")]
@@ -128,7 +130,7 @@ def add_related(pages: list[Page], settings: WikiSettings, cache_dir: Path,
         k = min(RELATED_K, n - 1)
         top = np.argpartition(-score, k - 1, axis=1)[:, :k]
         for r in range(e - s):
-            idx = sorted(top[r], key=lambda j, r=r: (-score[r, j], cand[j].path))
+            idx = [j for _, _, j in sorted((-score[r, j], cand[j].path, j) for j in top[r])]
             p = cand[s + r]
             rows = [(link(cand[j].path, cand[j].title), cand[j].kind,
                      round(float(score[r, j]), 3)) for j in idx]
@@ -187,7 +189,8 @@ def _prune(root: Path, keep: set[Path], ext: str) -> int:
 
 def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
                 timings: dict[str, float], stats: dict[str, int],
-                extra_texts: list[str] = (), extra_pages: list[Page] = ()) -> list[Page]:
+                extra_texts: Sequence[str] = (), extra_pages: Sequence[Page] = ()
+                ) -> list[Page]:
     t = time.perf_counter()
     plots = PlotCache(wiki_dir / PLOT_CACHE)
     pages = make_pages(snap, plots)
@@ -211,7 +214,7 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
     return pages
 
 
-def build(ws: Any, *, embeddings: bool = True, force: bool = False,
+def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
           settings: WikiSettings | None = None) -> BuildReport:
     t0 = time.perf_counter()
     settings = settings or WikiSettings.from_config(ws.config.raw, embeddings)

@@ -46,7 +46,7 @@ def layout(view: Any) -> dict[str, tuple[float, float]]:
         columns += [sorted(gen) for gen in nx.topological_generations(g)]
     except nx.NetworkXUnfeasible:
         columns.append(sorted(g.nodes))
-    pos = {}
+    pos: dict[str, tuple[float, float]] = {}
     for col, ids in enumerate(c for c in columns if c):
         for row, nid in enumerate(ids):
             pos[nid] = (10 + col * (BOX_W + GAP_X), 10 + row * (BOX_H + GAP_Y))

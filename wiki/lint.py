@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..ledger.workspace import Workspace
 from .page import LINK, parse_frontmatter
 
 ROOTS = {"index", "log"}  # entry points: never orphans
@@ -87,7 +88,7 @@ def lint_dir(wiki_dir: Path) -> LintReport:
     return rep
 
 
-def lint(ws: Any) -> LintReport:
+def lint(ws: Workspace) -> LintReport:
     rep = lint_dir(Path(ws.home) / "wiki")
     rep.ledger_position = ws.ledger.max_position()
     return rep

@@ -434,10 +434,13 @@ def _markdown_it() -> MarkdownIt:
     fast."""
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    class SiteMarkdown(MarkdownIt):
+        def validateLink(self, url: str) -> bool:
+            return SITE_HREF.fullmatch(url) is not None
+
+    md = SiteMarkdown("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable("table")
     md.disable(["image", "autolink", "html_inline", "html_block", "reference"])
-    md.validateLink = lambda url: SITE_HREF.fullmatch(url) is not None
     for name, rule in (("text", _render_text), ("code_inline", _render_code_inline),
                        ("code_block", _render_code_block), ("fence", _render_code_block),
                        ("link_open", _render_link_open), ("link_close", _render_link_close)):

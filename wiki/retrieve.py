@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..ledger.workspace import Workspace
 from ..projections.index import open_index
 from .embed import EmbeddingCache, encode_query
 from .pages import decision_path, decision_text, task_path, task_text
@@ -80,7 +81,7 @@ class Retriever:
         self.docs, self.vecs, self.model = docs, vecs, model
 
     @classmethod
-    def from_index(cls, ws: Any, model: str | None = None) -> Retriever:
+    def from_index(cls, ws: Workspace, model: str | None = None) -> Retriever:
         with open_index(ws) as s:
             docs = corpus_docs(s.con)
         cache = EmbeddingCache(Path(ws.home) / "wiki" / "_embeddings.npz", model)
@@ -101,15 +102,15 @@ class Retriever:
             scores = np.where(mask, scores, -np.inf)
         k = min(k, len(self.docs))
         top = np.argpartition(-scores, k - 1)[:k]
-        top = sorted(top, key=lambda i: (-scores[i], i))
+        ranked = sorted(top, key=lambda i: (-scores[i], i))
         return [{"score": round(float(scores[i]), 4), "kind": self.docs[i].kind,
                  "id": self.docs[i].id, "task_id": self.docs[i].task_id,
                  "block_id": self.docs[i].block_id, "title": self.docs[i].title,
                  "url": self.docs[i].url, "text": self.docs[i].text}
-                for i in top if np.isfinite(scores[i])]
+                for i in ranked if np.isfinite(scores[i])]
 
 
-def retrieve(ws: Any, query: str, k: int = 10, kinds: tuple[str, ...] = (),
+def retrieve(ws: Workspace, query: str, k: int = 10, kinds: tuple[str, ...] = (),
              model: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     model = model or (ws.config.raw.get("wiki", {}) or {}).get("embedding_model")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from ..ledger.workspace import Workspace
 from .errors import WikiError
 
 
@@ -61,7 +62,7 @@ def make_server(site_dir: Path, port: int, retriever: Any) -> ThreadingHTTPServe
         raise WikiError(f"cannot listen on 127.0.0.1:{port}: {e.strerror or e}") from None
 
 
-def serve(ws: Any, *, port: int = 8765, build_first: bool = True, embeddings: bool = True,
+def serve(ws: Workspace, *, port: int = 8765, build_first: bool = True, embeddings: bool = True,
           echo: Callable[[str], None] = print) -> None:
     """Build (unless fresh), load the retriever, then serve until interrupted."""
     from .build import build
@@ -77,6 +78,7 @@ def serve(ws: Any, *, port: int = 8765, build_first: bool = True, embeddings: bo
         retriever = Retriever.from_index(ws)
     server = make_server(Path(ws.home) / "site", port, retriever)
     host, real_port = server.server_address[:2]
+    assert isinstance(host, str)  # an AF_INET address: (host, port)
     echo(f"serving http://{host}:{real_port}/index.html (Ctrl-C to stop)")
     try:
         server.serve_forever()

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
+from ...ledger.specs import RuntimeProfile
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .process import ServerProcess, exit_reason
 
@@ -61,36 +63,16 @@ def apply_overrides(config: Mapping[str, Any], overrides: Mapping[str, Any] | No
     return out
 
 
-def engine_config_of(profile: Any) -> tuple[str, JSON]:
-    """(engine name, engine configuration) of a runtime profile, a mapping or a spec object.
-
-    Accepts `{"engine": "hf", "config": {...}}`, `{"engine": {"name": "hf", ...}}` or an
-    object with `.engine` and `.config` attributes (the RuntimeProfile spec)."""
-    def get(key: str) -> Any:
-        if isinstance(profile, Mapping):
-            return profile.get(key)
-        return getattr(profile, key, None)
-
-    engine, config = get("engine"), get("config")
-    if isinstance(engine, Mapping):
-        config = {k: v for k, v in engine.items() if k not in ("name", "kind")} | dict(config or {})
-        engine = engine.get("name") or engine.get("kind")
-    if hasattr(config, "model_dump"):
-        config = config.model_dump()
-    if not isinstance(engine, str) or not engine:
-        raise HarnessError("runtime profile: 'engine' must name an engine (hf, sglang, external)")
-    if config is not None and not isinstance(config, Mapping):
-        raise HarnessError(f"runtime profile: engine config must be a mapping, got {config!r}")
-    config = dict(config or {})
-    endpoint = get("endpoint")
-    if engine == "external" and endpoint and "base_url" not in config:
-        config["base_url"] = endpoint
-    framework = get("framework")
-    if hasattr(framework, "model_dump"):
-        framework = framework.model_dump()
-    if engine == "sglang" and isinstance(framework, Mapping) and framework.get("version") \
-            and framework.get("kind") == "sglang":
-        config.setdefault("version", str(framework["version"]))
+def engine_config_of(profile: RuntimeProfile) -> tuple[str, JSON]:
+    """(engine name, engine configuration) of a runtime profile: its `config`, plus an
+    external endpoint's `base_url` and an sglang framework's `version` when the config does
+    not give them. A profile stored in the ledger is read back with `specs.stored_profile`."""
+    engine, config = profile.engine, dict(profile.config)
+    if engine == "external" and profile.endpoint and "base_url" not in config:
+        config["base_url"] = profile.endpoint
+    fw = profile.framework
+    if engine == "sglang" and fw is not None and fw.kind == "sglang" and fw.version:
+        config.setdefault("version", str(fw.version))
     return engine, config
 
 
@@ -177,14 +159,18 @@ class Engine(ABC):
     name: str
 
     @abstractmethod
-    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None, ws=None,
-               overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> RunningEngine: ...
+    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None,
+               ws: Workspace | None = None, overrides: Mapping[str, Any] | None = None,
+               stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
+               logs: Path | None = None, host: str = "127.0.0.1", port: int | None = None
+               ) -> RunningEngine: ...
 
 
 class EventSink:
     """Records EngineLaunched/EngineStopped for one running engine (no-op without a ledger)."""
 
-    def __init__(self, ws, stream: str | None = None, fields: Mapping[str, Any] | None = None):
+    def __init__(self, ws: Workspace | None, stream: str | None = None,
+                 fields: Mapping[str, Any] | None = None):
         self.ws = ws
         self.stream = stream or ENGINE_STREAM
         self.fields = dict(fields or {})
@@ -207,7 +193,7 @@ class EventSink:
             **self.fields)])
 
 
-def log_dir(ws, explicit: Path | None = None) -> Path:
+def log_dir(ws: Workspace | None, explicit: Path | None = None) -> Path:
     """Where server logs are written while a server runs (the artifact keeps them after)."""
     if explicit is not None:
         return Path(explicit)
@@ -253,7 +239,8 @@ class ManagedEngine(RunningEngine):
                 "resolved_args": dict(self.config), "versions": dict(self.versions)}
 
 
-def start_server(engine: str, cmd: list[str], *, base_url: str, health_path: str, ws,
+def start_server(engine: str, cmd: list[str], *, base_url: str, health_path: str,
+                 ws: Workspace | None,
                  sink: EventSink, log_path: Path, env: Mapping[str, str] | None,
                  startup_timeout_s: float, ready=None):
     """Start and wait for a server; a failed start is recorded (with its log) and re-raised."""

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .base import (
     Engine,
@@ -102,7 +103,8 @@ class ExternalRunning(RunningEngine, SGLangClient):
 class ExternalEngine(Engine):
     name = "external"
 
-    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None, ws=None,
+    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None,
+               ws: Workspace | None = None,
                overrides: Mapping[str, Any] | None = None, **_kwargs: Any) -> ExternalRunning:
         cfg = apply_overrides(config, overrides)
         check_keys("external", cfg, KEYS)

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..models.weights import model_path
 from ..proc import stat_fields
@@ -158,7 +159,8 @@ def process_metrics(pid: int | None) -> dict[str, float]:
 class HFEngine(Engine):
     name = "hf"
 
-    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None, ws=None,
+    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None,
+               ws: Workspace | None = None,
                overrides: Mapping[str, Any] | None = None, stream: str | None = None,
                event_fields: Mapping[str, Any] | None = None, logs: Path | None = None,
                host: str = "127.0.0.1", port: int | None = None) -> HFRunning:
@@ -190,7 +192,7 @@ class HFEngine(Engine):
         return running
 
 
-def _model_dir(model: str | Path | None, ws) -> Path:
+def _model_dir(model: str | Path | None, ws: Workspace | None) -> Path:
     if model is None:
         raise HarnessError("hf engine: no model given (pull one with `forge weights pull`)")
     p = Path(model)

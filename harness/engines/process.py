@@ -32,6 +32,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import HarnessError
 from ..proc import die_with_parent, group_alive
@@ -101,7 +102,7 @@ class ServerProcess:
         self.exit_code: int | None = None
         self.log_digest: str | None = None
         self.startup_s: float | None = None
-        self._log = None
+        self._log: BinaryIO | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -118,16 +119,16 @@ class ServerProcess:
             raise HarnessError(f"{self.name}: already started (pid {self.proc.pid})")
         _install_safety_net()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("ab", buffering=0)
-        self._log.write(f"$ {self.command_line}\n".encode())
+        self._log = log = self.log_path.open("ab", buffering=0)
+        log.write(f"$ {self.command_line}\n".encode())
         env = {**os.environ, **self.env} if self.env is not None else None
         try:
             self.proc = subprocess.Popen(
-                self.cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                self.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=self.cwd, preexec_fn=die_with_parent(),
             )
         except OSError as e:
-            self._log.close()
+            log.close()
             raise HarnessError(f"{self.name}: cannot run {self.cmd[0]!r}: {e.strerror}") from None
         with _LIVE_LOCK:
             _LIVE[self.proc.pid] = self

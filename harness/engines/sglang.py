@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..models.weights import model_path
 from .base import (
@@ -324,7 +325,8 @@ class SGLangRunning(ManagedEngine, SGLangClient):
 class SGLangEngine(Engine):
     name = "sglang"
 
-    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None, ws=None,
+    def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None,
+               ws: Workspace | None = None,
                overrides: Mapping[str, Any] | None = None, stream: str | None = None,
                event_fields: Mapping[str, Any] | None = None, logs: Path | None = None,
                host: str = "127.0.0.1", port: int | None = None) -> SGLangRunning:

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger.specs import load_profile
+from ...ledger.workspace import Workspace
 from . import engine_for
 from .base import engine_config_of
 
 
-def engine_up(ws, profile_path: str | Path, *, model: str | None,
+def engine_up(ws: Workspace, profile_path: str | Path, *, model: str | None,
               overrides: Mapping[str, Any] | None = None, once: bool = False,
               echo: Callable[[str], None] = print) -> dict[str, Any]:
     """`overrides`: engine config keys to change (`--set`, parsed by the CLI)."""

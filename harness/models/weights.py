@@ -26,13 +26,14 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest as canonical_digest
-from ...ledger.workspace import WORKSPACE_STREAM
+from ...ledger.workspace import WORKSPACE_STREAM, Workspace
 from ..errors import HarnessError
 
 MANIFEST = "forge-manifest.json"
@@ -203,7 +204,7 @@ def model_path(home: Path, name: str) -> Path:
 
 
 def list_models(home: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     root = models_dir(home)
     if not root.is_dir():
         return out
@@ -218,7 +219,7 @@ def list_models(home: Path) -> list[dict[str, Any]]:
 # --- pulling ----------------------------------------------------------------------------
 
 
-def pull(ws, name: str, *, actor: E.Actor | None = None) -> PulledModel:
+def pull(ws: Workspace, name: str, *, actor: E.Actor | None = None) -> PulledModel:
     """Pull `name` into the workspace's models/ and record `ModelPulled`. Idempotent."""
     pulled = fetch_model(Path(ws.home), name)
     kind, ident, revision = parse_name(name)
@@ -341,12 +342,13 @@ def _hub_error(repo_id: str, e: Exception) -> str:
     return f"cannot download {repo_id}: {detail}"
 
 
-def _chain(e: BaseException):
+def _chain(e: BaseException) -> Iterator[BaseException]:
     seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        yield e
-        e = e.__cause__ or e.__context__
+    link: BaseException | None = e
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 # --- the tiny-llama recipe --------------------------------------------------------------
@@ -461,7 +463,7 @@ def llama_parameter_shapes(recipe: dict[str, Any]) -> list[tuple[str, tuple[int,
     h, inter = recipe["hidden_size"], recipe["intermediate_size"]
     heads, kv = recipe["num_attention_heads"], recipe["num_key_value_heads"]
     hd, vocab = h // heads, recipe["vocab_size"]
-    shapes = [("model.embed_tokens.weight", (vocab, h))]
+    shapes: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, h))]
     for i in range(recipe["num_hidden_layers"]):
         p = f"model.layers.{i}."
         shapes += [

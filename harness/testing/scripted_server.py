@@ -131,10 +131,10 @@ class _Protocol(asyncio.Protocol):
         self.busy = False
         self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport):  # type: ignore[override]
+    def connection_made(self, transport):
         self.transport = transport
 
-    def connection_lost(self, exc):  # type: ignore[override]
+    def connection_lost(self, exc):
         self.transport = None
 
     def data_received(self, data: bytes) -> None:
@@ -248,6 +248,7 @@ class ScriptedServer:
                 return
             ready.set()
             loop.run_forever()
+            assert self._server is not None  # set by start()
             self._server.close()
             loop.run_until_complete(self._server.wait_closed())
             loop.close()

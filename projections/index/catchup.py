@@ -263,7 +263,9 @@ def catch_up(
                 failed.append(e)
 
     thread = threading.Thread(target=writer, name="index-writer", daemon=True)
-    (threshold,) = con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    setting = con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    assert setting is not None  # a scalar SELECT returns one row
+    threshold = setting[0]
     con.execute(f"SET checkpoint_threshold = '{CATCH_UP_CHECKPOINT_THRESHOLD}'")
     # The batch is hundreds of thousands of short-lived tuples and dicts with no cycles:
     # the cyclic collector would rescan them over and over (~25% of the projecting time).

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from ...ledger.store import one_line
+from ...ledger.store import Ledger, one_line
+from ...ledger.workspace import Workspace
 from ..errors import ProjectionError
 from .catchup import DEFAULT_BATCH, CatchUpResult, catch_up
 from .schema import INDEX_SCHEMA_VERSION, SCHEMA_KEY, TABLES, ensure_schema, tracked_position
@@ -101,11 +102,11 @@ class IndexSession:
     con: duckdb.DuckDBPyConnection
     path: Path
     caught_up: CatchUpResult | None
-    ledger: Any
+    ledger: Ledger
 
 
 @contextmanager
-def open_index(ws: Any, *, update: bool = True, rebuild: bool = False,
+def open_index(ws: Workspace, *, update: bool = True, rebuild: bool = False,
                batch: int = DEFAULT_BATCH,
                timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[IndexSession]:
     """Lock the index, (re)build or catch it up, and hand out the connection. Every query
@@ -134,26 +135,32 @@ def open_index(ws: Any, *, update: bool = True, rebuild: bool = False,
         lock.release()
 
 
-def update(ws: Any, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
+def update(ws: Workspace, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
     with open_index(ws, batch=batch) as s:
         return _report(s)
 
 
-def rebuild(ws: Any, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
+def rebuild(ws: Workspace, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
     with open_index(ws, rebuild=True, batch=batch) as s:
         return _report(s)
 
 
-def status(ws: Any) -> dict[str, Any]:
+def status(ws: Workspace) -> dict[str, Any]:
     """Where the index stands, without catching up."""
     with open_index(ws, update=False) as s:
         return _report(s)
 
 
+def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    row = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert row is not None  # an aggregate returns one row
+    return int(row[0])
+
+
 def _report(s: IndexSession) -> dict[str, Any]:
     pos = tracked_position(s.con)
     head = s.ledger.max_position()
-    counts = {t: s.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+    counts = {t: _count(s.con, t) for t in TABLES}
     out: dict[str, Any] = {"path": str(s.path), "position": pos, "ledger_position": head,
                            "behind": max(0, head - pos), "rows": counts}
     if s.caught_up is not None:
