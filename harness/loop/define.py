@@ -21,13 +21,15 @@ from ...ledger.specs import (
     load_task,
     spec_hash,
 )
-from ...ledger.store import Append, task_stream
-from ...ledger.workspace import WORKSPACE_STREAM
+from ...ledger.store import Append
+from ...ledger.streams import WORKSPACE_STREAM, task_stream
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..record import task_append
 from .task import _workspace_specs, human_actor
 
 
-def _profile_event(ws: Any, profile: RuntimeProfile, source: str | None,
+def _profile_event(ws: Workspace, profile: RuntimeProfile, source: str | None,
                    actor: E.Actor) -> tuple[E.RuntimeProfileRevised | None, str]:
     """The RuntimeProfileRevised to record (None when this exact revision is recorded)."""
     h = spec_hash(profile)
@@ -53,7 +55,7 @@ def _profile_event(ws: Any, profile: RuntimeProfile, source: str | None,
                                    changes=changes, actor=actor), h
 
 
-def record_profile(ws: Any, path: str | Path, actor: E.Actor | None = None) -> dict[str, Any]:
+def record_profile(ws: Workspace, path: str | Path, actor: E.Actor | None = None) -> dict[str, Any]:
     """Record a runtime profile revision (idempotent; rev N+1 records its diff from rev N)."""
     profile = load_profile(path)
     ev, h = _profile_event(ws, profile, str(path), actor or human_actor())
@@ -66,7 +68,7 @@ def record_profile(ws: Any, path: str | Path, actor: E.Actor | None = None) -> d
             "changes": ws.ledger.redactor.value(ev.changes) if ev else {}}
 
 
-def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
+def define_task(ws: Workspace, path: str | Path, actor: E.Actor | None = None, *,
                 task_id: str | None = None) -> dict[str, Any]:
     """`forge task new`: validate the task, its point and profile; record the profile revision
     and the point pin if new, and TaskDefined — in one save. Idempotent for the same content."""
@@ -74,7 +76,7 @@ def define_task(ws: Any, path: str | Path, actor: E.Actor | None = None, *,
     return define_task_spec(ws, load_task(path), path, actor, task_id=task_id)
 
 
-def define_task_spec(ws: Any, task: TaskDefinition, path: str | Path,
+def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
                      actor: E.Actor | None = None, *, task_id: str | None = None
                      ) -> dict[str, Any]:
     """`define_task` for a task already validated (a graph node's loop task, its argv filled
@@ -141,7 +143,7 @@ def define_task_spec(ws: Any, task: TaskDefinition, path: str | Path,
         definition=definition, definition_hash=definition_hash, point_hash=point_hash,
         profile_hash=profile_hash, task_id=task_id, actor=actor,
         input_digests={"point": point_hash, "profile": profile_hash, "contract": contract_hash})
-    appends.append(Append(task_stream(task_id), [defined], expected_version=0))
+    appends.append(task_append(ws, task_id, [defined], expected_version=0))
     ws.ledger.save(*appends, command_id=f"task-new:{task_id}:{definition_hash}")
     return {"task_id": task_id, "created": True, "definition_hash": definition_hash,
             "point_hash": point_hash, "profile_hash": profile_hash}

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from ...ledger.workspace import Workspace
 from ..bench.client import BenchConfig, run_bench
 from ..bench.correctness import (
     GreedyOutput,
@@ -30,7 +31,7 @@ from ..bench.correctness import (
     compare_outputs,
     outputs_jsonl,
 )
-from ..bench.datasets import load_tokenizer, random_prompts
+from ..bench.datasets import Prompt, load_tokenizer, random_prompts
 from ..bench.metrics import numeric_metrics
 from ..engines import engine_for
 from ..engines.base import engine_config_of
@@ -47,11 +48,11 @@ def _length(value: Any) -> int:
 
 
 class EngineEvaluator:
-    def __init__(self, ws: Any, task: Any, *, greedy_max_tokens: int = GREEDY_MAX_TOKENS):
+    def __init__(self, ws: Workspace, task: Any, *, greedy_max_tokens: int = GREEDY_MAX_TOKENS):
         self.ws = ws
         self.task = task
         self.greedy_max_tokens = greedy_max_tokens
-        self._prompts: list | None = None
+        self._prompts: list[Prompt] | None = None
         self._tokenizer = None
         self._model_dir: Path | None = None
 
@@ -68,14 +69,16 @@ class EngineEvaluator:
                 self._model_dir = Path(pull(self.ws, source).path)
         return self._model_dir
 
-    def _setup(self, point: Any) -> None:
-        if self._prompts is not None:
-            return
-        model_dir = self._model(point)
-        self._tokenizer = load_tokenizer(model_dir)
-        t = point.scenario.traffic
-        self._prompts = random_prompts(self._tokenizer, t.num_prompts, _length(t.input_len),
-                                       _length(t.output_len), t.range_ratio, 42)
+    def _setup(self, point: Any) -> list[Prompt]:
+        """The fixed prompt set (built, with the tokenizer, on first use)."""
+        if self._prompts is None:
+            model_dir = self._model(point)
+            self._tokenizer = load_tokenizer(model_dir)
+            t = point.scenario.traffic
+            self._prompts = random_prompts(self._tokenizer, t.num_prompts,
+                                           _length(t.input_len), _length(t.output_len),
+                                           t.range_ratio, 42)
+        return self._prompts
 
     # --- one candidate ---------------------------------------------------------------------
 
@@ -89,7 +92,7 @@ class EngineEvaluator:
         if others:
             return [RunResult({}, success=False, error=f"the engine evaluator can only change "
                               f"engine.* keys, not {', '.join(sorted(others))}")]
-        self._setup(point)
+        prompts = self._setup(point)
         name, config = engine_config_of(profile)  # the candidate is applied already
         t = point.scenario.traffic
         say = ctx.progress
@@ -110,17 +113,17 @@ class EngineEvaluator:
                 # A warm-up pass at the measured concurrency: the first batches pay one-off
                 # costs (allocation, kernel selection) that would inflate run 1.
                 say(f"engine ready in {desc.get('startup_s', 0):.1f}s; warming up")
-                run_bench(cfg, self._prompts[: max(1, t.concurrency or 1)])
+                run_bench(cfg, prompts[: max(1, t.concurrency or 1)])
                 say("collecting greedy outputs on the fixed prompt set")
                 outputs = collect_greedy_outputs(eng.base_url, eng.model, self._tokenizer,
                                                  max_tokens=self.greedy_max_tokens, engine=name)
                 meta["outputs_digest"] = self.ws.artifacts.put(outputs_jsonl(outputs))
                 match = self._token_match(outputs, ctx.baseline)
-                say(f"benchmarking: {repeats} runs of {len(self._prompts)} requests at "
+                say(f"benchmarking: {repeats} runs of {len(prompts)} requests at "
                     f"concurrency {t.concurrency or 'unbounded'}")
                 for i in range(repeats):
                     eng.check()
-                    res = run_bench(cfg, self._prompts)
+                    res = run_bench(cfg, prompts)
                     digest = self.ws.artifacts.put(res.records_jsonl())
                     omitted: dict[str, str] = {}  # NaN / infinite: left out, with why
                     m = numeric_metrics(res.metrics, omitted)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger.events import metric_value
+from ...ledger.workspace import Workspace
 from ..engines import ENGINES
 from ..errors import HarnessError
 from ..jsonl import last_json_line
@@ -136,7 +137,7 @@ class CommandEvaluator:
 # --- choosing an evaluator for a task ---------------------------------------------------
 
 
-def make_evaluator(ws: Any, task: Any, profile: Any, *, base_dir: str | Path | None = None
+def make_evaluator(ws: Workspace, task: Any, profile: Any, *, base_dir: str | Path | None = None
                    ) -> Evaluator:
     """The evaluator a task's loop uses: `evaluator: {kind: command, argv}` in the task YAML
     gives a CommandEvaluator (argv run in the task file's directory); otherwise the engine

@@ -36,6 +36,7 @@ from ...ledger.specs import (
     effective_digest,
     scope_allows,
 )
+from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
 from ..errors import HarnessError
 from ..jsonl import last_json_line
@@ -132,7 +133,7 @@ class CommandExecutor:
     kind = "command"
 
     def __init__(self, argv: list[str], *, cwd: str | Path | None = None, timeout_s: float = 600,
-                 ws: Any = None):
+                 ws: Workspace | None = None):
         self.argv, self.cwd, self.timeout_s, self.ws = list(argv), cwd, timeout_s, ws
 
     def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
@@ -187,8 +188,8 @@ def out_of_scope(task: TaskDefinition, point: DeploymentPoint | None,
     return None
 
 
-def make_executor(task: TaskDefinition, *, ws: Any = None, base_dir: str | Path | None = None
-                  ) -> Executor:
+def make_executor(task: TaskDefinition, *, ws: Workspace | None = None,
+                  base_dir: str | Path | None = None) -> Executor:
     spec = task.executor
     if spec.kind == "sweep":
         return SweepExecutor(spec.strategy, spec.seed, spec.samples)

@@ -10,7 +10,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
@@ -21,8 +20,8 @@ from ...ledger.specs import (
     RuntimeProfile,
     TaskDefinition,
 )
-from ...ledger.store import task_stream
-from ...ledger.workspace import WORKSPACE_STREAM
+from ...ledger.streams import WORKSPACE_STREAM, task_stream
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 
 LOOP_ACTOR = E.Actor.tool("forge-loop")
@@ -64,7 +63,7 @@ class LoadedTask:
 ProfileIndex = dict[tuple[str, int], E.RuntimeProfileRevised]
 
 
-def _workspace_specs(ws: Any) -> tuple[dict[str, dict], ProfileIndex]:
+def _workspace_specs(ws: Workspace) -> tuple[dict[str, dict], ProfileIndex]:
     points: dict[str, dict] = {}
     profiles: ProfileIndex = {}
     for r in ws.ledger.stream(WORKSPACE_STREAM):
@@ -76,7 +75,7 @@ def _workspace_specs(ws: Any) -> tuple[dict[str, dict], ProfileIndex]:
     return points, profiles
 
 
-def load_task_from_ledger(ws: Any, task_id: str) -> LoadedTask:
+def load_task_from_ledger(ws: Workspace, task_id: str) -> LoadedTask:
     records = ws.ledger.stream(task_stream(task_id), until_version=1)
     if not records or not isinstance(records[0].event, E.TaskDefined):
         raise NotFoundError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)} "
