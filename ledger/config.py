@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
 from .redact import DEFAULT_SECRET_ENV
+from .textfile import TextFileError, read_text
 
 CONFIG_NAME = "forge.toml"
 CREDENTIALS_NAME = "credentials.toml"  # secrets kept out of forge.toml (mode 0600)
@@ -195,16 +196,9 @@ def _schema_problem(path: Path, model: type[BaseModel], e: ValidationError) -> C
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
     try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(raw) > MAX_TOML_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_TOML_BYTES // 1024} KiB (not a {what}?)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
-                          f"{e.start}): not a {what}?") from None
+        text = read_text(path, MAX_TOML_BYTES, f"a {what}")
+    except TextFileError as e:
+        raise ConfigError(f"{path}: {e}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .errors import SpecError
+from .textfile import TextFileError, read_text
 
 # Bounds on what a YAML document may cost to read: specs are a few kilobytes, so these are
 # generous for any real file and stop an alias bomb or a runaway file early.
@@ -169,19 +170,9 @@ def dotted_path(loc: tuple[Any, ...]) -> str:
 
 def _read_text(p: Path) -> str:
     try:
-        with p.open("rb") as f:
-            raw = f.read(MAX_YAML_BYTES + 1)
-    except OSError as e:
-        raise SpecError([f"{p}:0: (file): cannot read: {e.strerror or e}"]) from None
-    if len(raw) > MAX_YAML_BYTES:
-        raise SpecError([f"{p}:0: (file): larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB "
-                         "(not a spec?)"])
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise SpecError([f"{p}:{line}: (file): not UTF-8 text (byte {raw[e.start]:#04x} at "
-                         f"offset {e.start}): not a YAML spec?"]) from None
+        return read_text(p, MAX_YAML_BYTES, "a YAML spec")
+    except TextFileError as e:
+        raise SpecError([f"{p}:{e.line}: (file): {e}"]) from None
 
 
 def number_problems(path: str | Path, data: Any, node: yaml.Node | None) -> list[str]:

@@ -201,3 +201,16 @@ def test_bad_credentials_file_is_one_line_naming_it(home, content, says):
     assert r.exit_code == 1
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith(f"Error: {creds}: ") and says in line, line
+
+
+@pytest.mark.timeout(60)
+def test_endless_credentials_file_is_refused_at_the_size_bound(home):
+    """A credentials.toml that never ends (a link to /dev/zero) is refused at the 1 MiB bound
+    by the one bounded reader (ledger.textfile), not read until memory runs out."""
+    (home / "forge.toml").write_text('[ledger]\nurl = "postgresql://forge@127.0.0.1:9/forge"\n')
+    creds = home / "credentials.toml"
+    creds.symlink_to("/dev/zero")
+    r = CliRunner().invoke(main, ["log"])
+    assert r.exit_code == 1
+    (line,) = r.stderr.strip().splitlines()
+    assert line == f"Error: {creds}: larger than 1 MiB (not a credentials file?)", line

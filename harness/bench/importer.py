@@ -37,6 +37,7 @@ from ...ledger import events as E
 from ...ledger.events import bad_number, field_path
 from ...ledger.ids import check_optional_id
 from ...ledger.store import task_stream
+from ...ledger.textfile import TextFileError, read_text
 from .. import jsonl
 from ..errors import HarnessError
 from .client import MEASUREMENTS_STREAM
@@ -335,18 +336,9 @@ def metrics_from_json(path: str | Path) -> dict[str, float]:
     Infinity`) are not metrics and are left out."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            raw = f.read(MAX_JSON_BYTES + 1)
-    except OSError as e:
-        raise HarnessError(f"{p}: cannot read: {e.strerror or e}") from None
-    if len(raw) > MAX_JSON_BYTES:
-        raise HarnessError(f"{p}: larger than {MAX_JSON_BYTES >> 20} MiB (not a JSON object "
-                           "of metrics?)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise HarnessError(f"{p}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
-                           f"{e.start}): not a JSON file?") from None
+        text = read_text(p, MAX_JSON_BYTES, "a JSON object of metrics")
+    except TextFileError as e:
+        raise HarnessError(f"{p}: {e}") from None
     try:
         data = json.loads(text, parse_constant=_NonFinite, parse_float=_json_float)
     except json.JSONDecodeError as e:
