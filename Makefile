@@ -45,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/demo.py
 
 clean:
-	rm -rf $(VENV) .forge .pytest_cache
+	rm -rf $(VENV) .forge .pytest_cache .mypy_cache
