@@ -47,6 +47,11 @@ def export(rev: str, into: Path) -> Path:
     return pkg
 
 
+def _short(rev: str) -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", rev], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def run_once(env: dict[str, str]) -> tuple[float, float]:
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -71,7 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="forge-startup-"))
     try:
-        trees = {rev: export(rev, tmp / str(i)) for i, rev in enumerate(args.revs)}
+        trees = {f"{rev} ({_short(rev)})": export(rev, tmp / str(i))
+                 for i, rev in enumerate(args.revs)}
         compileall.compile_dir(str(REPO), quiet=1, rx=SKIP)
         envs = {name: dict(os.environ, PYTHONPATH=str(pkg)) for name, pkg in trees.items()}
         envs["working tree"] = dict(os.environ)
