@@ -140,22 +140,22 @@ def request_tpot(r: RequestRecord) -> float | None:
 
 
 def _peaks(ok: Sequence[RequestRecord]) -> dict[str, float]:
-    timed = [r for r in ok if r.start_time is not None]
+    timed = [(r.start_time, r) for r in ok if r.start_time is not None]
     if not timed:
         return {}
     # Most requests in flight at once: sweep over start (+1) and end (−1) events; an end at
     # the same instant as a start is processed first (the slot was free).
-    edges = sorted([(r.start_time, 1) for r in timed] + [(r.start_time + r.e2e, -1) for r in timed],
+    edges = sorted([(s, 1) for s, _ in timed] + [(s + r.e2e, -1) for s, r in timed],
                    key=lambda e: (e[0], e[1]))
     cur = peak = 0
     for _, d in edges:
         cur += d
         peak = max(peak, cur)
     # Most chunks (≈ tokens) received in any one-second bucket since the first request.
-    t0 = min(r.start_time for r in timed)
+    t0 = min(s for s, _ in timed)
     buckets: dict[int, int] = {}
-    for r in timed:
-        t = r.start_time + r.ttft
+    for s, r in timed:
+        t = s + r.ttft
         buckets[int(t - t0)] = buckets.get(int(t - t0), 0) + 1
         for gap in r.itl:
             t += gap

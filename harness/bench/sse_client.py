@@ -121,10 +121,10 @@ class _Conn(asyncio.Protocol):
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def connection_lost(self, exc) -> None:  # type: ignore[override]
+    def connection_lost(self, exc) -> None:
         self.closed = True
         if self.fut is not None and not self.fut.done():
             if self.state == _BODY_CLOSE and self.sse is not None:
@@ -193,6 +193,7 @@ class _Conn(asyncio.Protocol):
             if len(self.err_body) < 1000:
                 self.err_body += data
             return
+        assert self.sse is not None  # a body arrives only for a request start() sent
         self.sse.feed(data, now)
 
     def _chunked(self, data: bytes, now: float) -> None:
@@ -250,6 +251,7 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = keep
         if fut is None or fut.done():
             return
+        assert sse is not None  # start() sets it with fut
         if status != 200:
             text = " ".join(err[:300].decode("utf-8", "replace").split())
             sse.rec.error = f"HTTP {status}: {text}"
@@ -261,6 +263,7 @@ class _Conn(asyncio.Protocol):
 
     def start(self, request: bytes, sse: StreamState, fut: asyncio.Future) -> None:
         self.state, self.sse, self.fut = _HEAD, sse, fut
+        assert self.transport is not None  # a connected protocol
         self.transport.write(request)
 
 
