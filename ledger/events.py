@@ -59,8 +59,8 @@ def bad_number(v: Any) -> tuple[tuple[Any, ...], str] | None:
     t = type(v)
     if t is float:
         return None if v - v == 0.0 else ((), number_problem(v))  # type: ignore[return-value]
-    if t is dict:
-        for k, x in v.items():
+    if t is dict or t is list or t is tuple:
+        for k, x in (v.items() if t is dict else enumerate(v)):
             tx = type(x)
             if tx is str or x is None or tx is bool:
                 continue
@@ -72,20 +72,6 @@ def bad_number(v: Any) -> tuple[tuple[Any, ...], str] | None:
             r = bad_number(x)
             if r is not None:
                 return (k, *r[0]), r[1]
-        return None
-    if t is list or t is tuple:
-        for i, x in enumerate(v):
-            tx = type(x)
-            if tx is str or x is None or tx is bool:
-                continue
-            if tx is float:
-                if x - x == 0.0:
-                    continue
-            elif tx is int and _INT_MIN <= x <= _INT_MAX:
-                continue
-            r = bad_number(x)
-            if r is not None:
-                return (i, *r[0]), r[1]
         return None
     if t is str or t is int and _INT_MIN <= v <= _INT_MAX or v is None:
         return None
