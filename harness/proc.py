@@ -121,19 +121,32 @@ class CommandOutcome:
 _SETPRIV = shutil.which("setpriv")
 
 
+def session_launch(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """The argv and Popen keywords that start a command in its own session, dying with this
+    process. `setpriv` sets the parent-death signal without a Python preexec_fn (which
+    forces a slow fork: ~45 ms)."""
+    if _SETPRIV:
+        return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], {"start_new_session": True}
+    return argv, {"start_new_session": True, "preexec_fn": die_with_parent()}
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a session's whole process group (gone already: nothing to do)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_in_session(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float
                    ) -> CommandOutcome:
-    """Run a command in its own session; it dies with this process. `setpriv` sets the
-    parent-death signal without a Python preexec_fn (which forces a slow fork: ~45 ms)."""
+    """Run a command in its own session (`session_launch`); it dies with this process."""
     t0 = time.monotonic()
     program = argv[0]
-    guard: dict[str, Any] = {"preexec_fn": die_with_parent()}
-    if _SETPRIV:
-        argv, guard = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], {}
+    launch, guard = session_launch(argv)
     try:
-        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             **guard)
+        p = subprocess.Popen(launch, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, **guard)
     except OSError as e:
         return CommandOutcome(None, "", "", time.monotonic() - t0,
                               f"cannot start {program} in {cwd}: "
@@ -141,10 +154,7 @@ def run_in_session(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: f
     try:
         out, err = p.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(p.pid)
         out, err = p.communicate()
         return CommandOutcome(p.returncode, out, err, time.monotonic() - t0,
                               f"timed out after {timeout_s:g}s")

@@ -22,6 +22,7 @@ from ...ledger import events as E
 from ...ledger.clock import digest
 from ...ledger.redact import Redactor
 from ...ledger.secret_names import is_secret_name
+from ..proc import kill_group, session_launch
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,13 @@ def run_tool(
     tee: bool = False,
     event_fields: Mapping[str, Any] | None = None,
     on_start: Callable[[int], None] | None = None,
+    own_session: bool = False,
 ) -> ToolRun:
     """Run `argv`; return the `ToolInvoked` event (not saved) and the captured output.
 
-    `tee` streams stdout/stderr through to this process's own while capturing."""
+    `tee` streams stdout/stderr through to this process's own while capturing.
+    `own_session`: the command runs in its own session and dies with this process, and a
+    timeout kills its whole process group (not only `argv[0]`: a shell's children too)."""
     argv = [str(a) for a in argv]
     cwd = str(Path(cwd or os.getcwd()).resolve())
     full_env = {**os.environ, **(env or {})}
@@ -106,10 +110,13 @@ def run_tool(
     code: int | None = None
     error: str | None = None
     t0 = time.monotonic()
+    launch, guard = argv, {}
+    if own_session:
+        launch, guard = session_launch(argv)
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=full_env, text=True,
+        proc = subprocess.Popen(launch, cwd=cwd, env=full_env, text=True,
                                 stdin=subprocess.PIPE if input is not None else None,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, **guard)
     except OSError as e:
         error = f"cannot start {argv[0]}: {e.strerror or e}"
     else:
@@ -130,7 +137,10 @@ def run_tool(
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            if own_session:
+                kill_group(proc.pid)
+            else:
+                proc.kill()
             code = proc.wait()
             error = f"timed out after {timeout}s"
         for t in threads:
