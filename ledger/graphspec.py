@@ -49,6 +49,16 @@ GATING = ("handoff", "control:start")
 REWORK_CARRIERS = ("handoff", "state", "control:rework")
 
 
+def edge_label(kind: str, action: str | None) -> str:
+    """An edge's kind as GATING / REWORK_CARRIERS name it: handoff, state, control:<action>."""
+    return f"control:{action}" if kind == "control" else kind
+
+
+def edge_id(src: str, dst: str, label: str) -> str:
+    """An edge's id: one per (source, target, label), in the spec and in the graph's view."""
+    return f"{src}->{dst}:{label}"
+
+
 class GraphSpecError(LedgerError):
     """A graph YAML (or an added node/edge) is invalid; one line naming file and culprit."""
 
@@ -179,12 +189,12 @@ class EdgeSpec(_Spec):
 
     @property
     def id(self) -> str:
-        return f"{self.src}->{self.dst}:{self.label}"
+        return edge_id(self.src, self.dst, self.label)
 
     @property
     def label(self) -> str:
         """Kind as used in GATING / REWORK_CARRIERS: handoff, state, control:<action>."""
-        return f"control:{self.action}" if self.kind == "control" else self.kind
+        return edge_label(self.kind, self.action)
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

@@ -32,7 +32,7 @@ from pydantic import TypeAdapter
 
 from ..ledger import codec
 from ..ledger import events as E
-from ..ledger.graphspec import GATING, REWORK_CARRIERS, EdgeSpec, NodeSpec
+from ..ledger.graphspec import GATING, REWORK_CARRIERS, EdgeSpec, NodeSpec, edge_id, edge_label
 from ..ledger.ids import LEDGER_CONTEXT
 from ..ledger.store import Ledger, OnError
 from .errors import ProjectionError
@@ -55,11 +55,11 @@ class Edge:
 
     @property
     def id(self) -> str:
-        return f"{self.src}->{self.dst}:{self.label}"
+        return edge_id(self.src, self.dst, self.label)
 
     @property
     def label(self) -> str:
-        return f"control:{self.action}" if self.kind == "control" else self.kind
+        return edge_label(self.kind, self.action)
 
     @classmethod
     def of(cls, spec: EdgeSpec) -> Edge:
