@@ -1,7 +1,8 @@
 """The Task Loop: Task Definition → Main Loop of Loop Blocks → "task goal met?" → exit.
 
 A block: start (sub-goal, routing, candidate) → measure (the evaluator's repeated runs, each a
-tool call and a measurement) → verify (the contract's gates vs the baseline) → decide and hand
+tool call and a measurement) → verify (the task's verification path in order: its phases,
+the contract's gates vs the baseline, its command steps) → decide and hand
 off (accept or reject with the gate numbers; the handoff note). Block 1 is the baseline: the
 runtime profile's own configuration. Between blocks the exit criteria are checked.
 
@@ -23,7 +24,8 @@ Contracts:
 
 Modules: `task` (a task loaded from the ledger), `define` (spec registration), `steps`
 (each step's events and the stepper that saves them), `run` (the automatic loop), `manual`
-(the manual path and the task lifecycle commands: exit, reopen), `evaluator` and
+(the manual path and the task lifecycle commands: exit, reopen), `verify` (a block's
+verification path), `evaluator` and
 `engine_evaluator` (measuring a candidate), `executors` (choosing the next candidate),
 `gates` (judging runs against the contract), `routing` (executor, model tier, topology).
 The task's state and the read queries (task list, show, memory) live in
