@@ -208,6 +208,18 @@ def _tradeoff_svg(snap: Snapshot, rows: list[dict[str, Any]], title: str, plots:
                           lines=lines if len(lines) <= MAX_LINES else ())
 
 
+def _add_tradeoff(p: Page, snap: Snapshot, tasks: list[dict[str, Any]], plots: PlotCache
+                  ) -> None:
+    """The throughput-vs-TTFT plot of these tasks' measurements, one shape per runtime
+    profile, under its heading (nothing when no measurement has both metrics)."""
+    rows = [m | {"runtime_profile": t["runtime_profile"], "task_id": t["task_id"]}
+            for t in tasks for m in snap.metrics.get(t["task_id"], [])]
+    svg = _tradeoff_svg(snap, rows, "Throughput vs TTFT per runtime profile", plots, tasks)
+    if svg:
+        p.add("h", "Throughput vs TTFT")
+        p.add("svg", svg)
+
+
 def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]],
               plots: PlotCache) -> Page:
     tid = t["task_id"]
@@ -315,12 +327,7 @@ def group_page(snap: Snapshot, path: str, kind: str, title: str, tasks: list[dic
     p = Page(path, kind, title, position=pos, summary=title, meta=extra_meta)
     for b in head:
         p.add(*b)
-    rows = [m | {"runtime_profile": t["runtime_profile"], "task_id": t["task_id"]}
-            for t in tasks for m in snap.metrics.get(t["task_id"], [])]
-    svg = _tradeoff_svg(snap, rows, "Throughput vs TTFT per runtime profile", plots, tasks)
-    if svg:
-        p.add("h", "Throughput vs TTFT")
-        p.add("svg", svg)
+    _add_tradeoff(p, snap, tasks, plots)
     p.add("h", f"Tasks ({len(tasks)})")
     p.add(*_task_list(tasks))
     return p
@@ -415,13 +422,7 @@ def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]], plots: PlotCac
     p.add("h", "Latest tasks")
     recent = sorted(snap.tasks, key=lambda t: -(t["defined_position"] or 0))[:20]
     p.add(*_task_list(recent))
-    shown = snap.tasks[:2000]
-    rows = [m | {"runtime_profile": t["runtime_profile"], "task_id": t["task_id"]}
-            for t in shown for m in snap.metrics.get(t["task_id"], [])]
-    svg = _tradeoff_svg(snap, rows, "Throughput vs TTFT per runtime profile", plots, shown)
-    if svg:
-        p.add("h", "Throughput vs TTFT")
-        p.add("svg", svg)
+    _add_tradeoff(p, snap, snap.tasks[:2000], plots)
     return p
 
 
