@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,22 +270,33 @@ def _replace_dir(tmp: Path, target: Path) -> None:
         os.replace(tmp, target)
 
 
-def _pull_recipe(ident: str, target: Path) -> PulledModel:
-    recipe = RECIPES[ident]
-    manifest = _existing(target, recipe)
-    if manifest is not None:
-        return PulledModel(ident, target, manifest["digest"], "recipe", manifest["files"], True)
+def _install(ident: str, target: Path, kind: str,
+             fill: Callable[[Path], dict[str, Any]]) -> PulledModel:
+    """Build a model in a fresh directory beside `target` (`fill` writes its files and returns
+    the manifest's source fields), write its manifest and move it into place; the directory
+    is removed when anything fails, so `target` is either the old model or the whole new one."""
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
-        generate_tiny_llama(recipe, tmp)
-        manifest = _write_manifest(tmp, ident, "recipe", {"recipe": recipe,
-                                                          "versions": _versions()})
+        manifest = _write_manifest(tmp, ident, kind, fill(tmp))
         tmp.chmod(0o755)
         _replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return PulledModel(ident, target, manifest["digest"], "recipe", manifest["files"], False)
+    return PulledModel(ident, target, manifest["digest"], kind, manifest["files"], False)
+
+
+def _pull_recipe(ident: str, target: Path) -> PulledModel:
+    recipe = RECIPES[ident]
+    manifest = _existing(target, recipe)
+    if manifest is not None:
+        return PulledModel(ident, target, manifest["digest"], "recipe", manifest["files"], True)
+
+    def fill(tmp: Path) -> dict[str, Any]:
+        generate_tiny_llama(recipe, tmp)
+        return {"recipe": recipe, "versions": _versions()}
+
+    return _install(ident, target, "recipe", fill)
 
 
 def _versions() -> dict[str, str]:
@@ -309,20 +320,16 @@ def _pull_hub(repo_id: str, revision: str | None, target: Path) -> PulledModel:
         from huggingface_hub import snapshot_download
     except ImportError as e:  # pragma: no cover - a dependency of transformers
         raise HarnessError(f"cannot download {repo_id}: huggingface_hub is missing ({e})") from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-    try:
+
+    def fill(tmp: Path) -> dict[str, Any]:
         try:
             snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(tmp))
         except Exception as e:
             raise HarnessError(_hub_error(repo_id, e)) from None
         shutil.rmtree(tmp / ".cache", ignore_errors=True)  # huggingface_hub's download metadata
-        manifest = _write_manifest(tmp, repo_id, "hub", {"hub": source})
-        tmp.chmod(0o755)
-        _replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return PulledModel(repo_id, target, manifest["digest"], "hub", manifest["files"], False)
+        return {"hub": source}
+
+    return _install(repo_id, target, "hub", fill)
 
 
 def _hub_error(repo_id: str, e: Exception) -> str:
