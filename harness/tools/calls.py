@@ -22,6 +22,7 @@ from ...ledger import events as E
 from ...ledger.clock import digest
 from ...ledger.redact import Redactor
 from ...ledger.secret_names import is_secret_name
+from ...ledger.workspace import Workspace
 from ..proc import kill_group, session_launch
 
 
@@ -45,15 +46,15 @@ def env_digest(env: Mapping[str, str], secret_names: Sequence[str] = ()) -> str:
     return digest(items)
 
 
-def capture_redactor(ws: Any, env: Mapping[str, str]) -> Redactor:
+def capture_redactor(ws: Workspace | None, env: Mapping[str, str]) -> Redactor:
     """The redactor for output captured from a child process with environment `env`: the
     workspace's (configured secrets, provider patterns, secret-named variables of this
     process) plus the values of the child's own secret-named variables, so that `forge run
     -- env` stores `MY_API_KEY=[REDACTED…]` even when the variable was set for the child only.
     """
-    base = getattr(getattr(ws, "ledger", None), "redactor", None) or Redactor()
-    names = tuple(getattr(getattr(ws, "config", None), "secret_env", ()) or ())
-    return base.for_env(env, names)
+    if ws is None:
+        return Redactor().for_env(env, ())
+    return ws.ledger.redactor.for_env(env, tuple(ws.config.secret_env))
 
 
 def repo_digest(cwd: str | Path) -> str | None:
@@ -83,7 +84,7 @@ def _pump(src: IO[str], sink: list[str], echo: IO[str] | None) -> None:
 
 
 def run_tool(
-    ws: Any,
+    ws: Workspace | None,
     argv: Sequence[str],
     *,
     tool: str | None = None,
@@ -104,13 +105,14 @@ def run_tool(
     argv = [str(a) for a in argv]
     cwd = str(Path(cwd or os.getcwd()).resolve())
     full_env = {**os.environ, **(env or {})}
-    secret_names = tuple(getattr(getattr(ws, "config", None), "secret_env", ()) or ())
+    secret_names = tuple(ws.config.secret_env) if ws is not None else ()
     out: list[str] = []
     err: list[str] = []
     code: int | None = None
     error: str | None = None
     t0 = time.monotonic()
-    launch, guard = argv, {}
+    launch = argv
+    guard: dict[str, Any] = {}
     if own_session:
         launch, guard = session_launch(argv)
     try:
@@ -150,7 +152,7 @@ def run_tool(
     # shell): redacted with the child's secret values before anything keeps it.
     red = capture_redactor(ws, full_env)
     stdout, stderr = red.text("".join(out)), red.text("".join(err))
-    store = getattr(ws, "artifacts", None)
+    store = ws.artifacts if ws is not None else None
     ev = E.ToolInvoked(
         tool=red.text(tool or Path(argv[0]).name),
         argv=red.value(argv),
