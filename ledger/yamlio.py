@@ -43,9 +43,11 @@ class _Loader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open_anchors:
+                # The stubs type an event's mark as the C or the Python Mark; the error takes
+                # either at run time.
                 raise yaml.composer.ComposerError(
                     None, None, f"recursive alias *{event.anchor} (an anchor may not contain "
-                    "itself)", event.start_mark)
+                    "itself)", event.start_mark)  # type: ignore[arg-type]
             return super().compose_node(parent, index)
         if self._depth >= MAX_YAML_DEPTH:
             raise yaml.composer.ComposerError(
@@ -58,7 +60,8 @@ class _Loader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
-            self._open_anchors.discard(anchor)  # type: ignore[arg-type]
+            self._open_anchors.discard(anchor)
+        assert node is not None  # composing an event gives a node
         size = 1
         if isinstance(node, yaml.SequenceNode):
             size += sum(self._sizes.get(id(v), 1) for v in node.value)
