@@ -1,0 +1,41 @@
+"""Stream names: the one place that says what the ledger's streams are called.
+
+- `task:<task id>`: one task's history (TaskDefined, blocks, tool calls, measurements,
+  verifications, decisions, exit and reopen). Written through `harness.record` only.
+- `graph:<graph id>`: a task graph's definition, claims and outcomes (the graph commands).
+- `workspace`: the workspace's own facts (init, pinned points, profile revisions, models).
+- `measurements`: measurements that belong to no task (`forge bench --record` or
+  `forge bench import` without `--task`).
+- `engines`: engine launches and stops outside any task (`forge engine up`).
+- `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
+"""
+
+from __future__ import annotations
+
+TASK_PREFIX = "task:"
+GRAPH_PREFIX = "graph:"
+COMMAND_PREFIX = "command:"
+WORKSPACE_STREAM = "workspace"
+MEASUREMENTS_STREAM = "measurements"
+ENGINES_STREAM = "engines"
+
+
+def task_stream(task_id: str) -> str:
+    return TASK_PREFIX + task_id
+
+
+def graph_stream(graph_id: str) -> str:
+    return GRAPH_PREFIX + graph_id
+
+
+def command_stream(command_id: str) -> str:
+    return COMMAND_PREFIX + command_id
+
+
+def task_of(stream: str) -> str | None:
+    """The task id of a task stream's name; None for any other stream."""
+    return stream[len(TASK_PREFIX):] if stream.startswith(TASK_PREFIX) else None
+
+
+def is_task_stream(stream: str) -> bool:
+    return stream.startswith(TASK_PREFIX)
