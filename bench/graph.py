@@ -31,10 +31,10 @@ from infer_forge.harness.graph.commands import define_graph, handoff_events  # n
 from infer_forge.harness.graph.run import run_graph  # noqa: E402
 from infer_forge.ledger import events as E  # noqa: E402
 from infer_forge.ledger.graphspec import parse_graph_spec  # noqa: E402
+from infer_forge.ledger.streams import graph_stream  # noqa: E402
 from infer_forge.ledger.workspace import init_workspace  # noqa: E402
 from infer_forge.projections.graph import (  # noqa: E402
     fold,
-    graph_stream,
     load_graph,
     rework_plan,
 )

@@ -30,6 +30,7 @@ from eventsourcing.persistence import StoredEvent
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.clock import digest
+from infer_forge.ledger.payloads import Digest
 from infer_forge.ledger.workspace import init_workspace, open_workspace
 from infer_forge.projections import index as I
 from infer_forge.projections import queries as Q
@@ -80,7 +81,8 @@ def synth(ws, n_events: int, seed: int = 0) -> dict:
                                          "service": service, "rev": rev, "profile_hash": ph,
                                          "profile": prof, "previous_hash": None,
                                          "changes": {}}, rnd, ts)))
-        point = {"model": {"name": MODELS[i % len(MODELS)], "revision": "main"},
+        point = {"model": {"name": MODELS[i % len(MODELS)], "source": MODELS[i % len(MODELS)],
+                           "revision": "main"},
                  "scenario": {"modality": "text", "traffic": {
                      "input_len": [512, 1024, 4096][i % 3], "output_len": 256,
                      "concurrency": [8, 32, 64, 128][i % 4]}},
@@ -115,7 +117,8 @@ def synth(ws, n_events: int, seed: int = 0) -> dict:
         tid = f"task-{tasks:06d}"
         pi = rnd.randrange(len(points))
         ph = points[pi]
-        common = {"task_id": tid, "input_digests": {"point": ph, "repo": f"sha256:r{pi}"}}
+        common = {"task_id": tid, "input_digests": {Digest.POINT: ph,
+                                                    Digest.REPO_SNAPSHOT: f"sha256:r{pi}"}}
         ttype = TYPES[tasks % len(TYPES)]
         flag, values = FLAGS[tasks % len(FLAGS)]
         goal = (f"{ttype}: improve {MODELS[pi % len(MODELS)]} output throughput on "
@@ -160,11 +163,14 @@ def synth(ws, n_events: int, seed: int = 0) -> dict:
             evs.append((E.VerificationRecorded, {
                 **common, "block_id": bid, "contract_hash": "sha256:c", "point_hash": ph,
                 "candidate": cand, "passed": verdict == "pass", "verdict": verdict,
-                "gates": [{"name": "throughput", "metric": "output_throughput",
-                           "verdict": verdict, "median": base * gain, "threshold": 1.05,
+                "gates": [{"name": "throughput", "kind": "relative", "verdict": verdict,
+                           "passed": verdict == "pass", "metric": "output_throughput",
+                           "median": base * gain, "threshold": 1.05, "direction": "at_least",
                            "baseline_median": base, "reason": f"ratio {gain:.3f}"},
-                          {"name": "correctness", "metric": "token_match", "verdict": "pass",
-                           "median": 1.0, "threshold": 0.99, "reason": "token match 1.0"}],
+                          {"name": "correctness", "kind": "absolute", "verdict": "pass",
+                           "passed": True, "metric": "token_match", "median": 1.0,
+                           "threshold": 0.99, "direction": "at_least",
+                           "reason": "token match 1.0"}],
                 "evidence": []}))
             evs.append((E.EngineStopped, {**common, "block_id": bid, "engine": "sglang",
                                           "url": "http://127.0.0.1:30000", "exit_code": 0,

@@ -40,7 +40,8 @@ from infer_forge.ledger import events as E
 from infer_forge.ledger.redact import Redactor
 from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.state import TaskState, apply
-from infer_forge.ledger.store import Append, Ledger, task_stream
+from infer_forge.ledger.store import Append, Ledger
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace
 
 POINT = "sha256:" + "3f" * 32

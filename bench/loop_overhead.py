@@ -18,7 +18,8 @@ from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.evaluation import RunResult
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import events as E
-from infer_forge.ledger.store import Append, task_stream
+from infer_forge.ledger.store import Append
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace
 
 REPO = Path(__file__).resolve().parent.parent

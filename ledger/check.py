@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eventsourcing.persistence import PersistenceError
+from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from . import codec
 from .config import load_config
 from .errors import DamagedLedgerError, LedgerError
 from .events import CommandHandled
 from .state import TaskState, apply
-from .store import COMMAND_PREFIX, one_line
+from .store import one_line
+from .streams import COMMAND_PREFIX, is_task_stream
 from .workspace import Workspace, open_workspace
 
 
@@ -61,9 +63,8 @@ def check_home(home: str | Path | None = None,
 def check_workspace(ws: Workspace, progress: Callable[[int], None] | None = None) -> CheckReport:
     report = CheckReport()
     ledger = ws.ledger
-    sqlite = ws.config.backend == "sqlite"
     where = ledger.persistence_path()
-    if sqlite:
+    if isinstance(ledger.recorder, SQLiteApplicationRecorder):  # the sqlite backend
         try:
             with ledger.recorder.datastore.transaction(commit=False) as c:
                 c.execute("PRAGMA integrity_check")
@@ -132,7 +133,7 @@ def _scan_rows(ledger, sqlite: bool, report: CheckReport,
             cid = stream[len(COMMAND_PREFIX):]
             for st, (first, last) in event.appended.items():
                 saved.setdefault(st, []).append((first, last, cid))
-        if stream.startswith("task:"):
+        if is_task_stream(stream):
             apply(tasks.setdefault(stream, TaskState()), event)
         if progress is not None and report.events % 10000 == 0:
             progress(report.events)

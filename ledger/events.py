@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 
 from .clock import utcnow
 from .errors import NonFiniteError
+from .payloads import GateResult, StepResult, gates_from_stored
 
 JSON = dict[str, Any]
 
@@ -435,13 +436,28 @@ class MeasurementInvalidated(Event):
 
 
 class VerificationRecorded(Event):
+    SCHEMA_VERSION: ClassVar[int] = 3  # 2: steps; 3: gates typed (GateResult)
+
     contract_hash: str
     point_hash: str | None = None
     candidate: JSON = Field(default_factory=dict)
     passed: bool
     verdict: Literal["pass", "fail", "inconclusive"]
-    gates: list[JSON] = Field(default_factory=list)  # one verdict per gate, with the numbers
+    gates: list[GateResult] = Field(default_factory=list)  # one per gate, with the numbers
+    steps: list[StepResult] = Field(default_factory=list)  # the verification path, in order
     evidence: list[str] = Field(default_factory=list)  # event ids / artifact digests
+
+
+@upcaster("VerificationRecorded", 1)
+def _verification_v1(payload: JSON) -> JSON:
+    """v1 ran no steps of the verification path: none recorded."""
+    return {**payload, "steps": []}
+
+
+@upcaster("VerificationRecorded", 2)
+def _verification_v2(payload: JSON) -> JSON:
+    """v2's gates were plain mappings in two shapes (the loop's and the graph's)."""
+    return {**payload, "gates": gates_from_stored(payload.get("gates", []))}
 
 
 class LoopBlockHandedOff(Event):
@@ -561,13 +577,21 @@ class NodeAbandoned(Event):
 
 
 class NodeVerified(Event):
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: checks typed (GateResult)
+
     node: str
     attempt: int
     passed: bool
-    checks: list[JSON] = Field(default_factory=list)  # one record per verification step
+    checks: list[GateResult] = Field(default_factory=list)  # one per check, as the gates
     verification_event_id: UUID | None = None  # the VerificationRecorded on the task stream
     deliverable: dict[str, str] = Field(default_factory=dict)  # name -> artifact digest
     deliverable_digest: str | None = None
+
+
+@upcaster("NodeVerified", 1)
+def _node_verified_v1(payload: JSON) -> JSON:
+    """v1's checks were the graph's plain {name, passed, detail, …} mappings."""
+    return {**payload, "checks": gates_from_stored(payload.get("checks", []))}
 
 
 class HandoffDelivered(Event):

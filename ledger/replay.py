@@ -11,7 +11,8 @@ from . import codec
 from .errors import LedgerError, NotFoundError
 from .ids import shown, unknown_id_hint
 from .state import FOLDS, TaskState, apply
-from .store import Ledger, task_stream
+from .store import Ledger
+from .streams import task_stream
 
 
 def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskState:

@@ -39,7 +39,7 @@ from pydantic import (
 
 from .clock import digest
 from .errors import SpecError
-from .ids import InvalidIdError, check_id, from_ledger, shown
+from .ids import LEDGER_CONTEXT, InvalidIdError, check_id, from_ledger, shown
 from .yamlio import dotted_path, line_of, load_yaml, number_problems
 
 
@@ -390,6 +390,57 @@ class RoutingSpec(Spec):
     escalate_after: int | None = Field(None, ge=1)  # no-progress blocks before tier goes up
 
 
+# The loop's own phases, as a task's `verification:` path names them (the default path).
+VERIFICATION_PHASES = ("baseline", "measure", "gates", "decide")
+
+
+class VerificationStep(Spec):
+    """A command step of a task's verification path: `argv`, or `bash -c sh`, run after the
+    block's measurements in the task file's directory; it passes when it exits 0 within
+    `timeout_s`. Placeholders in argv/sh: {python} (forge's interpreter), {task_dir}."""
+
+    name: str
+    argv: list[str] | None = None
+    sh: str | None = None
+    timeout_s: float = Field(300, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str, info: ValidationInfo) -> str:
+        if from_ledger(info):
+            return v
+        if v in VERIFICATION_PHASES:
+            raise ValueError(f"step name {v!r} is a loop phase; give the command step "
+                             "another name")
+        try:
+            return check_id(v, "verification step name", part=True)
+        except InvalidIdError as e:
+            raise ValueError(str(e)) from None
+
+    @model_validator(mode="after")
+    def _one_command(self) -> VerificationStep:
+        if (self.argv is None) == (self.sh is None):
+            raise ValueError(f"verification step {self.name!r}: give exactly one of argv, sh")
+        if self.argv is not None and not self.argv:
+            raise ValueError(f"verification step {self.name!r}: argv is empty")
+        return self
+
+
+def _step_kind(v: Any) -> str:
+    return "phase" if isinstance(v, str) else "command"
+
+
+# A step of a verification path: a phase name, or a command step (a mapping).
+VerificationEntry = Annotated[
+    Annotated[str, Tag("phase")] | Annotated[VerificationStep, Tag("command")],
+    Discriminator(_step_kind),
+]
+
+
+def step_name(step: str | VerificationStep) -> str:
+    return step if isinstance(step, str) else step.name
+
+
 def _scope_kind(v: Any) -> str:
     return "range-values" if isinstance(v, dict | Range) else "list-values"
 
@@ -410,8 +461,10 @@ class TaskDefinition(Spec):
     scope: dict[str, ScopeValue] = Field(default_factory=dict)
     context: Context = Field(default_factory=Context)
     contract: Contract
-    verification: list[str] = Field(
-        default_factory=lambda: ["baseline", "measure", "gates", "decide"])
+    # The verification path, run in order at each block's verification: the loop's phases
+    # (VERIFICATION_PHASES) and command steps; the contract's gates are judged at `gates`.
+    verification: list[VerificationEntry] = Field(
+        default_factory=lambda: list(VERIFICATION_PHASES))
     exit: ExitCriteria = Field(default_factory=ExitCriteria)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
@@ -426,6 +479,26 @@ class TaskDefinition(Spec):
             return check_id(v, "task id")
         except InvalidIdError as e:
             raise ValueError(str(e)) from None
+
+    @field_validator("verification")
+    @classmethod
+    def _verification(cls, v: list[str | VerificationStep], info: ValidationInfo
+                      ) -> list[str | VerificationStep]:
+        if from_ledger(info):  # a ledger may hold any text: the loop records it as not runnable
+            return v
+        for s in v:
+            if isinstance(s, str) and s not in VERIFICATION_PHASES:
+                raise ValueError(f"step {shown(s)} is not a loop phase "
+                                 f"({', '.join(VERIFICATION_PHASES)}); a command step is a "
+                                 "mapping {name, argv} or {name, sh}")
+        names = [step_name(s) for s in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate verification steps {dup}")
+        if "gates" not in names:
+            raise ValueError("the path must name `gates`: where the contract's gates judge "
+                             "the block")
+        return v
 
     @field_validator("scope")
     @classmethod
@@ -448,11 +521,25 @@ _LOCATION_FIELDS = {"file"}
 
 
 def canonical(spec: Spec) -> dict[str, Any]:
+    """The spec's one stored shape (what events carry: `DeploymentPointPinned.point`,
+    `RuntimeProfileRevised.profile`, `TaskDefined.definition`); read back with `stored_*`."""
     data = spec.model_dump(mode="json")
     if isinstance(spec, DeploymentPoint):
         data["runtime_profile"] = {k: v for k, v in data["runtime_profile"].items()
                                    if k not in _LOCATION_FIELDS}
     return data
+
+
+def stored_point(data: Any) -> DeploymentPoint:
+    """A deployment point as the ledger stores it (`canonical`), read back: checks of input
+    only (an id's form, a topology's roles) are not applied again (pydantic's
+    ValidationError for a mapping that is not a point)."""
+    return DeploymentPoint.model_validate(data, context=LEDGER_CONTEXT)
+
+
+def stored_profile(data: Any) -> RuntimeProfile:
+    """A runtime profile as the ledger stores it (`canonical`), read back as `stored_point`."""
+    return RuntimeProfile.model_validate(data, context=LEDGER_CONTEXT)
 
 
 def spec_hash(spec: Spec) -> str:

@@ -24,12 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid4
 
 import orjson
 from eventsourcing.persistence import (
-    ApplicationRecorder,
     DatabaseError,
     InfrastructureFactory,
     IntegrityError,
@@ -37,6 +36,7 @@ from eventsourcing.persistence import (
     PersistenceError,
     StoredEvent,
 )
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor
 
 from . import codec
 from .config import Config, load_config
@@ -49,13 +49,15 @@ from .errors import (
 )
 from .events import EVENT_TYPES, CommandHandled, Event
 from .redact import Redactor, secret_values_from
+from .streams import COMMAND_PREFIX, task_stream
 
-COMMAND_PREFIX = "command:"
+if TYPE_CHECKING:
+    from eventsourcing.postgres import PostgresApplicationRecorder
+
+    # What the library's factory builds for the two backends (it declares the base class).
+    Recorder = SQLiteApplicationRecorder | PostgresApplicationRecorder
+
 BOOKKEEPING_TYPES = frozenset({CommandHandled.TYPE})
-
-
-def task_stream(task_id: str) -> str:
-    return f"task:{task_id}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ class SaveResult:
 class Ledger:
     """Append, read, stream and replay events. Open with `Ledger.open(home)`."""
 
-    def __init__(self, config: Config, recorder: ApplicationRecorder, factory: Any):
+    def __init__(self, config: Config, recorder: Recorder, factory: Any):
         self.config = config
         self.recorder = recorder
         self._factory = factory
@@ -161,11 +163,8 @@ class Ledger:
             check_sqlite_file(db_file, missing_ok=create)
         try:
             factory = InfrastructureFactory.construct(env)
-            recorder = factory.application_recorder()
-            if postgres:
-                exists = _pg_table_exists(recorder)
-            else:
-                exists = _sqlite_table_exists(recorder)
+            recorder = cast("Recorder", factory.application_recorder())
+            exists = _table_exists(recorder)
             if not exists and not create:
                 where = (f"{config.display_url} (table {recorder.events_table_name})"
                          if postgres else str(db_file))
@@ -175,7 +174,7 @@ class Ledger:
                 try:
                     recorder.create_table()
                 except PersistenceError:
-                    if postgres and _pg_table_exists(recorder):
+                    if postgres and _table_exists(recorder):
                         pass  # a concurrent creator won
                     else:
                         raise
@@ -368,9 +367,10 @@ class Ledger:
             try:
                 ev = decode(stream, version, topic, state)
             except LedgerError:
-                ev = _decode_at(pos, stream, version, topic, state, on_error)
-                if ev is None:
+                handled = _decode_at(pos, stream, version, topic, state, on_error)
+                if handled is None:
                     continue
+                ev = handled
             yield Recorded(pos, stream, version, ev)
 
     def rows(
@@ -481,7 +481,7 @@ class Ledger:
         notices. `{pos}` and `{p}` in the fragments become the backend's column/placeholder.
         Rows: (position, stream, version, type, state), without the stream if not `columns`."""
         rec = self.recorder
-        if self.config.backend == "sqlite":
+        if isinstance(rec, SQLiteApplicationRecorder):  # the sqlite backend
             pos_col, ph, table = "rowid", "?", rec.events_table_name
         else:
             pos_col, ph = "notification_id", "%s"
@@ -496,7 +496,7 @@ class Ledger:
             params = [*params, limit]
         try:
             with rec.datastore.transaction(commit=False) as c:
-                if self.config.backend == "sqlite":
+                if isinstance(c, SQLiteCursor):
                     c.sqlite_cursor.row_factory = None  # plain tuples: no per-row Row object
                 c.execute(sql, params)
                 rows = c.fetchall()
@@ -583,18 +583,17 @@ def _is_sqlite_damage(e: BaseException) -> bool:
         s in text for s in ("malformed", "not a database", "disk i/o error", "corrupt"))
 
 
-def _sqlite_table_exists(recorder: Any) -> bool:
-    with recorder.datastore.transaction(commit=False) as c:
-        c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
-                  [recorder.events_table_name])
-        return c.fetchone() is not None
-
-
-def _pg_table_exists(recorder: Any) -> bool:
+def _table_exists(recorder: Recorder) -> bool:
+    if isinstance(recorder, SQLiteApplicationRecorder):
+        with recorder.datastore.transaction(commit=False) as c:
+            c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                      [recorder.events_table_name])
+            return c.fetchone() is not None
     name = f"{recorder.datastore.schema}.{recorder.events_table_name}"
-    with recorder.datastore.transaction(commit=False) as c:
-        c.execute("SELECT to_regclass(%s) AS t", [name])
-        return c.fetchone()["t"] is not None
+    with recorder.datastore.transaction(commit=False) as pc:
+        pc.execute("SELECT to_regclass(%s) AS t", [name])
+        row = pc.fetchone()  # to_regclass returns one row: the table, or NULL
+        return row is not None and row["t"] is not None
 
 
 def one_line(e: BaseException) -> str:

@@ -19,8 +19,8 @@ from .config import (
 )
 from .errors import ConfigError, LedgerError
 from .store import Ledger
+from .streams import WORKSPACE_STREAM
 
-WORKSPACE_STREAM = "workspace"
 SUBDIRS = ("artifacts", "models", "wiki", "site")
 
 

@@ -35,6 +35,7 @@ from ..ledger import events as E
 from ..ledger.graphspec import GATING, REWORK_CARRIERS, EdgeSpec, NodeSpec, edge_id, edge_label
 from ..ledger.ids import LEDGER_CONTEXT
 from ..ledger.store import Ledger, OnError
+from ..ledger.streams import graph_stream
 from .errors import ProjectionError
 
 _NODES = TypeAdapter(list[NodeSpec])
@@ -86,10 +87,6 @@ if TYPE_CHECKING:  # networkx is imported where used: workers poll without payin
 
 WAITING = ("pending", "needs-rework")
 PRODUCED = ("running", "verified", "delivered")
-
-
-def graph_stream(graph_id: str) -> str:
-    return f"graph:{graph_id}"
 
 
 def node_task_id(graph_id: str, node_id: str) -> str:
@@ -343,7 +340,7 @@ class GraphView:
     def nx_graph(self) -> nx.MultiDiGraph:
         import networkx as nx
 
-        g = nx.MultiDiGraph()
+        g: nx.MultiDiGraph[str] = nx.MultiDiGraph()
         for n in self.nodes.values():
             g.add_node(n.id, kind=n.kind, type=n.spec.type, state=n.state)
         for es in self.edges.values():
@@ -354,7 +351,7 @@ class GraphView:
     def gating_dag(self) -> nx.DiGraph:
         import networkx as nx
 
-        g = nx.DiGraph()
+        g: nx.DiGraph[str] = nx.DiGraph()
         g.add_nodes_from(n.id for n in self.tasks())
         g.add_edges_from((es.spec.src, es.spec.dst) for es in self.edges.values()
                          if es.spec.label in GATING)
@@ -449,8 +446,8 @@ def catch_up(ledger: Ledger, view: GraphView) -> list[E.Event]:
 
 def list_graphs(ledger: Ledger, on_error: OnError = None) -> list[str]:
     """Defined graphs in definition order (`on_error` as in `Ledger.log`)."""
-    return [r.event.graph_id for r in ledger.log(types=[E.GraphDefined.TYPE],
-                                                 on_error=on_error)]
+    return [r.event.graph_id for r in ledger.log(types=[E.GraphDefined.TYPE], on_error=on_error)
+            if isinstance(r.event, E.GraphDefined)]
 
 
 def resolve_graph_id(ledger: Ledger, graph_id: str | None) -> str:

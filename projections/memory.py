@@ -30,7 +30,8 @@ from ..ledger.errors import NotFoundError
 from ..ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
 from ..ledger.specs import Contract
 from ..ledger.state import TaskState, apply
-from ..ledger.store import Ledger, OnError, Undecodable, task_stream
+from ..ledger.store import Ledger, OnError, Undecodable
+from ..ledger.streams import task_of, task_stream
 
 
 class BlockRecord(BaseModel):
@@ -196,7 +197,9 @@ def _verified(r: _Builder, ev: E.VerificationRecorded) -> None:
     if b := r.block(ev.block_id):
         b.verification = {"event_id": str(ev.event_id), "verdict": ev.verdict,
                           "passed": ev.passed, "contract_hash": ev.contract_hash,
-                          "point_hash": ev.point_hash, "gates": list(ev.gates),
+                          "point_hash": ev.point_hash,
+                          "gates": [g.to_dict() for g in ev.gates],
+                          "steps": [x.model_dump() for x in ev.steps],
                           "candidate": dict(ev.candidate)}
         _update_best(r.mem, b)
 
@@ -312,8 +315,9 @@ def list_tasks(ledger: Ledger, on_error: OnError = None) -> list[dict[str, Any]]
     ids = []
     # The task ids are the streams' names: no need to decode the definitions to list them.
     for _pos, stream, version, _topic, _state in ledger.rows(types=[E.TaskDefined.TYPE]):
-        if stream.startswith("task:") and version == 1:
-            ids.append(stream[len("task:"):])
+        tid = task_of(stream)
+        if tid is not None and version == 1:
+            ids.append(tid)
     out = []
     for tid in ids:
         damaged: list[Undecodable] = []

@@ -17,7 +17,10 @@ from typing import Any
 
 from infer_forge.ledger import events as E
 from infer_forge.ledger.clock import digest
-from infer_forge.ledger.store import Append, task_stream
+from infer_forge.ledger.payloads import Digest, GateResult
+from infer_forge.ledger.specs import RuntimeProfile, canonical
+from infer_forge.ledger.store import Append
+from infer_forge.ledger.streams import task_stream
 
 QWEN = {"name": "Qwen3-30B-A3B", "source": "Qwen/Qwen3-30B-A3B", "revision": "main"}
 TINY = {"name": "tiny-llama", "source": "forge:tiny-llama", "revision": "1"}
@@ -37,18 +40,25 @@ def _point(model, service, rev, acc, tp=1, ep=1, conc=32, arch="colocated") -> d
     }
 
 
+TINY_POINT = _point(TINY, "tiny-cpu", 1, "x86_64", conc=8)
 POINTS = {
     "qwen-h200": _point(QWEN, "qwen-h200", 1, "H200"),
     "qwen-h200-r2": _point(QWEN, "qwen-h200", 2, "H200"),
     "qwen-h20": _point(QWEN, "qwen-h20", 1, "H20", tp=8, ep=8, arch="pd"),
+    "tiny-cpu": TINY_POINT,
 }
-TINY_POINT = _point(TINY, "tiny-cpu", 1, "x86_64", conc=8)
+
+
+def _profile(service: str, rev: int, engine: str, config: dict) -> dict:
+    """A runtime profile in its stored shape (`specs.canonical`)."""
+    return canonical(RuntimeProfile(service=service, rev=rev, engine=engine, config=config))
+
 
 PROFILES = [
-    ("qwen-h200", 1, {"engine": "sglang", "config": {"chunked_prefill_size": 8192}}),
-    ("qwen-h200", 2, {"engine": "sglang", "config": {"chunked_prefill_size": 16384}}),
-    ("qwen-h20", 1, {"engine": "sglang", "config": {"moe_runner_backend": "auto"}}),
-    ("tiny-cpu", 1, {"engine": "hf", "config": {"continuous_batching": False}}),
+    ("qwen-h200", 1, _profile("qwen-h200", 1, "sglang", {"chunked_prefill_size": 8192})),
+    ("qwen-h200", 2, _profile("qwen-h200", 2, "sglang", {"chunked_prefill_size": 16384})),
+    ("qwen-h20", 1, _profile("qwen-h20", 1, "sglang", {"moe_runner_backend": "auto"})),
+    ("tiny-cpu", 1, _profile("tiny-cpu", 1, "hf", {"continuous_batching": False})),
 ]
 
 # task -> (type, point name or inline, goal, blocks)
@@ -88,7 +98,7 @@ TASKS: dict[str, dict[str, Any]] = {
         "handoff": "investigate FP8 scaling in the DeepGEMM grouped GEMM on H20",
     },
     "tune-tiny-cpu": {
-        "type": "deployment-tuning", "point": TINY_POINT,
+        "type": "deployment-tuning", "point": "tiny-cpu",
         "goal": "Raise tiny-llama output throughput on CPU without breaking TTFT",
         "blocks": [
             ({}, [(460.0, 900.0, 1.0), (455.0, 910.0, 1.0), (465.0, 890.0, 1.0)], None),
@@ -122,7 +132,7 @@ def build(ws) -> dict[str, Any]:
     for tid, t in TASKS.items():
         stream = task_stream(tid)
         point = t["point"]
-        ph = hashes[point] if isinstance(point, str) else digest(point)
+        ph = hashes[point]
         definition = {"type": t["type"], "goal": t["goal"], "point": point,
                       "contract": {"gates": [
                           {"name": "throughput", "metric": "output_throughput",
@@ -152,7 +162,8 @@ def build(ws) -> dict[str, Any]:
                     metrics={"output_throughput": tput, "median_ttft_ms": ttft,
                              "token_match": tm},
                     candidate=cand, block_id=bid, task_id=tid, actor=tool,
-                    input_digests={"point": ph, "repo": "sha256:repo-snapshot-1"}))
+                    input_digests={Digest.POINT: ph,
+                                   Digest.REPO_SNAPSHOT: "sha256:repo-snapshot-1"}))
             tputs = sorted(x[0] for x in reps)
             if base is None:
                 base = tputs[1]
@@ -160,13 +171,15 @@ def build(ws) -> dict[str, Any]:
                 ratio = tputs[1] / base
                 tm = sorted(x[2] for x in reps)[1]
                 gates = [
-                    {"name": "throughput", "metric": "output_throughput",
-                     "verdict": "pass" if ratio >= 1.05 or not cand else "fail",
-                     "observed": tputs[1], "baseline": base, "threshold": 1.05,
-                     "reason": f"ratio {ratio:.3f}"},
-                    {"name": "correctness", "metric": "token_match",
-                     "verdict": "pass" if tm >= 0.99 else "fail", "observed": tm,
-                     "threshold": 0.99, "reason": f"token match {tm}"},
+                    GateResult.judged("pass" if ratio >= 1.05 or not cand else "fail",
+                                      name="throughput", kind="relative",
+                                      metric="output_throughput", median=tputs[1],
+                                      baseline_median=base, ratio=ratio, threshold=1.05,
+                                      direction="at_least", reason=f"ratio {ratio:.3f}"),
+                    GateResult.judged("pass" if tm >= 0.99 else "fail", name="correctness",
+                                      kind="absolute", metric="token_match", median=tm,
+                                      threshold=0.99, direction="at_least",
+                                      reason=f"token match {tm}"),
                 ]
                 v = E.VerificationRecorded(contract_hash="sha256:contract", point_hash=ph,
                                            candidate=cand, passed=verdict == "pass",

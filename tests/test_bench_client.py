@@ -25,7 +25,10 @@ from infer_forge.harness.bench.datasets import (
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.testing.scripted_server import token_text
 
+from tests.helpers.tasks import measurements, open_task
+
 from .conftest import run_forge
+from .test_loop import make_task_dir
 
 D_MS, I_MS, TOKENS = 60.0, 8.0, 12
 
@@ -125,14 +128,14 @@ def test_closed_loop_limits_concurrency(scripted_server):
     assert res.metrics["max_concurrent_requests"] == 3
 
 
-def test_record_measurement_stores_records_artifact(scripted_server, workspace):
+def test_record_measurement_stores_records_artifact(scripted_server, workspace, tmp_path):
     url = scripted_server("--tokens", "4")
+    block = open_task(workspace, tmp_path)
     res = run_bench(cfg(url, max_concurrency=2, slo={"ttft": 1000.0}), prompts(4, 4))
-    ev = record_measurement(workspace, res, task_id="t1", block_id="b1")
-    stored = workspace.ledger.stream_log("task:t1")
-    assert [r.type for r in stored] == ["MeasurementRecorded"]
-    got = stored[0].event
-    assert got.block_id == "b1" and got.source == "forge-bench"
+    ev = record_measurement(workspace, res, task_id="t1", block_id=block)
+    (got,) = measurements(workspace, "t1")
+    assert got.event_id == ev.event_id
+    assert got.block_id == block == "b1" and got.source == "forge-bench"
     assert got.metrics["completed"] == 4.0 and got.metrics["slo_attainment"] == 1.0
     rows = [json.loads(line) for line in workspace.artifacts.text(ev.artifact_digest).splitlines()]
     assert sum(1 for r in rows if not r["warmup"]) == 4 and all("itl" in r for r in rows)
@@ -192,9 +195,13 @@ def test_custom_jsonl_and_its_errors(tmp_path):
 # --- the CLI --------------------------------------------------------------------------------
 
 
-def test_forge_bench_cli_runs_and_records(scripted_server, tiny_tokenizer_dir, forge_home):
+def test_forge_bench_cli_runs_and_records(scripted_server, tiny_tokenizer_dir, forge_home,
+                                          tmp_path):
     url = scripted_server("--first-token-ms", "5", "--itl-ms", "1")
     assert run_forge("init").returncode == 0
+    task = make_task_dir(tmp_path / "specs", "t-bench")
+    assert run_forge("task", "new", str(task)).returncode == 0
+    assert run_forge("block", "start", "t-bench", "--sub-goal", "bench").returncode == 0
     r = run_forge("bench", "--url", url, "--model", "scripted", "--tokenizer",
                   str(tiny_tokenizer_dir), "--dataset", "random", "--input-len", "16",
                   "--output-len", "6", "--num-prompts", "8", "--max-concurrency", "4",

@@ -9,7 +9,10 @@ import pytest
 from infer_forge.harness.bench.importer import import_results, parse_results
 from infer_forge.harness.errors import HarnessError
 
+from tests.helpers.tasks import measurements, open_task
+
 from .conftest import run_forge
+from .test_loop import make_task_dir
 
 DATA = Path(__file__).parent / "data" / "bench_serving"
 V04 = DATA / "sglang-0.4.6.post5.jsonl"
@@ -81,16 +84,17 @@ def test_bad_files_give_one_line_errors(tmp_path, case):
     assert "\n" not in str(e.value)
 
 
-def test_import_records_measurements_idempotently(workspace):
-    out = import_results(workspace, V05, task_id="tune-qwen", block_id="b3")
+def test_import_records_measurements_idempotently(workspace, tmp_path):
+    block = open_task(workspace, tmp_path, "tune-qwen")
+    out = import_results(workspace, V05, task_id="tune-qwen", block_id=block)
     assert out["runs"] == 2 and not out["duplicate"] and out["versions"] == ["0.5.4.post1"]
-    evs = [r.event for r in workspace.ledger.stream_log("task:tune-qwen")]
-    assert [e.TYPE for e in evs] == ["MeasurementRecorded"] * 2
-    assert all(e.source == "sglang.bench_serving" and e.block_id == "b3" for e in evs)
+    evs = measurements(workspace, "tune-qwen")
+    assert len(evs) == 2
+    assert all(e.source == "sglang.bench_serving" and e.block_id == block for e in evs)
     assert evs[0].meta["client_shape"] == "0.5.x" and evs[0].run_id == "sglang-0.5.4.jsonl:1"
     assert workspace.artifacts.get(evs[0].artifact_digest) == V05.read_bytes()
-    again = import_results(workspace, V05, task_id="tune-qwen", block_id="b3")
-    assert again["duplicate"] and len(workspace.ledger.stream_log("task:tune-qwen")) == 2
+    again = import_results(workspace, V05, task_id="tune-qwen", block_id=block)
+    assert again["duplicate"] and len(measurements(workspace, "tune-qwen")) == 2
     standalone = import_results(workspace, V04)
     assert standalone["stream"] == "measurements"
     assert len(workspace.ledger.stream_log("measurements")) == 2
@@ -98,7 +102,8 @@ def test_import_records_measurements_idempotently(workspace):
 
 def test_forge_bench_import_cli(forge_home, tmp_path):
     assert run_forge("init").returncode == 0
-    r = run_forge("bench", "import", str(V04), "--task", "t1", "--json")
+    assert run_forge("task", "new", str(make_task_dir(tmp_path / "specs"))).returncode == 0
+    r = run_forge("bench", "import", str(V04), "--task", "t1", "--json")  # task-level
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["shapes"] == ["0.4.x"]
     human = run_forge("bench", "import", str(DUMP))
@@ -148,7 +153,7 @@ def test_non_finite_numbers_are_refused_by_line_and_field(tmp_path, forge_home, 
     # The CLI: one line, nothing recorded, no artifact stored (the good lines neither).
     assert run_forge("init").returncode == 0
     before = _rows(forge_home)
-    r = run_forge("bench", "import", str(f), "--task", "t1")
+    r = run_forge("bench", "import", str(f))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert f"{f}:3: " in line and says in line
@@ -184,9 +189,10 @@ def test_bad_line_deep_in_a_file_records_nothing(workspace, tmp_path, monkeypatc
     lines = [_with(seed=i) for i in range(9)]
     lines[7] = "{not json"
     f = _jsonl(tmp_path, *lines)
+    block = open_task(workspace, tmp_path)
     before = workspace.ledger.max_position()
     with pytest.raises(HarnessError, match=r":8: malformed JSON"):
-        import_results(workspace, f, task_id="t1")
+        import_results(workspace, f, task_id="t1", block_id=block)
     assert workspace.ledger.max_position() == before
     assert list(workspace.artifacts.digests()) == []
 
@@ -223,16 +229,17 @@ def test_import_streams_in_bounded_batches_resumes_and_never_duplicates(workspac
     monkeypatch.setattr(bi, "BATCH", 3)
     n = 10
     f = _jsonl(tmp_path, *[_with(seed=i) for i in range(n)], "", "")
+    open_task(workspace, tmp_path)
     saves: list[int] = []
-    real_append = workspace.ledger.append
+    real_save = workspace.ledger.save
 
-    def append(stream, events, **kw):
-        saves.append(len(events))
+    def save(*appends, **kw):
+        saves.append(sum(len(a.events) for a in appends))
         if len(saves) == 2:
             raise OSError("power cut")  # the process dies after the first batch landed
-        return real_append(stream, events, **kw)
+        return real_save(*appends, **kw)
 
-    monkeypatch.setattr(workspace.ledger, "append", append)
+    monkeypatch.setattr(workspace.ledger, "save", save)
 
     def no_whole_file(self, *a, **k):
         raise AssertionError(f"read whole: {self}")
@@ -240,16 +247,17 @@ def test_import_streams_in_bounded_batches_resumes_and_never_duplicates(workspac
     monkeypatch.setattr(pathlib.Path, "read_bytes", no_whole_file)  # streaming only
     monkeypatch.setattr(pathlib.Path, "read_text", no_whole_file)
     with pytest.raises(OSError, match="power cut"):
-        import_results(workspace, f, task_id="t1")
-    assert len(workspace.ledger.stream_log("task:t1")) == 3
+        import_results(workspace, f, task_id="t1")  # task-level: no block
+    assert len(measurements(workspace, "t1")) == 3
     out = import_results(workspace, f, task_id="t1")  # resumes where it stopped
     assert out["runs"] == n and out["recorded"] == n - 3 and not out["duplicate"]
     assert max(saves) <= 3
-    evs = [r.event for r in workspace.ledger.stream_log("task:t1")]
+    evs = measurements(workspace, "t1")
     assert [e.run_id for e in evs] == [f"r.jsonl:{i + 1}" for i in range(n)]
+    assert {e.block_id for e in evs} == {None}
     again = import_results(workspace, f, task_id="t1")
     assert again["duplicate"] and again["recorded"] == 0
-    assert len(workspace.ledger.stream_log("task:t1")) == n
+    assert len(measurements(workspace, "t1")) == n
     assert len(out["measurements"]) == min(n, bi.LISTED)
 
 
@@ -268,9 +276,10 @@ def test_a_file_changed_between_the_passes_is_refused(workspace, tmp_path, monke
         return digest
 
     monkeypatch.setattr(workspace.artifacts, "put_stream", put_then_edit)
+    block = open_task(workspace, tmp_path)
     with pytest.raises(HarnessError, match="changed while it was imported"):
-        import_results(workspace, f, task_id="t1")
-    evs = [r.event for r in workspace.ledger.stream_log("task:t1")]
+        import_results(workspace, f, task_id="t1", block_id=block)
+    evs = measurements(workspace, "t1")
     assert [e.meta["seed"] for e in evs] == [0, 1]  # only what matched the checked file
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 from infer_forge.ledger import events as E
-from infer_forge.ledger.store import Ledger, task_stream
+from infer_forge.ledger.store import Ledger
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace
 
 from .conftest import run_forge

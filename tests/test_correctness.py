@@ -13,6 +13,8 @@ from infer_forge.harness.bench.correctness import (
 from infer_forge.harness.bench.datasets import load_tokenizer
 from infer_forge.harness.errors import HarnessError
 
+from tests.helpers.tasks import measurements, open_task
+
 
 def test_identical_outputs_match_fully():
     rate, per = token_match([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]])
@@ -37,7 +39,8 @@ def test_empty_outputs_and_mismatched_sets():
         token_match([[1]], [[1], [2]])
 
 
-def test_collect_from_a_server_and_compare(scripted_server, tiny_tokenizer_dir, workspace):
+def test_collect_from_a_server_and_compare(scripted_server, tiny_tokenizer_dir, workspace,
+                                           tmp_path):
     tok = load_tokenizer(tiny_tokenizer_dir)
     url = scripted_server()
     base = collect_greedy_outputs(url, "scripted", tok, max_tokens=6, engine="scripted")
@@ -56,9 +59,10 @@ def test_collect_from_a_server_and_compare(scripted_server, tiny_tokenizer_dir, 
     bad = collect_greedy_outputs(failing, "scripted", tok, max_tokens=6, engine="scripted")
     rate_f, per_f = compare_outputs(base, bad)
     assert rate_f == 0.0 and "HTTP 500" in per_f[0]["error"]
-    ev = record_correctness(workspace, rate_s, per_s, short, task_id="t", block_id="b2")
-    got = workspace.ledger.stream_log("task:t")[0].event
+    block = open_task(workspace, tmp_path, "t")
+    ev = record_correctness(workspace, rate_s, per_s, short, task_id="t", block_id=block)
+    (got,) = measurements(workspace, "t")
     assert got.metrics["token_match"] == pytest.approx(rate_s)
     assert got.metrics["prompts"] == len(DEFAULT_PROMPTS)
-    assert len(got.meta["per_prompt"]) == len(DEFAULT_PROMPTS) and got.block_id == "b2"
+    assert len(got.meta["per_prompt"]) == len(DEFAULT_PROMPTS) and got.block_id == block
     assert workspace.artifacts.exists(ev.artifact_digest)

@@ -74,17 +74,19 @@ def test_unreachable_endpoint_is_a_clear_error():
 
 
 def test_factory_and_profiles():
-    from infer_forge.ledger.specs import load_profile
+    from infer_forge.ledger.specs import RuntimeProfile, load_profile, stored_profile
 
     assert type(engine_for("hf")).__name__ == "HFEngine"
     with pytest.raises(HarnessError, match="unknown engine 'vllm'"):
         engine_for("vllm")
     name, cfg = engine_config_of(load_profile(EXAMPLES / "qwen-h200-sglang.yaml"))
     assert name == "sglang" and cfg["version"] == "0.5.23" and cfg["cuda_graph_max_bs"] == 64
-    name, cfg = engine_config_of({"engine": "external", "endpoint": "http://prod:30000",
-                                  "config": {"api": "sglang"}})
+    # One shape: the RuntimeProfile spec (a stored profile is read back as one).
+    ext = stored_profile({"service": "prod", "rev": 1, "engine": "external",
+                          "endpoint": "http://prod:30000", "config": {"api": "sglang"}})
+    name, cfg = engine_config_of(ext)
     assert (name, cfg) == ("external", {"api": "sglang", "base_url": "http://prod:30000"})
-    assert engine_config_of({"engine": {"name": "hf", "dtype": "float32"}}) == (
-        "hf", {"dtype": "float32"})
-    with pytest.raises(HarnessError, match="must name an engine"):
-        engine_config_of({"config": {}})
+    given = ext.model_copy(update={"config": {"base_url": "http://other:1"}})
+    assert engine_config_of(given) == ("external", {"base_url": "http://other:1"})
+    hf = RuntimeProfile(service="s", rev=1, engine="hf", config={"dtype": "float32"})
+    assert engine_config_of(hf) == ("hf", {"dtype": "float32"})

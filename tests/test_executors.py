@@ -157,7 +157,7 @@ def test_make_evaluator_dispatches_on_the_task_and_the_engine(specs, workspace, 
 
 def test_a_task_whose_evaluator_cannot_be_made_records_nothing(workspace, monkeypatch):
     from infer_forge.harness.loop import run as loop_run
-    from infer_forge.ledger.store import task_stream
+    from infer_forge.ledger.streams import task_stream
 
     def refuse(*_a, **_k):
         raise HarnessError("no evaluator for engine 'hf'")

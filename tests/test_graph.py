@@ -15,9 +15,9 @@ from infer_forge.harness.graph.commands import (
 )
 from infer_forge.ledger import events as E
 from infer_forge.ledger.graphspec import GraphSpecError, load_graph_spec, parse_graph_spec
+from infer_forge.ledger.streams import graph_stream
 from infer_forge.projections.graph import (
     fold,
-    graph_stream,
     load_graph,
     rework_plan,
 )

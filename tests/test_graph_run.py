@@ -17,8 +17,9 @@ from infer_forge.harness.graph.commands import define_graph, request_rework
 from infer_forge.harness.graph.run import run_graph
 from infer_forge.ledger import events as E
 from infer_forge.ledger.check import check_workspace
+from infer_forge.ledger.streams import graph_stream
 from infer_forge.ledger.workspace import init_workspace
-from infer_forge.projections.graph import graph_stream, load_graph, node_task_id
+from infer_forge.projections.graph import load_graph, node_task_id
 
 from .conftest import FORGE, REPO, need, run_forge
 
@@ -141,7 +142,9 @@ edges:
     ver = [r.event for r in workspace.ledger.stream("task:g.a")
            if isinstance(r.event, E.VerificationRecorded)][0]
     assert str(ver.event_id) in rejected[0].evidence  # the rejection links its evidence
-    assert ver.gates[0]["value"] == 0.5 and ver.gates[0]["at_most"] == 0.01
+    (acc,) = ver.gates  # one typed result, the same type the loop's gates are
+    assert (acc.kind, acc.verdict, acc.passed, acc.metric) == ("metric", "fail", False, "err")
+    assert (acc.median, acc.threshold, acc.direction) == (0.5, 0.01, "at_most")
 
 
 def _wait_for(cond, timeout=60.0, what="condition"):
@@ -289,7 +292,7 @@ edges:
     assert kinds["TaskDefined"] == 1 and kinds["DeliverableAccepted"] == 1
     ver = [r.event for r in workspace.ledger.stream("task:lg.tune")
            if isinstance(r.event, E.VerificationRecorded)][0]
-    assert ver.passed and ver.gates[0]["task"] == "lg.tune.a1"
+    assert ver.passed and ver.gates[0].task == "lg.tune.a1"
     # The spec goes to the loop as an object: no YAML copy is written, and the definition's
     # source is the task file itself (its directory is where the evaluator runs).
     assert not (workspace.home / "graphs" / "lg" / "work" / "loops").exists()

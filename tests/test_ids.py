@@ -29,8 +29,9 @@ from infer_forge.ledger.ids import (
     is_id,
 )
 from infer_forge.ledger.specs import TaskDefinition
+from infer_forge.ledger.streams import graph_stream
 from infer_forge.ledger.workspace import open_workspace
-from infer_forge.projections.graph import graph_stream, load_graph, node_task_id
+from infer_forge.projections.graph import load_graph, node_task_id
 from infer_forge.wiki.build import build as build_wiki
 
 from tests.conftest import REPO, run_forge

@@ -12,7 +12,8 @@ import sys
 import pytest
 from eventsourcing.persistence import StoredEvent
 from infer_forge.ledger import events as E
-from infer_forge.ledger.store import BOOKKEEPING_TYPES, task_stream
+from infer_forge.ledger.store import BOOKKEEPING_TYPES
+from infer_forge.ledger.streams import task_stream
 from infer_forge.projections import index as I
 
 from tests.conftest import REPO, run_forge
@@ -54,7 +55,7 @@ def test_catch_up_projects_every_table(workspace):
     rows = report["rows"]
     assert rows["tasks"] == 4 and rows["loop_blocks"] == 7 and rows["decisions"] == 3
     assert rows["measurement_runs"] == 7 * 3  # blocks x repeats
-    assert rows["points"] == 3 and rows["runtime_profiles"] == 4
+    assert rows["points"] == 4 and rows["runtime_profiles"] == 4
     with I.open_index(workspace) as s:
         assert s.caught_up.events == 0  # nothing new: a second catch-up projects nothing
         assert_agrees(workspace, s.con)
@@ -81,7 +82,7 @@ def test_catch_up_projects_every_table(workspace):
 
 
 def test_rebuild_equals_incremental(workspace):
-    build(workspace)
+    built = build(workspace)
     with I.open_index(workspace, batch=4) as s:  # many small transactions
         assert s.caught_up.batches > 10
     # More history after a first catch-up: a task defined earlier exits later, a
@@ -90,7 +91,7 @@ def test_rebuild_equals_incremental(workspace):
     tid = "late-task"
     ws.ledger.append(task_stream(tid), [E.TaskDefined(
         title=tid, task_type="evaluation", goal="late goal", definition={"point": "qwen-h200"},
-        definition_hash="sha256:x", task_id=tid)])
+        definition_hash="sha256:x", point_hash=built["points"]["qwen-h200"], task_id=tid)])
     with I.open_index(ws, batch=3) as s:
         mid = s.con.execute("SELECT event_id FROM measurements LIMIT 1").fetchone()[0]
     ws.ledger.append(task_stream(tid), [
@@ -204,7 +205,7 @@ def test_concurrent_forge_commands_share_the_file(workspace):
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
-        assert json.loads(out) == [{"n": 65}]
+        assert json.loads(out) == [{"n": 66}]
 
 
 def test_index_cli(workspace):
@@ -216,7 +217,7 @@ def test_index_cli(workspace):
     assert st["position"] == 0 and st["behind"] == workspace.ledger.max_position()
     r = run_forge("index", "update", "--json", home=home)
     up = json.loads(r.stdout)
-    assert up["behind"] == 0 and up["caught_up"]["projected"] == 65
+    assert up["behind"] == 0 and up["caught_up"]["projected"] == 66
     r = run_forge("index", "rebuild", home=home)
     assert r.returncode == 0 and "0 behind" in r.stdout
     assert "measurement_runs 21" in r.stdout
@@ -230,7 +231,7 @@ def test_index_of_another_schema_version_is_rebuilt(workspace):
     con.execute("DELETE FROM tasks")  # damage only an old-version index could have
     con.close()
     with I.open_index(workspace) as s:
-        assert s.caught_up.projected == 65  # projected again from position 1
+        assert s.caught_up.projected == 66  # projected again from position 1
         assert s.con.execute("SELECT count(*) FROM tasks").fetchone() == (4,)
         assert s.con.execute("SELECT position FROM tracking WHERE projection = ?",
                              [I.SCHEMA_KEY]).fetchone() == (I.INDEX_SCHEMA_VERSION,)

@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 from infer_forge.ledger import events as E
-from infer_forge.ledger.store import COMMAND_PREFIX, Ledger
+from infer_forge.ledger.store import Ledger
+from infer_forge.ledger.streams import COMMAND_PREFIX
 from infer_forge.ledger.workspace import init_workspace
 
 from .conftest import run_forge

@@ -37,10 +37,13 @@ from infer_forge.ledger.errors import (
     NonFiniteError,
 )
 from infer_forge.ledger.replay import replay_task
-from infer_forge.ledger.store import Ledger, task_stream
+from infer_forge.ledger.store import Ledger
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace, open_workspace
 from infer_forge.projections import index as I
 from infer_forge.projections.memory import task_memory
+
+from tests.helpers.tasks import measurements, open_task
 
 from .conftest import REPO, insert_raw_event, run_forge
 from .index_ledger import build
@@ -104,8 +107,9 @@ def test_check_finite_passes_what_json_holds(value):
     (lambda: E.MeasurementRecorded(run_id="r", source="s", metrics={"x": 1.0}, repeat=HUGE),
      "MeasurementRecorded.repeat: integer 18446744073709551616 does not fit in 64 bits"),
     (lambda: E.VerificationRecorded(contract_hash="c", passed=True, verdict="pass",
-                                    gates=[{"name": "tput", "observed": NAN}]),
-     "VerificationRecorded.gates[0].observed: NaN"),
+                                    gates=[{"name": "tput", "kind": "absolute",
+                                            "verdict": "pass", "passed": True, "median": NAN}]),
+     "VerificationRecorded.gates[0].median: NaN"),
     (lambda: E.TaskDefined(title="t", task_type="x", goal="g", definition_hash="h",
                            definition={"contract": {"gates": [{"at_least": INF}]}}),
      "TaskDefined.definition.contract.gates[0].at_least: Infinity"),
@@ -260,9 +264,12 @@ def test_evaluator_output_with_non_finite_numbers_is_omitted_not_fatal(tmp_path)
     assert "NaN is not a finite number" in run.meta["omitted_metrics"]["output_throughput"]
 
 
-def test_bench_client_results_with_non_finite_numbers_are_recorded_without_them(workspace):
+def test_bench_client_results_with_non_finite_numbers_are_recorded_without_them(workspace,
+                                                                               tmp_path):
     from infer_forge.harness.bench.client import BenchResult
     from infer_forge.harness.bench.client import record_measurement as record_bench
+
+    open_task(workspace, tmp_path)  # measurements go into a defined task
 
     res = BenchResult(config={"request_rate": "inf", "timeout_s": INF}, records=[],
                       warmup_records=[], duration_s=1.0,
@@ -278,8 +285,8 @@ def test_bench_client_results_with_non_finite_numbers_are_recorded_without_them(
         "slo_attainment_by_metric.ttft": "-Infinity is not a finite number",
         "meta.config.timeout_s": "Infinity is not a finite number"}
     assert ev.meta["config"]["timeout_s"] is None
-    (stored,) = workspace.ledger.stream(task_stream("t1"))
-    assert (stored.event.metrics, stored.event.meta) == (ev.metrics, ev.meta)
+    (stored,) = measurements(workspace, "t1")
+    assert (stored.metrics, stored.meta) == (ev.metrics, ev.meta)
     assert check_home(workspace.home).ok
 
 

@@ -26,7 +26,8 @@ from infer_forge.ledger.errors import (
 )
 from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.state import fingerprint
-from infer_forge.ledger.store import Append, Ledger, task_stream
+from infer_forge.ledger.store import Append, Ledger
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace
 
 from .conftest import insert_raw_event, run_forge

@@ -28,7 +28,8 @@ from infer_forge.harness.loop.manual import (
 )
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import events as E
-from infer_forge.ledger.store import Append, task_stream
+from infer_forge.ledger.store import Append
+from infer_forge.ledger.streams import task_stream
 from infer_forge.projections.memory import task_memory
 
 from .conftest import REPO, run_forge

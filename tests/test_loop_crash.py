@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.run import run_task
-from infer_forge.ledger.store import task_stream
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace
 
 from .conftest import FORGE, REPO, run_forge

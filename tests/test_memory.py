@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from infer_forge.ledger import events as E
+from infer_forge.ledger.payloads import GateResult
 from infer_forge.projections.memory import build_memory
 
 DEF = {"type": "deployment-tuning", "goal": "g", "contract": {"gates": [
@@ -35,11 +36,11 @@ def _events():
 
     evs += block(1, {}, [100, 100, 100], "pass", [])
     evs += block(2, {"a": 1}, [120, 120, 120], "fail",
-                 [{"name": "ttft", "metric": "median_ttft_ms", "verdict": "fail"}], "reject",
-                 "no-progress")
+                 [GateResult.judged("fail", name="ttft", kind="absolute",
+                                    metric="median_ttft_ms")], "reject", "no-progress")
     evs += block(3, {"a": 2}, [103, 103, 103], "fail",
-                 [{"name": "throughput", "metric": "output_throughput", "verdict": "fail"}],
-                 "reject", "progress")
+                 [GateResult.judged("fail", name="throughput", kind="relative",
+                                    metric="output_throughput")], "reject", "progress")
     evs.append(E.LoopBlockStarted(index=4, sub_goal="s4", candidate={"a": 3}, block_id="b4",
                                   input_digests={"config": "cfg4"}, **c))
     return evs

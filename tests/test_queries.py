@@ -160,7 +160,7 @@ def test_invalidated_runs_leave_compare_and_filter(built):
     """With an invalidation recorded, queries go through the `valid_runs` anti-join (with
     none they read the successful runs directly): the invalidated run no longer counts."""
     from infer_forge.ledger import events as E
-    from infer_forge.ledger.store import task_stream
+    from infer_forge.ledger.streams import task_stream
 
     before = Q.compare_ws(built, "tune-tiny-cpu/b1", "tune-tiny-cpu/b2")
     nb = {x["metric"]: x["b_n"] for x in before["metrics"]}

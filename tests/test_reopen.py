@@ -26,7 +26,7 @@ from infer_forge.ledger import events as E
 from infer_forge.ledger.clock import utcnow
 from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.state import replay
-from infer_forge.ledger.store import task_stream
+from infer_forge.ledger.streams import task_stream
 from infer_forge.projections.memory import build_memory, task_memory
 from infer_forge.wiki.build import build as build_wiki
 from infer_forge.wiki.page import parse_frontmatter

@@ -12,9 +12,11 @@ import pytest
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.errors import CorruptEventError, UnknownEventError
+from infer_forge.ledger.payloads import GateResult
 from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.state import TaskState, apply, apply_payload, fingerprint
-from infer_forge.ledger.store import Ledger, task_stream
+from infer_forge.ledger.store import Ledger
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace
 
 from .conftest import insert_raw_event
@@ -55,7 +57,8 @@ def _history(task: str) -> list[list[E.Event]]:
                                   reason="thermal throttling", actor=HUMAN),
          E.VerificationRecorded(task_id=task, block_id="b1", contract_hash="c", passed=True,
                                 verdict="pass", candidate=CAND,
-                                gates=[{"name": "throughput", "verdict": "pass"}]),
+                                gates=[GateResult.judged("pass", name="throughput",
+                                                         kind="relative", median=1.07)]),
          E.DeliverableAccepted(task_id=task, block_id="b1", candidate=CAND, summary="+7%"),
          E.LoopBlockHandedOff(task_id=task, block_id="b1", outcome="progress",
                               state_reached="cb on", findings=["cb helps"],

@@ -307,7 +307,7 @@ def test_a_point_and_profile_pinned_before_these_rules_still_load(workspace):
     from infer_forge.harness.loop.task import load_task_from_ledger
     from infer_forge.ledger import events as E
     from infer_forge.ledger.clock import digest
-    from infer_forge.ledger.store import task_stream
+    from infer_forge.ledger.streams import task_stream
 
     define_task(workspace, EX / "tasks/tune-qwen-h200.yaml")
     evs = [r.event for r in workspace.ledger.stream("workspace")]

@@ -210,7 +210,7 @@ def test_session_refuses_even_without_the_statement_check(built, tmp_path):
         ]:
             with pytest.raises(duckdb.Error, match=needle):
                 con.execute(text.format(tmp=tmp_path, home=built.home))
-        assert con.execute("SELECT count(*) FROM events").fetchone() == (65,)
+        assert con.execute("SELECT count(*) FROM events").fetchone() == (66,)
     finally:
         con.close()
     assert _files(tmp_path) == files
@@ -218,7 +218,7 @@ def test_session_refuses_even_without_the_statement_check(built, tmp_path):
 
 def test_queries_still_work(built, tmp_path):
     before = Unchanged(built, tmp_path)
-    assert Q.sql_ws(built, "SELECT count(*) AS n FROM events").records() == [{"n": 65}]
+    assert Q.sql_ws(built, "SELECT count(*) AS n FROM events").records() == [{"n": 66}]
     assert Q.sql_ws(built, "WITH d AS (SELECT * FROM decisions) SELECT count(*) FROM d"
                     ).rows == [(3,)]
     assert Q.sql_ws(built, "SELECT 1; SELECT 2 AS two").records() == [{"two": 2}]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from infer_forge.ledger import events as E
-from infer_forge.ledger.store import task_stream
+from infer_forge.ledger.streams import task_stream
 from infer_forge.wiki import build as B
 from infer_forge.wiki import lint as L
 from infer_forge.wiki.page import parse_frontmatter

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 from infer_forge.ledger import events as E
-from infer_forge.ledger.store import task_stream
+from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import open_workspace
 from infer_forge.wiki import build as B
 from infer_forge.wiki import lint as L

@@ -38,8 +38,9 @@ import orjson
 from ...ledger import events as E
 from ...ledger.events import without_non_finite
 from ...ledger.ids import check_optional_id
-from ...ledger.store import task_stream
+from ...ledger.streams import MEASUREMENTS_STREAM, task_stream
 from ..errors import HarnessError
+from ..record import check_measurement_target, record_measurements
 from .datasets import Prompt, build_prompts
 from .metrics import RequestRecord, compute_metrics, numeric_metrics, parse_slo
 from .sse_client import RawClient, StreamState
@@ -52,7 +53,6 @@ ENGINE_EXTRA_BODY: dict[str, dict[str, Any]] = {
     "external": {},
     "scripted": {},
 }
-MEASUREMENTS_STREAM = "measurements"
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -273,8 +273,9 @@ def record_measurement(ws, result: BenchResult, *, task_id: str | None = None,
         meta=_storable_meta({"config": result.config, "client": "infer-forge", **(meta or {})},
                             omitted),
     )
-    stream = task_stream(task_id) if task_id else MEASUREMENTS_STREAM
-    ws.ledger.append(stream, [ev])
+    # The one measurement writer: a task's open block (or task-level), else `measurements`.
+    record_measurements(ws, [ev], task_id=task_id,
+                        command_id=f"bench:{task_id or ''}:{block_id or ''}:{digest}")
     return ev
 
 
@@ -328,6 +329,8 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
     (`metrics`, `config`, and `measurement` when recorded)."""
     check_optional_id(task_id, "task id")  # before the run, not after it
     check_optional_id(block_id, "block id")
+    if ws is not None:
+        check_measurement_target(ws, task_id, block_id)
     prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir, dataset_path=dataset_path,
                             num_prompts=num_prompts, input_len=input_len, output_len=output_len,
                             range_ratio=range_ratio, seed=seed, **dict(gsp or {}))
@@ -346,5 +349,6 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
         ev = record_measurement(ws, result, task_id=task_id, block_id=block_id)
         out["measurement"] = {"event_id": str(ev.event_id), "run_id": ev.run_id,
                               "artifact": ev.artifact_digest,
-                              "stream": f"task:{task_id}" if task_id else MEASUREMENTS_STREAM}
+                              "stream": task_stream(task_id) if task_id
+                              else MEASUREMENTS_STREAM}
     return out

@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 
 from ...ledger import events as E
-from ...ledger.store import task_stream
 from ..errors import HarnessError
-from .client import MEASUREMENTS_STREAM, BenchConfig, run_bench
+from ..record import record_measurements
+from .client import BenchConfig, run_bench
 from .datasets import Prompt
 
 DEFAULT_PROMPTS: tuple[str, ...] = (
@@ -136,5 +136,7 @@ def record_correctness(ws, rate: float, per_prompt: Sequence[Mapping[str, Any]],
               "token_ids": "retokenized generated text (model tokenizer)"},
         input_digests={"baseline_outputs": baseline_digest} if baseline_digest else {},
     )
-    ws.ledger.append(task_stream(task_id) if task_id else MEASUREMENTS_STREAM, [ev])
+    record_measurements(ws, [ev], task_id=task_id,
+                        command_id=f"correctness:{task_id or ''}:{block_id or ''}:{ev.run_id}:"
+                                   f"{digest or ev.event_id}")
     return ev

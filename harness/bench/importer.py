@@ -36,11 +36,11 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.events import bad_number, field_path
 from ...ledger.ids import check_optional_id
-from ...ledger.store import task_stream
+from ...ledger.streams import MEASUREMENTS_STREAM, task_stream
 from ...ledger.textfile import TextFileError, read_text
 from .. import jsonl
 from ..errors import HarnessError
-from .client import MEASUREMENTS_STREAM
+from ..record import check_measurement_target, record_measurements
 from .metrics import numeric_metrics
 
 SOURCE = "sglang.bench_serving"
@@ -260,8 +260,9 @@ def import_results(ws, path: str | Path, *, task_id: str | None = None,
     file's hash and the batch, so a re-import adds nothing and an interrupted import resumes
     where it stopped; a file that changes between the passes is refused at the first batch
     that differs."""
-    check_optional_id(task_id, "task id")  # the one id rule: this may open a task's stream
+    check_optional_id(task_id, "task id")  # the one id rule
     check_optional_id(block_id, "block id")
+    check_measurement_target(ws, task_id, block_id)  # before the file is read or stored
     p = Path(path)
     scan = _Scan()
     digest = ws.artifacts.put_stream(_scan_chunks(p, scan))
@@ -295,7 +296,7 @@ def import_results(ws, path: str | Path, *, task_id: str | None = None,
             )
             for r in runs
         ]
-        res = ws.ledger.append(stream, events, command_id=command)
+        res = record_measurements(ws, events, task_id=task_id, command_id=command)
         if not res.duplicate:
             appended += len(events)
     if seen != len(scan.batch_hashes):

@@ -30,11 +30,11 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.specs import RuntimeProfile
+from ...ledger.streams import ENGINES_STREAM
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .process import ServerProcess, exit_reason
 
-ENGINE_STREAM = "engines"
 JSON = dict[str, Any]
 
 
@@ -172,7 +172,7 @@ class EventSink:
     def __init__(self, ws: Workspace | None, stream: str | None = None,
                  fields: Mapping[str, Any] | None = None):
         self.ws = ws
-        self.stream = stream or ENGINE_STREAM
+        self.stream = stream or ENGINES_STREAM
         self.fields = dict(fields or {})
         self.fields.setdefault("actor", E.Actor.tool("forge-engine"))
 

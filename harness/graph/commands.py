@@ -16,10 +16,10 @@ from ...ledger.graphspec import (
     parse_edge,
     parse_node,
 )
+from ...ledger.streams import graph_stream
 from ...ledger.workspace import Workspace
 from ...projections.graph import (
     GraphView,
-    graph_stream,
     load_graph,
     rework_plan,
 )

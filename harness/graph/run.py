@@ -17,11 +17,11 @@ from uuid import uuid4
 from ...ledger import events as E
 from ...ledger.errors import ConflictError
 from ...ledger.store import Ledger
+from ...ledger.streams import graph_stream
 from ...ledger.workspace import Workspace
 from ...projections.graph import (
     GraphView,
     catch_up,
-    graph_stream,
     load_graph,
 )
 from ..errors import HarnessError

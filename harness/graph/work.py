@@ -14,18 +14,22 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
-from ...ledger.errors import ConflictError
-from ...ledger.graphspec import CommandWork, LoopWork
+from ...ledger.errors import ConflictError, NotFoundError
+from ...ledger.graphspec import CommandWork, LoopWork, VerifyStep
+from ...ledger.payloads import GateResult
 from ...ledger.specs import SpecError, TaskDefinition, parse_spec
-from ...ledger.store import Append, task_stream
+from ...ledger.store import Append
+from ...ledger.streams import graph_stream, task_stream
 from ...ledger.workspace import Workspace
 from ...ledger.yamlio import load_yaml
-from ...projections.graph import GraphView, catch_up, graph_stream, node_task_id
+from ...projections.graph import GraphView, catch_up, node_task_id
+from ...projections.memory import TaskMemory, read_memory
 from ..errors import HarnessError
 from ..jsonl import last_json_line
 from ..loop.define import define_task_spec
 from ..loop.run import run_task
 from ..proc import CommandOutcome, last_line, run_in_session
+from ..record import append_to_task
 from ..tools.calls import capture_redactor
 from .commands import ACTOR, handoff_events
 
@@ -94,21 +98,46 @@ def _subst(text: str, values: dict[str, str]) -> str:
 @dataclass
 class WorkResult:
     passed: bool
-    checks: list[dict[str, Any]]
+    checks: list[GateResult]
     evidence: list[str]
     deliverable: dict[str, str]
     work_s: float
     reason: str = ""
 
 
+def metric_checks(step: VerifyStep, value: Any) -> list[GateResult]:
+    """A metric step judged on the value its work printed: one result per bound (at_least,
+    at_most, equals), or one failed result when the metric is not a number there."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return [GateResult.check(False, name=step.name, kind="metric", metric=step.metric,
+                                 reason=f"metric {step.metric!r} missing from the last JSON "
+                                        "line")]
+    x, why = E.metric_value(value)
+    if x is None:
+        return [GateResult.check(False, name=step.name, kind="metric", metric=step.metric,
+                                 reason=f"metric {step.metric!r}: {why}")]
+    out = []
+    for direction, bound in (("at_least", step.at_least), ("at_most", step.at_most),
+                             ("equals", step.equals)):
+        if bound is None:
+            continue
+        ok = x >= bound if direction == "at_least" else x <= bound \
+            if direction == "at_most" else x == bound
+        sign = {"at_least": ">=", "at_most": "<=", "equals": "=="}[direction]
+        out.append(GateResult.check(
+            ok, name=step.name, kind="metric", metric=step.metric, threshold=bound,
+            direction=direction, median=x, n=1, samples=[x],
+            reason=f"{step.metric} {x:g} {'meets' if ok else 'fails'} {sign} {bound:g}"))
+    return out
+
+
 def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResult:
-    ledger, arts = ctx.ws.ledger, ctx.ws.artifacts
+    arts = ctx.ws.artifacts
     values = _placeholders(ctx, cwd)
     env = {**os.environ, **{k: _subst(v, values) for k, v in work.env.items()},
            "FORGE_GRAPH": ctx.graph_id, "FORGE_NODE": ctx.node,
            "FORGE_ATTEMPT": str(ctx.attempt), "FORGE_WORKDIR": str(cwd),
            "FORGE_GRAPH_DIR": values["graph_dir"], "PYTHON": sys.executable}
-    tstream = task_stream(ctx.task_id)
     evidence: list[str] = []
     work_s = 0.0
 
@@ -126,7 +155,7 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
             stdout_digest=arts.put(out.stdout) if out.stdout else None,
             stderr_digest=arts.put(out.stderr) if out.stderr else None,
             error=out.error, task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR)
-        ledger.append(tstream, [ev], command_id=ctx.cid(step))
+        append_to_task(ctx.ws, ctx.task_id, [ev], command_id=ctx.cid(step))
         evidence.append(str(ev.event_id))
         return out
 
@@ -136,35 +165,24 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
         return ["bash", "-c", _subst(sh or "", values)]
 
     main = invoke("work", "command", argv_of(work.argv, work.sh), work.timeout_s)
-    checks: list[dict[str, Any]] = []
+    checks: list[GateResult] = []
     if main.error or main.exit_code != 0:
         reason = main.error or f"work command exited {main.exit_code}"
         tail = last_line(main.stderr)
-        checks.append({"name": "work", "passed": False,
-                       "detail": reason + (f": {tail}" if tail else "")})
+        checks.append(GateResult.check(False, name="work", kind="work",
+                                       reason=reason + (f": {tail}" if tail else "")))
         return WorkResult(False, checks, evidence, {}, work_s, reason)
     metrics = last_json(main.stdout)
     for i, v in enumerate(work.verify):
         if v.metric is not None:
-            val = (metrics or {}).get(v.metric)
-            if not isinstance(val, int | float) or isinstance(val, bool):
-                checks.append({"name": v.name, "passed": False, "metric": v.metric,
-                               "detail": f"metric {v.metric!r} missing from the last JSON line"})
-                continue
-            ok = ((v.at_least is None or val >= v.at_least)
-                  and (v.at_most is None or val <= v.at_most)
-                  and (v.equals is None or val == v.equals))
-            bound = {k: b for k, b in (("at_least", v.at_least), ("at_most", v.at_most),
-                                       ("equals", v.equals)) if b is not None}
-            checks.append({"name": v.name, "passed": ok, "metric": v.metric, "value": val,
-                           **bound})
+            checks += metric_checks(v, (metrics or {}).get(v.metric))
         else:
             out = invoke(f"verify{i}", f"verify:{v.name}", argv_of(v.argv, v.sh), v.timeout_s)
             ok = out.error is None and out.exit_code == 0
             detail = out.error or f"exit {out.exit_code}"
             if not ok and out.stderr.strip():
                 detail += ": " + last_line(out.stderr)
-            checks.append({"name": v.name, "passed": ok, "detail": detail})
+            checks.append(GateResult.check(ok, name=v.name, kind="command", reason=detail))
     deliverable: dict[str, str] = {}
     missing = []
     for rel in work.deliverables:
@@ -174,10 +192,10 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
         else:
             missing.append(rel)
     if missing:
-        checks.append({"name": "deliverables", "passed": False,
-                       "detail": f"missing: {', '.join(missing)}"})
-    passed = all(c["passed"] for c in checks)
-    failed = [c["name"] for c in checks if not c["passed"]]
+        checks.append(GateResult.check(False, name="deliverables", kind="deliverables",
+                                       reason=f"missing: {', '.join(missing)}"))
+    passed = all(c.passed for c in checks)
+    failed = list(dict.fromkeys(c.name for c in checks if not c.passed))
     reason = "" if passed else f"verification failed: {', '.join(failed)}"
     if main.stdout and not deliverable:
         deliverable["stdout"] = arts.put(main.stdout)
@@ -209,9 +227,10 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
         raise HarnessError(f"node {ctx.node}: loop task {e.problems[0]}") from None
     out = run_task(ctx.ws, tid)
     passed = out.exit_state == "delivered"
-    checks = [{"name": "task-loop", "passed": passed, "task": tid, "blocks": out.blocks,
-               "detail": f"{out.status} {out.exit_state or ''}: {out.exit_reason or ''}".strip()}]
-    return WorkResult(passed, checks, [f"task:{tid}"], {"task": digest({"task": tid})},
+    checks = [GateResult.check(
+        passed, name="task-loop", kind="task-loop", task=tid, n=out.blocks,
+        reason=f"{out.status} {out.exit_state or ''}: {out.exit_reason or ''}".strip())]
+    return WorkResult(passed, checks, [task_stream(tid)], {"task": digest({"task": tid})},
                       time.monotonic() - t0,
                       "" if passed else f"task loop {tid} ended {out.exit_state or out.status}")
 
@@ -219,26 +238,35 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
 def execute_node(ctx: NodeContext) -> str:
     """Run one claimed node to delivery or rejection. Returns the final state."""
     t0 = time.monotonic()
-    ledger = ctx.ws.ledger
     n = ctx.view.nodes[ctx.node]
     spec = n.spec
-    tstream = task_stream(ctx.task_id)
     definition = spec.model_dump(mode="json")
     begin: list[E.Event] = []
-    if not ledger.version(tstream):
+    try:
+        mem: TaskMemory | None = read_memory(ctx.ws.ledger, ctx.task_id)[0]
+    except NotFoundError:
+        mem = None
+    if mem is None:
         begin.append(E.TaskDefined(
             title=spec.title or spec.id, task_type=spec.type or "", goal=spec.goal,
             definition=definition, definition_hash=digest(definition), task_id=ctx.task_id,
             actor=ACTOR))
-    elif ctx.attempt > 1:
-        begin.append(E.TaskReopened(reason=n.reason or f"attempt {ctx.attempt}",
-                                    task_id=ctx.task_id, actor=ACTOR))
+    else:
+        if mem.current_block is not None:
+            # An earlier attempt's block, left open when its worker stopped: closed first.
+            begin.append(E.LoopBlockHandedOff(
+                outcome="failed", state_reached="abandoned",
+                findings=[f"attempt {mem.current_block.index} stopped before it concluded"],
+                task_id=ctx.task_id, block_id=mem.current_block.block_id, actor=ACTOR))
+        if mem.status == "exited":
+            begin.append(E.TaskReopened(reason=n.reason or f"attempt {ctx.attempt}",
+                                        task_id=ctx.task_id, actor=ACTOR))
     begin.append(E.LoopBlockStarted(
         index=ctx.attempt, sub_goal=spec.goal or spec.title or spec.id,
         routing={"executor": spec.work.kind if spec.work else "none", "model_tier": "none",
                  "agent_topology": "single", "worker": ctx.worker, "run_id": ctx.run_id},
         task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR))
-    ledger.append(tstream, begin, command_id=ctx.cid("begin"))
+    append_to_task(ctx.ws, ctx.task_id, begin, command_id=ctx.cid("begin"))
     cwd = workdir(ctx.ws, ctx.graph_id)
     cwd.mkdir(parents=True, exist_ok=True)
     try:
@@ -249,7 +277,8 @@ def execute_node(ctx: NodeContext) -> str:
         else:  # pragma: no cover - NodeSpec forbids it
             raise HarnessError(f"node {ctx.node} has no work")
     except HarnessError as e:
-        res = WorkResult(False, [{"name": "work", "passed": False, "detail": str(e)}], [], {},
+        res = WorkResult(False, [GateResult.check(False, name="work", kind="work",
+                                                  reason=str(e))], [], {},
                          time.monotonic() - t0, str(e))
     ver = E.VerificationRecorded(
         contract_hash=digest(spec.work.model_dump(mode="json") if spec.work else {}),
@@ -257,10 +286,10 @@ def execute_node(ctx: NodeContext) -> str:
         evidence=res.evidence, task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR)
     ddig = digest(res.deliverable) if res.deliverable else None
     gstream = graph_stream(ctx.graph_id)
-    ledger.save(Append(tstream, [ver]), Append(gstream, [E.NodeVerified(
+    append_to_task(ctx.ws, ctx.task_id, [ver], also=[Append(gstream, [E.NodeVerified(
         node=ctx.node, attempt=ctx.attempt, passed=res.passed, checks=res.checks,
         verification_event_id=ver.event_id, deliverable=res.deliverable,
-        deliverable_digest=ddig, task_id=ctx.task_id, actor=ACTOR)]),
+        deliverable_digest=ddig, task_id=ctx.task_id, actor=ACTOR)])],
         command_id=ctx.cid("verified"))
     return _conclude(ctx, res, time.monotonic() - t0, ver)
 
@@ -333,9 +362,9 @@ def _conclude(ctx: NodeContext, res: WorkResult, elapsed: float,
                 work_s=round(res.work_s, 4), task_id=ctx.task_id, actor=ACTOR)]
             final = "rejected"
         try:
-            ctx.ws.ledger.save(Append(gstream, events, expected_version=view.version),
-                               Append(task_stream(ctx.task_id), _closing(ctx, res, ver, final)),
-                               command_id=ctx.cid("conclude"))
+            append_to_task(ctx.ws, ctx.task_id, _closing(ctx, res, ver, final),
+                           also=[Append(gstream, events, expected_version=view.version)],
+                           command_id=ctx.cid("conclude"))
             return final
         except ConflictError:
             continue

@@ -12,10 +12,10 @@ import time
 
 from ...ledger import events as E
 from ...ledger.errors import ConflictError
+from ...ledger.streams import graph_stream
 from ...ledger.workspace import Workspace, open_workspace
 from ...projections.graph import (
     catch_up,
-    graph_stream,
     load_graph,
     node_task_id,
 )

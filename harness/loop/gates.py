@@ -19,33 +19,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from ...ledger.payloads import GateResult
 from ...ledger.specs import Contract, Gate
-
-
-@dataclass(frozen=True)
-class GateResult:
-    name: str
-    kind: str
-    verdict: str  # pass | fail | inconclusive
-    reason: str
-    metric: str | None = None
-    threshold: float | None = None
-    direction: str | None = None  # at_least | at_most
-    n: int = 0
-    median: float | None = None
-    baseline_median: float | None = None
-    ratio: float | None = None
-    ci: list[float] | None = None
-    cv: float | None = None
-    failed_runs: int = 0
-    failed_requests: float = 0.0
-    samples: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -119,19 +97,19 @@ def judge_gate(gate: Gate, runs: Sequence[dict[str, Any]],
               "threshold": threshold, "direction": direction, "n": len(xs),
               "samples": [_r(x) for x in xs]}
     if not xs:
-        return GateResult(verdict="inconclusive",
-                          reason=f"{gate.metric} not measured in any successful run", **common)
+        return GateResult.judged(
+            "inconclusive", reason=f"{gate.metric} not measured in any successful run", **common)
     med = statistics.median(xs)
     sign = ">=" if direction == "at_least" else "<="
     if gate.kind == "relative":
         bs = _values(baseline or [], gate.metric)
         if not bs:
-            return GateResult(verdict="inconclusive", median=_r(med),
-                              reason=f"no baseline samples of {gate.metric}", **common)
+            return GateResult.judged("inconclusive", median=_r(med),
+                                     reason=f"no baseline samples of {gate.metric}", **common)
         bmed = statistics.median(bs)
         if bmed == 0:
-            return GateResult(verdict="inconclusive", median=_r(med), baseline_median=0.0,
-                              reason=f"baseline median of {gate.metric} is 0", **common)
+            return GateResult.judged("inconclusive", median=_r(med), baseline_median=0.0,
+                                     reason=f"baseline median of {gate.metric} is 0", **common)
         lo, hi = bootstrap_ci(xs, baseline=bs, confidence=contract.confidence,
                               iterations=contract.bootstrap, seed=contract.seed)
         ratio = med / bmed
@@ -139,16 +117,16 @@ def judge_gate(gate: Gate, runs: Sequence[dict[str, Any]],
         reason = (f"{gate.metric} ratio {_fmt(ratio)} (CI {_fmt(lo)}..{_fmt(hi)}, "
                   f"median {_fmt(med)} vs baseline {_fmt(bmed)}, n={len(xs)}/{len(bs)}) "
                   f"needs {sign} {_fmt(threshold)}")
-        return GateResult(verdict=verdict, reason=reason, median=_r(med),
-                          baseline_median=_r(bmed), ratio=_r(ratio), ci=[_r(lo), _r(hi)],
-                          **common)
+        return GateResult.judged(verdict, reason=reason, median=_r(med),
+                                 baseline_median=_r(bmed), ratio=_r(ratio), ci=[_r(lo), _r(hi)],
+                                 **common)
     lo, hi = bootstrap_ci(xs, confidence=contract.confidence, iterations=contract.bootstrap,
                           seed=contract.seed)
     verdict = _side(lo, hi, threshold, direction)
     reason = (f"{gate.metric} median {_fmt(med)} (CI {_fmt(lo)}..{_fmt(hi)}, n={len(xs)}) "
               f"needs {sign} {_fmt(threshold)}")
-    return GateResult(verdict=verdict, reason=reason, median=_r(med), ci=[_r(lo), _r(hi)],
-                      **common)
+    return GateResult.judged(verdict, reason=reason, median=_r(med), ci=[_r(lo), _r(hi)],
+                             **common)
 
 
 def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
@@ -168,23 +146,23 @@ def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
               "failed_runs": failed_runs, "failed_requests": float(sum(per_run_failed)),
               "samples": [_r(x) for x in xs]}
     if failed_runs:
-        return GateResult(verdict="fail", reason=f"{failed_runs} of {len(runs)} runs failed",
-                          **common)
+        return GateResult.judged("fail", reason=f"{failed_runs} of {len(runs)} runs failed",
+                                 **common)
     if worst > allowed:
-        return GateResult(verdict="fail", reason=f"a run had {worst:g} failed requests "
-                          f"(allowed {allowed})", **common)
+        return GateResult.judged("fail", reason=f"a run had {worst:g} failed requests "
+                                 f"(allowed {allowed})", **common)
     if len(runs) < need:
-        return GateResult(verdict="inconclusive",
-                          reason=f"{len(runs)} runs, needs {need} repeats", **common)
+        return GateResult.judged("inconclusive",
+                                 reason=f"{len(runs)} runs, needs {need} repeats", **common)
     if gate.max_cv is not None:
         if cv is None:
-            return GateResult(verdict="inconclusive",
-                              reason=f"coefficient of variation of {metric} not computable",
-                              **common)
+            return GateResult.judged("inconclusive",
+                                     reason=f"coefficient of variation of {metric} not computable",
+                                     **common)
         if cv > gate.max_cv:
-            return GateResult(verdict="fail", reason=f"{metric} CV {cv:.4f} > max {gate.max_cv} "
-                              f"over {len(xs)} runs", **common)
-    return GateResult(verdict="pass", reason=f"{len(runs)} runs, no failures" + (
+            return GateResult.judged("fail", reason=f"{metric} CV {cv:.4f} > max {gate.max_cv} "
+                                     f"over {len(xs)} runs", **common)
+    return GateResult.judged("pass", reason=f"{len(runs)} runs, no failures" + (
         f", {metric} CV {cv:.4f} <= {gate.max_cv}" if cv is not None and gate.max_cv is not None
         else ""), **common)
 

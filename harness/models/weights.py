@@ -33,7 +33,8 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest as canonical_digest
-from ...ledger.workspace import WORKSPACE_STREAM, Workspace
+from ...ledger.streams import WORKSPACE_STREAM
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 
 MANIFEST = "forge-manifest.json"

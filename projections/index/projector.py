@@ -14,28 +14,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from pydantic import ValidationError
 
 from ...ledger import codec
-from ...ledger.clock import digest
 from ...ledger.errors import LedgerError
+from ...ledger.payloads import Digest
+from ...ledger.specs import stored_point, stored_profile
 from ...ledger.store import BOOKKEEPING_TYPES
-from .dims import (
-    _first,
-    _float,
-    _get,
-    _int,
-    _json,
-    _point_ref,
-    _repo_snapshot,
-    _str,
-    candidate_key,
-    point_dims,
-    profile_engine,
-)
+from .dims import _float, _int, _json, _str, candidate_key, point_dims, profile_row
 from .schema import DIM_NAMES
 
 if TYPE_CHECKING:
@@ -93,7 +82,6 @@ class Projector:
     def __init__(self, con: duckdb.DuckDBPyConnection):
         self.con = con
         self.points: dict[str, dict[str, Any]] = {}  # point_hash -> row
-        self.point_names: dict[str, str] = {}  # name -> point_hash
         self.profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
         self._task_dims: dict[str, dict[str, Any]] = {}
@@ -103,8 +91,6 @@ class Projector:
     def _load(self) -> None:
         for row in _dicts(self.con.execute("SELECT * FROM points")):
             self.points[row["point_hash"]] = row
-            if row["name"]:
-                self.point_names[row["name"]] = row["point_hash"]
         for row in _dicts(self.con.execute("SELECT * FROM runtime_profiles")):
             self.profiles[(row["service"], row["rev"])] = row
         for row in _dicts(self.con.execute("SELECT * FROM tasks")):
@@ -181,23 +167,12 @@ class Projector:
 
     # --- handlers -----------------------------------------------------------------------
 
-    def _resolve_point(self, ref: Any, point_hash: str | None) -> tuple[dict[str, Any],
-                                                                      str | None]:
-        """Dimensions for a task's point: pinned by hash, inline mapping, or a pinned name."""
+    def _point_dims(self, point_hash: str | None) -> dict[str, Any]:
+        """Dimensions of the point a task names by hash (`TaskDefined.point_hash`, pinned
+        in the same save); none for a task without one (a graph node's)."""
         if point_hash and point_hash in self.points:
-            return self._dims_of_point_row(self.points[point_hash]), point_hash
-        if isinstance(ref, dict):
-            ph = point_hash or digest(ref)
-            return point_dims(ref), ph
-        if isinstance(ref, str):
-            stem = Path(ref).stem if ("/" in ref or ref.endswith((".yaml", ".yml"))) else ref
-            for key in (ref, stem):
-                if key in self.point_names:
-                    ph = self.point_names[key]
-                    return self._dims_of_point_row(self.points[ph]), ph
-                if key in self.points:
-                    return self._dims_of_point_row(self.points[key]), key
-        return dict.fromkeys(DIM_NAMES), point_hash
+            return self._dims_of_point_row(self.points[point_hash])
+        return dict.fromkeys(DIM_NAMES)
 
     @staticmethod
     def _dims_of_point_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -213,34 +188,32 @@ class Projector:
         return dims
 
     def _on_point(self, pos: int, d: dict[str, Any]) -> None:
-        point = d.get("point") or {}
-        ph = d.get("point_hash") or digest(point)
-        row = point_dims(point)
+        point = d["point"]
+        ph = d["point_hash"]
+        try:
+            row = point_dims(stored_point(point))
+        except ValidationError:  # not a deployment point (the event is kept in `events`)
+            row = dict.fromkeys(DIM_NAMES)
         row.pop("task_type")
         row.update(point_hash=ph, name=_str(d.get("name")), position=pos,
                    pinned_at=d.get("occurred_at"), point=_json(point))
         self._fill_engine(row)
         self.points[ph] = row
-        if row["name"]:
-            self.point_names[row["name"]] = ph
         self.b_points[ph] = row
         self._task_dims.clear()
         self._task_dims_row.clear()
 
     def _on_profile(self, pos: int, d: dict[str, Any]) -> None:
-        prof = d.get("profile") or {}
-        image = _get(prof, "image")
-        fw = _get(prof, "framework")
+        prof = d["profile"]
+        try:
+            typed = profile_row(stored_profile(prof))
+        except ValidationError:  # not a runtime profile (the event is kept in `events`)
+            typed = {"engine": None, "image": None, "framework": None, "config": None}
         row = {
-            "service": _str(d.get("service")), "rev": _int(d.get("rev")),
-            "profile_hash": d.get("profile_hash"), "previous_hash": d.get("previous_hash"),
-            "engine": profile_engine(prof),
-            "image": _str(_get(image, "digest") or _get(image, "name")
-                          if isinstance(image, dict) else image),
-            "framework": (f"{fw.get('kind')} {fw.get('version') or ''}".strip()
-                          if isinstance(fw, dict) else _str(fw)),
-            "position": pos, "revised_at": d.get("occurred_at"), "profile": _json(prof),
-            "config": _json(_get(prof, "config") or {}), "changes": _json(d.get("changes") or {}),
+            "service": d["service"], "rev": d["rev"],
+            "profile_hash": d["profile_hash"], "previous_hash": d.get("previous_hash"),
+            **typed, "position": pos, "revised_at": d.get("occurred_at"),
+            "profile": _json(prof), "changes": _json(d.get("changes") or {}),
         }
         key = (row["service"], row["rev"])
         self.profiles[key] = row
@@ -250,12 +223,9 @@ class Projector:
 
     def _on_task_defined(self, pos: int, d: dict[str, Any]) -> None:
         tid = d.get("task_id")
-        definition = d.get("definition") or {}
-        ref = definition.get("point") if isinstance(definition, dict) else None
-        dims, ph = self._resolve_point(ref, d.get("point_hash"))
-        dims = self._fill_engine(dict(dims))
-        if dims.get("engine") is None and isinstance(definition, dict):
-            dims["engine"] = _str(definition.get("engine"))
+        definition = d["definition"]
+        ph = d.get("point_hash")
+        dims = self._fill_engine(self._point_dims(ph))
         dims["point_hash"] = ph
         dims["task_type"] = _str(d.get("task_type"))
         prior = self.tasks.get(tid) or {}
@@ -334,8 +304,8 @@ class Projector:
         get = d.get
         tid = get("task_id")
         dims = self._dims_row(tid)
-        digests = get("input_digests")
-        ref = _point_ref(digests)
+        digests = get("input_digests") or {}
+        ref = digests.get(Digest.POINT)  # the point it ran on, when not the task's
         if ref and ref != dims[_POINT_HASH_AT] and ref in self.points:
             pd = self._fill_engine(self._dims_of_point_row(self.points[ref]))
             pd["task_type"] = self._dims(tid).get("task_type")
@@ -344,7 +314,7 @@ class Projector:
         self.b_meas.append((pos, get("event_id"), get("occurred_at"), tid, get("block_id"),
                             get("run_id"), get("source"), _int(get("repeat")),
                             bool(get("success", True)), ckey, ckey,
-                            _repo_snapshot(digests)))
+                            digests.get(Digest.REPO_SNAPSHOT)))
         i = self.b_dims_index.get(dims)
         if i is None:
             i = self.b_dims_index[dims] = len(self.b_dims_index)
@@ -368,19 +338,10 @@ class Projector:
             pos, vid, d.get("occurred_at"), tid, bid, d.get("verdict"), d.get("passed"),
             d.get("contract_hash"), d.get("point_hash"), ckey, ckey, _json(gates),
             [str(x) for x in d.get("evidence") or []]))
-        for g in gates:
-            if not isinstance(g, dict):
-                continue
-            verdict = g.get("verdict")
-            if verdict is None and isinstance(g.get("passed"), bool):
-                verdict = "pass" if g["passed"] else "fail"
+        for g in gates:  # GateResult payloads (fields left at their default may be absent)
             self.b_gates.append((
-                pos, vid, tid, bid, _str(g.get("name") or g.get("gate")),
-                _str(g.get("metric")), _str(verdict),
-                _float(_first(g, "observed", "value", "measured", "median")),
-                _float(_first(g, "threshold", "at_least", "at_most", "limit")),
-                _float(_first(g, "baseline", "baseline_median")),
-                _str(_first(g, "reason", "why", "detail")), _json(g)))
+                pos, vid, tid, bid, g["name"], g.get("metric"), g["verdict"], g.get("median"),
+                g.get("threshold"), g.get("baseline_median"), g.get("reason", ""), _json(g)))
 
     def _on_decision(self, pos: int, d: dict[str, Any], kind: str) -> None:
         tid = d.get("task_id")

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 PROJECTION = "index"
 # Bump when tables or their meaning change: an index of another version is rebuilt.
-INDEX_SCHEMA_VERSION = 3  # 3: table `skipped` (undecodable events)
+# 3: table `skipped` (undecodable events); 4: gates, points and profiles read typed
+INDEX_SCHEMA_VERSION = 4
 SCHEMA_KEY = "index-schema"
 
 # Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
@@ -190,6 +191,7 @@ def fingerprint(con: duckdb.DuckDBPyConnection) -> str:
     """A digest of every projected row, independent of row order and batch boundaries."""
     parts = []
     for t in ["tracking", *TABLES]:
-        n, h = con.execute(f"SELECT count(*), coalesce(sum(hash(x)), 0) FROM {t} x").fetchone()
-        parts.append([t, int(n), str(h)])
+        row = con.execute(f"SELECT count(*), coalesce(sum(hash(x)), 0) FROM {t} x").fetchone()
+        assert row is not None  # an aggregate returns one row
+        parts.append([t, int(row[0]), str(row[1])])
     return digest(parts)
