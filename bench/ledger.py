@@ -37,6 +37,7 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
+from infer_forge.ledger.payloads import GateResult
 from infer_forge.ledger.redact import Redactor
 from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.state import TaskState, apply
@@ -55,10 +56,16 @@ def metrics(i: int) -> dict[str, float]:
 
 
 CANDIDATE = {"engine.continuous_batching": True, "engine.attn_implementation": "sdpa"}
-GATES = [{"name": "throughput", "verdict": "pass", "value": 1.07, "threshold": 1.05},
-         {"name": "ttft-slo", "verdict": "pass", "value": 790.1, "threshold": 800.0},
-         {"name": "correctness", "verdict": "pass", "value": 1.0, "threshold": 0.99},
-         {"name": "stability", "verdict": "pass", "value": 0.03, "threshold": 0.1}]
+GATES = [GateResult.judged("pass", name="throughput", kind="relative",
+                           metric="output_throughput", ratio=1.07, threshold=1.05,
+                           direction="at_least", n=3),
+         GateResult.judged("pass", name="ttft-slo", kind="absolute", metric="median_ttft_ms",
+                           median=790.1, threshold=800.0, direction="at_most", n=3),
+         GateResult.judged("pass", name="correctness", kind="absolute", metric="token_match",
+                           median=1.0, threshold=0.99, direction="at_least", n=3),
+         GateResult.judged("pass", name="stability", kind="stability", cv=0.03,
+                           threshold=0.1, direction="at_most", n=3)]
+RAW_GATES = [g.model_dump() for g in GATES]  # the same payload on the raw library's side
 
 
 def our_batch(task: str, step: int, size: int) -> list[E.Event]:
@@ -101,7 +108,7 @@ class RawTask(Aggregate):
 def raw_step(agg: RawTask, step: int, size: int) -> None:
     for j in range(size):
         if j % 10 == 9:
-            agg.verify(f"b{step}", POINT, POINT, CANDIDATE, True, "pass", GATES,
+            agg.verify(f"b{step}", POINT, POINT, CANDIDATE, True, "pass", RAW_GATES,
                        [f"run-{step}-{j}"])
         else:
             agg.record(f"b{step}", f"run-{step}-{j}", "forge-bench", metrics(j), CANDIDATE,

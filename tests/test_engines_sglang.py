@@ -23,6 +23,9 @@ from infer_forge.harness.engines.sglang import (
 )
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.proc import group_alive
+from infer_forge.ledger.streams import task_stream
+
+from tests.helpers.tasks import open_task
 
 DATA = Path(__file__).parent / "data" / "sglang"
 FAKE = [sys.executable, str(DATA / "fake_server.py")]
@@ -172,11 +175,13 @@ def test_malformed_metrics_and_server_info():
 
 
 def test_launch_describe_metrics_profile_stop(workspace, tmp_path):
+    open_task(workspace, tmp_path)  # engine events on a task's stream go into a defined task
     cfg = {"version": "0.5.23", "launcher": FAKE, "tp_size": 1, "chunked_prefill_size": 4096,
            "cuda_graph_max_bs": 32, "check_flags": True}
     running = engine_for("sglang").launch(cfg, model=MODEL, ws=workspace,
                                           overrides={"engine.schedule_policy": "lpm"},
-                                          stream="task:t1", event_fields={"task_id": "t1"})
+                                          stream=task_stream("t1"),
+                                          event_fields={"task_id": "t1"})
     with running:
         info = running.describe()
         assert info["version"] == "0.5.23" and info["versions"]["sglang"] == "0.5.23"
@@ -202,7 +207,7 @@ def test_launch_describe_metrics_profile_stop(workspace, tmp_path):
         assert running.flush_cache()["message"].startswith("Cache flushed.")
         pid = running.pid
     assert not group_alive(pid)
-    recs = workspace.ledger.stream("task:t1")
+    recs = [r for r in workspace.ledger.stream(task_stream("t1")) if r.type.startswith("Engine")]
     assert [r.type for r in recs] == ["EngineLaunched", "EngineStopped"]
     launched, stopped = recs[0].event, recs[1].event
     assert launched.task_id == "t1" and launched.server_info["tp_size"] == 1

@@ -30,9 +30,10 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.specs import RuntimeProfile
-from ...ledger.streams import ENGINES_STREAM
+from ...ledger.streams import ENGINES_STREAM, task_of
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..record import append_to_task
 from .process import ServerProcess, exit_reason
 
 JSON = dict[str, Any]
@@ -178,19 +179,25 @@ class EventSink:
 
     def launched(self, engine: str, command: list[str], url: str, pid: int | None,
                  server_info: JSON, log_digest: str | None = None) -> None:
-        if self.ws is None:
-            return
-        self.ws.ledger.append(self.stream, [E.EngineLaunched(
+        self._record(E.EngineLaunched(
             engine=engine, command=command, url=url, pid=pid, server_info=server_info,
-            log_digest=log_digest, **self.fields)])
+            log_digest=log_digest, **self.fields))
 
     def stopped(self, engine: str, url: str, exit_code: int | None, reason: str,
                 log_digest: str | None) -> None:
+        self._record(E.EngineStopped(
+            engine=engine, url=url, exit_code=exit_code, reason=reason, log_digest=log_digest,
+            **self.fields))
+
+    def _record(self, ev: E.Event) -> None:
+        """On a task's stream through the one task-stream writer; else on `stream`."""
         if self.ws is None:
             return
-        self.ws.ledger.append(self.stream, [E.EngineStopped(
-            engine=engine, url=url, exit_code=exit_code, reason=reason, log_digest=log_digest,
-            **self.fields)])
+        task_id = task_of(self.stream)
+        if task_id is not None:
+            append_to_task(self.ws, task_id, [ev])
+        else:
+            self.ws.ledger.append(self.stream, [ev])
 
 
 def log_dir(ws: Workspace | None, explicit: Path | None = None) -> Path:

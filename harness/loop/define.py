@@ -9,7 +9,7 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
-from ...ledger.ids import LEDGER_CONTEXT, check_id
+from ...ledger.ids import check_id
 from ...ledger.specs import (
     RuntimeProfile,
     SpecError,
@@ -20,6 +20,7 @@ from ...ledger.specs import (
     load_profile,
     load_task,
     spec_hash,
+    stored_profile,
 )
 from ...ledger.store import Append
 from ...ledger.streams import WORKSPACE_STREAM, task_stream
@@ -109,8 +110,7 @@ def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
                              f" does not match the point's runtime_profile {ref.service} rev "
                              f"{ref.rev} ({point_path})"])
     elif (ref.service, ref.rev) in profiles:
-        profile = RuntimeProfile.model_validate(profiles[(ref.service, ref.rev)].profile,
-                                                context=LEDGER_CONTEXT)
+        profile = stored_profile(profiles[(ref.service, ref.rev)].profile)
     else:
         raise HarnessError(f"{point_path}: runtime_profile {ref.service} rev {ref.rev} is not "
                            "recorded: give runtime_profile.file or forge profile record FILE")

@@ -19,6 +19,8 @@ from ...ledger.specs import (
     DeploymentPoint,
     RuntimeProfile,
     TaskDefinition,
+    stored_point,
+    stored_profile,
 )
 from ...ledger.streams import WORKSPACE_STREAM, task_stream
 from ...ledger.workspace import Workspace
@@ -86,10 +88,9 @@ def load_task_from_ledger(ws: Workspace, task_id: str) -> LoadedTask:
     points, profiles = _workspace_specs(ws)
     if ev.point_hash not in points:
         raise HarnessError(f"task {task_id}: deployment point {ev.point_hash} is not pinned")
-    point = DeploymentPoint.model_validate(points[ev.point_hash], context=LEDGER_CONTEXT)
+    point = stored_point(points[ev.point_hash])
     prof_ev = profiles.get((point.runtime_profile.service, point.runtime_profile.rev))
-    profile = (RuntimeProfile.model_validate(prof_ev.profile, context=LEDGER_CONTEXT)
-               if prof_ev else None)
+    profile = stored_profile(prof_ev.profile) if prof_ev else None
     source = ev.definition.get("source")
     return LoadedTask(task_id, task, point, profile, ev.definition_hash, ev.point_hash or "",
                       ev.profile_hash, ev.input_digests.get("contract") or
