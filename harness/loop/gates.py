@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...ledger import payloads
 from ...ledger.payloads import GateResult
 from ...ledger.specs import Contract, Gate
 
@@ -77,7 +78,7 @@ def _values(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
             if r.get("success", True) and metric in r.get("metrics", {})]
 
 
-def _side(lo: float, hi: float, threshold: float, direction: str) -> str:
+def _side(lo: float, hi: float, threshold: float, direction: str) -> payloads.Verdict:
     if direction == "at_least":
         return "pass" if lo >= threshold else "fail" if hi < threshold else "inconclusive"
     return "pass" if hi <= threshold else "fail" if lo > threshold else "inconclusive"

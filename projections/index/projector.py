@@ -222,7 +222,7 @@ class Projector:
         self._task_dims_row.clear()
 
     def _on_task_defined(self, pos: int, d: dict[str, Any]) -> None:
-        tid = d.get("task_id")
+        tid: Any = d.get("task_id")
         definition = d["definition"]
         ph = d.get("point_hash")
         dims = self._fill_engine(self._point_dims(ph))
