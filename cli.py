@@ -93,7 +93,9 @@ def fail_cleanly(fn):
         try:
             return fn(*args, **kwargs)
         except click.ClickException as e:
-            e.message = redact_message(e.message)
+            # click declares `message` Final; redacting in place keeps the exception's class
+            # (a UsageError's exit code and usage text).
+            e.message = redact_message(e.message)  # type: ignore[misc]
             raise
         except LedgerError as e:
             if len(getattr(e, "problems", ())) > 1:
@@ -301,7 +303,14 @@ def replay(ctx, task: str, until: str | None, as_json: bool) -> None:
     for b in state.blocks:
         verdicts = ",".join(b.verifications) or "-"
         click.echo(f"    {b.block_id:<8} {b.status:<11} verdicts={verdicts:<12} {b.sub_goal}")
+        if b.steps:
+            click.echo(f"    {'':<8} steps: {_steps_text(b.steps)}")
     click.echo(f"  fingerprint: {data['fingerprint']}")
+
+
+def _steps_text(steps: list[dict[str, Any]]) -> str:
+    """A verification path on one line: `baseline pass, gates fail, decide deferred`."""
+    return ", ".join(f"{x['name']} {x['outcome']}" for x in steps)
 
 
 @main.group()
@@ -458,7 +467,8 @@ def point_validate(files: tuple[Path, ...], as_json: bool) -> None:
     Example:
       forge point validate examples/points/*.yaml examples/tasks/*.yaml
     """
-    results, bad = [], False
+    results: list[dict[str, Any]] = []
+    bad = False
     for f in files:
         try:
             spec = load_spec(f)
@@ -690,6 +700,8 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
         v = (b.verification or {}).get("verdict", "-")
         click.echo(f"    {b.block_id:<5} {b.routing.get('model_tier', '-'):<6} {v:<12} "
                    f"{b.decision or '-':<9} {json.dumps(b.candidate, sort_keys=True)}")
+        if (b.verification or {}).get("steps"):
+            click.echo(f"    {'':<5} steps: {_steps_text(b.verification['steps'])}")
     for r in mem.rejected:
         click.echo(f"  rejected {r['block_id']}: {json.dumps(r['candidate'], sort_keys=True)}: "
                    f"{r['reason']}")
@@ -803,7 +815,8 @@ def block_start(ctx, task_id: str, sub_goal: str, sets: tuple[str, ...], as_json
 @click.pass_context
 @fail_cleanly
 def block_verify(ctx, task_id: str, as_json: bool) -> None:
-    """Judge the open block's measurements against the contract's gates and the baseline.
+    """Verify the open block: run the task's verification path in order (its command steps
+    as recorded tool calls; the contract's gates judged against the baseline at `gates`).
 
     \b
     Example:
@@ -814,6 +827,8 @@ def block_verify(ctx, task_id: str, as_json: bool) -> None:
         emit_json(info)
         return
     click.echo(f"{task_id}/{info['block_id']}: {info['verdict']}")
+    for s in info["steps"]:
+        click.echo(f"  step {s['name']:<14} {s['outcome']:<12} {s['detail']}")
     for g in info["gates"]:
         click.echo(f"  {g['name']:<14} {g['verdict']:<12} {g['reason']}")
 
@@ -1447,8 +1462,12 @@ def wiki_serve(ctx, port: int, no_build: bool, no_embeddings: bool) -> None:
     Example:
       forge wiki serve --port 8765   # then open http://127.0.0.1:8765/
     """
+    def echo(line: str) -> None:
+        click.echo(line)
+        sys.stdout.flush()
+
     serve(open_ws(ctx), port=port, build_first=not no_build, embeddings=not no_embeddings,
-          echo=lambda s: click.echo(s, nl=True) or sys.stdout.flush())
+          echo=echo)
 
 
 

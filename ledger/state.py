@@ -43,6 +43,7 @@ class BlockState(BaseModel):
     tool_calls: int = 0
     measurements: int = 0
     verifications: list[str] = Field(default_factory=list)  # verdicts in order
+    steps: list[dict[str, str]] = Field(default_factory=list)  # latest verification's path
     handoff: dict[str, Any] | None = None
     config_digest: str | None = Field(None, exclude=True)  # the effective configuration
     decision: str | None = Field(None, exclude=True)  # accepted | rejected
@@ -139,6 +140,9 @@ def _invalidated(s: TaskState, p: Fields) -> None:
 def _verified(s: TaskState, p: Fields) -> None:
     if b := s.block(p.get("block_id")):
         b.verifications.append(p["verdict"])
+        # Each step's name and outcome (a stored payload holds mappings, an event models).
+        b.steps = [{"name": x["name"], "outcome": x["outcome"]} if isinstance(x, Mapping)
+                   else {"name": x.name, "outcome": x.outcome} for x in p.get("steps", ())]
 
 
 def _handed_off(s: TaskState, p: Fields) -> None:

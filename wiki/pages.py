@@ -14,11 +14,11 @@ empty candidate, else unjudged); the TTFT SLO and throughput floor of the deploy
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from .page import Page, code, join, link, page_name, slug, sort_key, strong, text
+from .page import Page, Text, code, join, link, page_name, slug, sort_key, strong, text
 from .plot import Line, PlotCache, Point
 from .snapshot import Snapshot
 
@@ -155,12 +155,12 @@ def slo_lines(snap: Snapshot, t: dict[str, Any]) -> list[Line]:
     percentile given: the median must stay under any of them) and throughput floor, and its
     absolute gates on median TTFT (at_most) and output throughput (at_least)."""
     definition = _json(t.get("definition"))
-    point = _json((snap.points_by_hash.get(t.get("point_hash")) or {}).get("point"))
+    point = _json((snap.points_by_hash.get(t.get("point_hash", "")) or {}).get("point"))
     if not isinstance(point, dict):
         point = _at(definition, "point")
     slo = _at(point, "scenario", "slo")
     ttft = _at(slo, "ttft_ms")
-    found: list[tuple[str, Any, str, str]] = [  # axis, value, label before and after it
+    found: list[tuple[Literal["x", "y"], Any, str, str]] = [  # axis, value, label around it
         ("x", v, f"TTFT SLO {k} ", " ms")
         for k, v in sorted(ttft.items() if isinstance(ttft, dict) else [], key=str)]
     found.append(("y", _at(slo, "throughput_floor"), "throughput floor ", " tok/s"))
@@ -260,6 +260,12 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
                             f"{tid}: throughput vs TTFT", plots, [t], one_task=True)
         if svg and len({(m["block_id"], m["candidate_key"]) for m in metrics}) > 1:
             p.add("svg", svg)
+    steps = snap.steps.get(tid, [])
+    if steps:
+        p.add("h", "Verification steps")
+        p.add("table", ["block", "step", "kind", "outcome", "detail"],
+              [(x["block_id"], x["step"], x["kind"], x["outcome"], x["detail"])
+               for x in steps])
     gates = snap.gates.get(tid, [])
     if gates:
         p.add("h", "Gate verdicts")
@@ -353,7 +359,7 @@ def make_pages(snap: Snapshot, plots: PlotCache | None = None) -> list[Page]:
     for ph in sorted(set(groups["point_hash"]) - {None} | set(points)):
         tasks = groups["point_hash"].get(ph, [])
         src = points.get(ph) or (tasks[0] if tasks else {})
-        head = [("p", text("Deployment point ", code(ph),
+        head: list[tuple] = [("p", text("Deployment point ", code(ph),
                            f" ({src['name']})" if src.get("name") else None)),
                 _dims_table(src, ["model", "modality", "scenario", "architecture",
                                   "parallelism", "runtime_profile", "accelerator",
@@ -369,7 +375,7 @@ def make_pages(snap: Snapshot, plots: PlotCache | None = None) -> list[Page]:
     for rp in sorted(set(groups["runtime_profile"]) - {None} | set(profiles)):
         tasks = groups["runtime_profile"].get(rp, [])
         prof = profiles.get(rp)
-        head: list[tuple] = []
+        head = []
         if prof:
             cfg = orjson.loads(prof["config"] or "{}")
             head += [("p", text("Engine ", strong(prof["engine"]), ", profile hash ",
@@ -427,7 +433,7 @@ def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]], plots: PlotCac
 
 
 def log_page(snap: Snapshot) -> Page:
-    entries: list[tuple[int, str]] = []
+    entries: list[tuple[int, Text]] = []
     for pt in snap.points:
         label = pt["name"] or pt["point_hash"][:19]
         entries.append((pt["position"],

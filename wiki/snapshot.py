@@ -1,6 +1,6 @@
 """What the wiki's pages are made of, read from the index in a few bulk queries: `load(con)`
-gives a `Snapshot` (tasks, blocks, metric summaries, gate verdicts, decisions, handoffs,
-points, profiles), from which `pages.make_pages` is a pure function."""
+gives a `Snapshot` (tasks, blocks, metric summaries, gate verdicts, verification steps,
+decisions, handoffs, points, profiles), from which `pages.make_pages` is a pure function."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+
+import orjson
 
 
 def _rows(con, sql: str) -> list[dict[str, Any]]:
@@ -29,6 +31,9 @@ class Snapshot:
     profiles: list[dict[str, Any]]
     task_positions: dict[str, int]
     events_by_id: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # task -> the steps of each block's latest verification: {block_id, step, kind, outcome,
+    # detail}, in ledger order
+    steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @cached_property
     def decided(self) -> dict[tuple, str]:
@@ -82,5 +87,16 @@ def load(con) -> Snapshot:
                 "SELECT event_id, type, position FROM events WHERE event_id IN "
                 "(SELECT unnest($1))", [sorted(ev_ids)]).fetchall():
             events_by_id[eid] = (typ, p)
+    steps: dict[str, list] = defaultdict(list)
+    for tid, bid, raw in con.execute(
+            """SELECT task_id, block_id, CAST(json_extract(payload, '$.steps') AS VARCHAR)
+               FROM events WHERE type = 'VerificationRecorded' AND task_id IS NOT NULL
+               QUALIFY row_number() OVER (PARTITION BY task_id, block_id
+                                          ORDER BY position DESC) = 1
+               ORDER BY task_id, position""").fetchall():
+        for x in orjson.loads(raw) if raw else []:
+            steps[tid].append({"block_id": bid, "step": x.get("name"), "kind": x.get("kind"),
+                               "outcome": x.get("outcome"), "detail": x.get("detail", "")})
     return Snapshot(pos, tasks, dict(blocks), dict(metrics), dict(gates), decisions,
-                    dict(handoffs), points, profiles, task_positions, events_by_id)
+                    dict(handoffs), points, profiles, task_positions, events_by_id,
+                    dict(steps))

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 from ...ledger import events as E
 from ...ledger.specs import (
     effective_digest,
 )
-from ...ledger.store import Append, task_stream
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
+from ..record import append_to_task
 from ..tools.calls import run_tool
 from .executors import describe, out_of_scope
 from .routing import route
@@ -72,8 +71,9 @@ def run_command(ws: Any, task_id: str, argv: list[str], cwd: str | None = None,
     run = run_tool(ws, argv, cwd=cwd, tee=tee,
                    event_fields={"task_id": task_id, "block_id": blk.block_id,
                                  "actor": human_actor(), "input_digests": lt.digests})
-    ws.ledger.save(Append(task_stream(task_id), [run.event]),
-                   command_id=f"{task_id}:{blk.block_id}:run:{uuid4().hex}")
+    # The block's version is read again now: the command may have run a long time.
+    append_to_task(ws, task_id, [run.event],
+                   command_id=f"{task_id}:{blk.block_id}:run:{run.event.event_id}")
     return {"task_id": task_id, "block_id": blk.block_id, "exit_code": run.returncode,
             "error": run.event.error, "stdout_digest": run.event.stdout_digest,
             "stderr_digest": run.event.stderr_digest, "event_id": str(run.event.event_id)}
@@ -93,23 +93,28 @@ def record_measurement(ws: Any, task_id: str, metrics: dict[str, float], *,
                                candidate=blk.candidate, repeat=n, success=success, error=error,
                                artifact_digest=digest_, task_id=task_id, block_id=blk.block_id,
                                actor=human_actor(), input_digests=lt.digests)
-    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    append_to_task(ws, task_id, [ev], expected_version=version,
+                   command_id=f"{task_id}:{blk.block_id}:measure:{ev.event_id}")
     return {"task_id": task_id, "block_id": blk.block_id, "run_id": ev.run_id,
             "event_id": str(ev.event_id)}
 
 
 def verify_block(ws: Any, task_id: str) -> dict[str, Any]:
-    """Judge the open block's measurements against the contract (and the baseline)."""
+    """Verify the open block: the task's verification path in order (its command steps run
+    as recorded tool calls), the contract's gates judged on the block's measurements
+    against the baseline at `gates`."""
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a verification")
     if not blk.measurements:
         raise HarnessError(f"task {task_id}: block {blk.block_id} has no measurements to verify")
     st = _Stepper(ws, lt, lambda _s: None)
-    ev, verdict = _verify_event(st, blk, mem, human_actor())
-    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
-    return {"task_id": task_id, "block_id": blk.block_id, "verdict": verdict.verdict,
-            "reason": verdict.reason(), "gates": [g.to_dict() for g in verdict.gates],
-            "event_id": str(ev.event_id)}
+    ver = _verify_event(st, blk, mem, human_actor())
+    append_to_task(ws, task_id, ver.events, expected_version=version,
+                   command_id=f"{task_id}:{blk.block_id}:verify:{ver.event.event_id}")
+    ev = ver.event
+    return {"task_id": task_id, "block_id": blk.block_id, "verdict": ev.verdict,
+            "reason": ver.reason(), "gates": [g.to_dict() for g in ev.gates],
+            "steps": [x.model_dump() for x in ev.steps], "event_id": str(ev.event_id)}
 
 
 def handoff_block(ws: Any, task_id: str, *, state_reached: str, findings: list[str] = (),  # type: ignore[assignment]
@@ -120,7 +125,7 @@ def handoff_block(ws: Any, task_id: str, *, state_reached: str, findings: list[s
                               findings=list(findings), next_sub_goal=next_sub_goal,
                               task_id=task_id, block_id=blk.block_id, actor=human_actor(),
                               input_digests=lt.digests)
-    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version),
+    append_to_task(ws, task_id, [ev], expected_version=version,
                    command_id=f"{task_id}:{blk.block_id}:handoff")
     return {"task_id": task_id, "block_id": blk.block_id, "outcome": outcome}
 
@@ -165,7 +170,8 @@ def accept(ws: Any, task_id: str, *, block: str | None = None, summary: str = ""
                                verification_event_id=v["event_id"], evidence=[v["event_id"]],
                                task_id=task_id, block_id=b.block_id,
                                actor=actor or human_actor(), input_digests=lt.digests)
-    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    append_to_task(ws, task_id, [ev], expected_version=version,
+                   command_id=f"{task_id}:{b.block_id}:accept:{ev.event_id}")
     return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
 
 
@@ -178,7 +184,8 @@ def reject(ws: Any, task_id: str, reason: str, *, block: str | None = None) -> d
                              evidence=[v for v in [(b.verification or {}).get("event_id")] if v],
                              task_id=task_id, block_id=b.block_id, actor=human_actor(),
                              input_digests=lt.digests)
-    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    append_to_task(ws, task_id, [ev], expected_version=version,
+                   command_id=f"{task_id}:{b.block_id}:reject:{ev.event_id}")
     return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
 
 
@@ -214,7 +221,8 @@ def exit_task(ws: Any, task_id: str, state: str, reason: str, *, handoff: str | 
     ev = E.TaskExited(state=state, reason=reason, handoff=handoff,  # type: ignore[arg-type]
                       evidence=evidence, task_id=task_id, actor=actor or human_actor(),
                       input_digests=lt.digests)
-    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    append_to_task(ws, task_id, [ev], expected_version=version,
+                   command_id=f"{task_id}:exit:{ev.event_id}")
     return {"task_id": task_id, "state": state, "event_id": str(ev.event_id)}
 
 
@@ -248,6 +256,7 @@ def reopen_task(ws: Any, task_id: str, reason: str, *, actor: E.Actor | None = N
                                  ("profile", mem.profile_hash)) if v}
     ev = E.TaskReopened(reason=reason, task_id=task_id, actor=actor or human_actor(),
                         input_digests=digests)
-    ws.ledger.save(Append(task_stream(task_id), [ev], expected_version=version))
+    append_to_task(ws, task_id, [ev], expected_version=version,
+                   command_id=f"{task_id}:reopen:{ev.event_id}")
     return {"task_id": task_id, "reopened": mem.exit_state, "reason": reason,
             "event_id": str(ev.event_id)}

@@ -182,8 +182,7 @@ def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
                 continue
             st.save(f"{blk.block_id}:measure", _measure_events(st, blk, results), version)
         elif blk.verification is None:
-            ev, _ = _verify_event(st, blk, mem)
-            st.save(f"{blk.block_id}:verify", [ev], version)
+            st.save(f"{blk.block_id}:verify", _verify_event(st, blk, mem).events, version)
         else:
             st.save(f"{blk.block_id}:handoff", _decide_events(st, blk, mem, executor), version)
 

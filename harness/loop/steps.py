@@ -13,13 +13,13 @@ from ...ledger.errors import ConflictError
 from ...ledger.specs import (
     effective_digest,
 )
-from ...ledger.store import Append, task_stream
 from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
+from ..record import append_to_task
 from .evaluation import RunResult
 from .executors import Executor, SweepExecutor, describe, out_of_scope
-from .gates import Verdict, judge
 from .task import LOOP_ACTOR, LoadedTask, Progress
+from .verify import BlockVerification, verify
 
 
 class _Stepper:
@@ -35,8 +35,10 @@ class _Stepper:
     def save(self, step: str, events: list[E.Event], version: int) -> None:
         cid = f"{self.lt.task_id}:{step}"
         try:
-            res = self.ws.ledger.save(Append(task_stream(self.lt.task_id), events,
-                                             expected_version=version), command_id=cid)
+            # The one task-stream writer: checks the step against Task Memory, expects
+            # `version` (what this step was computed from).
+            res = append_to_task(self.ws, self.lt.task_id, events, expected_version=version,
+                                 command_id=cid)
         except ConflictError:
             raise HarnessError(f"task {self.lt.task_id} changed while step {step} ran (another "
                                "loop or a manual command); run forge task resume") from None
@@ -115,19 +117,10 @@ def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult]) ->
 
 
 def _verify_event(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
-                  actor: E.Actor = LOOP_ACTOR) -> tuple[E.VerificationRecorded, Verdict]:
-    base = mem.baseline_block()
-    runs = blk.runs()
-    verdict = judge(st.lt.task.contract, runs, base.runs() if base else None,
-                    skip_relative=blk.is_baseline)
-    ev = E.VerificationRecorded(
-        contract_hash=st.lt.contract_hash, point_hash=st.lt.point_hash, candidate=blk.candidate,
-        passed=verdict.passed, verdict=verdict.verdict,  # type: ignore[arg-type]
-        gates=[g.to_dict() for g in verdict.gates],
-        evidence=[m["event_id"] for m in blk.measurements] +
-                 ([m["event_id"] for m in base.measurements] if base and base is not blk else []),
-        **st.common(blk.block_id, actor))
-    return ev, verdict
+                  actor: E.Actor = LOOP_ACTOR) -> BlockVerification:
+    """The block's verification: the task's verification path run in order (verify.py);
+    its tool calls and the VerificationRecorded, saved together by the caller."""
+    return verify(st.ws, st.lt, blk, mem, st.common(blk.block_id, actor), st.progress)
 
 
 def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
@@ -136,6 +129,9 @@ def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
     verdict = v.get("verdict", "inconclusive")
     gates = v.get("gates", [])
     reasons = [f"{g['name']} {g['verdict']}: {g['reason']}" for g in gates]
+    # A step of the verification path other than the gates that did not pass, with why.
+    stopped = [f"step {x['name']} {x['outcome']}: {x['detail']}" for x in v.get("steps", [])
+               if x["outcome"] in ("fail", "inconclusive") and x["name"] != "gates"]
     evs: list[E.Event] = []
     c = st.common(blk.block_id)
     primary = mem.primary_metric
@@ -152,7 +148,8 @@ def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
         outcome = "delivered"
     else:
         if verdict != "pass":
-            bad = [r for r, g in zip(reasons, gates, strict=True) if g["verdict"] != "pass"]
+            bad = stopped + [r for r, g in zip(reasons, gates, strict=True)
+                             if g["verdict"] != "pass"]
             evs.append(E.DirectionRejected(candidate=blk.candidate,
                                            reason=f"{verdict}: " + "; ".join(bad),
                                            evidence=[v.get("event_id", "")], **c))
@@ -164,7 +161,7 @@ def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
         d = executor.decide(mem, st.lt.task, st.lt.point, st.lt.profile)
         next_goal = d.sub_goal if d.action == "try" else f"stop: {d.reason}"
     evs.append(E.LoopBlockHandedOff(outcome=outcome, state_reached=state,  # type: ignore[arg-type]
-                                    findings=reasons, next_sub_goal=next_goal, **c))
+                                    findings=stopped + reasons, next_sub_goal=next_goal, **c))
     return evs
 
 
