@@ -63,12 +63,18 @@ class Spec(BaseModel):
 # --- deployment point -------------------------------------------------------------------
 
 
+Modality = Literal["text", "image", "video", "audio"]
+
+
+def _text_only() -> list[Modality]:
+    return ["text"]
+
+
 class ModelRef(Spec):
     name: str
     source: str  # local path, hub id, or forge:<generated-model>
     revision: str = "main"
-    modalities: list[Literal["text", "image", "video", "audio"]] = Field(
-        default_factory=lambda: ["text"])
+    modalities: list[Modality] = Field(default_factory=_text_only)
 
     @field_validator("revision", mode="before")
     @classmethod
@@ -273,10 +279,10 @@ class Range(Spec):
         return int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
 
     def values(self) -> list[float | int] | None:
-        n = self.count()
-        if n is None:
+        n, step = self.count(), self.step
+        if n is None or step is None:  # count() is None exactly when step is
             return None
-        vals = [self.min + i * self.step for i in range(n)]
+        vals = [self.min + i * step for i in range(n)]
         return [int(round(v)) for v in vals] if self.integer else [round(v, 9) for v in vals]
 
     def contains(self, v: Any) -> bool:
@@ -437,6 +443,10 @@ VerificationEntry = Annotated[
 ]
 
 
+def _loop_phases() -> list[VerificationEntry]:
+    return list(VERIFICATION_PHASES)
+
+
 def step_name(step: str | VerificationStep) -> str:
     return step if isinstance(step, str) else step.name
 
@@ -463,8 +473,7 @@ class TaskDefinition(Spec):
     contract: Contract
     # The verification path, run in order at each block's verification: the loop's phases
     # (VERIFICATION_PHASES) and command steps; the contract's gates are judged at `gates`.
-    verification: list[VerificationEntry] = Field(
-        default_factory=lambda: list(VERIFICATION_PHASES))
+    verification: list[VerificationEntry] = Field(default_factory=_loop_phases)
     exit: ExitCriteria = Field(default_factory=ExitCriteria)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
