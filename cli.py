@@ -700,8 +700,8 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
         v = (b.verification or {}).get("verdict", "-")
         click.echo(f"    {b.block_id:<5} {b.routing.get('model_tier', '-'):<6} {v:<12} "
                    f"{b.decision or '-':<9} {json.dumps(b.candidate, sort_keys=True)}")
-        if (b.verification or {}).get("steps"):
-            click.echo(f"    {'':<5} steps: {_steps_text(b.verification['steps'])}")
+        if steps := (b.verification or {}).get("steps"):
+            click.echo(f"    {'':<5} steps: {_steps_text(steps)}")
     for r in mem.rejected:
         click.echo(f"  rejected {r['block_id']}: {json.dumps(r['candidate'], sort_keys=True)}: "
                    f"{r['reason']}")

@@ -121,7 +121,7 @@ def handoff_block(ws: Any, task_id: str, *, state_reached: str, findings: list[s
                   next_sub_goal: str | None = None, outcome: str = "progress") -> dict[str, Any]:
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a handoff")
-    ev = E.LoopBlockHandedOff(outcome=outcome, state_reached=state_reached,  # type: ignore[arg-type]
+    ev = E.LoopBlockHandedOff(outcome=outcome, state_reached=state_reached,
                               findings=list(findings), next_sub_goal=next_sub_goal,
                               task_id=task_id, block_id=blk.block_id, actor=human_actor(),
                               input_digests=lt.digests)
@@ -218,7 +218,7 @@ def exit_task(ws: Any, task_id: str, state: str, reason: str, *, handoff: str | 
     elif state not in ("failed-unverifiable", "failed-blocked", "aborted-by-human"):
         raise HarnessError(f"unknown exit state {state!r}")
     evidence += [b.block_id for b in mem.execution_record]
-    ev = E.TaskExited(state=state, reason=reason, handoff=handoff,  # type: ignore[arg-type]
+    ev = E.TaskExited(state=state, reason=reason, handoff=handoff,
                       evidence=evidence, task_id=task_id, actor=actor or human_actor(),
                       input_digests=lt.digests)
     append_to_task(ws, task_id, [ev], expected_version=version,

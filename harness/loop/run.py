@@ -135,7 +135,7 @@ def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
                             _stop_events(st, mem, reason, None), version)
                     continue
                 st.save(f"exit:v{version}",
-                        [E.TaskExited(state=state, reason=reason, evidence=evidence,  # type: ignore[arg-type]
+                        [E.TaskExited(state=state, reason=reason, evidence=evidence,
                                       handoff=handoff, **st.common())], version)
                 continue
             index = len(mem.execution_record) + 1
@@ -168,7 +168,7 @@ def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
             assert evaluator is not None
             say(f"begin {blk.block_id}:measure {describe(blk.candidate)}")
             point, profile = apply_candidate(lt.point, lt.profile, blk.candidate)
-            ctx = EvalContext(ws, task_id, blk.block_id, point, profile,  # type: ignore[arg-type]
+            ctx = EvalContext(ws, task_id, blk.block_id, point, profile,
                               None if blk.is_baseline else _baseline_ctx(mem, ws), say)
             try:
                 results = evaluator.evaluate(blk.candidate, repeats=lt.task.contract.repeats,

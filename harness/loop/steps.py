@@ -160,7 +160,7 @@ def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
     if outcome != "delivered" and isinstance(executor, SweepExecutor):
         d = executor.decide(mem, st.lt.task, st.lt.point, st.lt.profile)
         next_goal = d.sub_goal if d.action == "try" else f"stop: {d.reason}"
-    evs.append(E.LoopBlockHandedOff(outcome=outcome, state_reached=state,  # type: ignore[arg-type]
+    evs.append(E.LoopBlockHandedOff(outcome=outcome, state_reached=state,
                                     findings=stopped + reasons, next_sub_goal=next_goal, **c))
     return evs
 
@@ -176,10 +176,10 @@ def _stop_events(st: _Stepper, mem: TaskMemory, reason: str, handoff: str | None
     """The executor has nothing left: deliver the best passing contender, or hand off."""
     if st.lt.task.exit.when == "best_in_scope":
         passing = _contenders(mem)
-        if passing and mem.primary_metric:
+        metric = mem.primary_metric
+        if passing and metric:
             higher = mem.primary_direction == "at_least"
-            best = sorted(passing, key=lambda b: b.median(mem.primary_metric) or 0.0,
-                          reverse=higher)[0]
+            best = sorted(passing, key=lambda b: b.median(metric) or 0.0, reverse=higher)[0]
             vid = best.verification["event_id"]  # type: ignore[index]
             acc = E.DeliverableAccepted(candidate=best.candidate,
                                         summary=f"{describe(best.candidate)}: best passing "

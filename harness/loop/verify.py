@@ -120,7 +120,7 @@ def _phase(name: str, blk: BlockRecord, mem: TaskMemory, lt: LoadedTask
         bad = [g for g in verdict.gates if g.verdict != "pass"]
         detail = (", ".join(f"{g.name} {g.verdict}" for g in bad) if bad
                   else f"{len(verdict.gates)} gates pass")
-        return StepResult(name=name, kind="phase", outcome=verdict.verdict,  # type: ignore[arg-type]
+        return StepResult(name=name, kind="phase", outcome=verdict.verdict,
                             detail=detail), verdict
     if name == "decide":
         return StepResult(name=name, kind="phase", outcome="deferred",
@@ -188,7 +188,7 @@ def verify(ws: Any, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
     base = mem.baseline_block()
     ev = E.VerificationRecorded(
         contract_hash=lt.contract_hash, point_hash=lt.point_hash, candidate=blk.candidate,
-        passed=verdict == "pass", verdict=verdict,  # type: ignore[arg-type]
+        passed=verdict == "pass", verdict=verdict,
         gates=list(gates.gates) if gates else [], steps=results,
         evidence=[m["event_id"] for m in blk.measurements] +
                  ([m["event_id"] for m in base.measurements] if base and base is not blk
