@@ -18,8 +18,9 @@ Contract:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -236,7 +237,23 @@ def check_repo_path(path: str, what: str) -> str:
     return path
 
 
-def check_graph(nodes: list[NodeSpec], edges: list[EdgeSpec], where: str = "graph") -> None:
+class EdgeEnds(Protocol):
+    """What the cross-reference checks read of an edge: an EdgeSpec, or a graph view's edge."""
+
+    @property
+    def src(self) -> str: ...
+    @property
+    def dst(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+
+
+def check_graph(nodes: Sequence[NodeSpec], edges: Sequence[EdgeEnds],
+                where: str = "graph") -> None:
     """Cross-reference checks: unique node ids, no dangling or duplicate edges, endpoint kinds
     fit the edge kind, and no cycle through gating edges. Raises GraphSpecError naming it."""
     kinds: dict[str, str] = {}
