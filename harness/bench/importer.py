@@ -104,7 +104,7 @@ def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
     if not isinstance(obj, dict):
         raise HarnessError(f"{where}: expected a JSON object (one bench_serving result), "
                            f"got {type(obj).__name__}")
-    data = {ALIASES.get(k, k): v for k, v in obj.items()}
+    data: dict[str, Any] = {(ALIASES[k] if k in ALIASES else k): v for k, v in obj.items()}
     for key in REQUIRED:
         if key not in data:
             raise HarnessError(f"{where}: missing required field {key!r} "
@@ -135,7 +135,9 @@ def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
             if v is None:
                 continue
             metrics[k] = _number(where, k, v)
-    details = data.get("details") if isinstance(data.get("details"), dict) else data
+    details = data.get("details")
+    if not isinstance(details, dict):
+        details = data
     errors = details.get("errors")
     if "failed" not in metrics and isinstance(errors, list):
         metrics["failed"] = float(sum(1 for e in errors if e))
