@@ -12,7 +12,7 @@ import functools
 import json
 import sys
 import time
-from datetime import date, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ from .ledger.specs import (
 )
 from .ledger.state import fingerprint
 from .ledger.workspace import init_workspace, open_workspace
-from .ledger.yamlio import load_yaml, load_yaml_text
+from .ledger.yamlio import load_yaml
 from .projections.errors import ProjectionError
 from .projections.graph import load_graph, resolve_graph_id
 from .projections.graph_views import summary, to_dot, to_mermaid, tree_lines
@@ -391,10 +391,10 @@ def check(ctx, as_json: bool) -> None:
 def parse_assignments(items: tuple[str, ...] | list[str], what: str, *,
                       numbers: bool = False) -> dict[str, Any]:
     """`KEY=VALUE` options, one parser for every command (--set, --metric). VALUE is JSON when
-    it is JSON (8, 1e3, true, "text", [1, 2]), else read by the specs' bounded YAML loader
-    (bfloat16, {a: 1}, anchors); an empty VALUE is null. A number the ledger cannot hold
-    (NaN, infinities, integers past 64 bits) is refused naming the key; with `numbers`, every
-    VALUE must be a finite number."""
+    it is JSON (8, 1e3, true, "text", [1, 2]), else the text as given (bfloat16, eager: no
+    YAML, so `yes` stays text and a value can hold any character). A number the ledger
+    cannot hold (NaN, infinities, integers past 64 bits) is refused naming the key; with
+    `numbers`, every VALUE must be a finite number."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -403,11 +403,9 @@ def parse_assignments(items: tuple[str, ...] | list[str], what: str, *,
             raise click.ClickException(f"{what} {item!r}: expected KEY=VALUE")
         where = f"{what} {key}"
         try:
-            value = json.loads(raw) if raw.strip() else None
-        except (ValueError, RecursionError):  # not JSON (or too deep for it)
-            value = load_yaml_text(raw, where)[0]
-            if isinstance(value, date):  # YAML's timestamps: the text as given
-                value = raw
+            value = json.loads(raw)
+        except (ValueError, RecursionError):  # not JSON (or too deep for it): the text
+            value = raw
         if numbers:
             if isinstance(value, str):
                 try:

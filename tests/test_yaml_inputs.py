@@ -230,34 +230,33 @@ def test_cli_refuses_each_shape_without_traceback_or_write(tmp_path, forge_home)
         assert ws.ledger.max_position() == before
 
 
-@pytest.mark.parametrize(("value", "says"), [
-    ("&a [*a]", "recursive alias"),
-    ("[" * 5000, "nested deeper"),
-    (".nan", "NaN is not a finite number"),
-    ("99999999999999999999999", "does not fit in 64 bits"),
-    ("[" + ", ".join(["&x" + str(i) + " [1]" for i in range(3)]) + "]", None),  # fine
+@pytest.mark.parametrize("value", [
+    "&a [*a]", "[" * 5000, ".nan", "x\n---\ny: 1", "yes", "{a: 1}", "</script>",
 ])
-def test_set_values_go_through_the_bounded_loader(value, says):
+def test_set_values_that_are_not_json_stay_text(value):
+    """No YAML on the command line: anchors, document markers and `yes` are text as typed."""
+    from infer_forge.cli import parse_assignments
+
+    assert parse_assignments([f"k={value}"], "--set") == {"k": value}
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("NaN", "NaN is not a finite number"),
+    ("99999999999999999999999", "does not fit in 64 bits"),
+    ("[1, 1e999]", "Infinity is not a finite number"),
+])
+def test_set_values_the_ledger_cannot_hold_are_refused(value, says):
     from infer_forge.cli import parse_assignments
     from infer_forge.ledger.errors import LedgerError
 
-    if says is None:
-        assert parse_assignments([f"cuda_graph_bs={value}"], "--set") == \
-            {"cuda_graph_bs": [[1], [1], [1]]}
-        return
-    for what, numbers in (("--set", False), ("--metric", True)):
-        if numbers and "64 bits" in says:
-            continue  # a metric is a float: a big integer is a (large) number
-        with pytest.raises(LedgerError) as ei:
-            parse_assignments([f"threads={value}"], what, numbers=numbers)
-        assert str(ei.value).startswith(f"{what} threads:") and says in str(ei.value)
-    assert parse_assignments(["threads=4", "dtype=bfloat16"], "--set") == \
-        {"threads": 4, "dtype": "bfloat16"}
+    with pytest.raises(LedgerError) as ei:
+        parse_assignments([f"threads={value}"], "--set")
+    assert str(ei.value).startswith("--set threads") and says in str(ei.value)
 
 
 @pytest.mark.parametrize(("raw", "value"), [
     ("true", True), ("8", 8), ("bfloat16", "bfloat16"), ("1e3", 1000.0), ("-2.5", -2.5),
-    ("[1, 2]", [1, 2]), ("{a: 1}", {"a": 1}), ('"8"', "8"), ("", None),
+    ("[1, 2]", [1, 2]), ("{a: 1}", "{a: 1}"), ('"8"', "8"), ("", ""),
     ("2024-01-01", "2024-01-01"), ("a=b", "a=b"),
 ])
 def test_one_key_value_parser_for_every_command(raw, value):
