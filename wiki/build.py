@@ -6,6 +6,8 @@ Contracts:
 - Freshness: every page records the ledger position it reflects; a file is rewritten only
   when its content changed, pages whose sources vanished are removed, and a build at an
   unchanged index position with unchanged settings does nothing.
+- Reuse: drawings are kept between builds by what they draw (`_plots.json`), and a page whose
+  content, links and renderer are unchanged is not rendered again (`_rendered.json`).
 - Related pages: embedding similarity of title + summary + facets (sentence-transformers),
   plus a bonus per shared dimension; without embeddings, shared dimensions alone.
 - Backlinks are derived after all pages exist; lint ignores them when looking for orphans.
@@ -13,6 +15,9 @@ Contracts:
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
 import json
 import os
 import time
@@ -25,6 +30,7 @@ from typing import Any
 from ..ledger.workspace import Workspace
 from ..projections.index import open_index
 from . import narrative
+from . import page as page_module
 from .errors import WikiError
 from .graphs import GRAPH_INDEX, graph_pages
 from .page import Page, link, text, to_html, to_markdown
@@ -39,6 +45,7 @@ BUILD_VERSION = 4  # bump when page generation changes: existing wikis rebuild (
 # 3: user text never forms a link, injective page names, the graph index at `graphs`;
 # 4: the site rendered from markdown by markdown-it, plots by matplotlib with verdicts and SLOs)
 PLOT_CACHE = "_plots.json"  # drawings kept between builds (plot.PlotCache)
+RENDERED = "_rendered.json"  # what each page's files were rendered from (Rendered)
 RELATED_K = 5
 DIM_BONUS = 0.05  # added to the cosine similarity per shared dimension
 MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims", "graphs")
@@ -174,6 +181,71 @@ def _write(path: Path, text: str) -> bool:
     return True
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.cache
+def _renderer() -> str:
+    """What renders every page: the page module's code (markdown, HTML, escaping, CSS), the
+    markdown and YAML libraries' versions, the build's version and the site's navigation."""
+    try:
+        code = Path(page_module.__file__ or "").read_bytes()
+    except OSError:
+        code = b""
+    versions = [importlib.metadata.version(d) for d in ("markdown-it-py", "PyYAML")]
+    return _sha256(repr((BUILD_VERSION, _sha256(code), versions, NAV)).encode())
+
+
+class Rendered:
+    """The journal and site files of each page as the last build wrote them, kept in the wiki's
+    `_rendered.json`: per page, the digest of all its files are made of (its head and blocks,
+    which of its links reach a built page, `_renderer()`) and the digests of the two files
+    written. A page whose digest is the one kept, and whose files on disk are the ones written,
+    is not rendered again (markdown-it is most of a build's time when the plots are kept): a
+    forced build of an unchanged index renders nothing, a build after new events renders the
+    pages they changed. A file edited or lost since is written again; a damaged record is
+    ignored (every page rendered)."""
+
+    def __init__(self, path: Path, known: set[str]) -> None:
+        self.path, self.known = path, known
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        self.kept: dict[str, list[str]] = {
+            k: v for k, v in (data.items() if isinstance(data, dict) else ())
+            if isinstance(v, list) and len(v) == 3 and all(isinstance(x, str) for x in v)}
+        self.now: dict[str, list[str]] = {}
+
+    def source(self, p: Page) -> str:
+        """The digest of what the page's files are made of. Reprs: a Text, a Link and the
+        index's values (str, numbers, None) each show their type and value."""
+        made_of = (_renderer(), p.path, p.kind, p.title, p.position, p.meta, p.blocks,
+                   sorted(p.links() & self.known))
+        return _sha256(repr(made_of).encode("utf-8", "surrogatepass"))
+
+    def unchanged(self, p: Page, source: str, files: Sequence[Path]) -> bool:
+        kept = self.kept.get(p.path)
+        if kept is None or kept[0] != source:
+            return False
+        for f, digest in zip(files, kept[1:], strict=True):
+            try:
+                if _sha256(f.read_bytes()) != digest:
+                    return False
+            except OSError:
+                return False
+        self.now[p.path] = kept
+        return True
+
+    def record(self, p: Page, source: str, texts: Sequence[str]) -> None:
+        self.now[p.path] = [source, *(_sha256(t.encode("utf-8")) for t in texts)]
+
+    def save(self) -> None:
+        if self.now != self.kept:
+            _write(self.path, json.dumps(self.now, sort_keys=True, separators=(",", ":")))
+
+
 def _prune(root: Path, keep: set[Path], ext: str) -> int:
     removed = 0
     for sub in MANAGED:
@@ -240,14 +312,22 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     t = time.perf_counter()
     keep_md, keep_html = set(), set()
     known = {p.path for p in pages} | {"search"}  # the site links to these pages only
+    rendered = Rendered(wiki_dir / RENDERED, known)
     for p in pages:
         md, html = wiki_dir / f"{p.path}.md", site_dir / f"{p.path}.html"
         keep_md.add(md)
         keep_html.add(html)
-        changed = _write(md, to_markdown(p))
-        changed = _write(html, to_html(p, NAV, known)) or changed
+        source = rendered.source(p)
+        if rendered.unchanged(p, source, (md, html)):
+            report.unchanged += 1
+            continue
+        texts = (to_markdown(p), to_html(p, NAV, known))
+        changed = _write(md, texts[0])
+        changed = _write(html, texts[1]) or changed
+        rendered.record(p, source, texts)
         report.written += changed
         report.unchanged += not changed
+    rendered.save()
     report.removed = _prune(wiki_dir, keep_md, ".md") + _prune(site_dir, keep_html, ".html")
     _write(site_dir / "search.json",
            json.dumps(search_entries(pages), ensure_ascii=False, separators=(",", ":")))

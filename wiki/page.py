@@ -28,6 +28,7 @@ draw.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import re
@@ -96,6 +97,9 @@ class Text(tuple):
 
     def __format__(self, spec: str) -> str:
         raise TypeError("a Text is not a string: combine it with text(...), not an f-string")
+
+    def __repr__(self) -> str:  # not a tuple's: a build's record of pages tells them apart
+        return f"Text{tuple.__repr__(self)}"
 
 
 def link(path: str, label: Any = None) -> Link:
@@ -426,21 +430,62 @@ def _render_link_close(self: Any, tokens: list, idx: int, options: Any, env: dic
     return "" if env.pop("dropped", False) else "</a>"
 
 
+# Where an inline rule of the site's renderer can start (newline, backslash escape, code span,
+# emphasis, link, entity; and `]`, `<`, `!`, `~` for good measure): a run of inline text
+# without any of these is parsed into one text token.
+_INLINE_MARKUP = re.compile(r"[\n\\`*_\[\]&<!~]")
+INLINE_MEMO = 50_000  # inline texts whose tokens the renderer keeps (cell texts repeat a lot)
+
+
 @functools.cache
 def _markdown_it() -> MarkdownIt:
     """CommonMark with tables; no raw HTML, images, autolinks or reference definitions; a
     link only to a page of the site (`SITE_HREF`, then `_render_link_open`); every text
     escaped with `esc`. Built on first use: importing the wiki (every forge command) stays
-    fast."""
+    fast.
+
+    Off as well, because forge's markdown never holds them (`md_escape`, one line per block):
+    indented code, block quotes, thematic breaks, setext headings. And the inline text of a
+    heading, paragraph, list item or table cell in which no inline rule can start
+    (`_INLINE_MARKUP`) becomes its one text token without the inline parser, exactly the
+    token the parser makes (tested): most table cells are plain numbers and names, and the
+    parser's cost is per run of text, not per character. Other inline texts are parsed once
+    and their tokens kept (`INLINE_MEMO` of them; each use gets copies): links, headers and
+    candidates repeat on many pages."""
     from markdown_it import MarkdownIt
+    from markdown_it.rules_core import StateCore
+    from markdown_it.token import Token
 
     class SiteMarkdown(MarkdownIt):
         def validateLink(self, url: str) -> bool:
             return SITE_HREF.fullmatch(url) is not None
 
+    parsed: dict[str, list[Token]] = {}  # inline text -> its tokens, as the parser made them
+
+    def inline(state: StateCore) -> None:  # markdown-it's core rule `inline`, shortcuts first
+        for token in state.tokens:
+            if token.type != "inline":
+                continue
+            content = token.content
+            if content and _INLINE_MARKUP.search(content) is None:
+                plain = Token("text", "", 0)
+                plain.content = content
+                token.children = [plain]
+                continue
+            got = parsed.get(content)
+            if got is None:
+                got = state.md.inline.parse(content, state.md, {}, [])
+                if len(parsed) >= INLINE_MEMO:
+                    parsed.clear()
+                parsed[content] = got
+            # copies: later rules (text_join) change the tokens they are given
+            token.children = [copy.deepcopy(t) if t.children else copy.copy(t) for t in got]
+
     md = SiteMarkdown("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable("table")
-    md.disable(["image", "autolink", "html_inline", "html_block", "reference"])
+    md.disable(["image", "autolink", "html_inline", "html_block", "reference",
+                "code", "blockquote", "hr", "lheading"])
+    md.core.ruler.at("inline", inline)
     for name, rule in (("text", _render_text), ("code_inline", _render_code_inline),
                        ("code_block", _render_code_block), ("fence", _render_code_block),
                        ("link_open", _render_link_open), ("link_close", _render_link_close)):

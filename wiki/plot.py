@@ -28,7 +28,7 @@ import threading
 import unicodedata
 import warnings
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -46,10 +46,10 @@ LINE_COLOURS = ["#e8590c", "#862e9c", "#0b7285", "#5c940d"]
 MAX_LABELS = 30  # points labelled beside them; more would overlap
 MAX_LEGEND_GROUPS = 12
 LABEL_CHARS, LEGEND_CHARS, TITLE_CHARS = 24, 28, 80
-RC = {"svg.hashsalt": "infer-forge", "svg.fonttype": "none", "text.parse_math": False,
-      "font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"], "font.size": 9,
-      "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
-      "xtick.labelsize": 8, "ytick.labelsize": 8}
+RC: Any = {"svg.hashsalt": "infer-forge", "svg.fonttype": "none", "text.parse_math": False,
+           "font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"], "font.size": 9,
+           "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8,
+           "xtick.labelsize": 8, "ytick.labelsize": 8}  # matplotlib's rc parameters
 METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 _LOCK = threading.Lock()  # matplotlib's state (rc parameters, font cache) is not thread-safe
 
@@ -102,30 +102,63 @@ def plot_svg(points: Iterable[Point], *, xlabel: str, ylabel: str, title: str,
         return ""
     guides = sorted({(ln.axis, float(ln.value), clean_text(ln.label, LEGEND_CHARS))
                      for ln in lines if _finite(ln.value) and ln.axis in ("x", "y")})
-    try:
-        with _LOCK, warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # missing glyphs, singular limits: drawn anyway
+    with _LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # missing glyphs, singular limits: drawn anyway
+        try:
             svg = _draw(pts, guides, xlabel, ylabel, title, width, height)
-    except (ValueError, OverflowError, ArithmeticError, RuntimeError):
-        return ""
+        except (ValueError, OverflowError, ArithmeticError, RuntimeError):
+            _CANVAS.pop((width, height), None)  # the next drawing starts from a new figure
+            return ""
     return _checked(svg)
 
 
-def _draw(pts: list[Point], guides: list[tuple[str, float, str]], xlabel: str, ylabel: str,
-          title: str, width: float, height: float) -> str:
-    import matplotlib
+# One figure per size, kept and emptied between drawings: a new Figure and Axes (their ticks,
+# spines, texts) cost more than most drawings. What a drawing adds (points, lines, labels, the
+# legend) is removed before the next; what it sets (limits, title, axis labels) is set by
+# every drawing. So a drawing does not depend on the ones before it (tested).
+_CANVAS: dict[tuple[float, float], Any] = {}
+MARGINS = {"left": 0.13, "right": 0.68, "top": 0.9, "bottom": 0.13}  # of the figure
+TICK_SPACE_PT = 7 + 4  # tick length and padding (3.5 + 3.5 points), then a gap to the label
+DIGIT_EM = 0.64  # width of a tick label's character (DejaVu Sans digits: 0.636 em)
+
+
+def _canvas(width: float, height: float) -> Any:
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
+
+    got = _CANVAS.get((width, height))
+    if got is None:
+        fig = Figure(figsize=(width, height))
+        FigureCanvasSVG(fig)
+        ax = fig.add_subplot()
+        fig.subplots_adjust(**MARGINS)
+        ax.grid(True, color="#e9ecef", linewidth=0.6, zorder=0)
+        got = _CANVAS[(width, height)] = (fig, ax)
+    return got
+
+
+def _limits(axis: Any, values: list[float]) -> tuple[float, float]:
+    """What matplotlib's autoscaling makes of `values` on `axis` (a single value widened by its
+    locator, then 5% margins), computed here once instead of from every artist's data."""
+    lo, hi = axis.get_major_locator().nonsingular(min(values), max(values))
+    pad = (hi - lo) * 0.05
+    return lo - pad, hi + pad
+
+
+def _draw(pts: list[Point], guides: Sequence[tuple[str, float, str]], xlabel: str, ylabel: str,
+          title: str, width: float, height: float) -> str:
+    import matplotlib
     from matplotlib.lines import Line2D
 
     judged = any(p.verdict is not None for p in pts)
     groups = sorted({p.group for p in pts})
     by_group = len(groups) > 1
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(width, height))
-        FigureCanvasSVG(fig)
-        ax = fig.add_subplot()
-        fig.subplots_adjust(left=0.12, right=0.68, top=0.9, bottom=0.13)
+        fig, ax = _canvas(width, height)
+        for artist in [*ax.collections, *ax.lines, *ax.texts]:
+            artist.remove()
+        if ax.legend_ is not None:
+            ax.legend_.remove()
         marks: dict[tuple[str, str], list[Point]] = {}
         for p in pts:
             if judged:
@@ -141,6 +174,8 @@ def _draw(pts: list[Point], guides: list[tuple[str, float, str]], xlabel: str, y
         drawn = [(ax.axvline if axis == "x" else ax.axhline)(
             value, color=LINE_COLOURS[i % len(LINE_COLOURS)], linestyle="--", linewidth=1,
             zorder=2, label=label) for i, (axis, value, label) in enumerate(guides)]
+        ax.set_xlim(_limits(ax.xaxis, [p.x for p in pts] + [v for a, v, _ in guides if a == "x"]))
+        ax.set_ylim(_limits(ax.yaxis, [p.y for p in pts] + [v for a, v, _ in guides if a == "y"]))
         if len(pts) <= MAX_LABELS:
             at: dict[tuple[float, float], list[str]] = {}
             for p in pts:
@@ -157,9 +192,10 @@ def _draw(pts: list[Point], guides: list[tuple[str, float, str]], xlabel: str, y
                                label=v) for v, (c, m) in VERDICT_STYLE.items() if v in present]
         if by_group or not judged:
             for i, g in enumerate(groups[:MAX_LEGEND_GROUPS]):
-                style = ({"marker": GROUP_MARKERS[i % len(GROUP_MARKERS)], "color": "#212529",
-                          "markerfacecolor": "none"} if judged  # the shape of the group
-                         else {"marker": "o", "color": PALETTE[i % len(PALETTE)]})
+                style: dict[str, Any] = (
+                    {"marker": GROUP_MARKERS[i % len(GROUP_MARKERS)], "color": "#212529",
+                     "markerfacecolor": "none"} if judged  # the shape of the group
+                    else {"marker": "o", "color": PALETTE[i % len(PALETTE)]})
                 handles.append(Line2D([], [], linestyle="", **style,
                                       label=clean_text(g or "—", LEGEND_CHARS)))
             if len(groups) > MAX_LEGEND_GROUPS:
@@ -167,10 +203,21 @@ def _draw(pts: list[Point], guides: list[tuple[str, float, str]], xlabel: str, y
                                       label=f"… {len(groups) - MAX_LEGEND_GROUPS} more"))
         ax.legend(handles=handles + drawn, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                   frameon=False, borderaxespad=0)
-        ax.set_title(clean_text(title, TITLE_CHARS), loc="left")
+        # Fixed places for the title and axis labels (matplotlib would measure every tick
+        # label to place them): the x label below the tick labels (one line of a known
+        # size), the y label left of the widest tick label, by its characters.
+        ax.set_title(clean_text(title, TITLE_CHARS), loc="left", y=1.0)
         ax.set_xlabel(clean_text(xlabel, TITLE_CHARS))
         ax.set_ylabel(clean_text(ylabel, TITLE_CHARS))
-        ax.grid(True, color="#e9ecef", linewidth=0.6, zorder=0)
+        size_pt = fig.get_size_inches() * 72 * [MARGINS["right"] - MARGINS["left"],
+                                                MARGINS["top"] - MARGINS["bottom"]]
+        font_pt = matplotlib.rcParams["ytick.labelsize"]
+        ax.xaxis.set_label_coords(0.5, -(TICK_SPACE_PT + font_pt * 1.2) / size_pt[1])
+        lo, hi = ax.get_ylim()
+        ticks = ax.yaxis.get_major_formatter().format_ticks(
+            [t for t in ax.yaxis.get_major_locator()() if lo <= t <= hi])
+        widest = max((len(t) for t in ticks), default=1) * DIGIT_EM * font_pt
+        ax.yaxis.set_label_coords(-(TICK_SPACE_PT + widest) / size_pt[0], 0.5)
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata=METADATA)
     return buf.getvalue()
@@ -212,7 +259,8 @@ def _checked(svg: str) -> str:
 
 # --- drawings kept between builds -----------------------------------------------------------
 
-PLOT_VERSION = 1  # bump when the drawing changes: cached drawings are drawn again
+PLOT_VERSION = 2  # bump when the drawing changes: cached drawings are drawn again
+# (2: one figure kept between drawings, title and axis labels at fixed places)
 
 
 @functools.cache
