@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..ledger.workspace import Workspace
 from .errors import HarnessError
 from .loop.define import define_task
 from .loop.engine_evaluator import EngineEvaluator
@@ -67,7 +68,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(ws: Any, echo: Callable[[str], None] = print,
+def run_demo(ws: Workspace, echo: Callable[[str], None] = print,
              task_file: Path = DEMO_TASK) -> dict[str, Any]:
     """Run the main job in workspace `ws`; returns timings and the candidate table."""
     if not task_file.is_file():

@@ -26,13 +26,13 @@ Measurements outside any task go to the `measurements` stream (`record_measureme
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ..ledger import events as E
 from ..ledger.errors import ConflictError, NotFoundError
 from ..ledger.ids import shown, unknown_id_hint
 from ..ledger.store import Append, SaveResult
 from ..ledger.streams import MEASUREMENTS_STREAM, task_stream
+from ..ledger.workspace import Workspace
 from ..projections.memory import TaskMemory, build_memory, read_memory
 from .errors import HarnessError
 
@@ -104,7 +104,7 @@ def _not_open(what: str, bid: str | None, open_block: str | None, blocks: set[st
     return f"{what}: the task has no block {bid}; {now}"
 
 
-def task_append(ws: Any, task_id: str, events: Sequence[E.Event], *,
+def task_append(ws: Workspace, task_id: str, events: Sequence[E.Event], *,
                 expected_version: int | None = None) -> Append:
     """The checked Append of `events` to the task's stream, expecting the version read now
     (or, given `expected_version`, that one: a stream that moved since raises
@@ -121,7 +121,7 @@ def task_append(ws: Any, task_id: str, events: Sequence[E.Event], *,
                   version if expected_version is None else expected_version)
 
 
-def append_to_task(ws: Any, task_id: str, events: Sequence[E.Event], *,
+def append_to_task(ws: Workspace, task_id: str, events: Sequence[E.Event], *,
                    command_id: str | None = None, expected_version: int | None = None,
                    also: Sequence[Append] = ()) -> SaveResult:
     """Check and append `events` to the task's stream (with `also`, in the same save)."""
@@ -129,7 +129,7 @@ def append_to_task(ws: Any, task_id: str, events: Sequence[E.Event], *,
                           *also, command_id=command_id)
 
 
-def check_measurement_target(ws: Any, task_id: str | None, block_id: str | None) -> None:
+def check_measurement_target(ws: Workspace, task_id: str | None, block_id: str | None) -> None:
     """Refuse now, before a long run or import, a measurement that `record_measurements`
     would refuse after it (an unknown or exited task, a block not open)."""
     if task_id is not None:
@@ -137,7 +137,7 @@ def check_measurement_target(ws: Any, task_id: str | None, block_id: str | None)
                                                         task_id=task_id, block_id=block_id)])
 
 
-def record_measurements(ws: Any, events: Sequence[E.MeasurementRecorded], *,
+def record_measurements(ws: Workspace, events: Sequence[E.MeasurementRecorded], *,
                         task_id: str | None, command_id: str | None = None) -> SaveResult:
     """Measurements of a task (checked as above: its open block, or task-level) or, without
     a task, on the `measurements` stream."""

@@ -39,6 +39,7 @@ from ...ledger import events as E
 from ...ledger.events import without_non_finite
 from ...ledger.ids import check_optional_id
 from ...ledger.streams import MEASUREMENTS_STREAM, task_stream
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..record import check_measurement_target, record_measurements
 from .datasets import Prompt, build_prompts
@@ -247,7 +248,7 @@ def _storable_meta(meta: dict[str, Any], omitted: dict[str, str]) -> dict[str, A
     return {**meta, "omitted_metrics": omitted} if omitted else meta
 
 
-def record_measurement(ws, result: BenchResult, *, task_id: str | None = None,
+def record_measurement(ws: Workspace, result: BenchResult, *, task_id: str | None = None,
                        block_id: str | None = None, run_id: str | None = None,
                        source: str = "forge-bench", candidate: Mapping[str, Any] | None = None,
                        repeat: int | None = None, meta: Mapping[str, Any] | None = None):
@@ -321,8 +322,8 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
                   request_rate: float = math.inf, warmup: int = 1, seed: int = 42,
                   engine: str = "hf", endpoint: str = "completions",
                   extra_body: Mapping[str, Any] | None = None, goodput: Sequence[str] = (),
-                  transport: str = "auto", gsp: Mapping[str, int] | None = None, ws=None,
-                  task_id: str | None = None,
+                  transport: str = "auto", gsp: Mapping[str, int] | None = None,
+                  ws: Workspace | None = None, task_id: str | None = None,
                   block_id: str | None = None, records_out: str | None = None,
                   ) -> dict[str, Any]:
     """`forge bench`: build the prompts, run, optionally record; returns a JSON-able summary

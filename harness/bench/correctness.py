@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from ...ledger import events as E
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..record import record_measurements
 from .client import BenchConfig, run_bench
@@ -116,7 +117,7 @@ def compare_outputs(baseline: Sequence[GreedyOutput],
     return rate, per
 
 
-def record_correctness(ws, rate: float, per_prompt: Sequence[Mapping[str, Any]],
+def record_correctness(ws: Workspace, rate: float, per_prompt: Sequence[Mapping[str, Any]],
                        outputs: Sequence[GreedyOutput] = (), *, task_id: str | None = None,
                        block_id: str | None = None, candidate: Mapping[str, Any] | None = None,
                        run_id: str | None = None, baseline_digest: str | None = None):

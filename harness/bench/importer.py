@@ -38,6 +38,7 @@ from ...ledger.events import bad_number, field_path
 from ...ledger.ids import check_optional_id
 from ...ledger.streams import MEASUREMENTS_STREAM, task_stream
 from ...ledger.textfile import TextFileError, read_text
+from ...ledger.workspace import Workspace
 from .. import jsonl
 from ..errors import HarnessError
 from ..record import check_measurement_target, record_measurements
@@ -252,7 +253,7 @@ def _scan_chunks(p: Path, scan: _Scan) -> Iterator[bytes]:
         yield b"".join(pending)
 
 
-def import_results(ws, path: str | Path, *, task_id: str | None = None,
+def import_results(ws: Workspace, path: str | Path, *, task_id: str | None = None,
                    block_id: str | None = None) -> dict[str, Any]:
     """Record every run in `path` as a MeasurementRecorded; returns a summary.
 

@@ -12,6 +12,7 @@ from ...ledger import events as E
 from ...ledger.specs import (
     effective_digest,
 )
+from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
@@ -22,7 +23,7 @@ from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed
 from .task import LoadedTask, human_actor, load_task_from_ledger
 
 
-def _open(ws: Any, task_id: str) -> tuple[LoadedTask, TaskMemory, int]:
+def _open(ws: Workspace, task_id: str) -> tuple[LoadedTask, TaskMemory, int]:
     lt = load_task_from_ledger(ws, task_id)
     mem, version = read_memory(ws.ledger, task_id)
     if mem.status == "exited":
@@ -38,7 +39,7 @@ def _need_block(task_id: str, mem: TaskMemory, what: str) -> BlockRecord:
     return mem.current_block
 
 
-def start_block(ws: Any, task_id: str, sub_goal: str, candidate: dict[str, Any] | None = None,
+def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str, Any] | None = None,
                 actor: E.Actor | None = None) -> dict[str, Any]:
     lt, mem, version = _open(ws, task_id)
     if mem.current_block is not None:
@@ -61,7 +62,7 @@ def start_block(ws: Any, task_id: str, sub_goal: str, candidate: dict[str, Any] 
     return {"task_id": task_id, "block_id": bid, "index": index, "candidate": cand}
 
 
-def run_command(ws: Any, task_id: str, argv: list[str], cwd: str | None = None,
+def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = None,
                 tee: bool = True) -> dict[str, Any]:
     """`forge run -- CMD`: run CMD as a recorded tool call of the task's open block."""
     if not argv:
@@ -79,7 +80,7 @@ def run_command(ws: Any, task_id: str, argv: list[str], cwd: str | None = None,
             "stderr_digest": run.event.stderr_digest, "event_id": str(run.event.event_id)}
 
 
-def record_measurement(ws: Any, task_id: str, metrics: dict[str, float], *,
+def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *,
                        source: str = "manual", success: bool = True, error: str | None = None,
                        artifact: str | Path | None = None) -> dict[str, Any]:
     # Before anything is read or stored: a NaN or infinite metric is refused by name.
@@ -99,7 +100,7 @@ def record_measurement(ws: Any, task_id: str, metrics: dict[str, float], *,
             "event_id": str(ev.event_id)}
 
 
-def verify_block(ws: Any, task_id: str) -> dict[str, Any]:
+def verify_block(ws: Workspace, task_id: str) -> dict[str, Any]:
     """Verify the open block: the task's verification path in order (its command steps run
     as recorded tool calls), the contract's gates judged on the block's measurements
     against the baseline at `gates`."""
@@ -117,7 +118,7 @@ def verify_block(ws: Any, task_id: str) -> dict[str, Any]:
             "steps": [x.model_dump() for x in ev.steps], "event_id": str(ev.event_id)}
 
 
-def handoff_block(ws: Any, task_id: str, *, state_reached: str, findings: list[str] = (),  # type: ignore[assignment]
+def handoff_block(ws: Workspace, task_id: str, *, state_reached: str, findings: list[str] = (),  # type: ignore[assignment]
                   next_sub_goal: str | None = None, outcome: str = "progress") -> dict[str, Any]:
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a handoff")
@@ -143,7 +144,7 @@ def _target_block(task_id: str, mem: TaskMemory, block: str | None) -> BlockReco
     return mem.execution_record[-1]
 
 
-def accept(ws: Any, task_id: str, *, block: str | None = None, summary: str = "",
+def accept(ws: Workspace, task_id: str, *, block: str | None = None, summary: str = "",
            actor: E.Actor | None = None) -> dict[str, Any]:
     """Accept a block's candidate: needs its latest verification to pass, for this task's
     contract on this task's deployment point."""
@@ -175,7 +176,7 @@ def accept(ws: Any, task_id: str, *, block: str | None = None, summary: str = ""
     return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
 
 
-def reject(ws: Any, task_id: str, reason: str, *, block: str | None = None) -> dict[str, Any]:
+def reject(ws: Workspace, task_id: str, reason: str, *, block: str | None = None) -> dict[str, Any]:
     if not reason.strip():
         raise HarnessError("a rejection needs --reason")
     lt, mem, version = _open(ws, task_id)
@@ -189,7 +190,7 @@ def reject(ws: Any, task_id: str, reason: str, *, block: str | None = None) -> d
     return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
 
 
-def exit_task(ws: Any, task_id: str, state: str, reason: str, *, handoff: str | None = None,
+def exit_task(ws: Workspace, task_id: str, state: str, reason: str, *, handoff: str | None = None,
               actor: E.Actor | None = None) -> dict[str, Any]:
     """A human exit. Each state needs its criteria: delivered an accepted deliverable;
     follow-up-handoff a handoff note; failed-budget a spent budget; failed-no-progress the
@@ -234,7 +235,7 @@ REOPENABLE = ("failed-blocked", "failed-unverifiable", "failed-no-progress",
               "follow-up-handoff", "aborted-by-human")
 
 
-def reopen_task(ws: Any, task_id: str, reason: str, *, actor: E.Actor | None = None
+def reopen_task(ws: Workspace, task_id: str, reason: str, *, actor: E.Actor | None = None
                 ) -> dict[str, Any]:
     """`forge task reopen`: an exited task runs again (`forge task run` or the manual path
     continue it). Appends TaskReopened; the fold keeps the exit in the task's history, and a

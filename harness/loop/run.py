@@ -12,6 +12,7 @@ from ...ledger import events as E
 from ...ledger.specs import (
     apply_candidate,
 )
+from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from .define import define_task
@@ -101,7 +102,7 @@ def exit_due(lt: LoadedTask, mem: TaskMemory, max_wall_s: float | None = None
     return None
 
 
-def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
+def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
              executor: Executor | None = None, progress: Progress | None = None,
              max_wall_s: float | None = None) -> LoopResult:
     """Run (or resume) a task's loop until it exits or its executor waits for a person."""
@@ -187,7 +188,7 @@ def run_task(ws: Any, task_id: str, *, evaluator: Evaluator | None = None,
             st.save(f"{blk.block_id}:handoff", _decide_events(st, blk, mem, executor), version)
 
 
-def run_task_file(ws: Any, path: str | Path, *, task_id: str | None = None,
+def run_task_file(ws: Workspace, path: str | Path, *, task_id: str | None = None,
                   max_wall_s: float | None = None, progress: Progress | None = None
                   ) -> LoopResult:
     """Define (idempotently) and run a task from its YAML file: the entry for graph nodes."""

@@ -13,6 +13,7 @@ from ...ledger.errors import ConflictError
 from ...ledger.specs import (
     effective_digest,
 )
+from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
 from ..record import append_to_task
@@ -25,7 +26,7 @@ from .verify import BlockVerification, verify
 class _Stepper:
     """Saves one step atomically with its deterministic command id; tells progress."""
 
-    def __init__(self, ws: Any, lt: LoadedTask, progress: Progress):
+    def __init__(self, ws: Workspace, lt: LoadedTask, progress: Progress):
         self.ws, self.lt, self.progress = ws, lt, progress
 
     def common(self, block_id: str | None = None, actor: E.Actor = LOOP_ACTOR) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def _handoff_text(mem: TaskMemory) -> str:
     return ". ".join(parts)
 
 
-def _baseline_ctx(mem: TaskMemory, ws: Any) -> dict[str, Any] | None:
+def _baseline_ctx(mem: TaskMemory, ws: Workspace) -> dict[str, Any] | None:
     base = mem.baseline_block()
     if base is None:
         return None

@@ -37,6 +37,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.payloads import StepResult
 from ...ledger.specs import VERIFICATION_PHASES, VerificationStep, step_name
+from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ..tools.calls import run_tool
 from .gates import Verdict, judge
@@ -130,7 +131,7 @@ def _phase(name: str, blk: BlockRecord, mem: TaskMemory, lt: LoadedTask
                                f"({', '.join(VERIFICATION_PHASES)}) nor a command step"), None
 
 
-def _command(ws: Any, lt: LoadedTask, blk: BlockRecord, step: VerificationStep,
+def _command(ws: Workspace, lt: LoadedTask, blk: BlockRecord, step: VerificationStep,
              fields: dict[str, Any], say: Say) -> tuple[StepResult, E.ToolInvoked]:
     cwd = Path(lt.base_dir) if lt.base_dir else Path.cwd()
     values = {"python": sys.executable, "task_dir": str(cwd)}
@@ -160,7 +161,7 @@ def _command(ws: Any, lt: LoadedTask, blk: BlockRecord, step: VerificationStep,
                                           else run.stdout)), ev
 
 
-def verify(ws: Any, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
+def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
            common: dict[str, Any], say: Say = lambda _s: None) -> BlockVerification:
     """Run the task's verification path on block `blk` (its measurements recorded).
     `common`: the envelope fields of every event (task, block, actor, input digests)."""
