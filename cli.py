@@ -64,7 +64,7 @@ from .ledger.specs import (
     spec_hash,
 )
 from .ledger.state import fingerprint
-from .ledger.workspace import init_workspace, open_workspace
+from .ledger.workspace import Workspace, init_workspace, open_workspace
 from .ledger.yamlio import load_yaml
 from .projections.errors import ProjectionError
 from .projections.graph import load_graph, resolve_graph_id
@@ -111,7 +111,7 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
 
-def open_ws(ctx: click.Context):
+def open_ws(ctx: click.Context) -> Workspace:
     ws = open_workspace(ctx.obj.get("home"))
     ctx.call_on_close(ws.close)
     return ws
@@ -1483,7 +1483,7 @@ def graph() -> None:
     """
 
 
-def _graph_id(ws, graph_id: str | None) -> str:
+def _graph_id(ws: Workspace, graph_id: str | None) -> str:
     return resolve_graph_id(ws.ledger, graph_id)
 
 
