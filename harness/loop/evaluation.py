@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
+from ...ledger.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class EvalContext:
     "artifact_digest"}, ...]}` from the baseline block's measurements (None for the baseline
     itself): token match compares against what the baseline run kept in `meta`/artifacts."""
 
-    workspace: Any
+    workspace: Workspace | None
     task_id: str
     block_id: str
     point: DeploymentPoint | None

@@ -103,13 +103,14 @@ class CommandEvaluator:
         red = capture_redactor(ctx.workspace, env)  # before any of the output is kept
         proc.stdout, proc.stderr = red.text(proc.stdout), red.text(proc.stderr)
         cwd = str(Path(self.cwd or os.getcwd()).resolve())
-        secret = tuple(getattr(getattr(ctx.workspace, "config", None), "secret_env", ()) or ())
+        ws = ctx.workspace
+        secret = tuple(ws.config.secret_env) if ws is not None else ()
         meta: dict[str, Any] = {"argv": self.argv, "repeat": repeat, "exit_code": proc.returncode,
                                 "duration_s": round(duration, 6), "cwd": cwd,
                                 "env_digest": env_digest(env, secret)}
         if repeat == 0:  # the tree does not change between repeats of one candidate
             meta["repo_digest"] = repo_digest(cwd)
-        store = getattr(ctx.workspace, "artifacts", None)
+        store = ws.artifacts if ws is not None else None
         if store is not None:
             meta["stdout_digest"] = store.put(proc.stdout)
             if proc.stderr:
