@@ -174,6 +174,13 @@ def test_fuzzed_specs(fuzz_home, tmp_path):
 
 
 def test_fuzzed_bench_files(fuzz_home, tmp_path):
+    from infer_forge.harness.loop.define import define_task
+    from infer_forge.ledger.workspace import open_workspace
+
+    from tests.test_loop import make_task_dir
+
+    with open_workspace(fuzz_home) as ws:  # bench import records only into a defined task
+        define_task(ws, make_task_dir(tmp_path / "specs", "fuzz"))
     cases = []
     for n, src in enumerate(BENCH):
         rng = random.Random(2000 + n)

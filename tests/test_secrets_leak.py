@@ -261,7 +261,7 @@ nodes:
     summary = run_graph(workspace, "leak", jobs=1)
     assert summary.counts.get("rejected") == 1  # the second check failed, quoting stderr
     checks = [c for r in workspace.ledger.log() for c in getattr(r.event, "checks", None) or []]
-    assert {c["name"]: c["passed"] for c in checks} == {"value": True, "says-password": False}
+    assert {c.name: c.passed for c in checks} == {"value": True, "says-password": False}
     workspace.close()
     raw = b"".join(p.read_bytes() for p in workspace.home.rglob("*") if p.is_file())
     assert key.encode() not in raw and pw.encode() not in raw
