@@ -51,8 +51,8 @@ from .harness.loop.run import run_task
 from .harness.models.weights import list_models, pull
 from .ledger.check import check_home
 from .ledger.errors import LedgerError
-from .ledger.events import check_finite, finite_float
 from .ledger.graphspec import load_graph_yaml
+from .ledger.numbers import check_finite, finite_float
 from .ledger.redact import redact_message
 from .ledger.replay import replay_task
 from .ledger.specs import (

@@ -23,7 +23,8 @@ from eventsourcing.persistence import StoredEvent
 from pydantic import BaseModel, ValidationError
 
 from .errors import CorruptEventError, LedgerError, NonFiniteError, UnknownEventError
-from .events import EVENT_TYPES, UPCASTERS, Event, check_event_values, field_path
+from .events import EVENT_TYPES, UPCASTERS, Event, check_event_values
+from .numbers import field_path
 from .redact import Redactor
 
 VERSION_KEY = "_v"

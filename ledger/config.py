@@ -205,7 +205,7 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply") from None
-    from .events import bad_number, field_path
+    from .numbers import bad_number, field_path
 
     bad = bad_number(data)
     if bad is not None:

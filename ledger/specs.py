@@ -52,7 +52,7 @@ class Spec(BaseModel):
         """Free-form parts (a profile's `config`, scope values) take any value: refuse NaN,
         infinities and integers over 64 bits there too, before they can reach an event."""
         if isinstance(data, dict):
-            from .events import bad_number, field_path
+            from .numbers import bad_number, field_path
 
             bad = bad_number(data)
             if bad is not None:

@@ -181,7 +181,7 @@ def _read_text(p: Path) -> str:
 def number_problems(path: str | Path, data: Any, node: yaml.Node | None) -> list[str]:
     """A one-line problem for the first number in `data` the ledger cannot hold (NaN, an
     infinity, a float too large such as 1e400, an integer over 64 bits), or []."""
-    from .events import bad_number
+    from .numbers import bad_number
 
     bad = bad_number(data)
     if bad is None:

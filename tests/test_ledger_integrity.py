@@ -29,6 +29,7 @@ from infer_forge.harness.loop.manual import record_measurement, start_block
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
+from infer_forge.ledger import numbers as N
 from infer_forge.ledger.check import check_home
 from infer_forge.ledger.errors import (
     CorruptEventError,
@@ -83,7 +84,7 @@ def one_line_error(res: subprocess.CompletedProcess) -> str:
 ])
 def test_check_finite_names_the_path(value, path, says):
     with pytest.raises(NonFiniteError) as e:
-        E.check_finite(value, "spec.yaml: contract")
+        N.check_finite(value, "spec.yaml: contract")
     msg = str(e.value)
     assert msg.startswith(f"spec.yaml: contract{path}: ") and says in msg and "\n" not in msg
     assert isinstance(e.value, LedgerError)
@@ -92,7 +93,7 @@ def test_check_finite_names_the_path(value, path, says):
 @pytest.mark.parametrize("value", [0, 1.5, -2**63, 2**64 - 1, True, None, "NaN", "inf",
                                    {"a": [1, "x", None, {"b": 1e308}]}, [], {}])
 def test_check_finite_passes_what_json_holds(value):
-    E.check_finite(value, "x")  # no error
+    N.check_finite(value, "x")  # no error
 
 
 @pytest.mark.parametrize(("make", "says"), [

@@ -36,8 +36,8 @@ from typing import Any
 import orjson
 
 from ...ledger import events as E
-from ...ledger.events import without_non_finite
 from ...ledger.ids import check_optional_id
+from ...ledger.numbers import without_non_finite
 from ...ledger.streams import MEASUREMENTS_STREAM, task_stream
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError

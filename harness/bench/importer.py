@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
-from ...ledger.events import bad_number, field_path
 from ...ledger.ids import check_optional_id
+from ...ledger.numbers import bad_number, field_path
 from ...ledger.streams import MEASUREMENTS_STREAM, task_stream
 from ...ledger.textfile import TextFileError, read_text
 from ...ledger.workspace import Workspace

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...ledger.events import metric_value
+from ...ledger.numbers import metric_value
 from ..errors import HarnessError
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
+from ...ledger import numbers as N
 from ...ledger.clock import digest
 from ...ledger.errors import ConflictError, NotFoundError
 from ...ledger.graphspec import CommandWork, LoopWork, VerifyStep
@@ -112,7 +113,7 @@ def metric_checks(step: VerifyStep, value: Any) -> list[GateResult]:
         return [GateResult.check(False, name=step.name, kind="metric", metric=step.metric,
                                  reason=f"metric {step.metric!r} missing from the last JSON "
                                         "line")]
-    x, why = E.metric_value(value)
+    x, why = N.metric_value(value)
     if x is None:
         return [GateResult.check(False, name=step.name, kind="metric", metric=step.metric,
                                  reason=f"metric {step.metric!r}: {why}")]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...ledger.events import metric_value
+from ...ledger.numbers import metric_value
 from ...ledger.workspace import Workspace
 from ..engines import ENGINES
 from ..errors import HarnessError

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
+from ...ledger import numbers as N
 from ...ledger.specs import (
     effective_digest,
 )
@@ -84,7 +85,7 @@ def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *
                        source: str = "manual", success: bool = True, error: str | None = None,
                        artifact: str | Path | None = None) -> dict[str, Any]:
     # Before anything is read or stored: a NaN or infinite metric is refused by name.
-    values = {k: E.finite_float(v, f"metric {k}") for k, v in metrics.items()}
+    values = {k: N.finite_float(v, f"metric {k}") for k, v in metrics.items()}
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a measurement")
     n = len(blk.measurements)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ...ledger import events as E
+from ...ledger import numbers as N
 from ...ledger.clock import utcnow
 from ...ledger.errors import ConflictError
 from ...ledger.specs import (
@@ -89,10 +90,10 @@ def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult]) ->
         meta = {k: v for k, v in r.meta.items() if k != "outputs"}
         # An evaluator's NaN / infinite numbers are not measurements: left out of the event,
         # the reasons kept in its meta (never a crash, never a `null` in the ledger).
-        meta, dropped = E.without_non_finite(meta, "meta")
+        meta, dropped = N.without_non_finite(meta, "meta")
         metrics: dict[str, float] = {}
         for k, v in r.metrics.items():
-            f, why = E.metric_value(v)
+            f, why = N.metric_value(v)
             if f is None:
                 dropped[f"metrics.{k}"] = str(why)
             else:
