@@ -31,6 +31,8 @@ def _plots() -> list[dict]:
         {"points": [P.Point(-3e5, 0.002, "neg", None, "a"), P.Point(7e5, 0.0025, "pos", None, "b")],
          "lines": [P.Line("y", 0.004, "above every point")], "title": "no verdicts"},
         {"points": [P.Point(2.0, 2.0, "only", "baseline")], "lines": [], "title": "one point"},
+        {"points": [P.Point(1e6 + i / 2, 1e-7 * i, f"o{i}", "rejected") for i in range(4)],
+         "lines": [], "title": "axes with an offset and a scale"},
     ]
 
 
@@ -54,9 +56,13 @@ def test_a_drawing_does_not_depend_on_the_drawings_before_it(monkeypatch):
     # What one drawing added is not in the next: its labels, lines and legend are gone.
     import xml.etree.ElementTree as ET
 
-    texts = ["".join(t.itertext()) for t in
-             ET.fromstring(fresh[3]).iter("{http://www.w3.org/2000/svg}text")]
-    assert "only" in texts and not {"b1", "floor", "rp0", "neg"} & set(texts)
+    def texts(svg: str) -> set[str]:
+        return {"".join(t.itertext()) for t in
+                ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")}
+
+    assert "only" in texts(fresh[3]) and not {"b1", "floor", "rp0", "neg"} & texts(fresh[3])
+    assert any("1e6" in t or "1e−7" in t for t in texts(fresh[4])), texts(fresh[4])
+    assert not any("1e" in t for t in texts(fresh[0]))  # no offset left from another plot
     # A drawing that fails midway gives no plot and leaves no half-drawn figure behind.
     calls = []
 

@@ -255,11 +255,12 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
     if metrics:
         p.add("h", "Measurements")
         p.add(*_metric_table(metrics))
-        svg = _tradeoff_svg(snap, [{**m, "runtime_profile": t["runtime_profile"]}
-                                   for m in metrics],
-                            f"{tid}: throughput vs TTFT", plots, [t], one_task=True)
-        if svg and len({(m["block_id"], m["candidate_key"]) for m in metrics}) > 1:
-            p.add("svg", svg)
+        if len({(m["block_id"], m["candidate_key"]) for m in metrics}) > 1:  # else not drawn
+            svg = _tradeoff_svg(snap, [{**m, "runtime_profile": t["runtime_profile"]}
+                                       for m in metrics],
+                                f"{tid}: throughput vs TTFT", plots, [t], one_task=True)
+            if svg:
+                p.add("svg", svg)
     steps = snap.steps.get(tid, [])
     if steps:
         p.add("h", "Verification steps")
