@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 
 from .clock import utcnow
 from .errors import NonFiniteError
-from .numbers import bad_number, field_path, number_problem
+from .numbers import check_finite, field_path, number_problem
 from .payloads import GateResult, StepResult, gates_from_stored
 
 JSON = dict[str, Any]
@@ -69,14 +69,8 @@ def check_event_values(cls: type[Event], values: Mapping[str, Any], floats: bool
     has already checked (typed floats), as after construction."""
     for name in number_fields(cls, floats):
         v = values.get(name)
-        if v is None or type(v) is str:
-            continue
-        try:
-            bad = bad_number(v)
-        except RecursionError:
-            raise NonFiniteError(f"{cls.TYPE}.{name}: nested too deeply to be stored") from None
-        if bad is not None:
-            raise NonFiniteError(f"{field_path(f'{cls.TYPE}.{name}', bad[0])}: {bad[1]}")
+        if v is not None and type(v) is not str:
+            check_finite(v, f"{cls.TYPE}.{name}")
 
 
 class Actor(BaseModel):

@@ -1,4 +1,7 @@
-"""A wiki page as data, rendered two ways from the same blocks: markdown with typed
+"""(One concept past 500 lines: the page model and its two renderings share the escaping and
+link rules, which are safest kept side by side in one module.)
+
+A wiki page as data, rendered two ways from the same blocks: markdown with typed
 frontmatter and `[[path|label]]` wiki links (the journal), and HTML (the static site): the
 same markdown, with `[label](page.html)` links, rendered by markdown-it-py.
 
