@@ -10,6 +10,8 @@ to phases. Prints a table and the ratio of the wall time to the 5-minute budget.
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -50,6 +52,8 @@ def main() -> None:
     from infer_forge.ledger.workspace import init_workspace
 
     home = args.keep or Path(tempfile.mkdtemp(prefix="forge-demo-bench-"))
+    if not args.keep:  # a workspace made for this run only goes with it
+        atexit.register(shutil.rmtree, home, True)
     spent: dict[str, float] = defaultdict(float)
     state = {"phase": "init", "t": time.monotonic()}
 

@@ -16,6 +16,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
 import shutil
@@ -219,6 +220,8 @@ def main() -> None:
                     help="Keep an index built by an earlier run (time the queries only).")
     args = ap.parse_args()
     home = args.keep or Path(tempfile.mkdtemp(prefix="forge-bench-index-"))
+    if not args.keep:  # a ledger made for this run only goes with it
+        atexit.register(shutil.rmtree, home, True)
     fresh = not (home / "ledger.sqlite").exists()
     ws, _ = init_workspace(home)
     if fresh:
