@@ -75,6 +75,15 @@ def outcomes(ev: E.VerificationRecorded) -> list[tuple[str, str]]:
     return [(s.name, s.outcome) for s in ev.steps]
 
 
+
+def measured_baseline(workspace, path) -> None:
+    """Define task t1 from `path`, start its baseline block and record three good runs."""
+    define_task(workspace, path)
+    start_block(workspace, "t1", "baseline")
+    for x in (100, 101, 99):
+        record_measurement(workspace, "t1", {"output_throughput": x, "median_ttft_ms": 100,
+                                             "token_match": 1.0, "failed": 0})
+
 def test_every_step_passes_each_recorded_in_order(workspace, tmp_path):
     path = with_path(make_task_dir(tmp_path / "s"),
                      ["baseline", "measure", step("one"), "gates", step("two"), "decide"])
@@ -152,11 +161,7 @@ def test_a_step_that_times_out_fails_and_its_whole_group_is_killed(workspace, tm
     slow = ("{name: slow, sh: 'sleep 60 & sleep 60; echo never', timeout_s: 0.5}")
     path = with_path(make_task_dir(tmp_path / "s", executor="{kind: manual}"),
                      ["measure", slow, "gates"])
-    define_task(workspace, path)
-    start_block(workspace, "t1", "baseline")
-    for x in (100, 101, 99):
-        record_measurement(workspace, "t1", {"output_throughput": x, "median_ttft_ms": 100,
-                                             "token_match": 1.0, "failed": 0})
+    measured_baseline(workspace, path)
     t0 = time.monotonic()
     info = verify_block(workspace, "t1")
     assert time.monotonic() - t0 < 20
@@ -172,11 +177,7 @@ def test_manual_path_runs_the_steps_and_a_failed_one_blocks_acceptance(workspace
     path = with_path(make_task_dir(tmp_path / "s", executor="{kind: manual}"),
                      ["baseline", "measure", "gates",
                       "{name: check, sh: 'test \"$FORGE_BLOCK_ID\" = b1'}", "decide"])
-    define_task(workspace, path)
-    start_block(workspace, "t1", "baseline")
-    for x in (100, 101, 99):
-        record_measurement(workspace, "t1", {"output_throughput": x, "median_ttft_ms": 100,
-                                             "token_match": 1.0, "failed": 0})
+    measured_baseline(workspace, path)
     info = verify_block(workspace, "t1")
     assert info["verdict"] == "pass"
     assert [(s["name"], s["outcome"]) for s in info["steps"]] == [
@@ -221,11 +222,7 @@ def test_command_step_output_is_redacted(workspace, tmp_path, monkeypatch):
     monkeypatch.setenv("MY_API_KEY", secret)
     path = with_path(make_task_dir(tmp_path / "s", executor="{kind: manual}"),
                      ["measure", "gates", "{name: leak, sh: 'echo key=$MY_API_KEY; exit 1'}"])
-    define_task(workspace, path)
-    start_block(workspace, "t1", "baseline")
-    for x in (100, 101, 99):
-        record_measurement(workspace, "t1", {"output_throughput": x, "median_ttft_ms": 100,
-                                             "token_match": 1.0, "failed": 0})
+    measured_baseline(workspace, path)
     info = verify_block(workspace, "t1")
     leak = info["steps"][2]
     assert leak["outcome"] == "fail" and leak["output_tail"].startswith("key=")
@@ -343,11 +340,7 @@ def test_an_older_ledger_path_runs_what_it_can_and_fails_unknown_text(workspace,
     """A definition read from a ledger is not input-checked: text that is no step fails (a
     check that cannot be run is not passed) and a path without `gates` gets it at its end."""
     path = make_task_dir(tmp_path / "s", executor="{kind: manual}")
-    define_task(workspace, path)
-    start_block(workspace, "t1", "baseline")
-    for x in (100, 101, 99):
-        record_measurement(workspace, "t1", {"output_throughput": x, "median_ttft_ms": 100,
-                                             "token_match": 1.0, "failed": 0})
+    measured_baseline(workspace, path)
     lt = load_task_from_ledger(workspace, "t1")
     mem = task_memory(workspace.ledger, "t1")
     blk = mem.current_block
