@@ -72,6 +72,7 @@ from .projections.graph_views import summary, to_dot, to_mermaid, tree_lines
 from .projections.index import rebuild, status, update
 from .projections.memory import list_tasks, task_memory, task_summary
 from .projections.queries import compare_ws, filter_ws, sql_ws
+from .repos import commands as repo_commands
 from .repos.errors import RepoError
 from .wiki.build import build
 from .wiki.errors import WikiError
@@ -1767,6 +1768,107 @@ def graph_handoff(ctx, graph_id, src, dst) -> None:
     gid = _graph_id(ws, graph_id)
     ev = hand_off(ws, gid, src, dst)
     click.echo(f"graph {gid}: handoff {src} -> {dst} delivered ({ev.deliverable_digest})")
+
+
+# --- the MonoRepo ------------------------------------------------------------------------
+
+
+@main.group("repos")
+def repos_group() -> None:
+    """The MonoRepo: stack and harness repos as git submodules of one root ([repos] root)."""
+
+
+@repos_group.command("init")
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_init(ctx, manifest: str, as_json: bool) -> None:
+    """Create (or adopt) the MonoRepo root from MANIFEST and record its first snapshot.
+
+    \b
+    Example:
+      forge repos init examples/monorepo/local.yaml
+    """
+    out = repo_commands.init(open_ws(ctx), manifest,
+                             None if as_json else lambda s: click.echo(s, err=True))
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(f"{'adopted' if out['adopted'] else 'created'} MonoRepo {out['root']} "
+               f"({len(out['members'])} members), snapshot {out['snapshot_id']}")
+
+
+@repos_group.command("snapshot")
+@click.option("--reason", default="forge repos snapshot", show_default=True,
+              help="Why it was taken (kept with it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_snapshot(ctx, reason: str, as_json: bool) -> None:
+    """Record every member's URL, branch, commit, uncommitted diff and untracked files.
+
+    \b
+    Example:
+      forge repos snapshot --json
+    """
+    ev = repo_commands.take_snapshot(open_ws(ctx), reason)
+    if as_json:
+        emit_json({"snapshot_id": ev.snapshot_id, "root": ev.root,
+                   "members": [m.model_dump(mode="json") for m in ev.members]})
+        return
+    click.echo(ev.snapshot_id)
+    for m in ev.members:
+        dirty = " dirty" if m.dirty else ""
+        click.echo(f"  {m.name:<16} {m.branch or '(detached)':<20} "
+                   f"{(m.commit or '-')[:12]}{dirty}")
+
+
+@repos_group.command("restore")
+@click.argument("snapshot_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_restore(ctx, snapshot_id: str, as_json: bool) -> None:
+    """Bring the root and every member back to SNAPSHOT_ID, byte for byte.
+
+    The state it replaces is snapshotted first, so nothing is lost.
+
+    \b
+    Example:
+      forge repos restore snap-3f2a9c0d1e2b
+    """
+    out = repo_commands.restore(open_ws(ctx), snapshot_id)
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(f"restored {out['snapshot_id']} (the state before: "
+               f"{out['previous_snapshot_id']})")
+
+
+@repos_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_status(ctx, as_json: bool) -> None:
+    """Members, pins, dirty state and which tasks hold worktrees.
+
+    \b
+    Example:
+      forge repos status
+    """
+    out = repo_commands.status(open_ws(ctx))
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(f"MonoRepo {out['root']} (state {out['snapshot_id']})")
+    for m in out["members"]:
+        state = "dirty" if m["dirty"] else "clean"
+        click.echo(f"  {m['name']:<16} {m['group']:<9} {m['branch'] or '(detached)':<20} "
+                   f"{(m['commit'] or '-')[:12]}  {state}")
+        for w in m["worktrees"]:
+            click.echo(f"      worktree of task {w['task_id']}: {w['path']} "
+                       f"({(w['head'] or '-')[:12]})")
 
 
 if __name__ == "__main__":  # pragma: no cover

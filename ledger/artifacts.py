@@ -34,13 +34,16 @@ class ArtifactStore:
         h = digest[len(PREFIX):]
         return self.root / "sha256" / h[:2] / h[2:]
 
-    def put(self, data: bytes | str, *, redactor: Redactor | None = None) -> str:
+    def put(self, data: bytes | str, *, redactor: Redactor | None = None,
+            verbatim: bool = False) -> str:
         """Store `data` (redacted if text) and return its digest `sha256:<hex>`. `redactor`
         replaces the store's own for this call (one that knows more secret values, e.g. a
-        child process's: `Redactor.for_env`)."""
+        child process's: `Redactor.for_env`). `verbatim` stores the bytes as given: only for
+        copies of a user's own working tree (a repo snapshot's diff and untracked files),
+        which a restore must bring back byte for byte."""
         if isinstance(data, str):
             data = data.encode("utf-8")
-        redactor = redactor or self.redactor
+        redactor = None if verbatim else (redactor or self.redactor)
         if redactor is not None:
             try:
                 text = data.decode("utf-8")

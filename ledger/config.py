@@ -60,8 +60,15 @@ small = ""
 large = ""
 
 [guard]
+# The push guard (forge repos hooks): refs of these remotes matching these branch patterns
+# take a recorded approval for each push (forge repos approve).
+protected_remotes = ["*"]
 protected_branches = ["main", "master", "release/*"]
 production_endpoints = []
+
+[repos]
+# The MonoRepo root (forge repos init MANIFEST), relative to FORGE_HOME unless absolute.
+root = "monorepo"
 """
 
 # --- the schema of forge.toml: every table and key, nothing else ------------------------
@@ -92,9 +99,15 @@ class ModelTiers(_Table):
 
 
 class GuardSettings(_Table):
+    # fnmatch patterns over a remote's name or URL, and over branch names (refs/heads/…)
+    protected_remotes: list[str] = Field(default_factory=lambda: ["*"])
     protected_branches: list[str] = Field(default_factory=lambda: ["main", "master",
                                                                    "release/*"])
     production_endpoints: list[str] = Field(default_factory=list)
+
+
+class RepoSettings(_Table):
+    root: str = Field("monorepo", min_length=1)
 
 
 class NarrativeSettings(_Table):
@@ -122,6 +135,7 @@ class ForgeToml(_Table):
     engines: dict[EngineName, EngineOptions] = Field(default_factory=dict)
     model_tiers: ModelTiers = Field(default_factory=ModelTiers)
     guard: GuardSettings = Field(default_factory=GuardSettings)
+    repos: RepoSettings = Field(default_factory=RepoSettings)
     wiki: WikiSettingsToml = Field(default_factory=WikiSettingsToml)
 
 
@@ -287,6 +301,13 @@ class Config:
     connect_timeout_s: int = 5
     password_env: str = "PGPASSWORD"
     ledger_password: str | None = field(default=None, repr=False)  # from credentials.toml
+    settings: ForgeToml = field(default_factory=ForgeToml)  # forge.toml, typed
+
+    @property
+    def monorepo_root(self) -> Path:
+        """The MonoRepo root: `[repos] root`, relative to FORGE_HOME unless absolute."""
+        p = Path(self.settings.repos.root).expanduser()
+        return p if p.is_absolute() else self.home / p
 
     @property
     def artifacts_dir(self) -> Path:
@@ -393,6 +414,7 @@ def load_config(home: str | Path | None = None, *, must_exist: bool = True) -> C
         connect_timeout_s=s.ledger.connect_timeout_s,
         password_env=s.ledger.password_env,
         ledger_password=load_credentials(root) if s.ledger.url.startswith("postgres") else None,
+        settings=s,
     )
 
 

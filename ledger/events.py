@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 from .clock import utcnow
 from .errors import NonFiniteError
 from .numbers import check_finite, field_path, number_problem
-from .payloads import GateResult, StepResult, gates_from_stored
+from .payloads import GateResult, MemberState, StepResult, SyncConflict, gates_from_stored
 
 JSON = dict[str, Any]
 
@@ -351,6 +351,79 @@ class TaskExited(Event):
 
 class TaskReopened(Event):
     reason: str
+
+
+# --- the MonoRepo (the `repos` stream; written by repos/record.py) -----------------------
+
+
+class MonoRepoInitialized(Event):
+    root: str
+    manifest_digest: str  # artifact of the manifest as read
+    members: list[str] = Field(default_factory=list)
+    adopted: bool = False  # the root existed and was adopted
+
+
+class RepoSnapshotted(Event):
+    """A MonoRepo's exact state: the root and every member. `snapshot_id` is the digest of
+    `members`, so one state is one id however often it is taken."""
+
+    snapshot_id: str
+    root: str
+    members: list[MemberState] = Field(default_factory=list)
+    reason: str = ""  # what took it: task definition, tool call, measurement, …
+
+
+class RepoRestored(Event):
+    snapshot_id: str
+    root: str
+    previous_snapshot_id: str  # the state replaced, snapshotted first (nothing is lost)
+
+
+class PushApproved(Event):
+    """A person's approval of one push to a protected ref: that member, remote, ref and
+    commit range (`old`..`new`), used at most once."""
+
+    approval_id: str
+    member: str
+    remote: str
+    ref: str
+    old: str
+    new: str
+    reason: str
+
+
+class PushRefused(Event):
+    member: str
+    remote: str
+    ref: str
+    old: str
+    new: str
+    reason: str
+
+
+class PushAllowed(Event):
+    """A push to a protected ref that went ahead under `approval_id` (the approval is spent)."""
+
+    member: str
+    remote: str
+    ref: str
+    old: str
+    new: str
+    approval_id: str
+
+
+class RepoSynced(Event):
+    """One branch of a member brought onto its upstream: `fast-forward`, `rebased`,
+    `up-to-date`, or `conflict` (with the files and hunks; the tree is left as it was)."""
+
+    member: str
+    branch: str
+    upstream: str
+    outcome: Literal["up-to-date", "fast-forward", "rebased", "conflict", "failed"]
+    old: str | None = None
+    new: str | None = None
+    conflicts: list[SyncConflict] = Field(default_factory=list)
+    error: str | None = None
 
 
 # --- bookkeeping ------------------------------------------------------------------------

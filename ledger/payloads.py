@@ -8,6 +8,9 @@ side (Task Memory, the index, the wiki) reads back, one type each.
   `{name, passed, detail, …}`); `gate_from_stored` lifts both (the events' upcasters).
 - `StepResult`: one step of a task's verification path with its outcome
   (`VerificationRecorded.steps`; harness/loop/verify.py runs the path).
+- `MemberState`: one repository's state in a MonoRepo snapshot (`RepoSnapshotted.members`),
+  `UntrackedFile` one of its untracked files, `SyncConflict` one conflicted file of a sync
+  (`RepoSynced.conflicts`).
 - `Digest`: the named keys of an event's `input_digests`. Writers and readers use these
   names; nothing reads a digest by guessing among keys.
 - Specs (deployment points, runtime profiles, task definitions) are stored as their
@@ -139,6 +142,42 @@ class StepResult(BaseModel):
     output_tail: str = ""  # the last lines of its output, redacted
 
 
+class UntrackedFile(BaseModel):
+    """An untracked (not ignored) file of a snapshot: its path, mode and content digest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    path: str
+    digest: str  # artifact, stored verbatim
+    executable: bool = False
+
+
+class MemberState(BaseModel):
+    """One repository of a MonoRepo snapshot: where it comes from, where it stands, and what
+    is uncommitted. `name` is the member's name ("." for the root itself); `diff_digest` is
+    the artifact of `git diff --binary HEAD` (None when the tree is clean)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    path: str  # relative to the root ("." for the root)
+    url: str | None = None  # the origin remote's URL
+    branch: str | None = None  # None: detached HEAD
+    commit: str | None = None  # None: no commit yet
+    diff_digest: str | None = None
+    untracked: list[UntrackedFile] = Field(default_factory=list)
+
+    @property
+    def dirty(self) -> bool:
+        return self.diff_digest is not None or bool(self.untracked)
+
+
+class SyncConflict(BaseModel):
+    """One file a sync could not rebase cleanly: the path and its conflict hunks, as text."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    path: str
+    hunks: list[str] = Field(default_factory=list)
+
+
 class Digest:
     """The named keys of an event's `input_digests` (`Event.input_digests[Digest.POINT]`)."""
 
@@ -147,6 +186,7 @@ class Digest:
     PROFILE: Final = "profile"  # the runtime profile's spec hash
     CONTRACT: Final = "contract"  # the task contract's digest
     CONFIG: Final = "config"  # the block's effective configuration (point+profile+candidate)
-    REPO_SNAPSHOT: Final = "repo_snapshot"  # the repository snapshot a measurement ran on
+    REPO_SNAPSHOT: Final = "repo_snapshot"  # the MonoRepo snapshot an event ran on
+    BUILD: Final = "build"  # a build's cache key (snapshot + command + environment)
     BENCH_SERVING_FILE: Final = "bench_serving_file"  # an imported bench_serving file
     BASELINE_OUTPUTS: Final = "baseline_outputs"  # a correctness check's baseline outputs

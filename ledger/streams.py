@@ -7,6 +7,8 @@
 - `measurements`: measurements that belong to no task (`forge bench --record` or
   `forge bench import` without `--task`).
 - `engines`: engine launches and stops outside any task (`forge engine up`).
+- `repos`: the MonoRepo's facts (init, snapshots, restores, push approvals and refusals,
+  syncs). Written by `repos/record.py` only.
 - `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
 """
 
@@ -18,6 +20,7 @@ COMMAND_PREFIX = "command:"
 WORKSPACE_STREAM = "workspace"
 MEASUREMENTS_STREAM = "measurements"
 ENGINES_STREAM = "engines"
+REPOS_STREAM = "repos"
 
 
 def task_stream(task_id: str) -> str:

@@ -1,0 +1,129 @@
+"""The MonoRepo manifest: which repositories are members, from where, on which branch.
+
+```yaml
+name: infer-stack            # optional
+members:
+  - name: sglang             # an id (ledger/ids.py)
+    url: https://github.com/sgl-project/sglang.git   # or a path, relative to this file
+    branch: main
+    group: stack             # stack | harness
+    path: stack/sglang       # inside the root; default <group>/<name>
+    build: "pip install -e python"   # optional: bash -c text, or an argv list
+```
+
+A member keeps its own history, branches and remotes: it is a git submodule of the root. The
+root itself is the built-in workspace (what must work across repos).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..ledger.errors import SpecError
+from ..ledger.ids import InvalidIdError, check_id
+from ..ledger.yamlio import dotted_path, line_of, load_yaml
+from .errors import RepoError
+
+MANIFEST_NAME = "forge-repos.yaml"  # the manifest's copy inside the root
+
+
+class Member(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    url: str = Field(min_length=1)
+    branch: str = Field("main", min_length=1, pattern=r"^[A-Za-z0-9._/-]+$")
+    group: Literal["stack", "harness"] = "stack"
+    path: str | None = None
+    build: str | list[str] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        try:
+            return check_id(v, "member name")
+        except InvalidIdError as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        p = PurePosixPath(v)
+        if p.is_absolute() or ".." in p.parts or not p.parts or str(p) in (".", ".git") \
+                or p.parts[0] == ".git" or "\\" in v:
+            raise ValueError(f"path {v!r} must be a relative path inside the root "
+                             "(no '..', not .git)")
+        return str(p)
+
+    @field_validator("build")
+    @classmethod
+    def _build(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and not v:
+            raise ValueError("build: empty argv")
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("build: empty command")
+        return v
+
+    @property
+    def rel_path(self) -> str:
+        return self.path or f"{self.group}/{self.name}"
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "monorepo"
+    members: list[Member] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Manifest:
+        for attr in ("name", "rel_path"):
+            seen: set[str] = set()
+            for m in self.members:
+                v = getattr(m, attr)
+                if v in seen:
+                    raise ValueError(f"two members have {attr.replace('rel_', '')} {v!r}")
+                seen.add(v)
+        paths = sorted(m.rel_path for m in self.members)
+        for a, b in zip(paths, paths[1:], strict=False):
+            if b.startswith(a + "/"):
+                raise ValueError(f"member path {b!r} is inside member path {a!r}")
+        return self
+
+    def member(self, name: str) -> Member:
+        for m in self.members:
+            if m.name == name:
+                return m
+        raise RepoError(f"no member {name!r} in the manifest "
+                        f"(members: {', '.join(m.name for m in self.members)})")
+
+
+def load_manifest(path: str | Path, *, resolve_urls: bool = True) -> Manifest:
+    """Read and check a manifest (SpecError with file:line). A URL that is a relative path is
+    made absolute against the manifest's directory when `resolve_urls`."""
+    p = Path(path)
+    if not p.is_file():
+        raise RepoError(f"manifest {p}: no such file")
+    data, node = load_yaml(p)
+    if not isinstance(data, dict):
+        raise SpecError([f"{p}:1: the manifest must be a mapping with `members`"])
+    try:
+        man = Manifest.model_validate(data)
+    except ValidationError as e:
+        raise SpecError([f"{p}:{line_of(node, tuple(err['loc']))}: "
+                         f"{dotted_path(tuple(err['loc'])) or '(manifest)'}: {err['msg']}"
+                         for err in e.errors()]) from None
+    if not resolve_urls:
+        return man
+    members = []
+    for m in man.members:
+        url = m.url
+        if "://" not in url and not url.startswith(("git@", "/")) and ":" not in url.split("/")[0]:
+            url = str((p.parent / url).resolve())
+        members.append(m.model_copy(update={"url": url}))
+    return man.model_copy(update={"members": members})
