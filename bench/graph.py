@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from infer_forge.projections.graph import (  # noqa: E402
     load_graph,
     rework_plan,
 )
+from infer_forge.repos import commands as repo_commands  # noqa: E402
 
 WORK = {"argv": ["true"], "verify": [{"name": "ok", "argv": ["true"]}]}
 TYPES = ["kernel", "communication", "engine-integration", "deployment-tuning", "evaluation",
@@ -151,6 +153,13 @@ def bench_example(jobs: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         ws, _ = init_workspace(Path(d) / "home")
         with ws:
+            # The shared repos are MonoRepo members of the local manifest (remotes in d).
+            mono = Path(d) / "monorepo-example"
+            shutil.copytree(REPO / "examples" / "monorepo", mono,
+                            ignore=shutil.ignore_patterns("remotes", "__pycache__"))
+            subprocess.run([sys.executable, str(mono / "make_remotes.py")], check=True,
+                           capture_output=True)
+            repo_commands.init(ws, mono / "local.yaml")
             define_graph(ws, REPO / "examples" / "graphs" / "serving-project.yaml")
             t = time.perf_counter()
             s = run_graph(ws, "serving-project", jobs=jobs)

@@ -11,8 +11,9 @@ path (`forge block …`, `forge run`, `forge measure`, `forge task …`), `forge
   - a block starts only when none is open; tool calls, measurements, verifications and
     invalidations with a block go into the open block; a handoff closes the open block;
     a decision (accept, reject) names a block the task has;
-  - a measurement, invalidation or engine event without a block is task-level: allowed in
-    a defined task that has not exited (`forge bench import FILE --task T`);
+  - a measurement, invalidation, engine event or tool call without a block is task-level:
+    allowed in a defined task that has not exited (`forge bench import FILE --task T`, the
+    executor's call that stopped the task);
   - every event names this task.
 - The events are appended with that version expected: a writer that moved the stream in
   between makes the save fail with ConflictError (optimistic concurrency), never interleave.
@@ -39,8 +40,10 @@ from .errors import HarnessError
 # Events that belong to the open block when they name one, and to the task when they do not.
 _IN_BLOCK = (E.ToolInvoked, E.MeasurementRecorded, E.MeasurementInvalidated,
              E.EngineLaunched, E.EngineStopped)
+# A tool call without a block: the executor's own call that decided to stop the task (saved
+# with its TaskExited, when no block is open).
 _TASK_LEVEL = (E.MeasurementRecorded, E.MeasurementInvalidated, E.EngineLaunched,
-               E.EngineStopped)
+               E.EngineStopped, E.ToolInvoked)
 
 
 def check_events(task_id: str, mem: TaskMemory, events: Sequence[E.Event]) -> None:

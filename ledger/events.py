@@ -473,6 +473,7 @@ class GraphRunStarted(Event):
     pid_start: str = ""  # /proc start time, so a reused pid is not mistaken for the runner
     host: str = ""
     resumed: bool = False
+    repo_snapshot: str | None = None  # the MonoRepo's state its member repo nodes pin
 
 
 class GraphRunFinished(Event):

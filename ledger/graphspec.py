@@ -28,6 +28,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    model_serializer,
     model_validator,
 )
 
@@ -137,6 +138,9 @@ class NodeSpec(_Spec):
     work: Work | None = None
     est_s: float = 1.0  # expected duration, weights the critical path until measured
     path: str | None = None  # repo: directory under the work dir
+    # repo: the MonoRepo member it is (a worktree of it, pinned at the run's snapshot);
+    # None: a bare folder
+    member: str | None = None
     url: str | None = None  # system: where it lives
     read_only: bool = True  # system: never written by tasks
 
@@ -162,7 +166,19 @@ class NodeSpec(_Spec):
                 raise ValueError(f"node {self.id}: a task node needs work (command or loop)")
         elif self.work is not None:
             raise ValueError(f"node {self.id}: a {self.kind} node has no work")
+        if self.member is not None:
+            if self.kind != "repo":
+                raise ValueError(f"node {self.id}: only a repo node names a MonoRepo member")
+            if not from_ledger(info):
+                _check_part_id(self.member, f"node {self.id}: member")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("member") is None:
+            data.pop("member", None)  # a bare-folder node hashes as before `member` existed
+        return data
 
 
 class EdgeSpec(_Spec):

@@ -390,6 +390,35 @@ class EvaluatorSpec(Spec):
         return self
 
 
+CODE_PREFIX = "code."  # a candidate's key `code.<member>`: a commit of that MonoRepo member
+
+
+class CodeSpec(Spec):
+    """The MonoRepo members a task may change. A block's candidate then names a commit of each
+    (`code.<member>`: a commit id or ref, `worktree` for the task worktree's current state,
+    `patch:<file>` relative to the task file, or `upstream`: onto the member's upstream);
+    the loop builds it in the task's worktree and measures it. Without `code.<member>` a
+    block runs the member at its pinned commit."""
+
+    members: list[str] = Field(min_length=1)
+    build: bool = True  # run each member's manifest build command before measuring
+    keep_worktrees: bool = False  # leave the task's worktrees when it exits
+
+    @field_validator("members")
+    @classmethod
+    def _members(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if from_ledger(info):
+            return v
+        if len(set(v)) != len(v):
+            raise ValueError("members listed twice")
+        for m in v:
+            try:
+                check_id(m, "member name")
+            except InvalidIdError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+
 class RoutingSpec(Spec):
     model_tier: Literal["none", "small", "large", "human"] | None = None
     agent_topology: Literal["single", "planner-executor", "executor-reviewer"] | None = None
@@ -478,6 +507,7 @@ class TaskDefinition(Spec):
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
+    code: CodeSpec | None = None  # members of the MonoRepo the task changes
 
     @field_validator("id")
     @classmethod
@@ -536,6 +566,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
     if isinstance(spec, DeploymentPoint):
         data["runtime_profile"] = {k: v for k, v in data["runtime_profile"].items()
                                    if k not in _LOCATION_FIELDS}
+    if isinstance(spec, TaskDefinition) and data.get("code") is None:
+        data.pop("code", None)  # a task without code hashes as it did before `code` existed
     return data
 
 
@@ -674,6 +706,8 @@ def apply_candidate(point: DeploymentPoint | None, profile: RuntimeProfile | Non
     rdata = profile.model_dump(mode="json") if profile is not None else None
     for key, value in sorted(candidate.items()):
         head, _, rest = key.partition(".")
+        if key.startswith(CODE_PREFIX):
+            continue  # a member's commit: built and measured, not a spec field
         if head == "engine" and rdata is not None:
             rdata.setdefault("config", {})[rest] = value
         elif head == "profile" and rdata is not None:
@@ -694,4 +728,9 @@ def effective_digest(point: DeploymentPoint | None, profile: RuntimeProfile | No
                      candidate: dict[str, Any]) -> str:
     """Hash of what a candidate actually runs: equal digests are the same experiment."""
     p, r = apply_candidate(point, profile, candidate)
-    return digest({"point": canonical(p) if p else None, "profile": canonical(r) if r else None})
+    runs: dict[str, Any] = {"point": canonical(p) if p else None,
+                            "profile": canonical(r) if r else None}
+    code = {k: v for k, v in candidate.items() if k.startswith(CODE_PREFIX)}
+    if code:  # another commit is another experiment (no code: the digest as before)
+        runs["code"] = code
+    return digest(runs)

@@ -50,20 +50,22 @@ _REBASE_CONFIG = ("-c", f"core.hooksPath={os.devnull}", "-c", "rerere.enabled=fa
                   "-c", "rebase.updateRefs=false", "-c", "rebase.autoStash=false")
 
 
-def sync(mono: MonoRepo, member: str | None = None, progress: Progress | None = None
-         ) -> list[E.RepoSynced]:
-    """Fetch and bring on every member's branches (or only `member`'s); one event each."""
+def sync(mono: MonoRepo, member: str | None = None, progress: Progress | None = None, *,
+         branch: str | None = None) -> list[E.RepoSynced]:
+    """Fetch and bring on every member's branches (or only `member`'s); one event each.
+    `branch` (a task branch) brings on that branch alone: an upstream-sync candidate of one
+    task moves no other task's branch and not the member checkout."""
     say = progress or (lambda _s: None)
     members = [mono.member(member)] if member is not None else list(mono.manifest.members)
     held = holders(mono)
     events: list[E.RepoSynced] = []
     for m in members:
-        events.extend(_sync_member(mono, m, held.get(m.name, []), say))
+        events.extend(_sync_member(mono, m, held.get(m.name, []), say, branch))
     return events
 
 
-def _sync_member(mono: MonoRepo, m: Member, held: list[Worktree], say: Progress
-                 ) -> list[E.RepoSynced]:
+def _sync_member(mono: MonoRepo, m: Member, held: list[Worktree], say: Progress,
+                 only: str | None = None) -> list[E.RepoSynced]:
     repo = mono.root / m.rel_path
     upstream = f"origin/{m.branch}"
 
@@ -84,10 +86,12 @@ def _sync_member(mono: MonoRepo, m: Member, held: list[Worktree], say: Progress
         return [failed(m.branch, f"{upstream} does not exist after fetching origin")]
 
     events: list[E.RepoSynced] = []
-    if current_branch(repo) == m.branch:
+    if only is None and current_branch(repo) == m.branch:
         events.append(_fast_forward_checkout(m.name, repo, m.branch, upstream, up, say))
     by_branch = {w.branch: w for w in held}
     for branch in _task_branches(repo):
+        if only is not None and branch != only:
+            continue
         events.append(_sync_task_branch(m.name, repo, branch, upstream, up,
                                         by_branch.get(branch), say))
     return events

@@ -20,6 +20,7 @@ from infer_forge.ledger.check import check_workspace
 from infer_forge.ledger.streams import graph_stream
 from infer_forge.ledger.workspace import init_workspace
 from infer_forge.projections.graph import load_graph, node_task_id
+from infer_forge.projections.repos import read_repo_history
 
 from .conftest import FORGE, REPO, need, run_forge
 
@@ -235,6 +236,14 @@ def test_serving_project_example_completes(forge_home):
     need(shutil.which("git") is not None, "git is needed by the example's sync nodes")
     example = REPO / "examples" / "graphs" / "serving-project.yaml"
     assert run_forge("init").returncode == 0
+    # The shared repos are MonoRepo members: the local manifest, its remotes made in tmp.
+    mono = forge_home.parent / "monorepo-example"
+    shutil.copytree(REPO / "examples" / "monorepo", mono,
+                    ignore=shutil.ignore_patterns("remotes", "__pycache__"))
+    subprocess.run([sys.executable, str(mono / "make_remotes.py")], check=True,
+                   capture_output=True)
+    r = run_forge("repos", "init", str(mono / "local.yaml"))
+    assert r.returncode == 0, r.stderr
     r = run_forge("graph", "new", str(example))
     assert r.returncode == 0, r.stderr
     r = run_forge("graph", "run", "-j", "2", "--json", timeout=600)
@@ -250,6 +259,18 @@ def test_serving_project_example_completes(forge_home):
         assert all(n.evidence for n in rejected.values())  # rejected directions keep evidence
         assert all(n.state == "delivered" for n in tasks if n.id not in rejected)
         assert {n.kind for n in v.nodes.values()} == {"task", "repo", "system"}
+        # The repo nodes are worktrees of their members, pinned at the run's snapshot.
+        started = [r.event for r in ws.ledger.stream("graph:serving-project")
+                   if r.event.TYPE == "GraphRunStarted"]
+        assert started and started[-1].repo_snapshot in \
+            read_repo_history(ws.ledger).snapshots
+        work = forge_home / "graphs" / "serving-project" / "work" / "repos"
+        for node, member in (("repo-sglang", "sglang"), ("repo-kernels", "kernels")):
+            d = work / member
+            assert (d / ".git").is_file(), f"{node} is not a worktree"
+            branch = subprocess.run(["git", "-C", str(d), "branch", "--show-current"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+            assert branch == f"forge/graph/serving-project/{node}"
 
 
 LOOP_EVAL = r'''

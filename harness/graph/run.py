@@ -26,6 +26,7 @@ from ...projections.graph import (
 )
 from ..errors import HarnessError
 from ..proc import alive, die_with_parent, start_time
+from .repos import member_nodes, pin_members
 from .work import repo_dir, workdir
 
 Echo = Callable[[str], None]
@@ -92,7 +93,8 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
             f"({', '.join(n.id for n in stale)}); run: forge graph resume")
     # Where the repo nodes live, checked before anything is recorded.
     repos = [repo_dir(ws, graph_id, n.id, n.spec.path) for n in view.nodes.values()
-             if n.kind == "repo"]
+             if n.kind == "repo" and not n.spec.member]
+    members = member_nodes(ws, graph_id, view)  # MonoRepo members, checked now
     run_id = f"run{len(view.runs) + 1}-{uuid4().hex[:6]}"
     me = os.getpid()
     start: list[E.Event] = [E.GraphRunFinished(run_id=r.run_id, outcome="interrupted")
@@ -100,8 +102,11 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
     start += [E.NodeAbandoned(node=n.id, attempt=n.attempt,
                               reason=f"runner of {n.run_id} died (pid {n.pid} gone); re-run")
               for n in stale]
+    # The member repo nodes' worktrees, pinned at the state recorded with the run.
+    snapshot_id = pin_members(ws, graph_id, members)
     start.append(E.GraphRunStarted(run_id=run_id, jobs=jobs, pid=me, pid_start=start_time(me),
-                                   host=socket.gethostname(), resumed=resume))
+                                   host=socket.gethostname(), resumed=resume,
+                                   repo_snapshot=snapshot_id))
     try:
         ledger.append(gstream, start, expected_version=view.version)
     except ConflictError:

@@ -10,6 +10,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.clock import digest
 from ...ledger.ids import check_id
+from ...ledger.payloads import Digest
 from ...ledger.specs import (
     RuntimeProfile,
     SpecError,
@@ -25,8 +26,11 @@ from ...ledger.specs import (
 from ...ledger.store import Append
 from ...ledger.streams import WORKSPACE_STREAM, task_stream
 from ...ledger.workspace import Workspace
+from ...repos.commands import maybe_monorepo
+from ...repos.errors import RepoError
 from ..errors import HarnessError
 from ..record import task_append
+from .code import snapshot as code_snapshot
 from .task import _workspace_specs, human_actor
 
 
@@ -138,11 +142,26 @@ def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
     if ws_events:
         appends.append(Append(WORKSPACE_STREAM, ws_events))
     definition = {**canonical(task), "source": str(path)}
+    digests = {"point": point_hash, "profile": profile_hash, "contract": contract_hash}
+    if task.code is not None:
+        mono = maybe_monorepo(ws)
+        if mono is None:
+            raise HarnessError(f"{path}: code.members {task.code.members}: the workspace has no "
+                               "MonoRepo (forge repos init MANIFEST.yaml)")
+        for m in task.code.members:
+            try:
+                mono.member(m)
+            except RepoError as e:
+                raise HarnessError(f"{path}: code.members: {e}") from None
+    # The MonoRepo's state the task starts from: the pins of its worktrees and baseline.
+    sid = code_snapshot(ws, None, f"task {task_id} defined")
+    if sid is not None:
+        digests[Digest.REPO_SNAPSHOT] = sid
     defined = E.TaskDefined(
         title=task.title or task.goal[:80], task_type=task.type, goal=task.goal,
         definition=definition, definition_hash=definition_hash, point_hash=point_hash,
         profile_hash=profile_hash, task_id=task_id, actor=actor,
-        input_digests={"point": point_hash, "profile": profile_hash, "contract": contract_hash})
+        input_digests=digests)
     appends.append(task_append(ws, task_id, [defined], expected_version=0))
     ws.ledger.save(*appends, command_id=f"task-new:{task_id}:{definition_hash}")
     return {"task_id": task_id, "created": True, "definition_hash": definition_hash,

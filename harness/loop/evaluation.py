@@ -54,6 +54,9 @@ class EvalContext:
     profile: RuntimeProfile | None
     baseline: dict[str, Any] | None = None  # e.g. {"outputs": [...]} from the baseline run
     progress: Callable[[str], None] = _no_progress
+    # Extra environment for what the evaluator runs: the task's worktrees of the members it
+    # changes (FORGE_WORKTREE_<MEMBER>, FORGE_WORKTREES), harness/loop/code.py.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 class Evaluator(Protocol):

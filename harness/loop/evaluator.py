@@ -67,7 +67,8 @@ class CommandEvaluator:
     """Runs `argv` once per repeat; see the module contract.
 
     Environment given to the command: FORGE_CANDIDATE (JSON), FORGE_REPEAT (0-based),
-    FORGE_TASK_ID, FORGE_BLOCK_ID, FORGE_BASELINE (JSON, when a baseline is known)."""
+    FORGE_TASK_ID, FORGE_BLOCK_ID, FORGE_BASELINE (JSON, when a baseline is known), and the
+    context's own (`EvalContext.env`: the task's worktrees)."""
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path | None = None,
                  timeout_s: float = 600.0, env: dict[str, str] | None = None):
@@ -85,8 +86,9 @@ class CommandEvaluator:
 
     def _run_once(self, candidate: dict[str, Any], repeat: int, ctx: EvalContext) -> RunResult:
         payload = json.dumps(candidate, sort_keys=True)
-        env = {**os.environ, **self.env, "FORGE_CANDIDATE": payload, "FORGE_REPEAT": str(repeat),
-               "FORGE_TASK_ID": ctx.task_id, "FORGE_BLOCK_ID": ctx.block_id}
+        env = {**os.environ, **self.env, **ctx.env, "FORGE_CANDIDATE": payload,
+               "FORGE_REPEAT": str(repeat), "FORGE_TASK_ID": ctx.task_id,
+               "FORGE_BLOCK_ID": ctx.block_id}
         if ctx.baseline is not None:
             env["FORGE_BASELINE"] = json.dumps(ctx.baseline, sort_keys=True, default=str)
         t0 = time.monotonic()

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 
 from ...ledger import events as E
 from ...ledger.specs import (
+    CODE_PREFIX,
     DeploymentPoint,
     Range,
     RuntimeProfile,
@@ -135,6 +136,9 @@ class CommandExecutor:
     def __init__(self, argv: list[str], *, cwd: str | Path | None = None, timeout_s: float = 600,
                  ws: Workspace | None = None):
         self.argv, self.cwd, self.timeout_s, self.ws = list(argv), cwd, timeout_s, ws
+        # Extra environment the loop sets before each decision: the task's worktrees
+        # (FORGE_WORKTREE_<MEMBER>) when it changes MonoRepo members.
+        self.env: dict[str, str] = {}
 
     def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
                profile: RuntimeProfile | None) -> Decision:
@@ -145,7 +149,7 @@ class CommandExecutor:
                    "profile_config": profile.config if profile else {}}
         run = run_tool(self.ws, self.argv, tool="executor", cwd=self.cwd,
                        input=json.dumps(payload, sort_keys=True, default=str),
-                       timeout=self.timeout_s)
+                       env=self.env, timeout=self.timeout_s)
         ev = run.event
         if run.returncode != 0:
             last = last_line(run.stderr, 300)
@@ -175,8 +179,19 @@ class CommandExecutor:
 
 def out_of_scope(task: TaskDefinition, point: DeploymentPoint | None,
                  profile: RuntimeProfile | None, candidate: dict[str, Any]) -> str | None:
-    """Why a candidate may not run (outside the task's scope or an invalid spec), or None."""
+    """Why a candidate may not run (outside the task's scope or an invalid spec), or None.
+    A `code.<member>` key is in scope for a member of the task's `code.members`; by the
+    time a block starts its value is the resolved commit (harness/loop/code.py)."""
     for k, v in sorted(candidate.items()):
+        if k.startswith(CODE_PREFIX):
+            members = task.code.members if task.code else []
+            if k[len(CODE_PREFIX):] not in members:
+                return (f"{k}: the task changes no member {k[len(CODE_PREFIX):]!r} "
+                        f"(code.members: {', '.join(members) or 'none'})")
+            if not (isinstance(v, str) and len(v) == 40
+                    and all(c in "0123456789abcdef" for c in v)):
+                return f"{k}={json.dumps(v)} is not a commit id"
+            continue
         if k not in task.scope:
             return f"{k} is not in the task's scope ({', '.join(task.scope) or 'empty'})"
         if not scope_allows(task.scope, k, v):

@@ -18,6 +18,7 @@ from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
 from ..tools.calls import run_tool
+from . import code
 from .executors import describe, out_of_scope
 from .routing import route
 from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed
@@ -46,7 +47,7 @@ def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str,
     if mem.current_block is not None:
         raise HarnessError(f"task {task_id}: block {mem.current_block.block_id} is still open; "
                            "hand it off first (forge block handoff)")
-    cand = dict(candidate or {})
+    cand = code.resolve(ws, lt, dict(candidate or {}))  # code.<member>: its commit id
     problem = out_of_scope(lt.task, lt.point, lt.profile, cand) if cand else None
     if problem:
         raise HarnessError(f"task {task_id}: candidate out of scope: {problem}")
@@ -73,8 +74,10 @@ def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = 
     run = run_tool(ws, argv, cwd=cwd, tee=tee,
                    event_fields={"task_id": task_id, "block_id": blk.block_id,
                                  "actor": human_actor(), "input_digests": lt.digests})
+    # The state the command ran on (when the workspace has a MonoRepo).
+    evs = code.with_snapshot([run.event], code.snapshot(ws, lt, f"task {task_id} tool call"))
     # The block's version is read again now: the command may have run a long time.
-    append_to_task(ws, task_id, [run.event],
+    append_to_task(ws, task_id, evs,
                    command_id=f"{task_id}:{blk.block_id}:run:{run.event.event_id}")
     return {"task_id": task_id, "block_id": blk.block_id, "exit_code": run.returncode,
             "error": run.event.error, "stdout_digest": run.event.stdout_digest,
@@ -95,7 +98,8 @@ def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *
                                candidate=blk.candidate, repeat=n, success=success, error=error,
                                artifact_digest=digest_, task_id=task_id, block_id=blk.block_id,
                                actor=human_actor(), input_digests=lt.digests)
-    append_to_task(ws, task_id, [ev], expected_version=version,
+    sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} measured")
+    append_to_task(ws, task_id, code.with_snapshot([ev], sid), expected_version=version,
                    command_id=f"{task_id}:{blk.block_id}:measure:{ev.event_id}")
     return {"task_id": task_id, "block_id": blk.block_id, "run_id": ev.run_id,
             "event_id": str(ev.event_id)}
@@ -111,7 +115,8 @@ def verify_block(ws: Workspace, task_id: str) -> dict[str, Any]:
         raise HarnessError(f"task {task_id}: block {blk.block_id} has no measurements to verify")
     st = _Stepper(ws, lt, lambda _s: None)
     ver = _verify_event(st, blk, mem, human_actor())
-    append_to_task(ws, task_id, ver.events, expected_version=version,
+    sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
+    append_to_task(ws, task_id, code.with_snapshot(ver.events, sid), expected_version=version,
                    command_id=f"{task_id}:{blk.block_id}:verify:{ver.event.event_id}")
     ev = ver.event
     return {"task_id": task_id, "block_id": blk.block_id, "verdict": ev.verdict,

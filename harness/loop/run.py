@@ -14,11 +14,13 @@ from ...ledger.specs import (
 )
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
+from ...repos.errors import RepoError
 from ..errors import HarnessError
+from . import code
 from .define import define_task
-from .evaluation import EvalContext, Evaluator
+from .evaluation import EvalContext, Evaluator, RunResult
 from .evaluator import make_evaluator
-from .executors import Executor, describe, make_executor
+from .executors import CommandExecutor, Executor, describe, make_executor
 from .routing import route
 from .steps import (
     _baseline_ctx,
@@ -121,6 +123,7 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
             say(f"waiting: {d.reason}")
             return LoopResult(task_id, "waiting", None, d.reason, len(mem.execution_record), mem)
         if mem.status == "exited":
+            code.release(ws, lt)  # the task's worktrees go (branches and refs stay)
             say(f"exited {mem.exit_state}: {mem.exit_reason}")
             return LoopResult(task_id, mem.status, mem.exit_state, mem.exit_reason,
                               len(mem.execution_record), mem)
@@ -148,6 +151,8 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                 sub_goal = "measure the baseline: the runtime profile's own configuration"
                 actor, tool_ev = LOOP_ACTOR, None
             else:
+                if isinstance(executor, CommandExecutor) and code.code_members(lt):
+                    executor.env = code.worktree_env(ws, lt)  # where it may edit the code
                 d = executor.decide(mem, lt.task, lt.point, lt.profile)
                 if d.action == "wait":
                     say(f"waiting: {d.reason}")
@@ -161,31 +166,49 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                     continue
                 decision_cand, sub_goal = d.candidate, d.sub_goal
                 actor, tool_ev = d.actor or LOOP_ACTOR, d.tool_event
+            problem = None
+            try:  # a code candidate's commits, as full ids (a ref moves; a commit does not)
+                decision_cand = code.resolve(ws, lt, decision_cand)
+            except HarnessError as e:
+                problem = str(e)
             st.save(f"{bid}:start", _start_events(st, mem, bid, index, sub_goal, routing,
                                                   decision_cand, actor, tool_ev,
-                                                  measure_again=again), version)
+                                                  measure_again=again, problem=problem),
+                    version)
             continue
         if not blk.measurements:
             assert evaluator is not None
             say(f"begin {blk.block_id}:measure {describe(blk.candidate)}")
             point, profile = apply_candidate(lt.point, lt.profile, blk.candidate)
-            ctx = EvalContext(ws, task_id, blk.block_id, point, profile,
-                              None if blk.is_baseline else _baseline_ctx(mem, ws), say)
             try:
-                results = evaluator.evaluate(blk.candidate, repeats=lt.task.contract.repeats,
-                                             ctx=ctx)
-            except HarnessError as e:
+                prep = code.prepare(ws, lt, blk.block_id, blk.candidate, say)
+                ctx = EvalContext(ws, task_id, blk.block_id, point, profile,
+                                  None if blk.is_baseline else _baseline_ctx(mem, ws), say,
+                                  env=prep.env)
+                if prep.failure is not None:  # a failed build is a failed run, as data
+                    results = [RunResult({}, success=False, error=prep.failure)
+                               for _ in range(lt.task.contract.repeats)]
+                else:
+                    results = evaluator.evaluate(blk.candidate,
+                                                 repeats=lt.task.contract.repeats, ctx=ctx)
+            except (HarnessError, RepoError) as e:
                 st.save(f"{blk.block_id}:blocked", [
                     E.LoopBlockHandedOff(outcome="failed", state_reached="evaluator failed",
                                          findings=[str(e)], **st.common(blk.block_id)),
                     E.TaskExited(state="failed-blocked", reason=f"evaluator failed: {e}",
                                  evidence=[blk.block_id], **st.common())], version)
                 continue
-            st.save(f"{blk.block_id}:measure", _measure_events(st, blk, results), version)
+            sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} measured")
+            evs = code.with_snapshot(prep.events + _measure_events(st, blk, results), sid)
+            st.save(f"{blk.block_id}:measure", evs, version)
         elif blk.verification is None:
-            st.save(f"{blk.block_id}:verify", _verify_event(st, blk, mem).events, version)
+            evs = _verify_event(st, blk, mem).events
+            sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
+            st.save(f"{blk.block_id}:verify", code.with_snapshot(evs, sid), version)
         else:
-            st.save(f"{blk.block_id}:handoff", _decide_events(st, blk, mem, executor), version)
+            evs = code.keep_refs(ws, lt, blk.block_id, blk.candidate,
+                                 _decide_events(st, blk, mem, executor))
+            st.save(f"{blk.block_id}:handoff", evs, version)
 
 
 def run_task_file(ws: Workspace, path: str | Path, *, task_id: str | None = None,

@@ -198,13 +198,15 @@ def _stop_events(st: _Stepper, mem: TaskMemory, reason: str, handoff: str | None
 
 def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
                   routing: dict[str, Any], cand: dict[str, Any], actor: E.Actor,
-                  tool_ev: E.ToolInvoked | None, *, measure_again: bool = False
-                  ) -> list[E.Event]:
+                  tool_ev: E.ToolInvoked | None, *, measure_again: bool = False,
+                  problem: str | None = None) -> list[E.Event]:
     """A block's start; `measure_again`: a configuration already tried is run again (the
-    baseline of a reopened task)."""
+    baseline of a reopened task); `problem`: why the candidate cannot run (a code candidate
+    naming no commit), recorded as its rejection."""
     lt = st.lt
     c = st.common(bid)
-    problem = out_of_scope(lt.task, lt.point, lt.profile, cand) if cand else None
+    if problem is None and cand:
+        problem = out_of_scope(lt.task, lt.point, lt.profile, cand)
     cfg = None if problem else effective_digest(lt.point, lt.profile, cand)
     digests = {**lt.digests, **({"config": cfg} if cfg else {})}
     evs: list[E.Event] = [E.LoopBlockStarted(

@@ -15,6 +15,7 @@ from ...ledger import events as E
 from ...ledger.clock import digest
 from ...ledger.errors import NotFoundError
 from ...ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
+from ...ledger.payloads import Digest
 from ...ledger.specs import (
     DeploymentPoint,
     RuntimeProfile,
@@ -52,6 +53,7 @@ class LoadedTask:
     profile_hash: str | None
     contract_hash: str
     base_dir: Path | None
+    repo_snapshot: str | None = None  # the MonoRepo snapshot taken when it was defined
 
     @property
     def digests(self) -> dict[str, str]:
@@ -95,5 +97,6 @@ def load_task_from_ledger(ws: Workspace, task_id: str) -> LoadedTask:
     return LoadedTask(task_id, task, point, profile, ev.definition_hash, ev.point_hash or "",
                       ev.profile_hash, ev.input_digests.get("contract") or
                       digest(task.contract.model_dump(mode="json")),
-                      Path(source).parent if source else None)
+                      Path(source).parent if source else None,
+                      ev.input_digests.get(Digest.REPO_SNAPSHOT))
 

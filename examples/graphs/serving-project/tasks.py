@@ -76,6 +76,12 @@ KERNELS = WORK / "repos" / "kernels"
 
 
 def fresh_repo(path: Path) -> None:
+    """Start the repo node over: a MonoRepo member's worktree goes back to the commit the run
+    pinned (its `refs/worktree/forge-pin`); a bare folder becomes a new repository."""
+    if (path / ".git").is_file():  # a worktree of a MonoRepo member (graph repo node)
+        git(path, "reset", "-q", "--hard", "refs/worktree/forge-pin")
+        git(path, "clean", "-q", "-fdx")
+        return
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)

@@ -1,0 +1,3 @@
+"""A stand-in package: the local MonoRepo's engine member."""
+
+VERSION = "0.0.1"
