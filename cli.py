@@ -73,6 +73,9 @@ from .projections.index import rebuild, status, update
 from .projections.memory import list_tasks, task_memory, task_summary
 from .projections.queries import compare_ws, filter_ws, sql_ws
 from .repos import commands as repo_commands
+from .repos import guard as repo_guard
+from .repos import hooks as repo_hooks
+from .repos import push as repo_push
 from .repos.errors import RepoError
 from .wiki.build import build
 from .wiki.errors import WikiError
@@ -1869,6 +1872,175 @@ def repos_status(ctx, as_json: bool) -> None:
         for w in m["worktrees"]:
             click.echo(f"      worktree of task {w['task_id']}: {w['path']} "
                        f"({(w['head'] or '-')[:12]})")
+
+
+@repos_group.command("sync")
+@click.option("--member", default=None, help="Sync only this member (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcomes as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_sync(ctx, member: str | None, as_json: bool) -> None:
+    """Fetch members and bring task branches onto their upstream (fast-forward or rebase).
+
+    A conflict is reported with its files and hunks and leaves every tree as it was. Exits 1
+    when any branch ended in a conflict or failed (after printing them all).
+
+    \b
+    Example:
+      forge repos sync --member sglang
+    """
+    events = repo_commands.sync(open_ws(ctx), member,
+                                None if as_json else lambda s: click.echo(s, err=True))
+    if as_json:
+        emit_json({"synced": [e.model_dump(mode="json", include={
+            "member", "branch", "upstream", "outcome", "old", "new", "conflicts", "error"})
+            for e in events]})
+    else:
+        for e in events:
+            span = f"{(e.old or '-')[:12]}..{(e.new or '-')[:12]}"
+            click.echo(f"{e.member:<16} {e.branch:<28} {e.outcome:<12} {span}")
+            if e.conflicts:
+                click.echo(f"    conflicts: {', '.join(c.path for c in e.conflicts)}")
+            if e.error:
+                click.echo(f"    error: {e.error}")
+    if any(e.outcome in ("conflict", "failed") for e in events):
+        raise SystemExit(1)
+
+
+@main.command("build")
+@click.argument("member")
+@click.option("--task", "task_id", help="Build the task's worktree of MEMBER and record the "
+              "call in the task's open block.")
+@click.option("--no-cache", "no_cache", is_flag=True,
+              help="Build even when the same inputs were built before (replaces the entry).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_context
+@fail_cleanly
+def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bool) -> None:
+    """Run MEMBER's build command (manifest `build:`), cached by its inputs' digest.
+
+    The key is the tree's content + the command + the environment; a hit runs nothing and
+    gives the cached outcome and logs. Exits 1 when the build failed.
+
+    \b
+    Example:
+      forge build sglang --task tune-tiny-cpu
+    """
+    from .harness.tools.build import build_command
+
+    out = build_command(open_ws(ctx), member, task_id, force=no_cache, tee=not as_json,
+                        progress=None if as_json else lambda s: click.echo(s, err=True))
+    if as_json:
+        emit_json(out.as_dict())
+    else:
+        how = "cached" if out.cached else "ran"
+        click.echo(f"build {out.member}: {'ok' if out.success else 'FAILED'} ({how}, "
+                   f"{out.build_duration_s:.2f} s; this call {out.duration_s:.2f} s), key "
+                   f"{out.key.split(':')[-1][:12]}")
+        click.echo(f"  stdout {out.stdout_digest or '-'}")
+        click.echo(f"  stderr {out.stderr_digest or '-'}")
+        if out.error:
+            click.echo(f"  error: {out.error}")
+    if not out.success:
+        raise SystemExit(1)
+
+
+@repos_group.command("pre-push", hidden=True)
+@click.option("--member", required=True, help="The member the hook belongs to (`.`: root).")
+@click.argument("remote")
+@click.argument("url")
+@click.pass_context
+@fail_cleanly
+def repos_pre_push(ctx, member: str, remote: str, url: str) -> None:
+    """The push guard's check, run by the pre-push hook with git's input on stdin."""
+    refusals = repo_push.hook_check(open_ws(ctx), member, remote, url,
+                                    sys.stdin.read())
+    for line in refusals:
+        click.echo(redact_message(line), err=True)
+    if refusals:
+        ctx.exit(1)
+
+
+@repos_group.command("approve")
+@click.argument("member")
+@click.option("--ref", required=True, help="The protected ref (refs/heads/main, or main).")
+@click.option("--range", "span", required=True, metavar="OLD..NEW",
+              help="The remote's commit now and the commit to push (shas or revs; "
+                   "OLD all zeros for a new branch).")
+@click.option("--remote", default="origin", show_default=True, help="Remote name or URL.")
+@click.option("--reason", required=True, help="Why this push may go ahead.")
+@click.option("--by", "by", required=True, help="Who approves it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_approve(ctx, member: str, ref: str, span: str, remote: str, reason: str, by: str,
+                  as_json: bool) -> None:
+    """Approve one push of MEMBER to a protected ref: that remote, ref and commit range.
+
+    The approval is used by that push only, once.
+
+    \b
+    Example:
+      forge repos approve sglang --ref main --range 1a2b3c..HEAD --reason "hotfix" --by ana
+    """
+    old, sep, new = span.partition("..")
+    if not sep or new.startswith(".") or not old or not new:
+        raise click.BadParameter(f"{span!r} is not OLD..NEW", param_hint="--range")
+    ev, created = repo_guard.approve(open_ws(ctx), member, remote, ref, old, new, reason, by)
+    if as_json:
+        emit_json({**ev.model_dump(mode="json"), "created": created})
+        return
+    click.echo(f"{'approved' if created else 'already approved (unspent)'}: "
+               f"{ev.approval_id} {ev.member} {ev.remote} {ev.ref} "
+               f"{ev.old[:12]}..{ev.new[:12]} by {ev.actor.name}")
+
+
+@repos_group.command("push")
+@click.argument("member")
+@click.argument("remote", default="origin")
+@click.argument("refspec", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_push(ctx, member: str, remote: str, refspec: str | None, as_json: bool) -> None:
+    """Push one ref of MEMBER (`.`: the root) under the push guard.
+
+    REFSPEC is SRC:DST, or a branch (default: the checked-out one). A protected ref takes
+    an approval for exactly this push (forge repos approve); a refusal is recorded.
+
+    \b
+    Example:
+      forge repos push sglang origin HEAD:main
+    """
+    out = repo_push.push(open_ws(ctx), member, remote, refspec)
+    if as_json:
+        emit_json(out)
+        return
+    span = f"{out['old'][:12]}..{out['new'][:12]}"
+    if not out["pushed"]:
+        click.echo(f"{member}: {remote} {out['ref']} is already at {out['new'][:12]}")
+    else:
+        under = f" under approval {out['approval_id']}" if out["approval_id"] else ""
+        click.echo(f"pushed {member} to {remote} {out['ref']} ({span}){under}")
+
+
+@repos_group.command("hooks")
+@click.option("--json", "as_json", is_flag=True, help="Print where the hooks are as JSON.")
+@click.pass_context
+@fail_cleanly
+def repos_hooks(ctx, as_json: bool) -> None:
+    """Install or refresh the push guard's pre-push hook in the root and every member.
+
+    \b
+    Example:
+      forge repos hooks
+    """
+    rows = repo_hooks.refresh_hooks(open_ws(ctx))
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        click.echo(f"  {r['member']:<16} {r['hook']}")
 
 
 if __name__ == "__main__":  # pragma: no cover

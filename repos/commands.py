@@ -1,10 +1,12 @@
 """The MonoRepo operations the CLI and the harness call, on a workspace.
 
-- `init(ws, manifest)`: create or adopt the root at `[repos] root` (recorded).
+- `init(ws, manifest)`: create or adopt the root at `[repos] root` (recorded), and install
+  the push guard's pre-push hooks (repos/hooks.py).
 - `snapshot(ws, reason)`: take and record the root's state; its id.
 - `restore(ws, snapshot_id)`: record the current state, then bring the root back to the
   recorded one (byte-exact, checked).
 - `status(ws)`: members, pins, dirty state, which tasks hold worktrees.
+- `sync(ws, member)`: fetch, bring branches onto their upstream, record the outcomes.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def worktree_base(ws: Workspace) -> Path:
 def init(ws: Workspace, manifest: str | Path, progress: Progress | None = None
          ) -> dict[str, Any]:
     mono, adopted = init_root(manifest, root_of(ws), progress)
+    from .hooks import install_hooks  # the push guard's pre-push, in the root and every member
+
+    install_hooks(mono, ws.home)
     text = (mono.root / "forge-repos.yaml").read_bytes()
     append(ws, [E.MonoRepoInitialized(root=str(mono.root),
                                       manifest_digest=ws.artifacts.put(text, verbatim=True),
@@ -60,10 +65,16 @@ def init(ws: Workspace, manifest: str | Path, progress: Progress | None = None
                          "url": m.url, "branch": m.branch} for m in mono.manifest.members]}
 
 
-def take_snapshot(ws: Workspace, reason: str, mono: MonoRepo | None = None
-                  ) -> E.RepoSnapshotted:
+def take_snapshot(ws: Workspace, reason: str, mono: MonoRepo | None = None, *,
+                  overrides: dict[str, Path] | None = None) -> E.RepoSnapshotted:
+    """Take and record the root's state. `overrides` (member -> a work tree of it, e.g. a
+    task's worktree) records that tree's state in the member's place: what a task ran on."""
     mono = mono or open_monorepo(ws)
     sid, members = snap.take(mono, ws.artifacts)
+    if overrides:
+        members = [snap.member_state(m.name, m.path, overrides[m.name], ws.artifacts)
+                   if m.name in overrides else m for m in members]
+        sid = snap.snapshot_id(members)
     ev = E.RepoSnapshotted(snapshot_id=sid, root=str(mono.root), members=members,
                            reason=reason)
     record_snapshot(ws, ev)
@@ -102,3 +113,16 @@ def status(ws: Workspace) -> dict[str, Any]:
             "worktrees": [{"task_id": w.task_id, "path": str(w.path), "branch": w.branch,
                            "head": w.head} for w in held.get(m.name, [])]})
     return {"root": str(mono.root), "snapshot_id": sid, "members": rows}
+
+
+def sync(ws: Workspace, member: str | None = None, progress: Progress | None = None, *,
+         branch: str | None = None) -> list[E.RepoSynced]:
+    """`forge repos sync`: fetch and bring the members' branches onto their upstream
+    (repos/sync.py), and record one RepoSynced per branch (conflicts and failures too);
+    `branch`: that task branch alone."""
+    from .sync import sync as sync_members  # repos/sync.py: the git work, no ledger
+
+    events = sync_members(open_monorepo(ws), member, progress, branch=branch)
+    if events:
+        append(ws, events)
+    return events
