@@ -158,11 +158,12 @@ def sync_rebase_check() -> None:
         shutil.rmtree(tmp)
     OUT.mkdir(parents=True, exist_ok=True)
     sh("git", "clone", "-q", str(SGLANG), str(tmp))
+    ours_branch = git(tmp, "rev-parse", "--abbrev-ref", "HEAD")  # the repo node's branch
     base = (WORK / "out" / "sync-sglang" / "head.txt").read_text().strip()
     git(tmp, "checkout", "-q", "-b", "upstream-next", base)
     (tmp / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.24"\n')
     commit_all(tmp, "upstream sglang v0.5.24")
-    git(tmp, "checkout", "-q", "main")
+    git(tmp, "checkout", "-q", ours_branch)
     rc = subprocess.run(["git", "-C", str(tmp), "rebase", "-q", "upstream-next"],
                         env={**os.environ, **GIT_ENV}, capture_output=True).returncode
     ours = int(git(tmp, "rev-list", "--count", "upstream-next..HEAD"))
