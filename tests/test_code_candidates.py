@@ -120,7 +120,7 @@ def test_ref_patch_and_upstream_candidates(tmp_path, workspace):
 
     assert git("rev-parse", f"{rebased}^") == up
     assert git("show", f"{rebased}:value.txt") == "1"
-    assert git("rev-parse", f"refs/forge/rejected/code-t/b3/kernels") == patched
+    assert git("rev-parse", "refs/forge/rejected/code-t/b3/kernels") == patched
     syncs = read_repo_history(workspace.ledger).syncs
     assert [(s.branch, s.outcome) for s in syncs] == [("forge/task/code-t", "rebased")]
 

@@ -57,7 +57,7 @@ for xs in cases:
     got = mod.prefix_sum(list(xs))
     want = reference(xs)
     err = max(err, 10**9 if len(got) != len(want) else
-              max((abs(a - b) for a, b in zip(got, want)), default=0))
+              max((abs(a - b) for a, b in zip(got, want, strict=True)), default=0))
 Counted.reads = 0
 t0 = time.perf_counter()
 mod.prefix_sum(Counted(cases[-1]))
