@@ -74,6 +74,14 @@ class Member(BaseModel):
         return self.path or f"{self.group}/{self.name}"
 
 
+class _Clash(ValueError):
+    """Two members that clash; `loc` is the later one's field (a pydantic error location)."""
+
+    def __init__(self, loc: tuple[str | int, ...], msg: str):
+        super().__init__(msg)
+        self.loc = loc
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -82,17 +90,22 @@ class Manifest(BaseModel):
 
     @model_validator(mode="after")
     def _unique(self) -> Manifest:
+        # The error carries the clashing member's location, so load_manifest can name its
+        # file:line and field (a model-level error alone would point at line 1).
         for attr in ("name", "rel_path"):
-            seen: set[str] = set()
-            for m in self.members:
+            field = attr.replace("rel_", "")
+            seen: dict[str, int] = {}
+            for i, m in enumerate(self.members):
                 v = getattr(m, attr)
                 if v in seen:
-                    raise ValueError(f"two members have {attr.replace('rel_', '')} {v!r}")
-                seen.add(v)
-        paths = sorted(m.rel_path for m in self.members)
-        for a, b in zip(paths, paths[1:], strict=False):
-            if b.startswith(a + "/"):
-                raise ValueError(f"member path {b!r} is inside member path {a!r}")
+                    raise _Clash(("members", i, field),
+                                 f"{field} {v!r} is also the {field} of members[{seen[v]}]")
+                seen[v] = i
+        for i, m in enumerate(self.members):
+            for j, o in enumerate(self.members):
+                if m.rel_path.startswith(o.rel_path + "/"):
+                    raise _Clash(("members", i, "path"), f"path {m.rel_path!r} is inside "
+                                 f"members[{j}] ({o.name}) at {o.rel_path!r}")
         return self
 
     def member(self, name: str) -> Member:
@@ -115,9 +128,11 @@ def load_manifest(path: str | Path, *, resolve_urls: bool = True) -> Manifest:
     try:
         man = Manifest.model_validate(data)
     except ValidationError as e:
-        raise SpecError([f"{p}:{line_of(node, tuple(err['loc']))}: "
-                         f"{dotted_path(tuple(err['loc'])) or '(manifest)'}: {err['msg']}"
-                         for err in e.errors()]) from None
+        problems = []
+        for err in e.errors():
+            loc = getattr(err.get("ctx", {}).get("error"), "loc", None) or tuple(err["loc"])
+            problems.append(f"{p}:{line_of(node, loc)}: {dotted_path(loc)}: {err['msg']}")
+        raise SpecError(problems) from None
     if not resolve_urls:
         return man
     members = []

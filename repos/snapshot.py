@@ -7,8 +7,10 @@ tree is dirty) and the untracked, not ignored, files (each an artifact). The sna
 digest of that list: one state, one id.
 
 `restore(mono, store, members)` brings every repository back to exactly that state: reset to
-the commit (on its branch when the branch still points there, else detached), remove what is
-untracked, apply the diff, write the untracked files. It then takes the state again and
+the commit (the branch is moved back to it when it moved on; its old tip is kept under
+`refs/forge/kept/<commit>`; detached when the snapshot was), remove what is untracked, apply
+the diff (to the index too: the diff is against HEAD, staged and unstaged alike, so changes
+come back staged), write the untracked files. It then takes the state again and
 fails, naming the member, unless it has the same id (byte-exact). The root's diff leaves
 submodules out: each member carries its own state.
 """
@@ -24,7 +26,7 @@ from ..ledger.artifacts import ArtifactStore
 from ..ledger.clock import digest
 from ..ledger.payloads import MemberState, UntrackedFile
 from .errors import RepoError
-from .git import commit_of, git
+from .git import commit_of, git, is_ancestor
 from .root import ROOT_NAME, MonoRepo, origin_url
 
 
@@ -107,16 +109,23 @@ def _checkout(repo: Path, st: MemberState) -> None:
                             f"{repo} nor on its origin")
     git(["reset", "-q", "--hard"], repo)
     git(["clean", "-q", "-fd"], repo)  # untracked files go; ignored ones (builds) stay
-    if st.branch and commit_of(f"refs/heads/{st.branch}", repo) == st.commit:
-        git(["checkout", "-q", "-f", st.branch], repo)
-    else:  # the branch moved on since: restore the commit, leave the branch where it is
+    if st.branch is None:
         git(["checkout", "-q", "-f", "--detach", st.commit], repo)
+        return
+    # The branch is part of the state: it points at the snapshot's commit again (left
+    # detached, the check after the restore could never match). A tip the branch leaves
+    # behind stays reachable under refs/forge/kept/, so the state before stays restorable.
+    tip = commit_of(f"refs/heads/{st.branch}", repo)
+    if tip is not None and tip != st.commit and not is_ancestor(tip, st.commit, repo):
+        git(["update-ref", f"refs/forge/kept/{tip}", tip], repo)
+    git(["checkout", "-q", "-f", "-B", st.branch, st.commit], repo)
 
 
 def _restore_one(repo: Path, st: MemberState, store: ArtifactStore) -> None:
     _checkout(repo, st)
     if st.diff_digest is not None:
-        git(["apply", "--binary", "--whitespace=nowarn", "-"], repo,
+        # --index: a new file of the diff (a staged one) is tracked again, not untracked.
+        git(["apply", "--index", "--binary", "--whitespace=nowarn", "-"], repo,
             input=store.get(st.diff_digest))
     for f in st.untracked:
         p = repo / f.path
