@@ -72,7 +72,10 @@ def take_snapshot(ws: Workspace, reason: str, mono: MonoRepo | None = None, *,
     mono = mono or open_monorepo(ws)
     sid, members = snap.take(mono, ws.artifacts)
     if overrides:
+        # Detached: restoring it puts the member checkout on that commit, and never takes a
+        # task's branch (checked out in the task's worktree) into the root.
         members = [snap.member_state(m.name, m.path, overrides[m.name], ws.artifacts)
+                   .model_copy(update={"branch": None})
                    if m.name in overrides else m for m in members]
         sid = snap.snapshot_id(members)
     ev = E.RepoSnapshotted(snapshot_id=sid, root=str(mono.root), members=members,

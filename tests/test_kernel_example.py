@@ -87,6 +87,8 @@ def test_kernel_task_accepts_one_commit_and_rejects_another(tmp_path, forge_home
                 state = next(m for m in snaps[sid].members if m.name == "kernels")
                 want = e.candidate.get("code.kernels") or state.commit
                 assert state.commit == want
+        sid_b3 = next(e.input_digests[Digest.REPO_SNAPSHOT] for e in evs
+                      if isinstance(e, E.MeasurementRecorded) and e.block_id == "b3")
         defined = evs[0]
         assert isinstance(defined, E.TaskDefined)
         assert defined.input_digests[Digest.REPO_SNAPSHOT] in snaps
@@ -96,6 +98,15 @@ def test_kernel_task_accepts_one_commit_and_rejects_another(tmp_path, forge_home
         assert _git(kernels, "branch", "--list", f"forge/task/{TASK}")
     finally:
         ws.close()
+
+    # The snapshot a measurement names brings the member back to the measured commit,
+    # byte for byte, in the root's checkout (detached: the task's branch stays its own).
+    _ok(run_forge("repos", "restore", sid_b3))
+    assert _git(kernels, "rev-parse", "HEAD") == right
+    assert _git(kernels, "status", "--porcelain") == ""
+    restored = (kernels / "prefix_sum.py").read_text()
+    assert "total += x\n        out.append(total)" in restored  # the accepted kernel
+    assert "out.append(total)\n        total += x" not in restored  # not the rejected one
 
     # The snapshot id is a dimension of the index.
     q = _ok(run_forge("sql", "--json", "SELECT DISTINCT block_id, repo_snapshot FROM "
