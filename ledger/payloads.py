@@ -143,12 +143,14 @@ class StepResult(BaseModel):
 
 
 class UntrackedFile(BaseModel):
-    """An untracked (not ignored) file of a snapshot: its path, mode and content digest."""
+    """An untracked (not ignored) file of a snapshot: its path, mode and content digest (a
+    symbolic link: the digest of its target)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     path: str
     digest: str  # artifact, stored verbatim
     executable: bool = False
+    symlink: bool = False
 
 
 class MemberState(BaseModel):

@@ -75,9 +75,9 @@ def member_state(name: str, rel: str, repo: Path, store: ArtifactStore) -> Membe
     for path in untracked:
         p = repo / path
         if p.is_symlink():
-            data, exe = os.readlink(p).encode("utf-8", "surrogateescape"), False
+            data = os.readlink(p).encode("utf-8", "surrogateescape")  # the link's target
             files.append(UntrackedFile(path=path, digest=store.put(data, verbatim=True),
-                                       executable=exe))
+                                       symlink=True))
             continue
         if not p.is_file():
             continue
@@ -132,6 +132,10 @@ def _restore_one(repo: Path, st: MemberState, store: ArtifactStore) -> None:
         if ".." in Path(f.path).parts or Path(f.path).is_absolute():
             raise RepoError(f"member {st.name}: untracked path {f.path!r} leaves the tree")
         p.parent.mkdir(parents=True, exist_ok=True)
+        if f.symlink:
+            p.unlink(missing_ok=True)
+            os.symlink(store.get(f.digest).decode("utf-8", "surrogateescape"), p)
+            continue
         p.write_bytes(store.get(f.digest))
         if f.executable:
             p.chmod(p.stat().st_mode | 0o111)

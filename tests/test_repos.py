@@ -269,6 +269,12 @@ def _detached(mono):
     git(["checkout", "-q", "--detach", "origin/main"], mono.member_dir("server"))
 
 
+def _symlink(mono):
+    link = _kernel(mono) / "scratch/latest"  # an untracked symbolic link
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to("../src/attn.cu")
+
+
 def _root_untracked(mono):
     (mono.root / "notes").mkdir()
     (mono.root / "notes" / "plan.md").write_text("root-level untracked\n")
@@ -283,7 +289,7 @@ def _everything(mono):
 
 
 CHANGES = [_modify, _delete, _untracked_nested, _binary, _exec_bit, _staged, _new_commit,
-           _other_branch, _detached, _root_untracked, _everything]
+           _other_branch, _detached, _root_untracked, _symlink, _everything]
 
 
 @pytest.mark.parametrize("change", CHANGES, ids=[c.__name__.strip("_") for c in CHANGES])
