@@ -66,6 +66,17 @@ protected_remotes = ["*"]
 protected_branches = ["main", "master", "release/*"]
 production_endpoints = []
 
+# [models.small]                     # a model tier for agent executors and reviewers
+# url = "http://127.0.0.1:30000/v1"  # any OpenAI-compatible chat endpoint (SGLang too)
+# model = "Qwen/Qwen3-8B"
+# family = "qwen"                    # a reviewer must be of another family
+# api_key_env = "SMALL_API_KEY"      # read at call time, never recorded
+# price_in_per_mtok = 0.0
+# price_out_per_mtok = 0.0
+
+[skills]
+dirs = []                            # your own skill folders, next to the shipped ones
+
 [repos]
 # The MonoRepo root (forge repos init MANIFEST), relative to FORGE_HOME unless absolute.
 root = "monorepo"
@@ -110,6 +121,25 @@ class RepoSettings(_Table):
     root: str = Field("monorepo", min_length=1)
 
 
+class ModelSettings(_Table):
+    """One model tier (`[models.<tier>]`): an OpenAI-compatible chat endpoint. The key is read
+    from `api_key_env` when a call is made and never recorded."""
+
+    url: str = Field(min_length=1)  # base URL, e.g. http://127.0.0.1:30000/v1
+    model: str = Field(min_length=1)
+    family: str = Field(min_length=1)  # e.g. qwen, claude, gpt: a reviewer's must differ
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    price_in_per_mtok: float = Field(0.0, ge=0)  # USD per million prompt tokens
+    price_out_per_mtok: float = Field(0.0, ge=0)  # USD per million completion tokens
+    timeout_s: float = Field(120.0, gt=0)
+    max_tokens: int = Field(1024, ge=1)
+    temperature: float = Field(0.0, ge=0, le=2)
+
+
+class SkillSettings(_Table):
+    dirs: list[str] = Field(default_factory=list)  # user skill folders (relative to FORGE_HOME)
+
+
 class NarrativeSettings(_Table):
     url: str | None = None
     model: str | None = None
@@ -136,6 +166,8 @@ class ForgeToml(_Table):
     model_tiers: ModelTiers = Field(default_factory=ModelTiers)
     guard: GuardSettings = Field(default_factory=GuardSettings)
     repos: RepoSettings = Field(default_factory=RepoSettings)
+    models: dict[str, ModelSettings] = Field(default_factory=dict)  # tier -> endpoint
+    skills: SkillSettings = Field(default_factory=SkillSettings)
     wiki: WikiSettingsToml = Field(default_factory=WikiSettingsToml)
 
 

@@ -353,6 +353,60 @@ class TaskReopened(Event):
     reason: str
 
 
+# --- agents (on the task stream; harness/agents/) ----------------------------------------
+
+
+class ModelCalled(Event):
+    """One call of a model tier: who (tier, model, family), why (`purpose`), what it cost, and
+    the prompt and response as redacted artifacts. A failed call is data (`success`,
+    `error`)."""
+
+    tier: str
+    model: str
+    family: str = ""
+    purpose: Literal["executor", "planner", "sub-agent", "reviewer"] = "executor"
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+    prompt_digest: str | None = None
+    response_digest: str | None = None
+    success: bool = True
+    error: str | None = None
+
+
+class AgentStepFailed(Event):
+    """An agent's step that could not be taken, as data: malformed tool-call JSON, an unknown
+    tool, a candidate outside the scope, an edit to the contract, a write outside the task's
+    directories, a refusal, a timeout, an endpoint that is down."""
+
+    tool: str | None = None
+    reason: str
+    arguments: JSON = Field(default_factory=dict)
+
+
+class SkillsProvided(Event):
+    """The skills an agent received for a block, chosen by task type and by retrieval on the
+    block's sub-goal (score: the retrieval's cosine similarity; 1.0 for a type match)."""
+
+    skills: list[str] = Field(default_factory=list)
+    query: str = ""
+    scores: dict[str, float] = Field(default_factory=dict)
+
+
+class ReviewRecorded(Event):
+    """A cross-model adversarial review of a block's deliverable: approve, or object with
+    reasons that point at evidence (an objection fails the verification)."""
+
+    tier: str
+    model: str
+    family: str = ""
+    verdict: Literal["approve", "object", "invalid"]
+    reasons: list[str] = Field(default_factory=list)
+    evidence: list[str] = Field(default_factory=list)
+    response_digest: str | None = None
+
+
 # --- the MonoRepo (the `repos` stream; written by repos/record.py) -----------------------
 
 

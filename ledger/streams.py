@@ -9,6 +9,8 @@
 - `engines`: engine launches and stops outside any task (`forge engine up`).
 - `repos`: the MonoRepo's facts (init, snapshots, restores, push approvals and refusals,
   syncs). Written by `repos/record.py` only.
+- `agents`: agent steps that name no task (`AgentStepFailed` of an MCP call without a
+  task). Written by `harness/agents/tools.py`.
 - `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
 """
 
@@ -21,6 +23,7 @@ WORKSPACE_STREAM = "workspace"
 MEASUREMENTS_STREAM = "measurements"
 ENGINES_STREAM = "engines"
 REPOS_STREAM = "repos"
+AGENTS_STREAM = "agents"
 
 
 def task_stream(task_id: str) -> str:

@@ -65,7 +65,7 @@ def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str,
 
 
 def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = None,
-                tee: bool = True) -> dict[str, Any]:
+                tee: bool = True, actor: E.Actor | None = None) -> dict[str, Any]:
     """`forge run -- CMD`: run CMD as a recorded tool call of the task's open block."""
     if not argv:
         raise HarnessError("forge run: give the command after --")
@@ -73,7 +73,8 @@ def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = 
     blk = _need_block(task_id, mem, "a tool call")
     run = run_tool(ws, argv, cwd=cwd, tee=tee,
                    event_fields={"task_id": task_id, "block_id": blk.block_id,
-                                 "actor": human_actor(), "input_digests": lt.digests})
+                                 "actor": actor or human_actor(),
+                                 "input_digests": lt.digests})
     # The state the command ran on (when the workspace has a MonoRepo).
     evs = code.with_snapshot([run.event], code.snapshot(ws, lt, f"task {task_id} tool call"))
     # The block's version is read again now: the command may have run a long time.
@@ -86,7 +87,8 @@ def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = 
 
 def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *,
                        source: str = "manual", success: bool = True, error: str | None = None,
-                       artifact: str | Path | None = None) -> dict[str, Any]:
+                       artifact: str | Path | None = None, actor: E.Actor | None = None
+                       ) -> dict[str, Any]:
     # Before anything is read or stored: a NaN or infinite metric is refused by name.
     values = {k: N.finite_float(v, f"metric {k}") for k, v in metrics.items()}
     lt, mem, version = _open(ws, task_id)
@@ -97,7 +99,7 @@ def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *
                                metrics=values,
                                candidate=blk.candidate, repeat=n, success=success, error=error,
                                artifact_digest=digest_, task_id=task_id, block_id=blk.block_id,
-                               actor=human_actor(), input_digests=lt.digests)
+                               actor=actor or human_actor(), input_digests=lt.digests)
     sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} measured")
     append_to_task(ws, task_id, code.with_snapshot([ev], sid), expected_version=version,
                    command_id=f"{task_id}:{blk.block_id}:measure:{ev.event_id}")
@@ -105,7 +107,7 @@ def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *
             "event_id": str(ev.event_id)}
 
 
-def verify_block(ws: Workspace, task_id: str) -> dict[str, Any]:
+def verify_block(ws: Workspace, task_id: str, actor: E.Actor | None = None) -> dict[str, Any]:
     """Verify the open block: the task's verification path in order (its command steps run
     as recorded tool calls), the contract's gates judged on the block's measurements
     against the baseline at `gates`."""
@@ -114,7 +116,7 @@ def verify_block(ws: Workspace, task_id: str) -> dict[str, Any]:
     if not blk.measurements:
         raise HarnessError(f"task {task_id}: block {blk.block_id} has no measurements to verify")
     st = _Stepper(ws, lt, lambda _s: None)
-    ver = _verify_event(st, blk, mem, human_actor())
+    ver = _verify_event(st, blk, mem, actor or human_actor())
     sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
     append_to_task(ws, task_id, code.with_snapshot(ver.events, sid), expected_version=version,
                    command_id=f"{task_id}:{blk.block_id}:verify:{ver.event.event_id}")
@@ -125,12 +127,14 @@ def verify_block(ws: Workspace, task_id: str) -> dict[str, Any]:
 
 
 def handoff_block(ws: Workspace, task_id: str, *, state_reached: str, findings: list[str] = (),  # type: ignore[assignment]
-                  next_sub_goal: str | None = None, outcome: str = "progress") -> dict[str, Any]:
+                  next_sub_goal: str | None = None, outcome: str = "progress",
+                  actor: E.Actor | None = None) -> dict[str, Any]:
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a handoff")
     ev = E.LoopBlockHandedOff(outcome=outcome, state_reached=state_reached,
                               findings=list(findings), next_sub_goal=next_sub_goal,
-                              task_id=task_id, block_id=blk.block_id, actor=human_actor(),
+                              task_id=task_id, block_id=blk.block_id,
+                              actor=actor or human_actor(),
                               input_digests=lt.digests)
     append_to_task(ws, task_id, [ev], expected_version=version,
                    command_id=f"{task_id}:{blk.block_id}:handoff")

@@ -1,0 +1,127 @@
+"""Model tiers and the one way forge calls a model (`[models.<tier>]` in forge.toml).
+
+`call_model(ws, tier, messages, ...)` sends one chat completion to the tier's OpenAI-compatible
+endpoint with the official `openai` client and returns a `ModelReply`; it never raises for what
+the endpoint does (down, timeout, HTTP error, a body that is not a chat completion): that is
+a reply with `success=False` and a one-line `error`. Every call yields a `ModelCalled` event
+(tier, model, family, purpose, tokens in/out, latency, cost from the tier's prices, the prompt
+and the response as redacted artifacts); the caller saves it where it belongs (the task's
+open block). The API key is read from `api_key_env` at call time and is never recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...ledger import events as E
+from ...ledger.config import ModelSettings
+from ...ledger.workspace import Workspace
+from ..errors import HarnessError
+
+Purpose = str  # executor | planner | sub-agent | reviewer
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call a model asked for; `arguments` is the raw JSON text as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class ModelReply:
+    success: bool
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    error: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+    finish_reason: str | None = None
+    event: E.ModelCalled | None = None
+
+
+def tier_settings(ws: Workspace, tier: str) -> ModelSettings:
+    models = ws.config.settings.models
+    if tier not in models:
+        raise HarnessError(f"no model for tier {tier!r}: add [models.{tier}] (url, model, "
+                           f"family) to forge.toml (tiers configured: "
+                           f"{', '.join(sorted(models)) or 'none'})")
+    return models[tier]
+
+
+def cost(settings: ModelSettings, tokens_in: int, tokens_out: int) -> float:
+    return round((tokens_in * settings.price_in_per_mtok
+                  + tokens_out * settings.price_out_per_mtok) / 1e6, 8)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return f"{type(e).__name__}: {text}"[:300]
+
+
+def call_model(ws: Workspace, tier: str, messages: Sequence[dict[str, Any]], *,
+               tools: Sequence[dict[str, Any]] | None = None, purpose: Purpose = "executor",
+               event_fields: dict[str, Any] | None = None,
+               settings: ModelSettings | None = None) -> ModelReply:
+    """One chat completion on `tier` (module contract). `event_fields` go on the event
+    (task_id, block_id, actor)."""
+    import openai  # loaded when a model is called: `forge --help` stays fast
+
+    s = settings or tier_settings(ws, tier)
+    key = os.environ.get(s.api_key_env, "") if s.api_key_env else ""
+    client = openai.OpenAI(base_url=s.url, api_key=key or "none", timeout=s.timeout_s,
+                           max_retries=0)
+    request: dict[str, Any] = {"model": s.model, "messages": list(messages),
+                               "max_tokens": s.max_tokens, "temperature": s.temperature}
+    if tools:
+        request["tools"] = list(tools)
+    prompt_digest = ws.artifacts.put(json.dumps(request, sort_keys=True, default=str))
+    t0 = time.perf_counter()
+    reply = ModelReply(success=False)
+    raw: Any = None
+    try:
+        resp = client.chat.completions.create(**request)
+        raw = resp.model_dump(mode="json") if hasattr(resp, "model_dump") else resp
+        reply = _read(resp)
+    except openai.APITimeoutError:
+        reply.error = f"timed out after {s.timeout_s}s ({s.url})"
+    except openai.APIConnectionError as e:
+        reply.error = f"endpoint {s.url} is down: {_one_line(e.__cause__ or e)}"
+    except openai.APIStatusError as e:
+        reply.error = f"HTTP {e.status_code} from {s.url}: {_one_line(e)}"
+    except Exception as e:  # a body that is not a chat completion, among others
+        reply.error = f"bad response from {s.url}: {_one_line(e)}"
+    reply.latency_s = round(time.perf_counter() - t0, 6)
+    reply.cost_usd = cost(s, reply.tokens_in, reply.tokens_out)
+    response_digest = None
+    if raw is not None:
+        response_digest = ws.artifacts.put(json.dumps(raw, sort_keys=True, default=str))
+    reply.event = E.ModelCalled(
+        tier=tier, model=s.model, family=s.family, purpose=purpose,
+        tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_s=reply.latency_s,
+        cost_usd=reply.cost_usd, prompt_digest=prompt_digest, response_digest=response_digest,
+        success=reply.success, error=reply.error, **(event_fields or {}))
+    return reply
+
+
+def _read(resp: Any) -> ModelReply:
+    """A chat completion object as a reply; raises on a shape that is not one."""
+    choice = resp.choices[0]
+    msg = choice.message
+    calls = [ToolCall(id=str(c.id), name=str(c.function.name),
+                      arguments=str(c.function.arguments or ""))
+             for c in (msg.tool_calls or []) if getattr(c, "function", None) is not None]
+    usage = resp.usage
+    return ModelReply(success=True, content=msg.content or "", tool_calls=calls,
+                      tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
+                      tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+                      finish_reason=choice.finish_reason)
