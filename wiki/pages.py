@@ -271,6 +271,12 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
     if gates:
         p.add("h", "Gate verdicts")
         p.add(*_gate_table(gates))
+    reviews = snap.reviews.get(tid, [])
+    if reviews:  # the reviewer's words are plain text: they never form a link or markup
+        p.add("h", "Reviews")
+        p.add("table", ["block", "verdict", "reviewer", "family", "reasons (evidence)"],
+              [(r["block_id"], r["verdict"], f"{r['tier']}: {r['model']}", r["family"],
+                "; ".join(r["reasons"]) or "—") for r in reviews])
     hand = snap.handoffs.get(tid, [])
     if hand:
         p.add("h", "Handoffs")

@@ -1,6 +1,7 @@
 """What the wiki's pages are made of, read from the index in a few bulk queries: `load(con)`
 gives a `Snapshot` (tasks, blocks, metric summaries, gate verdicts, verification steps,
-decisions, handoffs, points, profiles), from which `pages.make_pages` is a pure function."""
+reviews, decisions, handoffs, points, profiles), from which `pages.make_pages` is a pure
+function."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class Snapshot:
     # task -> the steps of each block's latest verification: {block_id, step, kind, outcome,
     # detail}, in ledger order
     steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # task -> its blocks' cross-model reviews (ReviewRecorded), in ledger order: {block_id,
+    # tier, model, family, verdict, reasons}
+    reviews: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @cached_property
     def decided(self) -> dict[tuple, str]:
@@ -97,6 +101,15 @@ def load(con) -> Snapshot:
         for x in orjson.loads(raw) if raw else []:
             steps[tid].append({"block_id": bid, "step": x.get("name"), "kind": x.get("kind"),
                                "outcome": x.get("outcome"), "detail": x.get("detail", "")})
+    reviews: dict[str, list] = defaultdict(list)
+    for tid, bid, raw in con.execute(
+            """SELECT task_id, block_id, payload FROM events
+               WHERE type = 'ReviewRecorded' AND task_id IS NOT NULL
+               ORDER BY position""").fetchall():
+        x = orjson.loads(raw) if raw else {}
+        reviews[tid].append({"block_id": bid, "tier": x.get("tier"), "model": x.get("model"),
+                             "family": x.get("family"), "verdict": x.get("verdict"),
+                             "reasons": list(x.get("reasons") or [])})
     return Snapshot(pos, tasks, dict(blocks), dict(metrics), dict(gates), decisions,
                     dict(handoffs), points, profiles, task_positions, events_by_id,
-                    dict(steps))
+                    dict(steps), dict(reviews))
