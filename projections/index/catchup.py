@@ -96,7 +96,7 @@ def batch_ops(p: Projector) -> list[tuple]:
     for name, cols in (("loop_blocks", p.b_blocks), ("tool_calls", p.b_tools),
                        ("invalidations", p.b_inval), ("verifications", p.b_verif),
                        ("gate_verdicts", p.b_gates), ("decisions", p.b_dec),
-                       ("handoffs", p.b_hand)):
+                       ("handoffs", p.b_hand), ("skills_provided", p.b_skills)):
         if len(cols):
             ops.append(("insert", name, _table(cols)))
     if p.b_skipped:
@@ -146,6 +146,7 @@ def arrow_types() -> dict[str, pa.DataType]:
         **{n: sql_arrow[t] for n, t in DIMS},
         "position": pa.int64(), "version": pa.int64(), "schema_version": pa.int64(),
         "block_index": pa.int64(), "exit_code": pa.int64(), "repeat": pa.int64(),
+        "rank": pa.int64(), "score": pa.float64(),
         "defined_position": pa.int64(), "last_position": pa.int64(),
         "duration_s": pa.float64(), "observed": pa.float64(), "threshold": pa.float64(),
         "baseline": pa.float64(), "success": pa.bool_(), "passed": pa.bool_(),

@@ -70,6 +70,8 @@ _GATE_COLS = ["position", "verification_id", "task_id", "block_id", "gate", "met
 _DEC_COLS = ["position", "decision_id", "occurred_at", "task_id", "block_id", "kind",
              "candidate", "candidate_key", "reason", "evidence", "verification_event_id",
              *DIM_NAMES]
+_SKILL_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "skill", "rank",
+               "score", "query", "fallback"]
 _HAND_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "kind", "outcome",
               "state_reached", "findings", "next_sub_goal"]
 
@@ -118,6 +120,7 @@ class Projector:
         self.b_gates = _Rows(_GATE_COLS)
         self.b_dec = _Rows(_DEC_COLS)
         self.b_hand = _Rows(_HAND_COLS)
+        self.b_skills = _Rows(_SKILL_COLS)
         self.b_skipped: list[tuple] = []  # (position, stream, version, type, error)
 
     def project(self, rows: list[tuple]) -> int:
@@ -359,6 +362,14 @@ class Projector:
             "block", d.get("outcome"), d.get("state_reached"),
             [str(x) for x in d.get("findings") or []], d.get("next_sub_goal")))
 
+    def _on_skills(self, pos: int, d: dict[str, Any]) -> None:
+        scores = d.get("scores") or {}
+        get = d.get
+        for rank, name in enumerate(get("skills") or [], 1):
+            self.b_skills.append((
+                pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
+                _str(name), rank, _float(scores.get(name)), get("query"), get("fallback")))
+
 
 _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "DeploymentPointPinned": Projector._on_point,
@@ -374,6 +385,7 @@ _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "DeliverableAccepted": lambda p, pos, d: p._on_decision(pos, d, "accepted"),
     "DirectionRejected": lambda p, pos, d: p._on_decision(pos, d, "rejected"),
     "LoopBlockHandedOff": Projector._on_handoff,
+    "SkillsProvided": Projector._on_skills,
 }
 
 

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
 
 PROJECTION = "index"
 # Bump when tables or their meaning change: an index of another version is rebuilt.
-# 3: table `skipped` (undecodable events); 4: gates, points and profiles read typed
-INDEX_SCHEMA_VERSION = 4
+# 3: table `skipped` (undecodable events); 4: gates, points and profiles read typed;
+# 5: table `skills_provided` (the skills each block received)
+INDEX_SCHEMA_VERSION = 5
 SCHEMA_KEY = "index-schema"
 
 # Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
@@ -108,6 +109,13 @@ CREATE TABLE IF NOT EXISTS handoffs(
   position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
   block_id VARCHAR, kind VARCHAR, outcome VARCHAR, state_reached VARCHAR,
   findings VARCHAR[], next_sub_goal VARCHAR);
+-- One row per skill a block received (SkillsProvided): `rank` is its place in the list
+-- (1 = the most relevant), `score` 1.0 for a task-type match else the retrieval's cosine
+-- similarity; `fallback` says why retrieval was not used (NULL: it was).
+CREATE TABLE IF NOT EXISTS skills_provided(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, skill VARCHAR, rank BIGINT, score DOUBLE, query VARCHAR,
+  fallback VARCHAR);
 """
 
 VIEWS = """
@@ -171,7 +179,7 @@ CREATE OR REPLACE VIEW decision_evidence AS
 
 TABLES = ["events", "points", "runtime_profiles", "tasks", "loop_blocks", "tool_calls",
           "measurement_runs", "invalidations", "verifications", "gate_verdicts", "decisions",
-          "handoffs", "skipped"]
+          "handoffs", "skills_provided", "skipped"]
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
