@@ -14,7 +14,8 @@ wire format of a real server (`chat.completion` objects with `choices[0].message
 - a callable `(request_json) -> reply` — computed from the request.
 
 `usage` is computed from the text (words) unless a reply gives `usage`. Every request body is
-kept (`server.requests`) so a test can read what the agent was sent. When the script is empty
+kept (`server.requests`) with its HTTP headers (`server.headers`, same order; names in lower
+case) so a test can read what the agent was sent and how it authenticated. When the script is empty
 the server answers 500 with `script exhausted`. `GET /v1/models` lists the model.
 
     with ScriptedChat([{"content": "hi"}]) as chat:   # chat.url is http://127.0.0.1:PORT/v1
@@ -38,6 +39,7 @@ class ScriptedChat:
         self.script: list[Reply] = list(script)
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -53,11 +55,14 @@ class ScriptedChat:
                 return None
 
             def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client left (it timed out, or was killed): nobody to answer
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 if self.path.rstrip("/").endswith("/models"):
@@ -76,7 +81,7 @@ class ScriptedChat:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, b'{"error": "not found"}')
                     return
-                code, body = outer._answer(req)
+                code, body = outer._answer(req, {k.lower(): v for k, v in self.headers.items()})
                 self._send(code, body)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -108,9 +113,11 @@ class ScriptedChat:
 
     # --- answers -------------------------------------------------------------------------
 
-    def _answer(self, req: dict[str, Any]) -> tuple[int, bytes]:
+    def _answer(self, req: dict[str, Any], headers: dict[str, str] | None = None
+                ) -> tuple[int, bytes]:
         with self._lock:
             self.requests.append(req)
+            self.headers.append(headers or {})
             if not self.script:
                 return 500, b'{"error": {"message": "script exhausted"}}'
             reply = self.script.pop(0)
