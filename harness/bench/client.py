@@ -251,8 +251,10 @@ def _storable_meta(meta: dict[str, Any], omitted: dict[str, str]) -> dict[str, A
 def record_measurement(ws: Workspace, result: BenchResult, *, task_id: str | None = None,
                        block_id: str | None = None, run_id: str | None = None,
                        source: str = "forge-bench", candidate: Mapping[str, Any] | None = None,
-                       repeat: int | None = None, meta: Mapping[str, Any] | None = None):
-    """Store the records artifact and append one MeasurementRecorded; returns the event."""
+                       repeat: int | None = None, meta: Mapping[str, Any] | None = None,
+                       actor: E.Actor | None = None):
+    """Store the records artifact and append one MeasurementRecorded (by `actor`, default
+    the system); returns the event."""
     check_optional_id(task_id, "task id")  # the one id rule: this may open a task's stream
     check_optional_id(block_id, "block id")
     digest = ws.artifacts.put(result.records_jsonl())
@@ -273,6 +275,7 @@ def record_measurement(ws: Workspace, result: BenchResult, *, task_id: str | Non
         artifact_digest=digest,
         meta=_storable_meta({"config": result.config, "client": "infer-forge", **(meta or {})},
                             omitted),
+        **({"actor": actor} if actor is not None else {}),
     )
     # The one measurement writer: a task's open block (or task-level), else `measurements`.
     record_measurements(ws, [ev], task_id=task_id,
@@ -325,6 +328,7 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
                   transport: str = "auto", gsp: Mapping[str, int] | None = None,
                   ws: Workspace | None = None, task_id: str | None = None,
                   block_id: str | None = None, records_out: str | None = None,
+                  candidate: Mapping[str, Any] | None = None, actor: E.Actor | None = None,
                   ) -> dict[str, Any]:
     """`forge bench`: build the prompts, run, optionally record; returns a JSON-able summary
     (`metrics`, `config`, and `measurement` when recorded)."""
@@ -347,7 +351,8 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
         with open(records_out, "wb") as f:
             f.write(result.records_jsonl())
     if ws is not None:
-        ev = record_measurement(ws, result, task_id=task_id, block_id=block_id)
+        ev = record_measurement(ws, result, task_id=task_id, block_id=block_id,
+                                candidate=candidate, actor=actor)
         out["measurement"] = {"event_id": str(ev.event_id), "run_id": ev.run_id,
                               "artifact": ev.artifact_digest,
                               "stream": task_stream(task_id) if task_id
