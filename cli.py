@@ -19,6 +19,7 @@ from typing import Any
 import click
 import yaml
 
+from .harness.agents.mcp_server import serve as serve_mcp
 from .harness.bench.client import bench_command, format_table
 from .harness.bench.importer import import_results, metrics_from_json
 from .harness.demo import run_demo
@@ -1270,7 +1271,7 @@ def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool, max_rows: int | None,
             timeout_s: float | None) -> None:
     """Run read-only SQL over the index (caught up first). Tables: events, tasks,
     loop_blocks, tool_calls, measurements, verifications, gate_verdicts, decisions,
-    handoffs, points, runtime_profiles; views: task_overview, block_overview,
+    handoffs, skills_provided, points, runtime_profiles; views: task_overview, block_overview,
     metric_summary, profile_tradeoff, decision_evidence, valid_measurements.
 
     Queries only (SELECT/WITH, DESCRIBE, SHOW, EXPLAIN, PRAGMA, CALL), in a locked-down
@@ -2041,6 +2042,115 @@ def repos_hooks(ctx, as_json: bool) -> None:
         return
     for r in rows:
         click.echo(f"  {r['member']:<16} {r['hook']}")
+
+
+# --- agents: forge mcp (the harness as an MCP server) ------------------------------------
+
+
+@main.command("mcp")
+@click.option("--http", "http", metavar="HOST:PORT",
+              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (port 0: "
+              "any free port; the URL is printed on stderr).")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow a --http host that is not loopback (the server runs commands).")
+@click.option("--task", "task_id", help="Bind the session to this task.")
+@click.pass_context
+@fail_cleanly
+def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> None:
+    """Serve the harness to a coding agent over MCP: the task, block, run, measure, engine,
+    bench, evaluate, journal and skills tools, with the agent (its client name, version and
+    model: `_meta.model` or FORGE_AGENT_MODEL) recorded as the actor of every step.
+
+    \b
+    Example:
+      claude mcp add --env FORGE_HOME=$FORGE_HOME forge -- forge mcp --task tune-tiny-cpu
+      forge mcp --http 127.0.0.1:8765
+    """
+    ws = open_ws(ctx)
+    serve_mcp(ws, http=http, allow_remote=allow_remote, task_id=task_id,
+          retrieve=lambda query, k: retrieve(ws, query, k))
+
+
+# --- agents: skills (forge skills list|show|lint) ----------------------------------------
+
+
+@main.group("skills")
+def skills_group() -> None:
+    """Skills: short guides an agent gets for a block (the shipped set and [skills] dirs)."""
+
+
+@skills_group.command("list")
+@click.option("--category", help="Only this category (sglang-upstream, cross-library, task, ops).")
+@click.option("--task-type", "task_type", help="Only skills listed for this task type.")
+@click.option("--json", "as_json", is_flag=True, help="Print the catalog as JSON.")
+@click.pass_context
+@fail_cleanly
+def skills_list_cmd(ctx, category: str | None, task_type: str | None, as_json: bool) -> None:
+    """List the skills in effect: name, category, task types, summary.
+
+    \b
+    Example:
+      forge skills list --task-type deployment-tuning
+    """
+    from .harness.agents.skills import find
+
+    rows = [s.entry() for s in find(open_ws(ctx), category=category, task_type=task_type)]
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        user = "  (user)" if r["source"] == "user" else ""
+        click.echo(f"{r['name']:<22} {r['category']:<16} {', '.join(r['task_types'])}{user}")
+        click.echo(f"  {r['summary']}")
+
+
+@skills_group.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the skill as JSON.")
+@click.pass_context
+@fail_cleanly
+def skills_show_cmd(ctx, name: str, as_json: bool) -> None:
+    """Print one skill.
+
+    \b
+    Example:
+      forge skills show result-noise
+    """
+    from .harness.agents.skills import get
+
+    skill = get(open_ws(ctx), name).as_dict()
+    if as_json:
+        emit_json(skill)
+        return
+    click.echo(f"{skill['name']} ({skill['category']}; {', '.join(skill['task_types'])}; "
+               f"{skill['source']}: {skill['path']})")
+    click.echo(skill["body"], nl=False)
+
+
+@skills_group.command("lint")
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
+@click.pass_context
+@fail_cleanly
+def skills_lint_cmd(ctx, as_json: bool) -> None:
+    """Check every skill: frontmatter, names, categories, task types, relative links,
+    duplicate names and bodies. Exits 1 with one line per problem.
+
+    \b
+    Example:
+      forge skills lint
+    """
+    from .harness.agents.skills import lint as lint_skills
+
+    problems = lint_skills(open_ws(ctx))
+    if as_json:
+        emit_json({"problems": problems})
+    else:
+        for p in problems:
+            click.echo(p)
+        if not problems:
+            click.echo("skills: no problems")
+    if problems:
+        ctx.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -392,6 +392,9 @@ class SkillsProvided(Event):
     skills: list[str] = Field(default_factory=list)
     query: str = ""
     scores: dict[str, float] = Field(default_factory=dict)
+    # Why retrieval was not used (embeddings off, the model could not load): the choice was
+    # by task type only. None when the sub-goal was embedded.
+    fallback: str | None = None
 
 
 class ReviewRecorded(Event):

@@ -29,8 +29,9 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 # Contract gates (`specs.Gate.kind`): absolute, relative, stability. A graph node's checks:
 # `command` (a verify command), `metric` (a bound on the work's metrics line), `work` (the
 # node's work command itself), `deliverables` (its files exist), `task-loop` (a loop task).
+# `review`: a contract's cross-model review (harness/agents/review.py).
 GateKind = Literal["absolute", "relative", "stability", "command", "metric", "work",
-                   "deliverables", "task-loop"]
+                   "deliverables", "task-loop", "review"]
 Direction = Literal["at_least", "at_most", "equals"]
 
 

@@ -34,6 +34,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -322,11 +323,29 @@ class Gate(Spec):
         return self
 
 
+class ReviewSpec(Spec):
+    """Cross-model adversarial review, a gate of the contract: the model of `tier`
+    ([models.<tier>] in forge.toml, of another family than the executor's) approves each
+    candidate's deliverable or objects with reasons pointing at evidence; `timeout_s` bounds
+    its call (harness/agents/review.py)."""
+
+    tier: str = Field(min_length=1)
+    timeout_s: float = Field(300, gt=0)
+
+
 class Contract(Spec):
     gates: list[Gate] = Field(min_length=1)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap: int = Field(2000, ge=100)
     seed: int = 0
+    review: ReviewSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("review") is None:
+            data.pop("review", None)  # a contract without review hashes as before `review`
+        return data
 
     @model_validator(mode="after")
     def _unique(self) -> Contract:
@@ -334,6 +353,8 @@ class Contract(Spec):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"duplicate gate names {dup}")
+        if self.review is not None and "review" in names:
+            raise ValueError("gate name 'review' is the review's own verdict; rename the gate")
         return self
 
     @property
@@ -361,21 +382,49 @@ class ExitCriteria(Spec):
     max_blocks: int = Field(8, ge=1)
     max_wall_s: float = Field(3600, gt=0)
     no_progress_blocks: int = Field(3, ge=1)
+    # Model budgets, summed over the task's ModelCalled events: over either, failed-budget.
+    max_tokens: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):  # criteria without model budgets hash as before them
+            for k in ("max_tokens", "max_cost_usd"):
+                if data.get(k) is None:
+                    data.pop(k, None)
+        return data
+
+
+AGENT_MAX_STEPS = 12  # an agent executor's tool-calling turns per decision, by default
 
 
 class ExecutorSpec(Spec):
-    kind: Literal["manual", "sweep", "command"] = "sweep"
+    kind: Literal["manual", "sweep", "command", "agent"] = "sweep"
     strategy: Literal["grid", "random"] = "grid"
     seed: int = 0
     samples: int | None = Field(None, ge=1)  # random: how many candidates to draw
     argv: list[str] = Field(default_factory=list)  # command: the policy executable
-    timeout_s: float = Field(600, gt=0)
+    timeout_s: float = Field(600, gt=0)  # command: its run; agent: one whole decision
+    # agent: the model tier ([models.<tier>]; None: from routing) and its turns per decision
+    tier: str | None = Field(None, min_length=1)
+    max_steps: int = Field(AGENT_MAX_STEPS, ge=1, le=200)
 
     @model_validator(mode="after")
     def _argv(self) -> ExecutorSpec:
         if self.kind == "command" and not self.argv:
             raise ValueError("executor kind command needs argv")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):  # a non-agent executor hashes as before the agent fields
+            if data.get("tier") is None:
+                data.pop("tier", None)
+            if data.get("max_steps") == AGENT_MAX_STEPS:
+                data.pop("max_steps", None)
+        return data
 
 
 class EvaluatorSpec(Spec):

@@ -6,6 +6,7 @@ decisions, accepted and rejected) plus what Task Memory adds on top, event by ev
 
 - each block's records: its start time, tool calls, measurements (marked when invalidated)
   and latest verification, which the fold only counts;
+- the task's model usage (calls, tokens in/out, cost: what its model budgets count);
 - derived views: the current (open) loop block, the last handoff, the next loop block (index
   and the sub-goal the last handoff proposed), the baseline and best-so-far on the contract's
   primary metric (`Contract.primary`), accepted deliverables with their evidence, the
@@ -96,6 +97,11 @@ class TaskMemory(BaseModel):
     tried: list[str] = Field(default_factory=list)
     no_progress_streak: int = 0
     first_block_at: str | None = None
+    # The task's model calls (ModelCalled, any block or none): what its budgets count.
+    model_calls: int = 0
+    model_tokens_in: int = 0
+    model_tokens_out: int = 0
+    model_cost_usd: float = 0.0
     exits: list[dict[str, Any]] = Field(default_factory=list, exclude=True)  # the fold's
     reopened_after: int | None = Field(None, exclude=True)  # blocks at the last reopen
     paused_s: float = Field(0.0, exclude=True)  # time spent exited before a reopen
@@ -177,6 +183,14 @@ def _tool(r: _Builder, ev: E.ToolInvoked) -> None:
                              "event_id": str(ev.event_id)})
 
 
+def _model_called(r: _Builder, ev: E.ModelCalled) -> None:
+    mem = r.mem
+    mem.model_calls += 1
+    mem.model_tokens_in += ev.tokens_in
+    mem.model_tokens_out += ev.tokens_out
+    mem.model_cost_usd = round(mem.model_cost_usd + ev.cost_usd, 8)
+
+
 def _measured(r: _Builder, ev: E.MeasurementRecorded) -> None:
     if b := r.block(ev.block_id):
         b.measurements.append({"event_id": str(ev.event_id), "run_id": ev.run_id,
@@ -237,6 +251,7 @@ _STEPS: dict[str, Callable[[_Builder, Any], None]] = {
     E.TaskDefined.TYPE: _defined,
     E.LoopBlockStarted.TYPE: _started,
     E.ToolInvoked.TYPE: _tool,
+    E.ModelCalled.TYPE: _model_called,
     E.MeasurementRecorded.TYPE: _measured,
     E.MeasurementInvalidated.TYPE: _invalidated,
     E.VerificationRecorded.TYPE: _verified,

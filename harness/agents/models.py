@@ -47,6 +47,8 @@ class ModelReply:
     cost_usd: float = 0.0
     finish_reason: str | None = None
     event: E.ModelCalled | None = None
+    # Why the call failed: down (no connection) | timeout | http | bad-response; None: ok.
+    error_kind: str | None = None
 
 
 def tier_settings(ws: Workspace, tier: str) -> ModelSettings:
@@ -68,6 +70,42 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:300]
 
 
+# One client per endpoint and key for the process: a client builds its TLS context and
+# connection pool (~30 ms), which would otherwise be paid on every call.
+_CLIENTS: dict[tuple[str, str], Any] = {}
+
+
+def _client(url: str, key: str) -> Any:
+    import openai  # loaded when a model is called: `forge --help` stays fast
+
+    c = _CLIENTS.get((url, key))
+    if c is None:
+        c = _CLIENTS[(url, key)] = openai.OpenAI(base_url=url, api_key=key or "none",
+                                                 max_retries=0)
+    return c
+
+
+_POOL: list[Any] = []
+
+
+def _background() -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="forge-prompts"))
+    return _POOL[0]
+
+
+def put_json(ws: Workspace, value: Any) -> str:
+    """Store a JSON value (a request, a response, a tool's result) as a redacted artifact.
+    Redacted value by value, each string by its own lines: a prompt is one long JSON line
+    whose texts (skills, memory) trip the redactor's screens, and scrubbing that whole line
+    with every rule costs ~25 ms a call; the stored bytes are the same JSON either way."""
+    data = json.dumps(value, sort_keys=True, default=str).encode("utf-8")
+    red = ws.artifacts.redactor
+    return ws.artifacts.put(data if red is None else red.json_bytes(data), verbatim=True)
+
+
 def call_model(ws: Workspace, tier: str, messages: Sequence[dict[str, Any]], *,
                tools: Sequence[dict[str, Any]] | None = None, purpose: Purpose = "executor",
                event_fields: dict[str, Any] | None = None,
@@ -78,33 +116,37 @@ def call_model(ws: Workspace, tier: str, messages: Sequence[dict[str, Any]], *,
 
     s = settings or tier_settings(ws, tier)
     key = os.environ.get(s.api_key_env, "") if s.api_key_env else ""
-    client = openai.OpenAI(base_url=s.url, api_key=key or "none", timeout=s.timeout_s,
-                           max_retries=0)
+    client = _client(s.url, key)
     request: dict[str, Any] = {"model": s.model, "messages": list(messages),
                                "max_tokens": s.max_tokens, "temperature": s.temperature}
     if tools:
         request["tools"] = list(tools)
-    prompt_digest = ws.artifacts.put(json.dumps(request, sort_keys=True, default=str))
+    # The prompt is stored (redacted, fsynced) while the model answers, not before.
+    stored = _background().submit(put_json, ws, request)
     t0 = time.perf_counter()
     reply = ModelReply(success=False)
     raw: Any = None
     try:
-        resp = client.chat.completions.create(**request)
+        resp = client.chat.completions.create(**request, timeout=s.timeout_s)
         raw = resp.model_dump(mode="json") if hasattr(resp, "model_dump") else resp
         reply = _read(resp)
     except openai.APITimeoutError:
-        reply.error = f"timed out after {s.timeout_s}s ({s.url})"
+        reply.error, reply.error_kind = f"timed out after {s.timeout_s}s ({s.url})", "timeout"
     except openai.APIConnectionError as e:
         reply.error = f"endpoint {s.url} is down: {_one_line(e.__cause__ or e)}"
+        reply.error_kind = "down"
     except openai.APIStatusError as e:
         reply.error = f"HTTP {e.status_code} from {s.url}: {_one_line(e)}"
+        reply.error_kind = "http"
     except Exception as e:  # a body that is not a chat completion, among others
         reply.error = f"bad response from {s.url}: {_one_line(e)}"
+        reply.error_kind = "bad-response"
     reply.latency_s = round(time.perf_counter() - t0, 6)
+    prompt_digest = stored.result()
     reply.cost_usd = cost(s, reply.tokens_in, reply.tokens_out)
     response_digest = None
     if raw is not None:
-        response_digest = ws.artifacts.put(json.dumps(raw, sort_keys=True, default=str))
+        response_digest = put_json(ws, raw)
     reply.event = E.ModelCalled(
         tier=tier, model=s.model, family=s.family, purpose=purpose,
         tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_s=reply.latency_s,

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...ledger import events as E
-from ...ledger.errors import LedgerError
+from ...ledger.errors import LedgerError, NotFoundError
 from ...ledger.streams import AGENTS_STREAM
 from ...ledger.workspace import Workspace
 from ...projections.errors import ProjectionError
@@ -51,6 +51,9 @@ class ToolContext:
     # Tools a caller adds for one session (the MCP server's engine up/down, the journal's
     # retrieval, which lives in wiki/): name -> AgentTool.
     extra: dict[str, AgentTool] = field(default_factory=dict)
+    # Given a list, failed steps are collected in it instead of appended (the agent
+    # executor's decision: no block is open yet; they are saved with the block it starts).
+    collect: list[E.Event] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,17 @@ def record_failure(ctx: ToolContext, tool_name: str | None, reason: str,
     """Record a failed agent step as data (never raises: a step that cannot even be
     recorded is still answered)."""
     args = arguments if isinstance(arguments, dict) else {"raw": str(arguments)[:2000]}
+    if ctx.collect is not None:
+        ctx.collect.append(E.AgentStepFailed(tool=tool_name, reason=reason, arguments=args,
+                                             task_id=task_id, actor=ctx.actor))
+        return
     try:
         if task_id:
-            mem, _ = read_memory(ctx.ws.ledger, task_id)
-            if mem.status not in ("undefined", "exited"):
+            try:
+                mem: Any = read_memory(ctx.ws.ledger, task_id)[0]
+            except NotFoundError:  # an unknown task: the step goes to the agents stream
+                mem = None
+            if mem is not None and mem.status not in ("undefined", "exited"):
                 blk = mem.current_block.block_id if mem.current_block else None
                 ev = E.AgentStepFailed(tool=tool_name, reason=reason, arguments=args,
                                        task_id=task_id, block_id=blk, actor=ctx.actor)
@@ -309,3 +319,7 @@ def _measure(ctx: ToolContext, a: MeasureArgs) -> Any:
     from ..loop.manual import record_measurement
 
     return record_measurement(ctx.ws, a.task_id, a.metrics, source=a.source, actor=ctx.actor)
+
+
+# Registry modules: importing them registers their tools, so whoever uses TOOLS has them.
+from . import skills as _skills  # noqa: E402, F401  (registers skills_list, skills_get)

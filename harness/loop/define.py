@@ -97,6 +97,10 @@ def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
         where = str(path) if str(path).isprintable() else repr(str(path))
         task_id = task.id or check_id(
             path.stem, f"{where}: task id taken from the file name (the task has no id:)")
+    if task.contract.review is not None:  # before anything is recorded
+        from ..agents.review import check_reviewer
+
+        check_reviewer(ws, task, str(path))
     point_path = (path.parent / task.point).resolve()
     point = load_point(point_path)
     ref = point.runtime_profile

@@ -12,6 +12,7 @@
   `{"action": "stop", "reason": "...", "handoff": "..."}`; optional `"model"` names the model
   that decided. Its call is recorded as a tool call of the block it starts.
 - `manual`: a person or an outside agent drives through the CLI; the loop answers `wait`.
+- `agent`: a tool-calling loop over a model tier's chat endpoint (harness/agents/executor.py).
 
 Decisions must depend only on Task Memory (and the specs), so a resumed loop asks again and
 gets the same answer from deterministic policies.
@@ -54,6 +55,12 @@ class Decision:
     handoff: str | None = None
     tool_event: E.ToolInvoked | None = None  # the policy's own call, recorded in the block
     actor: E.Actor | None = None
+    # What deciding recorded (an agent's model calls, tool calls, failed steps, skills):
+    # saved with the block the decision starts, or task-level with the exit it makes.
+    events: list[E.Event] = field(default_factory=list)
+    # A stop that exits typed (an agent whose endpoint is down: failed-blocked; over its
+    # model budget: failed-budget); None: the executor has nothing left (a handoff).
+    exit_state: E.TerminalState | None = None
 
 
 class Executor(Protocol):
@@ -210,4 +217,10 @@ def make_executor(task: TaskDefinition, *, ws: Workspace | None = None,
         return SweepExecutor(spec.strategy, spec.seed, spec.samples)
     if spec.kind == "manual":
         return ManualExecutor()
+    if spec.kind == "agent":
+        if ws is None:
+            raise HarnessError("an agent executor needs the workspace (its model tiers)")
+        from ..agents.executor import AgentExecutor  # the openai client loads with it
+
+        return AgentExecutor(ws, task)
     return CommandExecutor(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s, ws=ws)

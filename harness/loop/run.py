@@ -9,30 +9,26 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
-from ...ledger.specs import (
-    apply_candidate,
-)
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ...repos.errors import RepoError
 from ..errors import HarnessError
 from . import code
 from .define import define_task
-from .evaluation import EvalContext, Evaluator, RunResult
+from .evaluation import Evaluator
 from .evaluator import make_evaluator
 from .executors import CommandExecutor, Executor, describe, make_executor
 from .routing import route
 from .steps import (
-    _baseline_ctx,
     _contenders,
     _decide_events,
     _handoff_text,
-    _measure_events,
     _start_events,
     _Stepper,
     _stop_events,
     _verify_event,
     _wall_elapsed,
+    measure_events,
 )
 from .task import LOOP_ACTOR, LoadedTask, Progress, load_task_from_ledger
 
@@ -101,6 +97,21 @@ def exit_due(lt: LoadedTask, mem: TaskMemory, max_wall_s: float | None = None
         last = mem.execution_record[-mem.no_progress_streak:]
         return ("failed-no-progress", f"{mem.no_progress_streak} blocks in a row without "
                 "measurable progress", [b.block_id for b in last], _handoff_text(mem))
+    over = model_budget_spent(lt, mem)
+    if over is not None:
+        return ("failed-budget", over, [], _handoff_text(mem))
+    return None
+
+
+def model_budget_spent(lt: LoadedTask, mem: TaskMemory) -> str | None:
+    """Why the task's model budget (exit.max_tokens, exit.max_cost_usd) is spent, or None."""
+    ex, tokens = lt.task.exit, mem.model_tokens_in + mem.model_tokens_out
+    if ex.max_tokens is not None and tokens >= ex.max_tokens:
+        return f"token budget spent: {tokens} of {ex.max_tokens} tokens in {mem.model_calls} " \
+            "model calls"
+    if ex.max_cost_usd is not None and mem.model_cost_usd >= ex.max_cost_usd:
+        return f"cost budget spent: ${mem.model_cost_usd:.4f} of ${ex.max_cost_usd:.4f} in " \
+            f"{mem.model_calls} model calls"
     return None
 
 
@@ -116,6 +127,7 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
         # Before anything is recorded: a task without an evaluator records nothing.
         evaluator = make_evaluator(ws, lt.task, lt.profile, base_dir=lt.base_dir)
     model_tiers = {k: v for k, v in ws.config.raw.get("model_tiers", {}).items() if v}
+    models = ws.config.settings.models
     while True:
         mem, version = read_memory(ws.ledger, task_id)
         if executor.kind == "manual" and mem.status != "exited":
@@ -144,12 +156,12 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                 continue
             index = len(mem.execution_record) + 1
             bid = f"b{index}"
-            routing = route(lt.task, mem.no_progress_streak, model_tiers)
+            routing = route(lt.task, mem.no_progress_streak, model_tiers, models)
             again = _measure_baseline(mem)
             if again:
                 decision_cand: dict[str, Any] = {}
                 sub_goal = "measure the baseline: the runtime profile's own configuration"
-                actor, tool_ev = LOOP_ACTOR, None
+                actor, tool_ev, decided = LOOP_ACTOR, None, []
             else:
                 if isinstance(executor, CommandExecutor) and code.code_members(lt):
                     executor.env = code.worktree_env(ws, lt)  # where it may edit the code
@@ -159,13 +171,21 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                     return LoopResult(task_id, "waiting", None, d.reason,
                                       len(mem.execution_record), mem)
                 if d.action == "stop":
-                    evs = _stop_events(st, mem, d.reason, d.handoff)
+                    if d.exit_state is None:
+                        evs = _stop_events(st, mem, d.reason, d.handoff)
+                    else:  # an executor that cannot go on (its endpoint down, its budget)
+                        evs = [E.TaskExited(state=d.exit_state, reason=d.reason,
+                                            handoff=d.handoff or _handoff_text(mem),
+                                            **st.common())]
                     if d.tool_event is not None:
                         evs.insert(0, d.tool_event.model_copy(update=st.common()))
+                    # What deciding recorded (model calls, failed steps): task-level.
+                    upd = {"task_id": task_id, "block_id": None}
+                    evs[:0] = [e.model_copy(update=upd) for e in d.events]
                     st.save(f"stop:v{version}", evs, version)
                     continue
                 decision_cand, sub_goal = d.candidate, d.sub_goal
-                actor, tool_ev = d.actor or LOOP_ACTOR, d.tool_event
+                actor, tool_ev, decided = d.actor or LOOP_ACTOR, d.tool_event, d.events
             problem = None
             try:  # a code candidate's commits, as full ids (a ref moves; a commit does not)
                 decision_cand = code.resolve(ws, lt, decision_cand)
@@ -173,24 +193,15 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                 problem = str(e)
             st.save(f"{bid}:start", _start_events(st, mem, bid, index, sub_goal, routing,
                                                   decision_cand, actor, tool_ev,
-                                                  measure_again=again, problem=problem),
+                                                  measure_again=again, problem=problem,
+                                                  decided=decided),
                     version)
             continue
         if not blk.measurements:
             assert evaluator is not None
             say(f"begin {blk.block_id}:measure {describe(blk.candidate)}")
-            point, profile = apply_candidate(lt.point, lt.profile, blk.candidate)
             try:
-                prep = code.prepare(ws, lt, blk.block_id, blk.candidate, say)
-                ctx = EvalContext(ws, task_id, blk.block_id, point, profile,
-                                  None if blk.is_baseline else _baseline_ctx(mem, ws), say,
-                                  env=prep.env)
-                if prep.failure is not None:  # a failed build is a failed run, as data
-                    results = [RunResult({}, success=False, error=prep.failure)
-                               for _ in range(lt.task.contract.repeats)]
-                else:
-                    results = evaluator.evaluate(blk.candidate,
-                                                 repeats=lt.task.contract.repeats, ctx=ctx)
+                evs = measure_events(st, mem, blk, evaluator)
             except (HarnessError, RepoError) as e:
                 st.save(f"{blk.block_id}:blocked", [
                     E.LoopBlockHandedOff(outcome="failed", state_reached="evaluator failed",
@@ -199,8 +210,7 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                                  evidence=[blk.block_id], **st.common())], version)
                 continue
             sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} measured")
-            evs = code.with_snapshot(prep.events + _measure_events(st, blk, results), sid)
-            st.save(f"{blk.block_id}:measure", evs, version)
+            st.save(f"{blk.block_id}:measure", code.with_snapshot(evs, sid), version)
         elif blk.verification is None:
             evs = _verify_event(st, blk, mem).events
             sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")

@@ -12,13 +12,15 @@ from ...ledger import numbers as N
 from ...ledger.clock import utcnow
 from ...ledger.errors import ConflictError
 from ...ledger.specs import (
+    apply_candidate,
     effective_digest,
 )
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
 from ..record import append_to_task
-from .evaluation import RunResult
+from . import code
+from .evaluation import EvalContext, Evaluator, RunResult
 from .executors import Executor, SweepExecutor, describe, out_of_scope
 from .task import LOOP_ACTOR, LoadedTask, Progress
 from .verify import BlockVerification, verify
@@ -82,7 +84,30 @@ def _baseline_ctx(mem: TaskMemory, ws: Workspace) -> dict[str, Any] | None:
                      for m in base.measurements]}
 
 
-def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult]) -> list[E.Event]:
+def measure_events(st: _Stepper, mem: TaskMemory, blk: BlockRecord, evaluator: Evaluator, *,
+                   actor: E.Actor = LOOP_ACTOR) -> list[E.Event]:
+    """The measure step of the open block `blk` (the loop's, and an agent's `evaluate`): the
+    candidate applied to the point and profile, its code prepared (a failed build is failed
+    runs), the evaluator run `repeats` times; its events (builds, evaluator tool calls,
+    measurements) by `actor`, not saved: the caller snapshots and saves them. Raises
+    HarnessError / RepoError when the evaluator cannot run at all (a broken setup)."""
+    lt, say = st.lt, st.progress
+    point, profile = apply_candidate(lt.point, lt.profile, blk.candidate)
+    prep = code.prepare(st.ws, lt, blk.block_id, blk.candidate, say)
+    ctx = EvalContext(st.ws, lt.task_id, blk.block_id, point, profile,
+                      None if blk.is_baseline else _baseline_ctx(mem, st.ws), say, env=prep.env)
+    if prep.failure is not None:  # a failed build is a failed run, as data
+        results = [RunResult({}, success=False, error=prep.failure)
+                   for _ in range(lt.task.contract.repeats)]
+    else:
+        results = evaluator.evaluate(blk.candidate, repeats=lt.task.contract.repeats, ctx=ctx)
+    builds = [e if e.actor == actor else e.model_copy(update={"actor": actor})
+              for e in prep.events]
+    return builds + _measure_events(st, blk, results, actor)
+
+
+def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult],
+                    actor: E.Actor = LOOP_ACTOR) -> list[E.Event]:
     evs: list[E.Event] = []
     if not results:
         results = [RunResult({}, success=False, error="the evaluator returned no runs")]
@@ -109,12 +134,12 @@ def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult]) ->
                 env_digest=tool_meta["env_digest"], repo_digest=tool_meta["repo_digest"],
                 exit_code=meta.get("exit_code"), duration_s=meta.get("duration_s"),
                 stdout_digest=meta.get("stdout_digest"), stderr_digest=meta.get("stderr_digest"),
-                error=None if r.success else r.error, **st.common(blk.block_id)))
+                error=None if r.success else r.error, **st.common(blk.block_id, actor)))
         evs.append(E.MeasurementRecorded(
             run_id=f"{blk.block_id}-r{i + 1}", source=str(meta.get("source", "evaluator")),
             metrics=metrics, candidate=blk.candidate,
             repeat=i, success=r.success, error=r.error, artifact_digest=r.artifact_digest,
-            meta=meta, **st.common(blk.block_id)))
+            meta=meta, **st.common(blk.block_id, actor)))
     return evs
 
 
@@ -199,10 +224,12 @@ def _stop_events(st: _Stepper, mem: TaskMemory, reason: str, handoff: str | None
 def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
                   routing: dict[str, Any], cand: dict[str, Any], actor: E.Actor,
                   tool_ev: E.ToolInvoked | None, *, measure_again: bool = False,
-                  problem: str | None = None) -> list[E.Event]:
+                  problem: str | None = None, decided: list[E.Event] | None = None
+                  ) -> list[E.Event]:
     """A block's start; `measure_again`: a configuration already tried is run again (the
     baseline of a reopened task); `problem`: why the candidate cannot run (a code candidate
-    naming no commit), recorded as its rejection."""
+    naming no commit), recorded as its rejection; `decided`: what deciding recorded (an
+    agent's model and tool calls), saved in the block right after its start."""
     lt = st.lt
     c = st.common(bid)
     if problem is None and cand:
@@ -214,6 +241,8 @@ def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal:
         block_id=bid, actor=actor, input_digests=digests)]
     if tool_ev is not None:
         evs.append(tool_ev.model_copy(update={"task_id": lt.task_id, "block_id": bid}))
+    evs += [e.model_copy(update={"task_id": lt.task_id, "block_id": bid})
+            for e in decided or ()]
     if problem:
         evs += [E.DirectionRejected(candidate=cand, reason=f"out of scope: {problem}", **c),
                 E.LoopBlockHandedOff(outcome="no-progress", state_reached="not run",

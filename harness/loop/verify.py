@@ -5,7 +5,10 @@ Steps:
 - The loop's phases. `baseline`: a measured baseline to compare against (the baseline block
   is its own); `measure`: the block has runs and at least one succeeded; `gates`: the
   contract's gates judged on the block's runs against the baseline (`gates.judge`): pass,
-  fail or inconclusive as their verdict; `decide`: always `deferred` (accept or reject acts
+  fail or inconclusive as their verdict; with `contract.review`, a non-baseline block whose
+  gates pass is then reviewed by another model family (harness/agents/review.py): its
+  gate (kind `review`) joins them, its ModelCalled and ReviewRecorded are saved with the
+  verification; `decide`: always `deferred` (accept or reject acts
   on this verification's verdict, after it). The contract's gates are judged only at
   `gates`, which every path names (checked on input; a path from an older ledger that
   lacks it gets it at its end).
@@ -30,7 +33,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +59,11 @@ class BlockVerification:
     tools: list[E.ToolInvoked]
     event: E.VerificationRecorded
     gates: Verdict | None  # None when the path stopped before `gates`
+    review: list[E.Event] = field(default_factory=list)  # ModelCalled, ReviewRecorded
 
     @property
     def events(self) -> list[E.Event]:
-        return [*self.tools, self.event]
+        return [*self.tools, *self.review, self.event]
 
     @property
     def verdict(self) -> str:
@@ -167,6 +171,7 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
     `common`: the envelope fields of every event (task, block, actor, input digests)."""
     results: list[StepResult] = []
     tools: list[E.ToolInvoked] = []
+    review: list[E.Event] = []
     gates: Verdict | None = None
     stopped: StepResult | None = None
     for step in path_of(lt.task):
@@ -181,6 +186,11 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
             tools.append(tool)
         else:
             res, judged = _phase(step, blk, mem, lt)
+            if judged is not None and lt.task.contract.review is not None:
+                # The contract's cross-model review joins the gates (a ModelCalled call).
+                from ..agents.review import with_review
+
+                res, judged, review = with_review(ws, lt, blk, mem, res, judged, common)
             gates = judged or gates
         results.append(res)
         if res.outcome in ("fail", "inconclusive"):
@@ -193,8 +203,9 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
         gates=list(gates.gates) if gates else [], steps=results,
         evidence=[m["event_id"] for m in blk.measurements] +
                  ([m["event_id"] for m in base.measurements] if base and base is not blk
-                  else []) + [str(t.event_id) for t in tools],
+                  else []) + [str(t.event_id) for t in tools]
+                 + [str(r.event_id) for r in review if isinstance(r, E.ReviewRecorded)],
         **common)
-    return BlockVerification(tools, ev, gates)
+    return BlockVerification(tools, ev, gates, review)
 
 
