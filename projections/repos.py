@@ -1,8 +1,9 @@
-"""Reads of the `repos` stream: the MonoRepo's snapshots, push approvals and refusals, syncs.
+"""Reads of the `repos` stream: the MonoRepo's snapshots, pushes refused and allowed, syncs.
 
-One pass over the stream folds what the callers need: snapshots by id, the approvals with
-whether each is spent, the refusals and syncs in order. Undecodable events are left out
-(`forge check` reports them).
+One pass over the stream folds what the callers need: snapshots by id, the refusals, the
+allowed pushes and syncs in order. Undecodable events are left out (`forge check` reports
+them). A push's approval lives on the `approvals` stream (projections/approvals.py);
+`PushApproved` events of older ledgers are not read.
 """
 
 from __future__ import annotations
@@ -20,14 +21,10 @@ class RepoHistory:
     version: int = 0
     root: str | None = None
     snapshots: dict[str, E.RepoSnapshotted] = field(default_factory=dict)
-    approvals: dict[str, E.PushApproved] = field(default_factory=dict)
-    spent: set[str] = field(default_factory=set)  # approval ids used by a push
+    allowed: list[E.PushAllowed] = field(default_factory=list)  # each used an approval
     refusals: list[E.PushRefused] = field(default_factory=list)
     syncs: list[E.RepoSynced] = field(default_factory=list)
     restores: list[E.RepoRestored] = field(default_factory=list)
-
-    def unspent(self) -> list[E.PushApproved]:
-        return [a for k, a in self.approvals.items() if k not in self.spent]
 
 
 def read_repo_history(ledger: Ledger) -> RepoHistory:
@@ -39,10 +36,8 @@ def read_repo_history(ledger: Ledger) -> RepoHistory:
             h.root = ev.root
         elif isinstance(ev, E.RepoSnapshotted):
             h.snapshots[ev.snapshot_id] = ev
-        elif isinstance(ev, E.PushApproved):
-            h.approvals[ev.approval_id] = ev
         elif isinstance(ev, E.PushAllowed):
-            h.spent.add(ev.approval_id)
+            h.allowed.append(ev)
         elif isinstance(ev, E.PushRefused):
             h.refusals.append(ev)
         elif isinstance(ev, E.RepoSynced):

@@ -4,12 +4,13 @@
   the one-line refusals (empty: the push may go ahead). Decisions are recorded by the guard.
 - `push(ws, member, remote, refspec)`: `forge repos push`. It works out the one update the
   push makes (the local commit of SRC; the remote's current commit of DST by `git ls-remote`)
-  and checks it with the guard BEFORE calling git: a refusal is recorded once and git is
-  never called. An allowed push spends its approval here and runs `git push` with the spent
-  approval ids in `FORGE_PUSH_APPROVALS`; the hook git runs then finds them spent for exactly
-  that update and lets it through without recording again, so an approval is spent once. If
-  the remote moved in between, the hook sees another update and checks it afresh.
-  An approval spent on a push that git then fails is spent all the same: approve again.
+  and checks it with the guard BEFORE calling git: a refusal is recorded once (with a
+  pending approval request, `forge approve ID` grants it) and git is never called. An
+  allowed push uses its approval here and runs `git push` with the used approval ids in
+  `FORGE_PUSH_APPROVALS`; the hook git runs then finds them used for exactly that update
+  and lets it through without recording again, so an approval is used once. If the remote
+  moved in between, the hook sees another update and checks it afresh.
+  An approval used on a push that git then fails is used all the same: approve again.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The push guard with real git: the pre-push hook `forge repos init` installs in the root and
-every member, `forge repos push` (forge's own push path), `forge repos approve`. Remotes are
-local bare repositories in tmp_path; every push below is a real `git push`."""
+every member, `forge repos push` (forge's own push path), `forge repos approve` (a grant of
+the human gate's `push` action, on the `approvals` stream). Remotes are local bare
+repositories in tmp_path; every push below is a real `git push`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from infer_forge.ledger import events as E
-from infer_forge.ledger.streams import REPOS_STREAM
+from infer_forge.ledger.streams import APPROVALS_STREAM, REPOS_STREAM
 from infer_forge.repos import commands as C
 from infer_forge.repos.git import git, git_path, out
 from infer_forge.repos.guard import ZERO, protected
@@ -56,7 +57,8 @@ def _main(bare: Path) -> str:
 
 
 def _events(ws, kind: type[E.Event]) -> list:
-    return [r.event for r in ws.ledger.stream(REPOS_STREAM) if isinstance(r.event, kind)]
+    stream = APPROVALS_STREAM if kind.TYPE.startswith("Approval") else REPOS_STREAM
+    return [r.event for r in ws.ledger.stream(stream) if isinstance(r.event, kind)]
 
 
 def _git_push(repo: Path, *args: str):
@@ -202,7 +204,7 @@ def test_approving_twice_while_unspent_returns_the_same_approval(tmp_path, works
             "ana", "--json")
     one, two = (json.loads(_approve(*args).stdout) for _ in range(2))
     assert one["approval_id"] == two["approval_id"] and not two["created"]
-    assert len(_events(workspace, E.PushApproved)) == 1
+    assert len(_events(workspace, E.ApprovalGranted)) == 1
 
 
 @pytest.mark.parametrize("args, says", [
@@ -220,7 +222,7 @@ def test_bad_approvals_are_one_line_errors_and_record_nothing(workspace, mono, a
     assert r.returncode != 0
     assert says in r.stderr
     assert "Traceback" not in r.stderr
-    assert _events(workspace, E.PushApproved) == []
+    assert workspace.ledger.stream(APPROVALS_STREAM) == []
 
 
 # --- what is protected -------------------------------------------------------------------
