@@ -7,6 +7,9 @@ a reply with `success=False` and a one-line `error`. Every call yields a `ModelC
 (tier, model, family, purpose, tokens in/out, latency, cost from the tier's prices, the prompt
 and the response as redacted artifacts); the caller saves it where it belongs (the task's
 open block). The API key is read from `api_key_env` at call time and is never recorded.
+Data policy (harness/guard/data_policy.py): when the tier's endpoint is of class production,
+the stored prompt and response keep their shape, numbers (token usage) and structural names
+but every text becomes its length and sha256 (`data_policy.for_storage`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ...ledger import events as E
 from ...ledger.config import ModelSettings
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..guard import data_policy
 
 Purpose = str  # executor | planner | sub-agent | reviewer
 
@@ -121,8 +125,9 @@ def call_model(ws: Workspace, tier: str, messages: Sequence[dict[str, Any]], *,
                                "max_tokens": s.max_tokens, "temperature": s.temperature}
     if tools:
         request["tools"] = list(tools)
+    cls = data_policy.class_of(ws, url=s.url)
     # The prompt is stored (redacted, fsynced) while the model answers, not before.
-    stored = _background().submit(put_json, ws, request)
+    stored = _background().submit(put_json, ws, data_policy.for_storage(ws, request, cls))
     t0 = time.perf_counter()
     reply = ModelReply(success=False)
     raw: Any = None
@@ -146,7 +151,7 @@ def call_model(ws: Workspace, tier: str, messages: Sequence[dict[str, Any]], *,
     reply.cost_usd = cost(s, reply.tokens_in, reply.tokens_out)
     response_digest = None
     if raw is not None:
-        response_digest = put_json(ws, raw)
+        response_digest = put_json(ws, data_policy.for_storage(ws, raw, cls))
     reply.event = E.ModelCalled(
         tier=tier, model=s.model, family=s.family, purpose=purpose,
         tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_s=reply.latency_s,

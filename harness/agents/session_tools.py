@@ -312,7 +312,7 @@ def _bench(session: AgentSession, ctx: ToolContext, a: BenchArgs) -> Any:
         range_ratio=t.range_ratio if t is not None else 1.0,
         max_concurrency=a.concurrency or (t.concurrency if t is not None else None),
         request_rate=rate, seed=a.seed, ws=ctx.ws if task_id else None, task_id=task_id,
-        block_id=block_id, candidate=candidate, actor=ctx.actor)
+        block_id=block_id, candidate=candidate, actor=ctx.actor, guard_ws=ctx.ws)
     out["config"] = {k: v for k, v in out["config"].items() if k != "tokenizer"}
     return out
 

@@ -21,6 +21,16 @@ Contracts:
 - `run_bench` returns a `BenchResult` (records, duration, `compute_metrics` output);
   `record_measurement` stores the records as a JSONL artifact and appends one
   `MeasurementRecorded` (to the task stream when a task is given, else `measurements`).
+- Production (harness/guard/production.py): with a `BenchGuard` (the workspace whose
+  forge.toml marks production endpoints, and who sends), a plan against a production URL is
+  checked before anything is sent (warmup included in its request count): over the probe
+  budget it is refused and recorded, never started. Within it, the run holds to the limits:
+  request starts at least 1/max_rps apart (warmup too), no start past max_requests or
+  max_duration_s from the first, and a request still running at that deadline is cut off
+  (an error record). `bench_command` always checks when it has a workspace.
+- Data policy (harness/guard/data_policy.py): a run whose dataset or endpoint is of class
+  production stores its per-request records (artifact, `--records-out`) with the generated
+  text replaced by its length and sha256 (`BenchResult.scrub`).
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ import math
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -41,6 +52,7 @@ from ...ledger.numbers import without_non_finite
 from ...ledger.streams import MEASUREMENTS_STREAM, task_stream
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..guard import data_policy, production
 from ..record import check_measurement_target, record_measurements
 from .datasets import Prompt, build_prompts
 from .metrics import RequestRecord, compute_metrics, numeric_metrics, parse_slo
@@ -71,6 +83,8 @@ class BenchConfig:
     slo: dict[str, float] | None = None
     timeout_s: float = 6 * 3600
     transport: str = "auto"  # auto (raw for http://, else aiohttp) | raw | aiohttp
+    # Set by the production guard (`guarded`): pacing and caps for probe traffic.
+    probe: production.ProbeLimits | None = None
 
     def api_url(self) -> str:
         base = self.url.rstrip("/")
@@ -106,9 +120,13 @@ class BenchResult:
     warmup_records: list[RequestRecord]
     duration_s: float
     metrics: dict[str, Any]
+    # Data policy: the records' texts are stored as lengths and digests only.
+    scrub: bool = False
 
     def records_jsonl(self) -> bytes:
         rows = [r.to_dict() for r in self.warmup_records + self.records]
+        if self.scrub:
+            rows = data_policy.scrub(rows, data_policy.PRODUCTION)
         return b"".join(orjson.dumps(r) + b"\n" for r in rows)
 
     def summary(self) -> dict[str, Any]:
@@ -150,6 +168,64 @@ async def _request(session, url: str, payload: bytes, rec: RequestRecord, chat: 
         rec.generated_text = "".join(sse.parts)
 
 
+@dataclass(frozen=True)
+class BenchGuard:
+    """Who sends a run's traffic, for the production guard: the workspace whose forge.toml
+    marks production endpoints (and that records refusals), the actor, the task (and its
+    block) refusals name; `in_step` inside a loop step (see production.check)."""
+
+    ws: Workspace
+    actor: E.Actor = E.SYSTEM
+    task_id: str | None = None
+    block_id: str | None = None
+    in_step: bool = False
+
+
+def guarded(cfg: BenchConfig, n: int, guard: BenchGuard | None) -> BenchConfig:
+    """`cfg` checked by the production guard for `n` requests plus its warmup: refused
+    (ProductionRefusedError, recorded) over the probe budget; with the limits to hold to
+    against a production endpoint; unchanged otherwise."""
+    if guard is None:
+        return cfg
+    path = "/v1/chat/completions" if cfg.endpoint == "chat" else "/v1/completions"
+    limits = production.check(
+        guard.ws, cfg.url, f"POST {path}", rps=cfg.request_rate, requests=n + cfg.warmup,
+        actor=guard.actor, task_id=guard.task_id, block_id=guard.block_id,
+        in_step=guard.in_step)
+    return cfg if limits is None else replace(cfg, probe=limits)
+
+
+class _Pacer:
+    """Probe limits held while sending (see production.ProbeLimits): a start slot is taken
+    before sleeping, so concurrent senders on the event loop get distinct slots."""
+
+    def __init__(self, limits: production.ProbeLimits):
+        self.gap = 1.0 / limits.max_rps if math.isfinite(limits.max_rps) else 0.0
+        self.limits = limits
+        self.next = 0.0
+        self.deadline: float | None = None
+        self.started = 0
+
+    async def slot(self) -> str | None:
+        """Wait for the next start slot; None to go, else why the request is not sent."""
+        now = time.perf_counter()
+        if self.deadline is None:
+            self.deadline, self.next = now + self.limits.max_duration_s, now
+        if self.started >= self.limits.max_requests:
+            return f"not sent: the probe budget's max_requests ({self.limits.max_requests})"
+        at = max(now, self.next)
+        if at >= self.deadline:
+            return (f"not sent: past the probe budget's max_duration_s "
+                    f"({self.limits.max_duration_s:g} s)")
+        self.next, self.started = at + self.gap, self.started + 1
+        if at > now:
+            await asyncio.sleep(at - now)
+        return None
+
+    def remaining(self) -> float:
+        return max(0.0, (self.deadline or 0.0) - time.perf_counter())
+
+
 def _session(limit: int, timeout_s: float):
     import aiohttp
 
@@ -162,10 +238,13 @@ def _session(limit: int, timeout_s: float):
     )
 
 
-async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchResult:
+async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt], *,
+                          guard: BenchGuard | None = None) -> BenchResult:
     cfg.validate()
     if not prompts:
         raise HarnessError("no prompts to send")
+    cfg = guarded(cfg, len(prompts), guard)  # before anything is sent
+    pacer = _Pacer(cfg.probe) if cfg.probe is not None else None
     url = cfg.api_url()
     chat = cfg.endpoint == "chat"
     extra = cfg.body_extra()
@@ -174,11 +253,25 @@ async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchR
     raw = RawClient(url, cfg.timeout_s) if cfg.use_raw() else None
     session = None if raw else _session(limit, cfg.timeout_s)
 
-    async def send(payload: bytes, rec: RequestRecord) -> None:
+    async def post(payload: bytes, rec: RequestRecord) -> None:
         if raw is not None:
             await raw.request(payload, rec, chat)
         else:
             await _request(session, url, payload, rec, chat)
+
+    async def send(payload: bytes, rec: RequestRecord) -> None:
+        if pacer is None:
+            await post(payload, rec)
+            return
+        why = await pacer.slot()
+        if why is not None:
+            rec.error = why
+            return
+        try:
+            await asyncio.wait_for(post(payload, rec), pacer.remaining())
+        except TimeoutError:
+            rec.error = (f"cut off at the probe budget's max_duration_s "
+                         f"({pacer.limits.max_duration_s:g} s)")
 
     try:
         warm: list[RequestRecord] = []
@@ -235,9 +328,10 @@ async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchR
     return BenchResult(conf, records, warm, duration, metrics)
 
 
-def run_bench(cfg: BenchConfig, prompts: Sequence[Prompt]) -> BenchResult:
+def run_bench(cfg: BenchConfig, prompts: Sequence[Prompt], *,
+              guard: BenchGuard | None = None) -> BenchResult:
     """Run the benchmark to completion (see module contract)."""
-    return asyncio.run(run_bench_async(cfg, prompts))
+    return asyncio.run(run_bench_async(cfg, prompts, guard=guard))
 
 
 def _storable_meta(meta: dict[str, Any], omitted: dict[str, str]) -> dict[str, Any]:
@@ -329,23 +423,42 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
                   ws: Workspace | None = None, task_id: str | None = None,
                   block_id: str | None = None, records_out: str | None = None,
                   candidate: Mapping[str, Any] | None = None, actor: E.Actor | None = None,
+                  guard_ws: Workspace | None = None, guard_home: str | None = None,
                   ) -> dict[str, Any]:
     """`forge bench`: build the prompts, run, optionally record; returns a JSON-able summary
-    (`metrics`, `config`, and `measurement` when recorded)."""
+    (`metrics`, `config`, and `measurement` when recorded). The production guard and the
+    data policy read `ws`, else `guard_ws`, else the workspace at `guard_home` (FORGE_HOME
+    when None) when it has a forge.toml."""
     check_optional_id(task_id, "task id")  # before the run, not after it
     check_optional_id(block_id, "block id")
     if ws is not None:
         check_measurement_target(ws, task_id, block_id)
-    prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir, dataset_path=dataset_path,
-                            num_prompts=num_prompts, input_len=input_len, output_len=output_len,
-                            range_ratio=range_ratio, seed=seed, **dict(gsp or {}))
     cfg = BenchConfig(url=url, model=model, endpoint=endpoint, max_concurrency=max_concurrency,
                       request_rate=request_rate, warmup=warmup, seed=seed, engine=engine,
                       extra_body=dict(extra_body or {}), slo=parse_slo(list(goodput)),
                       transport=transport)
-    result = run_bench(cfg, prompts)
+    cfg.validate()
+    with ExitStack() as stack:
+        gws = ws or guard_ws
+        if gws is None:
+            gws = production.workspace_for_guard(guard_home)
+            if gws is not None:
+                stack.callback(gws.close)
+        cls = data_policy.DEFAULT_CLASS
+        if gws is not None:
+            # Refused here, before prompts are built or anything is sent (num_prompts bounds
+            # a custom dataset's count).
+            cfg = guarded(cfg, num_prompts, BenchGuard(
+                gws, actor or E.Actor.tool("forge-bench"), task_id, block_id))
+            cls = data_policy.class_of(gws, url=url, dataset=dataset, dataset_path=dataset_path)
+        prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir, dataset_path=dataset_path,
+                                num_prompts=num_prompts, input_len=input_len,
+                                output_len=output_len, range_ratio=range_ratio, seed=seed,
+                                **dict(gsp or {}))
+        result = run_bench(cfg, prompts)
+        result.scrub = gws is not None and not data_policy.stores_text(gws, cls)
     result.config.update(dataset=dataset, input_len=input_len, output_len=output_len,
-                         range_ratio=range_ratio, tokenizer=tokenizer_dir)
+                         range_ratio=range_ratio, tokenizer=tokenizer_dir, data_class=cls)
     out: dict[str, Any] = result.summary()
     if records_out:
         with open(records_out, "wb") as f:

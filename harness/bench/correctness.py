@@ -14,7 +14,10 @@ Contracts:
   identical ids, so this can only under-report a match where texts differ at a token boundary.
 - `record_correctness` appends one MeasurementRecorded (source `forge-correctness`, metrics
   `token_match`, `exact_match`, `prompts`) with the per-prompt results in meta and the outputs
-  as a JSONL artifact.
+  as a JSONL artifact. Data policy (harness/guard/data_policy.py): for class production
+  (`data_class`, else the class of `url`) the artifact keeps no prompt, text or token ids,
+  only their lengths and sha256 digests (`outputs_jsonl(..., scrub=True)`).
+- `collect_greedy_outputs(..., guard=)` sends through the production guard (bench client).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import orjson
 from ...ledger import events as E
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..guard import data_policy
 from ..record import record_measurements
-from .client import BenchConfig, run_bench
+from .client import BenchConfig, BenchGuard, run_bench
 from .datasets import Prompt
 
 DEFAULT_PROMPTS: tuple[str, ...] = (
@@ -83,7 +87,8 @@ def collect_greedy_outputs(url: str, model: str, tokenizer, *,
                            prompts: Sequence[str] = DEFAULT_PROMPTS, max_tokens: int = 32,
                            engine: str = "hf", endpoint: str = "completions",
                            concurrency: int = 4,
-                           extra_body: Mapping[str, Any] | None = None) -> list[GreedyOutput]:
+                           extra_body: Mapping[str, Any] | None = None,
+                           guard: BenchGuard | None = None) -> list[GreedyOutput]:
     """Greedy outputs of a server on a fixed prompt set (module contract)."""
     if tokenizer is None:
         raise HarnessError("collecting greedy outputs needs the model's tokenizer (for ids)")
@@ -91,7 +96,7 @@ def collect_greedy_outputs(url: str, model: str, tokenizer, *,
           for p in prompts]
     cfg = BenchConfig(url=url, model=model, endpoint=endpoint, max_concurrency=concurrency,
                       warmup=0, engine=engine, extra_body=dict(extra_body or {}))
-    res = run_bench(cfg, ps)
+    res = run_bench(cfg, ps, guard=guard)
     out = []
     for p, r in zip(prompts, res.records, strict=True):
         ids = list(tokenizer.encode(r.generated_text, add_special_tokens=False)) \
@@ -100,8 +105,17 @@ def collect_greedy_outputs(url: str, model: str, tokenizer, *,
     return out
 
 
-def outputs_jsonl(outputs: Sequence[GreedyOutput]) -> bytes:
-    return b"".join(orjson.dumps(asdict(o)) + b"\n" for o in outputs)
+def outputs_jsonl(outputs: Sequence[GreedyOutput], *, scrub: bool = False) -> bytes:
+    """One JSON line per output; `scrub`: prompt, text and token ids as lengths and digests
+    (a scrubbed line is not a GreedyOutput any more: `is_scrubbed`)."""
+    rows = [asdict(o) for o in outputs]
+    if scrub:
+        rows = data_policy.scrub(rows, data_policy.PRODUCTION)
+    return b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+
+def is_scrubbed(row: Mapping[str, Any]) -> bool:
+    return row.get("data_class") == data_policy.PRODUCTION
 
 
 def compare_outputs(baseline: Sequence[GreedyOutput],
@@ -120,9 +134,12 @@ def compare_outputs(baseline: Sequence[GreedyOutput],
 def record_correctness(ws: Workspace, rate: float, per_prompt: Sequence[Mapping[str, Any]],
                        outputs: Sequence[GreedyOutput] = (), *, task_id: str | None = None,
                        block_id: str | None = None, candidate: Mapping[str, Any] | None = None,
-                       run_id: str | None = None, baseline_digest: str | None = None):
+                       run_id: str | None = None, baseline_digest: str | None = None,
+                       url: str | None = None, data_class: str | None = None):
     """Append one MeasurementRecorded for a correctness check; returns the event."""
-    digest = ws.artifacts.put(outputs_jsonl(outputs)) if outputs else None
+    cls = data_class or data_policy.class_of(ws, url=url)
+    scrub = not data_policy.stores_text(ws, cls)
+    digest = ws.artifacts.put(outputs_jsonl(outputs, scrub=scrub)) if outputs else None
     n = len(per_prompt)
     exact = sum(1 for r in per_prompt if r.get("exact")) / n if n else 1.0
     ev = E.MeasurementRecorded(

@@ -20,6 +20,10 @@ every line first (a bad line: nothing stored or recorded), stores the file as an
 appends one `MeasurementRecorded` (source `sglang.bench_serving`) per run, in saves of BATCH
 events, idempotently (importing the same file into the same place twice adds nothing) and in
 memory bounded by BATCH and MAX_LINE_BYTES, not by the file (see `import_results`).
+Data policy (harness/guard/data_policy.py): a line whose class is production (the file's name
+or stem, or the line's `dataset_name`, classed so in forge.toml) is stored with its texts
+(`generated_texts`, `prompts`, at the top or under `details`) replaced by their count,
+lengths and digests (`<key>_described`); the events name the original file's hash.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ from ...ledger.textfile import TextFileError, read_text
 from ...ledger.workspace import Workspace
 from .. import jsonl
 from ..errors import HarnessError
+from ..guard import data_policy
 from ..record import check_measurement_target, record_measurements
 from .metrics import numeric_metrics
 
@@ -226,13 +231,51 @@ def _batches(p: Path, scan: _Scan | None) -> Iterator[tuple[bytes, list[Imported
         scan.file_hash = h.hexdigest()
 
 
-def _scan_chunks(p: Path, scan: _Scan) -> Iterator[bytes]:
+TEXT_DETAILS = ("generated_texts", "prompts")
+
+
+def _line_scrubber(ws: Workspace, p: Path) -> Callable[[bytes], bytes] | None:
+    """How lines are stored under the data policy: None when none of them can be of class
+    production (nothing to parse twice), else a function of one raw line."""
+    if ws.config.settings.data.store_production:
+        return None
+    file_cls = data_policy.class_of(ws, dataset_path=p)
+    if file_cls != data_policy.PRODUCTION and data_policy.PRODUCTION not in \
+            ws.config.settings.data.classes.values():
+        return None
+
+    def scrub(raw: bytes) -> bytes:
+        obj = json.loads(raw) if raw.strip() else None
+        if not isinstance(obj, dict):
+            return raw
+        cls = data_policy.strictest([file_cls, data_policy.class_of(
+            ws, dataset=str(obj.get("dataset_name") or ""))])
+        if cls != data_policy.PRODUCTION:
+            return raw
+        details = obj.get("details")
+        for holder in (obj, details if isinstance(details, dict) else {}):
+            for key in TEXT_DETAILS:
+                if isinstance(holder.get(key), list):
+                    holder[f"{key}_described"] = data_policy.describe(
+                        [str(t) for t in holder[key]])
+                    holder[key] = []
+        obj["data_class"] = data_policy.PRODUCTION
+        return json.dumps(obj).encode("utf-8") + b"\n"
+
+    return scrub
+
+
+def _scan_chunks(p: Path, scan: _Scan, scrub: Callable[[bytes], bytes] | None = None
+                 ) -> Iterator[bytes]:
     """First pass: validate every line, fill `scan`, and yield the file's bytes in chunks of
-    whole lines for the artifact store. Raises (before anything is stored) on a bad line."""
+    whole lines for the artifact store (each line through `scrub` when given). Raises
+    (before anything is stored) on a bad line."""
     pending: list[bytes] = []
     size = 0
     for part, runs, digest in _batches(p, scan):
         scan.batch_hashes.append(digest)
+        if scrub is not None:
+            part = b"".join(scrub(line) for line in part.splitlines(keepends=True))
         for r in runs:
             scan.runs += 1
             scan.shapes.add(r.shape)
@@ -268,7 +311,7 @@ def import_results(ws: Workspace, path: str | Path, *, task_id: str | None = Non
     check_measurement_target(ws, task_id, block_id)  # before the file is read or stored
     p = Path(path)
     scan = _Scan()
-    digest = ws.artifacts.put_stream(_scan_chunks(p, scan))
+    digest = ws.artifacts.put_stream(_scan_chunks(p, scan, _line_scrubber(ws, p)))
     file_hash = scan.file_hash
     stream = task_stream(task_id) if task_id else MEASUREMENTS_STREAM
     base = f"bench-import:{file_hash[:32]}:{task_id or ''}:{block_id or ''}"

@@ -6,6 +6,13 @@ requests carry; default: the first id of /v1/models), `read_only` (default true:
 and cache flushes are refused with ReadOnlyError — production endpoints are observed, not
 touched), `api_key_env` (name of the variable holding a bearer token; the value itself is
 never stored), `timeout_s`.
+
+Production (harness/guard/production.py): launched with a workspace, every mutating call
+(start_profile, stop_profile, flush_cache) is first put to the production guard: against an
+endpoint forge.toml marks production it is refused and recorded (ProductionRefused, on the
+launching task's stream or `guard`), whatever `read_only` says; only forge.toml plus an
+approval lifts that, and `read_only` still applies after. Reads (/v1/models, /server_info,
+/metrics) always pass.
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...ledger import events as E
+from ...ledger.streams import task_of
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..guard import production
 from .base import (
     Engine,
     NotSupported,
@@ -34,7 +44,10 @@ KEYS = {"base_url", "api", "model", "read_only", "api_key_env", "timeout_s"}
 class ExternalRunning(RunningEngine, SGLangClient):
     engine = "external"
 
-    def __init__(self, config: Mapping[str, Any]):
+    def __init__(self, config: Mapping[str, Any], *, ws: Workspace | None = None,
+                 actor: E.Actor | None = None, task_id: str | None = None):
+        self.ws, self.task_id = ws, task_id
+        self.actor = actor or E.Actor.tool("forge-engine")
         self.config = dict(config)
         self.base_url = str(config["base_url"]).rstrip("/")
         self.api = config.get("api", "openai")
@@ -78,6 +91,9 @@ class ExternalRunning(RunningEngine, SGLangClient):
         return self.scrape() if self.api == "sglang" else {}
 
     def _mutating(self, what: str) -> None:
+        if self.ws is not None:
+            production.check(self.ws, self.base_url, f"POST /{what}", actor=self.actor,
+                             task_id=self.task_id)
         if self.read_only:
             raise ReadOnlyError(f"external endpoint {self.base_url} is read-only: {what} refused "
                                 "(set read_only: false in its engine config to allow it)")
@@ -105,7 +121,9 @@ class ExternalEngine(Engine):
 
     def launch(self, config: Mapping[str, Any], *, model: str | Path | None = None,
                ws: Workspace | None = None,
-               overrides: Mapping[str, Any] | None = None, **_kwargs: Any) -> ExternalRunning:
+               overrides: Mapping[str, Any] | None = None, stream: str | None = None,
+               event_fields: Mapping[str, Any] | None = None, **_kwargs: Any
+               ) -> ExternalRunning:
         cfg = apply_overrides(config, overrides)
         check_keys("external", cfg, KEYS)
         if not isinstance(cfg.get("base_url"), str) or not cfg["base_url"].startswith(
@@ -115,4 +133,7 @@ class ExternalEngine(Engine):
             raise HarnessError(f"external engine config: api={cfg['api']!r}: openai or sglang")
         if model is not None and "model" not in cfg:
             cfg["model"] = str(model)
-        return ExternalRunning(cfg)
+        fields = dict(event_fields or {})
+        return ExternalRunning(cfg, ws=ws, actor=fields.get("actor"),
+                               task_id=fields.get("task_id") or (task_of(stream) if stream
+                                                                 else None))

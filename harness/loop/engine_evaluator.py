@@ -12,6 +12,10 @@ Contract (an `Evaluator`, see evaluation.py):
   itself) and `failed` (requests that failed).
 - Failures are data: a server that does not start or dies is a `RunResult(success=False)`
   with the error and the server log's tail; the server never outlives `evaluate`.
+- Safety guard: all traffic goes through the production guard (an external production
+  endpoint gets probe traffic within the budget or a refusal, recorded on the `guard` stream
+  naming the task: the step's save owns the task stream), and outputs and records of a
+  production-class endpoint are stored as lengths and digests (no token match against them).
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from typing import Any
 
 import orjson
 
+from ...ledger import events as E
 from ...ledger.workspace import Workspace
-from ..bench.client import BenchConfig, run_bench
+from ..bench.client import BenchConfig, BenchGuard, run_bench
 from ..bench.correctness import (
     GreedyOutput,
     collect_greedy_outputs,
     compare_outputs,
+    is_scrubbed,
     outputs_jsonl,
 )
 from ..bench.datasets import Prompt, load_tokenizer, random_prompts
@@ -36,6 +42,7 @@ from ..bench.metrics import numeric_metrics
 from ..engines import engine_for
 from ..engines.base import engine_config_of
 from ..errors import HarnessError
+from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
 from ..models.weights import model_path, parse_name, pull
 from .evaluation import EvalContext, RunResult
@@ -97,6 +104,8 @@ class EngineEvaluator:
         t = point.scenario.traffic
         say = ctx.progress
         fields = {"task_id": ctx.task_id, "block_id": ctx.block_id}
+        guard = BenchGuard(self.ws, E.Actor.tool("forge-evaluator"), ctx.task_id,
+                           ctx.block_id, in_step=True)
         meta: dict[str, Any] = {"source": "forge-bench", "engine": name}
         results: list[RunResult] = []
         try:
@@ -112,18 +121,24 @@ class EngineEvaluator:
                                   request_rate=t.request_rate or math.inf, warmup=0)
                 # A warm-up pass at the measured concurrency: the first batches pay one-off
                 # costs (allocation, kernel selection) that would inflate run 1.
+                cls = data_policy.class_of(self.ws, url=eng.base_url, dataset="random")
+                scrub = not data_policy.stores_text(self.ws, cls)
+                meta["data_class"] = cls
                 say(f"engine ready in {desc.get('startup_s', 0):.1f}s; warming up")
-                run_bench(cfg, prompts[: max(1, t.concurrency or 1)])
+                run_bench(cfg, prompts[: max(1, t.concurrency or 1)], guard=guard)
                 say("collecting greedy outputs on the fixed prompt set")
                 outputs = collect_greedy_outputs(eng.base_url, eng.model, self._tokenizer,
-                                                 max_tokens=self.greedy_max_tokens, engine=name)
-                meta["outputs_digest"] = self.ws.artifacts.put(outputs_jsonl(outputs))
+                                                 max_tokens=self.greedy_max_tokens, engine=name,
+                                                 guard=guard)
+                meta["outputs_digest"] = self.ws.artifacts.put(outputs_jsonl(outputs,
+                                                                             scrub=scrub))
                 match = self._token_match(outputs, ctx.baseline)
                 say(f"benchmarking: {repeats} runs of {len(prompts)} requests at "
                     f"concurrency {t.concurrency or 'unbounded'}")
                 for i in range(repeats):
                     eng.check()
-                    res = run_bench(cfg, prompts)
+                    res = run_bench(cfg, prompts, guard=guard)
+                    res.scrub = scrub
                     digest = self.ws.artifacts.put(res.records_jsonl())
                     omitted: dict[str, str] = {}  # NaN / infinite: left out, with why
                     m = numeric_metrics(res.metrics, omitted)
@@ -158,7 +173,10 @@ class EngineEvaluator:
         if not digest:
             return None
         lines = self.ws.artifacts.get(digest).splitlines()
-        base = [GreedyOutput(**r) for _, r in iter_jsonl_text(lines, f"artifact {digest}")]
+        rows = [r for _, r in iter_jsonl_text(lines, f"artifact {digest}")]
+        if any(is_scrubbed(r) for r in rows):
+            return None  # the data policy kept only digests: no prefix to compare
+        base = [GreedyOutput(**r) for r in rows]
         rate, _ = compare_outputs(base, outputs)
         return rate
 
