@@ -73,21 +73,30 @@ class ArtifactStore:
     def put_file(self, path: str | Path, *, redactor: Redactor | None = None) -> str:
         return self.put(Path(path).read_bytes(), redactor=redactor)
 
-    def put_stream(self, chunks: Iterable[bytes]) -> str:
+    def put_stream(self, chunks: Iterable[bytes], *, redactor: Redactor | None = None) -> str:
         """Store the concatenation of `chunks` in bounded memory and return its digest.
 
-        Each chunk is redacted on its own (as text when it is UTF-8), so a caller cuts chunks
-        at line boundaries; one chunk holding everything stores what `put` stores. Same
-        atomicity and dedup as `put`; an exception from `chunks` leaves nothing behind."""
+        The text is redacted as a stream (`redact_stream.StreamRedactor`): a secret cut by a
+        chunk boundary, or split over lines that come in two chunks, is redacted as `put`
+        would redact it; a part that is not UTF-8 is stored as is. Same atomicity and dedup
+        as `put`; an exception from `chunks` leaves nothing behind."""
+        from .redact_stream import StreamRedactor
+
+        red = redactor or self.redactor
+        stream = StreamRedactor(red) if red is not None else None
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
         h = hashlib.sha256()
         try:
             with os.fdopen(fd, "wb") as f:
                 for chunk in chunks:
-                    chunk = self._redacted(chunk)
-                    h.update(chunk)
-                    f.write(chunk)
+                    out = stream.feed(chunk) if stream is not None else chunk
+                    h.update(out)
+                    f.write(out)
+                if stream is not None:
+                    out = stream.finish()
+                    h.update(out)
+                    f.write(out)
                 f.flush()
                 os.fsync(f.fileno())
             digest = PREFIX + h.hexdigest()
@@ -101,16 +110,6 @@ class ArtifactStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-
-    def _redacted(self, data: bytes) -> bytes:
-        if self.redactor is None:
-            return data
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return data
-        clean = self.redactor.text(text)
-        return data if clean is text else clean.encode("utf-8")
 
     def get(self, digest: str) -> bytes:
         path = self._path(digest)

@@ -12,6 +12,12 @@ Speed matters because every event and log passes through here: cheap *triggers*,
 necessary condition of some rule, screen the text first; only text that trips a trigger is
 scanned with every rule (the slow, exact path) — for a long log, only the lines around a hit.
 
+Secrets split in two are found too: a token wrapped over lines or cut between a mapping's
+key and its value (`secret_splits`), a name and its value under two keys or on two lines
+(`secret_names`), a token cut by a chunk boundary of a stream (`redact_stream`). Every
+replacement keeps the text's line breaks. `locate(value)` says where a value holds a secret
+(the spec check, `forge secrets scan`) without repeating it.
+
 Here: the `Redactor` (text, structured values, JSON bytes) and the configured secret values.
 The secret-name rule lives in `secret_names`, the provider patterns and triggers in
 `secret_patterns`.
@@ -33,7 +39,9 @@ from .secret_names import (
     REDACTED,
     _is_secret_value,
     _name_strength,
+    _pair_strength,
     _redact_assignments,
+    _redact_pointer_pairs,
     env_secret_values,
 )
 from .secret_patterns import (
@@ -46,7 +54,9 @@ from .secret_patterns import (
     _replace,
     _Screen,
     _screens,
+    tag_lines,
 )
+from .secret_splits import CONTINUATION, MAX_WRAP_LINES, redact_wrapped, split_kind
 
 
 class Redactor:
@@ -91,6 +101,7 @@ class Redactor:
         # Event payloads repeat the same strings (task ids, metric names, enum values).
         self._clean: dict[str, None] = {}
         self._plain_keys: dict[str, None] = {}  # mapping keys that need no name check
+        self._heads: dict[str, bool] = {}  # key -> may it hold the head of a split token
 
     # --- text -----------------------------------------------------------------------------
 
@@ -144,6 +155,11 @@ class Redactor:
             if data.startswith((b"BEGIN", b"PuTTY-User-Key"), a):
                 stop = data.find(b"-----END", b)
                 end = size if stop < 0 else _line_end(data, stop)
+            for _ in range(MAX_WRAP_LINES):  # a token wrapped over the lines that follow
+                more = CONTINUATION.match(data, end)
+                if more is None:
+                    break
+                end = more.end()
             if regions and start <= regions[-1][1]:
                 regions[-1][1] = max(regions[-1][1], end)
             else:
@@ -177,14 +193,19 @@ class Redactor:
         return out
 
     def _scrub(self, text: str) -> str:
-        out = text
+        # Every replacement keeps the text's line breaks (`tag_lines`): the streaming
+        # redactor (`redact_stream`) maps its output back to its input line by line.
+        out = redact_wrapped(text, _plugin_rules())  # before a line's part is redacted alone
         if self._value_re is not None:
-            out = self._value_re.sub(f"{REDACTED[:-1]}:configured-secret]", out)
+            tag = f"{REDACTED[:-1]}:configured-secret]"
+            out = self._value_re.sub(lambda m: tag_lines(m.group(0), tag), out)
         for rule in _plugin_rules():
             if rule.pattern.search(out) is None:
                 continue
             out = _replace(out, rule)
-        return _redact_assignments(out) if self._assignments else out
+        if self._assignments:
+            out = _redact_pointer_pairs(_redact_assignments(out))
+        return out
 
     def secret_kinds(self, text: str) -> list[str]:
         """The kinds of secret found in `text` (`GitHub Token`, `named-secret`, …), for an
@@ -240,6 +261,9 @@ class Redactor:
                             return True
                     elif k in _POINTER_KEYS:
                         pointer = True
+                    elif self._is_head(k):  # never a plain key: its value is checked with it
+                        if type(v) is str and split_kind(k, v, _plugin_rules()):
+                            return True
                     elif len(k) < 512:
                         if len(plain) > 65536:
                             plain.clear()
@@ -260,6 +284,9 @@ class Redactor:
                     return True
             return False
         if t is list or t is tuple:
+            pair = _pair_strength(value)  # `["MY_API_KEY", "…"]`
+            if pair and _is_secret_value(pair, value[1]):
+                return True
             flag = NOT_SECRET  # the strength of a `--secret-flag` just before
             for v in value:
                 tv = type(v)
@@ -293,6 +320,17 @@ class Redactor:
                 strength = _name_strength(k) if isinstance(k, str) else NOT_SECRET
                 if not strength and pointed and k in _POINTED_VALUES:
                     strength = pointed
+                split = (split_kind(k, v, _plugin_rules()) if isinstance(k, str)
+                         and isinstance(v, str) and self._is_head(k) else None)
+                if split:  # the key holds the token's head, the value the rest: both go
+                    tag = f"[REDACTED:{split}]"
+                    key = tag
+                    n = 1
+                    while key in out or key in value:
+                        n += 1
+                        key = f"{tag} #{n}"
+                    out[key] = tag
+                    continue
                 key = self._leaf(k) if isinstance(k, str) else k
                 out[key] = self._named_value(strength, v) if strength else self.value(v)
             return out
@@ -302,6 +340,17 @@ class Redactor:
                                for i, v in enumerate(value))
         return value
 
+    def _is_head(self, key: str) -> bool:
+        """Whether `key` trips a trigger (the cheap screen): only then can it hold the head
+        of a token whose rest is its value (`secret_splits.split_kind`)."""
+        head = self._heads.get(key)
+        if head is None:
+            head = self.might_contain_secret(key)
+            if len(self._heads) > 65536:
+                self._heads.clear()
+            self._heads[key] = head
+        return head
+
     def _named_value(self, strength: int, v: Any) -> Any:
         if _is_secret_value(strength, v):
             return NAMED_SECRET_TAG
@@ -309,6 +358,18 @@ class Redactor:
             return type(v)(NAMED_SECRET_TAG if _is_secret_value(strength, x) else self.value(x)
                            for x in v)
         return self.value(v)
+
+    def locate(self, value: Any, *, names_ok: bool = False) -> list[tuple[tuple[Any, ...], str]]:
+        """Where `value` holds a secret: `(location, kind)` per finding (`secret_locate`)."""
+        from .secret_locate import locate
+
+        return locate(self, value, names_ok=names_ok)
+
+    def shown(self, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A `locate` location fit to print (`secret_locate.shown`)."""
+        from .secret_locate import shown
+
+        return shown(self, loc)
 
     def json_bytes(self, data: bytes) -> bytes:
         """Redact a JSON document given as bytes; the fast path returns `data` itself."""
@@ -322,6 +383,8 @@ class Redactor:
 _POINTER_KEYS = frozenset({"name", "key", "path", "var", "variable", "env", "field"})
 _POINTED_VALUES = ("value", "a", "b", "old", "new", "before", "after", "from", "to", "default",
                    "current", "previous")
+# An environment variable's name (`OPENAI_API_KEY`): what a spec names instead of a secret.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 # Every secret name holds one of these (lowercased): the screen of `json_bytes`.
 _NAME_STEMS = re.compile(rb"key|token|auth|pat|pwd|secret|pass|cred")
 
@@ -354,8 +417,12 @@ def _flag_strength(item: str) -> int:
 
 
 def _flag_values(items: list[Any] | tuple[Any, ...]) -> set[int]:
-    """Indexes of the items that follow a secret-named flag (`--api-key`, `-token`)."""
+    """Indexes of the items that follow a secret-named flag (`--api-key`, `-token`), and the
+    value of a `[NAME, value]` pair under a secret name."""
     out: set[int] = set()
+    pair = _pair_strength(items)
+    if pair and _is_secret_value(pair, items[1]):
+        out.add(1)
     for i in range(len(items) - 1):
         flag, nxt = items[i], items[i + 1]
         if (type(flag) is str and flag.startswith("-") and type(nxt) is str

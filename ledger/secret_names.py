@@ -170,10 +170,15 @@ def _nontrivial(v: str) -> bool:
 # the value is redacted when NAME is a secret name and the value passes `_is_secret_value`.
 # An unquoted value at the start of a line (`MY_API_KEY=a b c` in `env` output, a YAML line)
 # runs to the end of the line; elsewhere to the next space or delimiter.
+# The value may also stand alone on the next line, after `NAME:` ends a line (a header or a
+# YAML key split over two lines: `Authorization:` / `  Basic dXNl…`, `password: |` /
+# `  hunter2`), unless that line is itself a mapping key, a list item or a comment.
+_NEXT_LINE_SEP = (r"[ \t]*:[ \t]*(?:[|>][+-]?[ \t]*)?\r?\n[ \t]*"
+                  r"(?![-#][ \t]|[^\s:\"']*:(?:[ \t]|\r?\n|$))")
 _ASSIGN = re.compile(
     r"(?:(?<![\w.\-/$\\])|(?<=\\[nrt]))(?:(?P<dash>--)|-)?\\?[\"']?"
     r"(?P<name>[A-Za-z_][\w.\-]{0,199})\\?[\"']?\]?"
-    r"(?P<sep>[ \t]*(?:=>?|:(?![/:\\]))[ \t]*|(?(dash)[ \t]+|(?!)))"
+    r"(?P<sep>[ \t]*(?:=>?|:(?![/:\\]))[ \t]*|" + _NEXT_LINE_SEP + r"|(?(dash)[ \t]+|(?!)))"
     r"(?P<scheme>(?i:bearer|basic|token|digest)[ \t]+)?"
     r"(?:(?P<vq>\\?[\"'`])(?P<qv>(?:\\.|[^\\\n])*?)(?P=vq)"
     r"|(?P<uv>\$\{\w+\}|(?!=)[^\s\"'`,;&<>(){}\[\]|\\]+))"
@@ -203,7 +208,8 @@ def _redact_assignments(text: str) -> str:
                 strength = NOT_SECRET  # `--api-key --next-flag`: no value
             elif not flag and not quoted:
                 line0 = text.rfind("\n", 0, m.start()) + 1
-                if _LINE_LEAD.fullmatch(text, line0, m.start()):  # `NAME=a b c` on its own
+                if (_LINE_LEAD.fullmatch(text, line0, m.start())  # `NAME=a b c` on its own
+                        or "\n" in m.group("sep")):  # the value's own line
                     eol = text.find("\n", vend)
                     eol = len(text) if eol < 0 else eol
                     vend += len(text[vend:eol].rstrip(" \t\r"))
@@ -217,3 +223,50 @@ def _redact_assignments(text: str) -> str:
         return text
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+# `{"name": "DB_PASSWORD", "value": "…"}` and its YAML form (`- name: DB_PASSWORD` /
+# `  value: …`, a Kubernetes env entry) in text: the name and its value stand under two
+# keys, so `_ASSIGN` sees neither as an assignment. The value is redacted when the name is
+# a secret name (the structured walk does the same for a mapping: `redact._POINTER_KEYS`).
+_POINTER_PAIR = re.compile(
+    r"(?<![\w])\\?[\"']?(?:name|key|env|var|variable|field)\\?[\"']?[ \t]*[:=][ \t]*"
+    r"\\?[\"']?(?P<name>[A-Za-z_][\w.\-]{0,199})\\?[\"']?[ \t]*,?[ \t]*(?:\r?\n[ \t]*)?"
+    r"\\?[\"']?(?:value|default)\\?[\"']?[ \t]*[:=][ \t]*"
+    r"(?:(?P<vq>\\?[\"'])(?P<qv>(?:\\.|[^\\\n])*?)(?P=vq)"
+    r"|(?P<uv>[^\s\"'`,;&<>(){}\[\]|\\]+))"
+)
+
+
+def _redact_pointer_pairs(text: str) -> str:
+    """Apply `_POINTER_PAIR` to `text`; the same object back when nothing is redacted."""
+    if "value" not in text and "default" not in text:  # the pattern's literal, cheaply
+        return text
+    pieces: list[str] = []
+    last = 0
+    for m in _POINTER_PAIR.finditer(text):
+        strength = _name_strength(m.group("name"))
+        vstart, vend = m.span("qv") if m.group("vq") is not None else m.span("uv")
+        if strength and _is_secret_value(strength, text[vstart:vend]):
+            pieces.append(text[last:vstart])
+            pieces.append(NAMED_SECRET_TAG)
+            last = vend
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _pair_strength(items: list[Any] | tuple[Any, ...]) -> int:
+    """For a two-item list `[NAME, value]` (an HTTP header as a pair, an environment entry):
+    the strength of NAME when it is a secret name written as a name (`MY_API_KEY`,
+    `Authorization`, `db_password`), not one lowercase word (`["passwd", "alice"]` is a
+    command)."""
+    if len(items) != 2:
+        return NOT_SECRET
+    name, value = items
+    if type(name) is not str or type(value) is not str or name.startswith("-"):
+        return NOT_SECRET
+    if name.isalpha() and name.islower():
+        return NOT_SECRET
+    return _name_strength(name)

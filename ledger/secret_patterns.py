@@ -53,7 +53,12 @@ _EXTRA_RULES: list[tuple[str, str, int]] = [
 # The triggers of `_ASSIGN` (see `_LOWER_TRIGGER_SPECS`): after the name, its separator and an
 # optional opening quote (also JSON-escaped, once or twice); a weak name's value must start
 # with a word that is not all digits and punctuation (so `#new-token: 32768` trips nothing).
-_SEP_T = r"\\{0,3}[\"'`]?\]?[ \t]*+(?:=|:(?![/:\\]))[ \t]*+\\{0,3}[\"'`]?"
+# (`NAME:` may end a line, the value on the next: `_ASSIGN`'s next-line form; in a JSON
+# string the line break and the indentation's tabs are escaped.)
+_NL = r"(?:\r?\n|(?:\\r)?\\n)"
+_SP = r"[ \t]*+(?:\\t[ \t]*+)*+"
+_SEP_T = (r"\\{0,3}[\"'`]?\]?[ \t]*+(?:=|:(?![/:]|\\(?![tnr]))(?:" + _SP
+          + r"(?:[|>][+-]?" + _SP + ")?" + _NL + ")?)" + _SP + r"\\{0,3}[\"'`]?")
 _WEAK_VALUE_T = r"[ \t]*+[0-9.,_+\-]*+[^\s0-9.,_+\-\"'`\\]"
 _WEAK = r"[0-9_.\-]*+" + _SEP_T + _WEAK_VALUE_T
 _STRONG = r"[\w.\-\x80-\xff]*+" + _SEP_T + r"\S"
@@ -97,6 +102,11 @@ _LOWER_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
     ("auth(?:orization)?" + _WEAK, ("auth",)),
     ("secret" + _STRONG, ("secret",)),
     ("cred(?:s|ential)" + _STRONG, ("cred",)),
+    # `{"name": "MY_API_KEY", "value": "…"}` in text (`_POINTER_PAIR`): its `value` (or
+    # `default`) key and separator. The name is on the same line or the one before, which
+    # the long-text scan's region (the hit's line and its neighbours) takes in.
+    (r"value\\{0,3}[\"']?[ \t]*+[:=]", ("value",)),
+    (r"default\\{0,3}[\"']?[ \t]*+[:=]", ("default",)),
 ]
 _TRIGGERS = [t for t, _ in _TRIGGER_SPECS]
 _LOWER_TRIGGERS = [t for t, _ in _LOWER_TRIGGER_SPECS]
@@ -191,7 +201,20 @@ def _replace(text: str, rule: _Rule) -> str:
             start, end = m.span(rule.group)
             s0 = m.start()
             whole = m.group(0)
-            return whole[: start - s0] + tag + whole[end - s0 :]
-        return tag
+            return whole[: start - s0] + tag_lines(whole[start - s0:end - s0], tag) + \
+                whole[end - s0 :]
+        return tag_lines(m.group(0), tag)
 
     return rule.pattern.sub(sub, text)
+
+
+_LINE_BREAK = re.compile(r"(\r?\n)")
+
+
+def tag_lines(secret: str, tag: str) -> str:
+    """`tag` in place of `secret`, once per line it spans: a redacted text keeps its line
+    breaks (a private-key block becomes one tag per line), so line numbers stay right."""
+    if "\n" not in secret:
+        return tag
+    return "".join(p if i % 2 else (tag if p else "")
+                   for i, p in enumerate(_LINE_BREAK.split(secret)))

@@ -308,6 +308,10 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
         timings["load_s"] = time.perf_counter() - t
     report = BuildReport(snap.position, wiki_dir=str(wiki_dir), site_dir=str(site_dir))
     graphs = graph_pages(ws.ledger, snap.position, {t["task_id"] for t in snap.tasks})
+    from ..projections.trace import traces_for
+
+    snap.traces = traces_for(ws, [(d["task_id"], d["decision_id"]) for d in snap.decisions],
+                             stop=snap.position)
     pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus, graphs)
     t = time.perf_counter()
     keep_md, keep_html = set(), set()

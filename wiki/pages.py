@@ -323,7 +323,61 @@ def decision_page(snap: Snapshot, d: dict[str, Any], task: dict[str, Any] | None
         p.add("h", "Deployment point")
         p.add(*_dims_table(task, ["model", "accelerator", "engine", "runtime_profile",
                                   "point_hash"]))
+    chain = snap.traces.get(d["decision_id"])
+    if chain:
+        _add_trace(p, chain)
     return p
+
+
+def _add_trace(p: Page, c: dict[str, Any]) -> None:
+    """The decision's traceable path (`forge trace`, projections/trace.py): block and routing,
+    tool calls, measurements, gates, handoff, graph edges fed, artifacts. Every value is
+    plain text or code: argv, reasons and findings never form a link or markup."""
+    from ..projections.trace import gate_line
+
+    p.add("h", "Traceable path")
+    b, r, h = c.get("block"), c.get("routing") or {}, c.get("handoff")
+    facts = [text(strong("Task:"), " ", link(task_path(c["task"]["task_id"]),
+                                             c["task"]["task_id"]),
+                  f" — {c['task'].get('goal') or ''}")]
+    if b:
+        facts.append(text(strong("Block:"), f" {b['block_id']} (#{b['index']}): {b['sub_goal']}"))
+    facts.append(text(strong("Routing:"), " " + (", ".join(f"{k} {v}" for k, v in
+                                                          sorted(r.items())) or "—")))
+    if h:
+        facts.append(text(strong("Handoff:"), f" {h['outcome']}: {h['state_reached'] or '—'}",
+                          " (", code(h["event_id"]), ")"))
+    p.add("list", facts)
+    if c["tool_calls"]:
+        p.add("p", text(strong("Tool calls")))
+        p.add("table", ["event", "tool", "argv", "exit", "repo snapshot", "stdout"],
+              [(code(x["event_id"][:8]), x["tool"], code(" ".join(x["argv"])), x["exit_code"],
+                code(x["repo_snapshot"]) if x["repo_snapshot"] else "—",
+                code(x["stdout"]) if x["stdout"] else "—") for x in c["tool_calls"]])
+    if c["measurements"]:
+        p.add("p", text(strong("Measurements")))
+        p.add("table", ["event", "run", "source", "metrics", "records"],
+              [(code(m["event_id"][:8]), m["run_id"], m["source"],
+                ", ".join(f"{k} {_cell_num(v)}" for k, v in sorted(m["metrics"].items())),
+                code(m["artifact"]) if m["artifact"] else "—") for m in c["measurements"]])
+    v = c.get("verification")
+    if v:
+        p.add("p", text(strong("Verification"), f" {v['verdict']} (", code(v["event_id"]), ")"))
+        p.add("list", [gate_line(g) for g in v["gates"]] or ["(no gates)"])
+    if c["graph_edges"]:
+        p.add("p", text(strong("Graph edges fed")))
+        # graphs.graph_path's form (graphs.py imports this module, not the other way)
+        p.add("list", [text(link(f"graphs/{page_name(e['graph'])}", e["graph"]),
+                            f": {e['src']} -> {e['dst']} (attempt {e['attempt']})")
+                       for e in c["graph_edges"]])
+    if c["artifacts"]:
+        p.add("p", text(strong("Artifacts")))
+        p.add("list", [text(code(a["digest"]), f" {a['what']}: ", code(a["relative"]))
+                       for a in c["artifacts"]])
+
+
+def _cell_num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _task_list(tasks: list[dict[str, Any]]) -> tuple:

@@ -38,6 +38,9 @@ class Snapshot:
     # task -> its blocks' cross-model reviews (ReviewRecorded), in ledger order: {block_id,
     # tier, model, family, verdict, reasons}
     reviews: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # decision id -> its traceable path (projections.trace.traces_for; the build fills it from
+    # the ledger: the index has no tool-call snapshots or graph handoffs per decision)
+    traces: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @cached_property
     def decided(self) -> dict[tuple, str]:
