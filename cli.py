@@ -36,6 +36,7 @@ from .harness.graph.commands import (
 )
 from .harness.graph.commands import reject as reject_node
 from .harness.graph.run import run_graph
+from .harness.guard import approvals as gate
 from .harness.loop.define import define_task, record_profile
 from .harness.loop.manual import (
     accept,
@@ -74,7 +75,6 @@ from .projections.index import rebuild, status, update
 from .projections.memory import list_tasks, task_memory, task_summary
 from .projections.queries import compare_ws, filter_ws, sql_ws
 from .repos import commands as repo_commands
-from .repos import guard as repo_guard
 from .repos import hooks as repo_hooks
 from .repos import push as repo_push
 from .repos.errors import RepoError
@@ -1077,7 +1077,7 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
              "gsp_system_prompt_len": gsp_system_prompt_len,
              "gsp_question_len": gsp_question_len},
         ws=open_ws(ctx) if record else None, task_id=task_id, block_id=block_id,
-        records_out=records_out)
+        records_out=records_out, guard_home=ctx.obj.get("home"))
     if as_json:
         emit_json(out)
         return
@@ -1987,13 +1987,13 @@ def repos_approve(ctx, member: str, ref: str, span: str, remote: str, reason: st
     old, sep, new = span.partition("..")
     if not sep or new.startswith(".") or not old or not new:
         raise click.BadParameter(f"{span!r} is not OLD..NEW", param_hint="--range")
-    ev, created = repo_guard.approve(open_ws(ctx), member, remote, ref, old, new, reason, by)
+    a, created = gate.approve_push(open_ws(ctx), member, remote, ref, old, new, reason, by)
     if as_json:
-        emit_json({**ev.model_dump(mode="json"), "created": created})
+        emit_json({**a, "created": created})
         return
-    click.echo(f"{'approved' if created else 'already approved (unspent)'}: "
-               f"{ev.approval_id} {ev.member} {ev.remote} {ev.ref} "
-               f"{ev.old[:12]}..{ev.new[:12]} by {ev.actor.name}")
+    click.echo(f"{'approved' if created else 'already approved (unused)'}: "
+               f"{a['approval_id']} {a['member']} {a['remote']} {a['ref']} "
+               f"{a['old'][:12]}..{a['new'][:12]} by {a['actor']['name']}")
 
 
 @repos_group.command("push")
@@ -2007,7 +2007,8 @@ def repos_push(ctx, member: str, remote: str, refspec: str | None, as_json: bool
     """Push one ref of MEMBER (`.`: the root) under the push guard.
 
     REFSPEC is SRC:DST, or a branch (default: the checked-out one). A protected ref takes
-    an approval for exactly this push (forge repos approve); a refusal is recorded.
+    an approval for exactly this push; a refusal is recorded with a pending approval
+    request (forge approvals; forge approve ID, or forge repos approve).
 
     \b
     Example:
@@ -2151,6 +2152,143 @@ def skills_lint_cmd(ctx, as_json: bool) -> None:
             click.echo("skills: no problems")
     if problems:
         ctx.exit(1)
+
+
+# --- the human gate: forge approvals, approve, deny (harness/guard/approvals.py) ---------
+
+
+@main.command("approvals")
+@click.option("--all", "everything", is_flag=True,
+              help="Every approval (granted, denied, used, expired), not only pending ones.")
+@click.option("--json", "as_json", is_flag=True, help="Print the approvals as JSON.")
+@click.pass_context
+@fail_cleanly
+def approvals_cmd(ctx, everything: bool, as_json: bool) -> None:
+    """List the actions waiting for a person (pushes to protected refs, production calls,
+    cleanups, acceptances under human: required).
+
+    \b
+    Example:
+      forge approvals --all
+    """
+    rows = gate.listing(open_ws(ctx), everything)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no approvals" if everything else "nothing waits for approval")
+    for r in rows:
+        exp = f"  expires {r['expires_at']}" if r["expires_at"] else ""
+        click.echo(f"{r['approval_id']}  {r['state']:<8} {r['kind']:<15} {r['target']}{exp}")
+        asked, dec = r["requested_by"], r["decided_by"]
+        who = f"asked by {asked['kind']} {asked['name']}" + (
+            f"; decided by {dec['name']}: {r['reason']}" if dec else "")
+        click.echo(f"    {r['summary']}  ({who})")
+
+
+def _decide_cmd(ctx, approval_id: str, grant: bool, reason: str, by: str | None,
+                as_json: bool) -> None:
+    a = gate.decide(open_ws(ctx), approval_id, grant, reason, gate.person(by))
+    if as_json:
+        emit_json(a)
+        return
+    click.echo(f"{a['state']}: {a['approval_id']} {a['kind']} {a['target']} by "
+               f"{a['decided_by']['name']}")
+
+
+@main.command("approve")
+@click.argument("approval_id")
+@click.option("--reason", required=True, help="Why the action may go ahead.")
+@click.option("--by", "by", help="Who decides (default: the OS user).")
+@click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON.")
+@click.pass_context
+@fail_cleanly
+def approve_cmd(ctx, approval_id: str, reason: str, by: str | None, as_json: bool) -> None:
+    """Grant a pending approval (forge approvals lists them): that exact action, once.
+
+    \b
+    Example:
+      forge approve appr-1a2b3c4d5e6f --reason "hotfix reviewed" --by ana
+    """
+    _decide_cmd(ctx, approval_id, True, reason, by, as_json)
+
+
+@main.command("deny")
+@click.argument("approval_id")
+@click.option("--reason", required=True, help="Why the action may not go ahead.")
+@click.option("--by", "by", help="Who decides (default: the OS user).")
+@click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON.")
+@click.pass_context
+@fail_cleanly
+def deny_cmd(ctx, approval_id: str, reason: str, by: str | None, as_json: bool) -> None:
+    """Deny a pending approval: the action does not go ahead (a waiting task rejects it).
+
+    \b
+    Example:
+      forge deny appr-1a2b3c4d5e6f --reason "not during the freeze"
+    """
+    _decide_cmd(ctx, approval_id, False, reason, by, as_json)
+
+
+# --- the Safety Guard: secrets scan and the traceable path (forge secrets scan, trace) ----
+
+
+@main.group("secrets")
+def secrets_group() -> None:
+    """Secrets: check that none reached what the workspace stored."""
+
+
+@secrets_group.command("scan")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.pass_context
+@fail_cleanly
+def secrets_scan_cmd(ctx, as_json: bool) -> None:
+    """Scan the whole workspace for secrets: every ledger event, every artifact, every text
+    column of the index, the wiki and the site. Prints `where: kind` per finding (never the
+    secret) and exits 1 when there is one; progress goes to stderr.
+
+    \b
+    Example:
+      forge secrets scan
+    """
+    from .harness.guard.secrets_scan import scan_workspace
+
+    report = scan_workspace(open_ws(ctx), progress=lambda m: click.echo(m, err=True))
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        for h in report.hits:
+            click.echo(h.line())
+        click.echo(f"{len(report.hits)} finding(s); scanned {report.lines} lines "
+                   f"({report.bytes / 1e6:.1f} MB) in {report.seconds:.2f}s: "
+                   f"{report.lines_per_s:,.0f} lines/s", err=True)
+    if report.hits:
+        ctx.exit(1)
+
+
+@main.command("trace")
+@click.argument("ident", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the chain as JSON.")
+@click.pass_context
+@fail_cleanly
+def trace_cmd(ctx, ident: str, as_json: bool) -> None:
+    """Print the causal chain behind a deliverable, decision, measurement, tool call or
+    verification (its event id, or a unique prefix of at least 8 characters): task, block,
+    routing, tool calls (argv, snapshot), measurements, verification (each gate with its
+    numbers), decision, handoff, the graph edges it fed, and the artifacts on the way.
+
+    \b
+    Example:
+      forge trace 5f3c1a2b
+    """
+    from .projections.trace import chain_lines, trace
+
+    chain = trace(open_ws(ctx), ident)
+    if as_json:
+        emit_json(chain)
+        return
+    for line in chain_lines(chain):
+        click.echo(line)
 
 
 if __name__ == "__main__":  # pragma: no cover

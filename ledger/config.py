@@ -64,7 +64,25 @@ large = ""
 # take a recorded approval for each push (forge repos approve).
 protected_remotes = ["*"]
 protected_branches = ["main", "master", "release/*"]
-production_endpoints = []
+production_endpoints = []          # URLs (prefix) or host[:port] of production servers
+# Against a production endpoint forge allows reads (/health, /metrics, /server_info,
+# /v1/models) and probe traffic within production_probe; it refuses flush_cache, profiling,
+# weight updates and more load. An action listed in production_allow (e.g. "flush_cache",
+# "load") still needs a recorded approval (forge approve).
+production_allow = []
+production_probe = {max_rps = 1.0, max_duration_s = 30, max_requests = 30}
+# Recorded tool calls run in bubblewrap (read-only root, writable task directories, no
+# network unless the task allows it) with an allowlisted environment: auto | required | off.
+sandbox = "auto"
+sandbox_env = []                   # more variable names every tool call gets
+sandbox_writable = []              # more directories every tool call may write
+
+[data]
+# Prompts and responses of class "production" (production endpoints, and datasets or
+# endpoints classed so below) are stored only as counts, lengths and sha256 digests.
+store_production = false
+# [data.classes]                     # dataset name, endpoint URL or host -> class
+# "prod-traffic" = "production"      # public | internal | production
 
 # [models.small]                     # a model tier for agent executors and reviewers
 # url = "http://127.0.0.1:30000/v1"  # any OpenAI-compatible chat endpoint (SGLang too)
@@ -109,12 +127,44 @@ class ModelTiers(_Table):
     human: str = ""
 
 
+class ProbeBudget(_Table):
+    """Probe traffic a production endpoint may get from one plan (a bench run)."""
+
+    max_rps: float = Field(1.0, gt=0, le=1e6)
+    max_duration_s: float = Field(30.0, gt=0, le=86400)
+    max_requests: int = Field(30, ge=1, le=1_000_000)
+
+
+DataClass = Literal["public", "internal", "production"]
+
+
+class DataSettings(_Table):
+    """The data policy (harness/guard/data_policy.py): `classes` maps dataset names and
+    endpoint URLs or hosts to a class; production endpoints are `production` by default."""
+
+    store_production: bool = False
+    classes: dict[str, DataClass] = Field(default_factory=dict)
+
+
 class GuardSettings(_Table):
     # fnmatch patterns over a remote's name or URL, and over branch names (refs/heads/…)
     protected_remotes: list[str] = Field(default_factory=lambda: ["*"])
     protected_branches: list[str] = Field(default_factory=lambda: ["main", "master",
                                                                    "release/*"])
     production_endpoints: list[str] = Field(default_factory=list)
+    # Actions that forge.toml lets through against production, each with an approval
+    # (harness/guard/production.py): "flush_cache", "start_profile", "load", a path, ...
+    production_allow: list[str] = Field(default_factory=list)
+    production_probe: ProbeBudget = Field(default_factory=ProbeBudget)
+    # Recorded tool calls (harness/guard/sandbox.py): "auto" runs them in bubblewrap where
+    # it works (else unsandboxed, saying so), "required" refuses without it, "off" is the
+    # old way (forge's whole environment, no sandbox). `sandbox_env`: variable names (or
+    # fnmatch patterns) passed to every call on top of the built-in allowlist (secret-named
+    # ones only when a task names them); `sandbox_writable`: more directories every call
+    # may write (relative to FORGE_HOME unless absolute), e.g. a compiler cache.
+    sandbox: Literal["auto", "off", "required"] = "auto"
+    sandbox_env: list[str] = Field(default_factory=list)
+    sandbox_writable: list[str] = Field(default_factory=list)
 
 
 class RepoSettings(_Table):
@@ -165,6 +215,7 @@ class ForgeToml(_Table):
     engines: dict[EngineName, EngineOptions] = Field(default_factory=dict)
     model_tiers: ModelTiers = Field(default_factory=ModelTiers)
     guard: GuardSettings = Field(default_factory=GuardSettings)
+    data: DataSettings = Field(default_factory=DataSettings)
     repos: RepoSettings = Field(default_factory=RepoSettings)
     models: dict[str, ModelSettings] = Field(default_factory=dict)  # tier -> endpoint
     skills: SkillSettings = Field(default_factory=SkillSettings)

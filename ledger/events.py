@@ -250,6 +250,9 @@ class ToolInvoked(Event):
     stderr_digest: str | None = None
     repo_digest: str | None = None
     error: str | None = None
+    # The call's sandbox profile (harness/guard/sandbox.py: kind bwrap|none, writable
+    # directories, network, gpus, variable names passed; never a value). {}: not recorded.
+    sandbox: JSON = Field(default_factory=dict)
 
 
 class EngineLaunched(Event):
@@ -410,6 +413,68 @@ class ReviewRecorded(Event):
     response_digest: str | None = None
 
 
+# --- the Safety Guard (harness/guard/) ---------------------------------------------------
+
+
+class ProductionRefused(Event):
+    """A call to a production endpoint that forge refused before sending it: `action` is
+    `METHOD /path` (or `load` for probe traffic over the budget), `reason` says why. On the
+    task's stream when a task made it, else on the `guard` stream."""
+
+    url: str
+    action: str
+    reason: str
+
+
+# --- the human gate (the `approvals` stream; harness/guard/approvals.py) ----------------
+# An approval is bound to the digest of one exact action (kind, target, arguments: a push's
+# commit range, a call's method and path, a candidate): projections/approvals.py folds them.
+
+ApprovalKind = Literal["push", "production-call", "cleanup", "accept"]
+
+
+class ApprovalRequested(Event):
+    """An action that needs a person, waiting for one (`actor`: who asked). It can be granted
+    or denied until `expires_at` (None: no expiry), and a grant is used at most once."""
+
+    approval_id: str
+    kind: ApprovalKind
+    target: str
+    action_digest: str
+    arguments: JSON = Field(default_factory=dict)
+    summary: str = ""
+    expires_at: datetime | None = None
+
+
+class ApprovalGranted(Event):
+    """A person's yes to one request (`actor`: the human who decided; never an agent)."""
+
+    approval_id: str
+    action_digest: str
+    reason: str
+
+
+class ApprovalDenied(Event):
+    approval_id: str
+    reason: str
+
+
+class ApprovalUsed(Event):
+    """A granted approval spent on its action: once, under the approvals stream's version."""
+
+    approval_id: str
+    action_digest: str
+
+
+class ApprovalRefused(Event):
+    """An attempt the gate refused: an agent deciding, an approval offered for another
+    action, or one used after it expired or was spent (`approval_id` None: none named)."""
+
+    approval_id: str | None = None
+    action_digest: str | None = None
+    reason: str
+
+
 # --- the MonoRepo (the `repos` stream; written by repos/record.py) -----------------------
 
 
@@ -437,8 +502,9 @@ class RepoRestored(Event):
 
 
 class PushApproved(Event):
-    """A person's approval of one push to a protected ref: that member, remote, ref and
-    commit range (`old`..`new`), used at most once."""
+    """Superseded by the human gate: a push's approval is now an `ApprovalGranted` of kind
+    `push` on the `approvals` stream. No longer written or honoured; kept so that ledgers
+    written before still decode."""
 
     approval_id: str
     member: str

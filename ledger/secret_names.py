@@ -257,6 +257,9 @@ def _redact_pointer_pairs(text: str) -> str:
     return "".join(pieces)
 
 
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
 def _pair_strength(items: list[Any] | tuple[Any, ...]) -> int:
     """For a two-item list `[NAME, value]` (an HTTP header as a pair, an environment entry):
     the strength of NAME when it is a secret name written as a name (`MY_API_KEY`,
@@ -269,4 +272,6 @@ def _pair_strength(items: list[Any] | tuple[Any, ...]) -> int:
         return NOT_SECRET
     if name.isalpha() and name.islower():
         return NOT_SECRET
+    if _ENV_NAME.fullmatch(value) and _name_strength(value) != NOT_SECRET:
+        return NOT_SECRET  # two names (`["HF_TOKEN", "MY_API_KEY"]`): a list, not a pair
     return _name_strength(name)

@@ -41,6 +41,7 @@ from pydantic import (
 from .clock import digest
 from .errors import SpecError
 from .ids import LEDGER_CONTEXT, InvalidIdError, check_id, from_ledger, shown
+from .spec_secrets import secret_problems
 from .yamlio import dotted_path, line_of, load_yaml, number_problems
 
 
@@ -339,12 +340,17 @@ class Contract(Spec):
     bootstrap: int = Field(2000, ge=100)
     seed: int = 0
     review: ReviewSpec | None = None
+    # `required`: the loop's acceptance waits for a person's approval (forge approve; the
+    # human gate, harness/guard/approvals.py).
+    human: Literal["required"] | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and data.get("review") is None:
-            data.pop("review", None)  # a contract without review hashes as before `review`
+        if isinstance(data, dict):
+            for k in ("review", "human"):  # a contract without them hashes as before them
+                if data.get(k) is None:
+                    data.pop(k, None)
         return data
 
     @model_validator(mode="after")
@@ -538,6 +544,53 @@ ScopeValue = Annotated[
     Discriminator(_scope_kind),
 ]
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SandboxSpec(Spec):
+    """What a task's recorded tool calls may reach (harness/guard/sandbox.py): `secret_env`,
+    the names of secret variables passed from forge's environment (values never recorded;
+    not `secrets:`, a name whose values redaction would hide); `env`, other variables passed
+    through by name; `network`; `gpus`, the claimed devices (CUDA_VISIBLE_DEVICES);
+    `writable`, absolute directories its calls may write besides the task's own (a graph's
+    loop task: `{workdir}`, filled in by the graph runner)."""
+
+    secret_env: list[str] = Field(default_factory=list)
+    env: list[str] = Field(default_factory=list)
+    network: bool = False
+    gpus: list[str] = Field(default_factory=list)
+    writable: list[str] = Field(default_factory=list)
+
+    @field_validator("secret_env", "env")
+    @classmethod
+    def _names(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if from_ledger(info):
+            return v
+        for name in v:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"{shown(name)} is not an environment variable name")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if from_ledger(info):
+            return v
+        for g in v:  # an index or a UUID, as CUDA_VISIBLE_DEVICES takes them
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9:/_-]*", g):
+                raise ValueError(f"gpu {shown(g)} is not a device index or UUID")
+        return v
+
+    @field_validator("writable")
+    @classmethod
+    def _writable(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if from_ledger(info):
+            return v
+        for d in v:
+            if not Path(d).expanduser().is_absolute():
+                raise ValueError(f"writable {shown(d)}: give an absolute directory")
+        return v
+
 
 class TaskDefinition(Spec):
     id: str | None = None  # the one id rule (ledger.ids); else the file name, checked alike
@@ -557,6 +610,7 @@ class TaskDefinition(Spec):
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     code: CodeSpec | None = None  # members of the MonoRepo the task changes
+    sandbox: SandboxSpec | None = None  # what its tool calls may reach (default: nothing)
 
     @field_validator("id")
     @classmethod
@@ -617,6 +671,8 @@ def canonical(spec: Spec) -> dict[str, Any]:
                                    if k not in _LOCATION_FIELDS}
     if isinstance(spec, TaskDefinition) and data.get("code") is None:
         data.pop("code", None)  # a task without code hashes as it did before `code` existed
+    if isinstance(spec, TaskDefinition) and data.get("sandbox") is None:
+        data.pop("sandbox", None)  # likewise without `sandbox`
     return data
 
 
@@ -654,7 +710,7 @@ def parse_spec(kind: str, data: Any, *, path: str | Path = "<spec>",
     cls = SPEC_KINDS[kind]
     if not isinstance(data, dict):
         raise SpecError([f"{path}:1: (top): expected a mapping for a {kind} spec"])
-    bad = number_problems(path, data, node)
+    bad = number_problems(path, data, node) or secret_problems(path, data, node)
     if bad:
         raise SpecError(bad)
     try:

@@ -11,6 +11,11 @@
   syncs). Written by `repos/record.py` only.
 - `agents`: agent steps that name no task (`AgentStepFailed` of an MCP call without a
   task). Written by `harness/agents/tools.py`.
+- `guard`: the Safety Guard's facts that name no task (`ProductionRefused` of a call made
+  outside any task). Written by `harness/guard/`.
+- `approvals`: the human gate: requests, grants, denials, uses and refusals of approvals
+  (`Approval*`). Written by `harness/guard/approvals.py`, and by the push guard
+  (`repos/guard.py`: a refused push's request, a push's use) in the save of its own facts.
 - `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
 """
 
@@ -24,6 +29,8 @@ MEASUREMENTS_STREAM = "measurements"
 ENGINES_STREAM = "engines"
 REPOS_STREAM = "repos"
 AGENTS_STREAM = "agents"
+APPROVALS_STREAM = "approvals"
+GUARD_STREAM = "guard"
 
 
 def task_stream(task_id: str) -> str:

@@ -89,6 +89,17 @@ def test_demo_runs_the_loop_and_leaves_an_explorable_workspace(forge_home):
                 ["baseline", "measure", "gates", "decide"], b["block_id"]
     check_outcome(memory, out)
 
+    # The traceable path: the accepted deliverable (on an unstable machine, the last measured
+    # run) reaches back to its tool calls: the engine it launched, with its command.
+    target = (memory["accepted"][0]["event_id"] if memory["accepted"] else
+              [b for b in blocks if b["measurements"]][-1]["measurements"][-1]["event_id"])
+    tr = run_forge("trace", target[:8], "--json", home=forge_home)
+    assert tr.returncode == 0, tr.stderr
+    chain = json.loads(tr.stdout)
+    assert chain["tool_calls"] and all(c["argv"] for c in chain["tool_calls"])
+    assert any(c["tool"].startswith("engine ") for c in chain["tool_calls"])
+    assert len(chain["measurements"]) == 3 and chain["verification"]["gates"]
+
     check = run_forge("check", "--json", home=forge_home)
     assert check.returncode == 0, check.stdout + check.stderr
     assert json.loads(check.stdout)["ok"] is True

@@ -132,7 +132,7 @@ def test_out_of_scope_candidate_is_rejected_without_running(workspace, tmp_path,
                       "'candidate': {'engine.dtype': 'int4'}}))\n")
     path = make_task_dir(tmp_path / "s", "oos", no_progress=1,
                          executor=command_executor(script))
-    log = tmp_path / "eval.log"
+    log = workspace.home / "scratch" / "oos" / "eval.log"  # where the task's calls may write
     monkeypatch.setenv("EVAL_LOG", str(log))
     define_task(workspace, path)
     r = run_task(workspace, "oos")
@@ -220,8 +220,10 @@ def test_tool_calls_record_without_secret_values(workspace, tmp_path, monkeypatc
     assert env_digest({"HF_TOKEN": "a", "X": "1"}) == env_digest({"HF_TOKEN": "b", "X": "1"})
     assert env_digest({"X": "1"}) != env_digest({"X": "2"})
     monkeypatch.setenv("HF_TOKEN", "hf_" + "s" * 34)
+    # A secret reaches a tool call only when given to it (the sandbox's allowlist).
     run = run_tool(workspace, [sys.executable, "-c", "import os; print(os.environ['HF_TOKEN']);"
-                                                     "raise SystemExit(2)"], cwd=tmp_path)
+                                                     "raise SystemExit(2)"], cwd=tmp_path,
+                   env={"HF_TOKEN": "hf_" + "s" * 34})
     ev = run.event
     assert ev.exit_code == 2 and ev.cwd == str(tmp_path.resolve()) and ev.repo_digest is None
     assert "s" * 34 not in workspace.artifacts.text(ev.stdout_digest)

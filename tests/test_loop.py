@@ -78,6 +78,7 @@ contract:
 exit: {{max_blocks: {max_blocks}, no_progress_blocks: {no_progress}, when: {when}}}
 executor: {executor}
 evaluator: {{kind: command, argv: [{python}, evalscript.py]}}
+sandbox: {{env: [EVAL_LOG, EVAL_MODE, EVAL_BLOCK_FIFO]}}
 """
 
 
@@ -109,7 +110,7 @@ def history(ws, task_id: str) -> list[dict]:
     for r in ws.ledger.stream(task_stream(task_id)):
         d = r.event.model_dump(mode="json", exclude={
             "event_id", "occurred_at", "evidence", "verification_event_id", "duration_s",
-            "env_digest", "causation_id", "repo_digest", "actor"})
+            "env_digest", "causation_id", "repo_digest", "actor", "sandbox"})
         if "meta" in d:
             d["meta"] = {k: v for k, v in d["meta"].items() if k != "duration_s"}
         out.append({"type": r.type, **d})
@@ -246,7 +247,7 @@ def test_a_tried_candidate_is_not_run_again_and_no_progress_ends_the_loop(
                       "'try', 'candidate': {'engine.attn_implementation': 'eager'}, "
                       "'model': 'test-model'}))\n")
     path = make_task_dir(tmp_path / "specs", executor=command_executor(policy), no_progress=2)
-    log = tmp_path / "eval.log"
+    log = workspace.home / "scratch" / "t1" / "eval.log"  # where the task's calls may write
     monkeypatch.setenv("EVAL_LOG", str(log))
     define_task(workspace, path)
     r = run_task(workspace, "t1")

@@ -102,6 +102,7 @@ contract:
     - {{name: throughput, metric: output_throughput, vs_baseline: ratio, at_least: 1.05}}
 exit: {{max_blocks: 2}}
 executor: {{kind: manual}}
+sandbox: {{secret_env: [MY_API_KEY]}}  # a tool call gets a secret only when the task names it
 """)
     return rev1, rev2, task
 
@@ -132,6 +133,16 @@ def test_planted_secrets_reach_no_stored_byte(forge_home, tmp_path, planted):
     _ok(cli(home, "init"))
     rev1, rev2, task = _specs(tmp_path / "specs", s)
 
+    # Secrets written into specs are refused at definition (the field named, nothing
+    # printed or recorded); the specs then name the variables instead of the values.
+    for kind, spec in (("profile", rev1), ("task", task)):
+        r = cli(home, kind, "record" if kind == "profile" else "new", str(spec))
+        assert r.exit_code == 1 and "looks like a secret" in r.output, r.output
+        printed.append(r.output)
+    clean = {**s, "profile_api_key": "OPENAI_API_KEY", "flag_api_key": "OPENAI_API_KEY",
+             "aws1": "AWS_KEY_ONE", "aws2": "AWS_KEY_TWO", "goal_key": "$KEY",
+             "notes_key": "${KEY}"}
+    rev1, rev2, task = _specs(tmp_path / "specs", clean)
     printed.append(_ok(cli(home, "profile", "record", str(rev1))))
     out = _ok(cli(home, "profile", "record", str(rev2)))  # prints the diff: a secret changed
     printed.append(out)

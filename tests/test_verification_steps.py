@@ -45,9 +45,10 @@ from .conftest import FORGE, REPO, run_forge
 from .test_loop import make_task_dir
 
 PY = json.dumps(sys.executable)
-# A command step that logs "<block> <name>" to steps.log (in the task file's directory, where
-# steps run) and exits with CODE.
-LOG_STEP = ("{{name: {name}, argv: [{py}, -c, \"import os,sys; open('steps.log','a').write("
+# A command step that logs "<block> <name>" to steps.log (in the task's scratch directory: the
+# task file's directory, where steps run, is read-only in the sandbox) and exits with CODE.
+LOG_STEP = ("{{name: {name}, argv: [{py}, -c, \"import os,sys; open(os.environ['FORGE_SCRATCH']"
+            " + '/steps.log','a').write("
             "os.environ['FORGE_BLOCK_ID'] + ' {name}\\\\n'); print('step {name} ok'); "
             "sys.exit({code})\"]}}")
 
@@ -61,8 +62,8 @@ def with_path(path: Path, entries: list[str]) -> Path:
     return path
 
 
-def log_lines(path: Path) -> list[str]:
-    log = path.parent / "steps.log"
+def log_lines(home: Path, task_id: str = "t1") -> list[str]:
+    log = home / "scratch" / task_id / "steps.log"
     return log.read_text().splitlines() if log.exists() else []
 
 
@@ -98,7 +99,7 @@ def test_every_step_passes_each_recorded_in_order(workspace, tmp_path):
     assert vers[3].passed and vers[3].verdict == "pass"
     assert outcomes(vers[1])[3:] == [("gates", "fail"), ("two", "not-run"),
                                      ("decide", "deferred")]
-    assert log_lines(path) == ["b1 one", "b1 two", "b2 one", "b3 one", "b4 one", "b4 two"]
+    assert log_lines(workspace.home) == ["b1 one", "b1 two", "b2 one", "b3 one", "b4 one", "b4 two"]
     # Each command step is a recorded tool call of its block, named in the step's result,
     # its output kept as an artifact and its tail in the result.
     tools = {str(r.event.event_id): r.event for r in workspace.ledger.stream(task_stream("t1"))
@@ -150,7 +151,7 @@ def test_a_failing_step_fails_the_verification_and_stops_the_rest(workspace, tmp
         assert v.gates == []  # the gates were not judged
     # `after` never ran, in any block; the others once per block.
     blocks = [b.block_id for b in mem.execution_record if b.measurements]
-    assert log_lines(path) == [f"{b} {n}" for b in blocks for n in ("first", "broken")]
+    assert log_lines(workspace.home) == [f"{b} {n}" for b in blocks for n in ("first", "broken")]
     # The candidates are rejected naming the failing step.
     assert mem.rejected and all("step broken fail: exit 3" in r["reason"]
                                 for r in mem.rejected)
@@ -214,7 +215,7 @@ def test_inconclusive_gates_stop_the_path_and_make_the_verdict(workspace, tmp_pa
         ("decide", "deferred")]
     assert info["steps"][1]["detail"] == "ttft-slo inconclusive"
     assert info["reason"].startswith("gates inconclusive: ttft-slo inconclusive: ")
-    assert log_lines(path) == []
+    assert log_lines(workspace.home) == []
 
 
 def test_command_step_output_is_redacted(workspace, tmp_path, monkeypatch):
@@ -240,7 +241,8 @@ def _comparable(ws) -> list[dict]:
     for r in ws.ledger.stream(task_stream("t1")):
         d = r.event.model_dump(mode="json", exclude={
             "event_id", "occurred_at", "evidence", "verification_event_id", "duration_s",
-            "env_digest", "causation_id", "repo_digest", "actor", "stdout_digest"})
+            "env_digest", "causation_id", "repo_digest", "actor", "stdout_digest",
+            "sandbox"})
         for s in d.get("steps", []):
             s.pop("duration_s"), s.pop("tool_event_id")
         if "meta" in d:
@@ -257,11 +259,11 @@ def test_kill_9_while_a_step_runs_then_resume(tmp_path):
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    flag = tmp_path / "block-once"
+    flag = tmp_path / "home" / "scratch" / "t1" / "block-once"  # the step may remove it
     # `wait` blocks on the FIFO once, in b2, after removing the flag: the resumed run passes.
-    wait = ("{name: wait, sh: 'echo \"$FORGE_BLOCK_ID wait\" >> steps.log; "
+    wait = ("{name: wait, sh: 'echo \"$FORGE_BLOCK_ID wait\" >> $FORGE_SCRATCH/steps.log; "
             f"if [ \"$FORGE_BLOCK_ID\" = b2 ] && rm {flag} 2>/dev/null; then "
-            "echo $$ > wait.pid; cat " + str(fifo) + "; fi'}")
+            "echo $$ > $FORGE_SCRATCH/wait.pid; cat " + str(fifo) + "; fi'}")
     path = with_path(make_task_dir(tmp_path / "s"),
                      ["baseline", "measure", step("first"), wait, "gates", "decide"])
     ref_ws, _ = init_workspace(tmp_path / "ref")
@@ -269,7 +271,7 @@ def test_kill_9_while_a_step_runs_then_resume(tmp_path):
         define_task(ref_ws, path)
         assert run_task(ref_ws, "t1").exit_state == "delivered"
         ref = _comparable(ref_ws)
-    (path.parent / "steps.log").unlink()
+    flag.parent.mkdir(parents=True)
     flag.touch()
     ws, _ = init_workspace(tmp_path / "home")
     define_task(ws, path)
@@ -281,7 +283,7 @@ def test_kill_9_while_a_step_runs_then_resume(tmp_path):
     for line in proc.stdout:
         if "verify b2: step wait" in line:
             break
-    pidfile = path.parent / "wait.pid"
+    pidfile = ws.home / "scratch" / "t1" / "wait.pid"
     deadline = time.monotonic() + 30
     while not pidfile.exists() or not pidfile.read_text().strip():  # the step is blocked
         assert time.monotonic() < deadline, "the wait step never started"
@@ -301,7 +303,7 @@ def test_kill_9_while_a_step_runs_then_resume(tmp_path):
     p = run_forge("task", "resume", "t1", home=ws.home)
     assert p.returncode == 0 and "delivered" in p.stdout, p.stderr
     assert _comparable(ws) == ref
-    log = log_lines(path)
+    log = log_lines(ws.home)
     assert log.count("b2 first") == 2 and log.count("b2 wait") == 2  # ran again, once
     assert all(log.count(f"{b} first") == 1 for b in ("b1", "b3", "b4"))
     ws.close()

@@ -345,6 +345,7 @@ class AgentExecutor:
             cwd.mkdir(parents=True, exist_ok=True)
             left = max(1.0, min(MAX_COMMAND_S, s.deadline - time.monotonic()))
             run = run_tool(ws, a.argv, tool="agent", cwd=cwd, timeout=left,
+                           sandbox=s.task.sandbox,
                            event_fields={"task_id": s.memory.task_id, "actor": actor})
             s.events.append(run.event)
             return {"exit_code": run.returncode, "stdout": run.stdout[-8000:],

@@ -322,4 +322,5 @@ def _measure(ctx: ToolContext, a: MeasureArgs) -> Any:
 
 
 # Registry modules: importing them registers their tools, so whoever uses TOOLS has them.
+from ..guard import approval_tool as _approval_tool  # noqa: E402, F401  (request_approval)
 from . import skills as _skills  # noqa: E402, F401  (registers skills_list, skills_get)

@@ -206,7 +206,8 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
 def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
     """Run a task YAML through the Task Loop as task `<graph>.<node>.a<attempt>` (a new task
     per attempt, so a reworked node really re-runs). Paths in the YAML are resolved against
-    its own directory; {python} {graph_dir} {workdir} {node} in argv are filled in."""
+    its own directory; {python} {graph_dir} {workdir} {node} in argv (and in
+    `sandbox.writable`) are filled in."""
     src = (Path(ctx.view.graph_dir or cwd) / work.task).resolve()
     values = _placeholders(ctx, cwd)
     tid = f"{ctx.task_id}.{ctx.block}"
@@ -220,6 +221,9 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
             part = data.get(key)
             if isinstance(part, dict) and isinstance(part.get("argv"), list):
                 part["argv"] = [_subst(str(a), values) for a in part["argv"]]
+        box = data.get("sandbox")  # the directories its tool calls may write: {workdir}
+        if isinstance(box, dict) and isinstance(box.get("writable"), list):
+            box["writable"] = [_subst(str(a), values) for a in box["writable"]]
         task = parse_spec("task", data, path=src, node=node)
         assert isinstance(task, TaskDefinition)
         t0 = time.monotonic()

@@ -196,7 +196,8 @@ def prepare(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, A
         out.env[_env_name(m)] = str(wt.path)
         if lt.task.code and lt.task.code.build and mono.member(m).build is not None:
             progress(f"build {m} at {sha[:12]}")
-            res = build(ws, mono, m, wt.path, progress=progress)
+            res = build(ws, mono, m, wt.path, progress=progress, task=lt.task_id,
+                        sandbox=lt.task.sandbox)
             ev = res.tool_event
             out.events.append(ev.model_copy(update={
                 "task_id": lt.task_id, "block_id": block_id, "actor": LOOP_ACTOR,

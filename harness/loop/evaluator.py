@@ -20,6 +20,7 @@ from ...ledger.numbers import metric_value
 from ...ledger.workspace import Workspace
 from ..engines import ENGINES
 from ..errors import HarnessError
+from ..guard.sandbox import missing_program, prepare
 from ..jsonl import last_json_line
 from ..proc import last_line
 from ..tools.calls import capture_redactor, env_digest, repo_digest
@@ -68,16 +69,20 @@ class CommandEvaluator:
 
     Environment given to the command: FORGE_CANDIDATE (JSON), FORGE_REPEAT (0-based),
     FORGE_TASK_ID, FORGE_BLOCK_ID, FORGE_BASELINE (JSON, when a baseline is known), and the
-    context's own (`EvalContext.env`: the task's worktrees)."""
+    context's own (`EvalContext.env`: the task's worktrees), on top of the Safety Guard's
+    allowlist; it runs in the task's sandbox (`sandbox`: the task's `SandboxSpec`), its
+    profile in `meta["sandbox"]`."""
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path | None = None,
-                 timeout_s: float = 600.0, env: dict[str, str] | None = None):
+                 timeout_s: float = 600.0, env: dict[str, str] | None = None,
+                 sandbox: Any = None):
         if not argv:
             raise HarnessError("evaluator.argv: empty command")
         self.argv = [str(a) for a in argv]
         self.cwd = str(cwd) if cwd is not None else None
         self.timeout_s = timeout_s
         self.env = dict(env or {})
+        self.sandbox = sandbox
 
     def evaluate(
         self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
@@ -86,30 +91,36 @@ class CommandEvaluator:
 
     def _run_once(self, candidate: dict[str, Any], repeat: int, ctx: EvalContext) -> RunResult:
         payload = json.dumps(candidate, sort_keys=True)
-        env = {**os.environ, **self.env, **ctx.env, "FORGE_CANDIDATE": payload,
-               "FORGE_REPEAT": str(repeat), "FORGE_TASK_ID": ctx.task_id,
-               "FORGE_BLOCK_ID": ctx.block_id}
+        forge_env = {**self.env, **ctx.env, "FORGE_CANDIDATE": payload,
+                     "FORGE_REPEAT": str(repeat), "FORGE_TASK_ID": ctx.task_id,
+                     "FORGE_BLOCK_ID": ctx.block_id}
         if ctx.baseline is not None:
-            env["FORGE_BASELINE"] = json.dumps(ctx.baseline, sort_keys=True, default=str)
+            forge_env["FORGE_BASELINE"] = json.dumps(ctx.baseline, sort_keys=True, default=str)
+        cwd = Path(self.cwd or os.getcwd()).resolve()
+        launch, env, profile = prepare(ctx.workspace, self.argv, cwd=cwd, task=ctx.task_id,
+                                       env=forge_env, spec=self.sandbox)
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(self.argv, input=payload, capture_output=True, text=True,
-                                  cwd=self.cwd, env=env, timeout=self.timeout_s)
+            if profile.kind == "bwrap" and missing_program(self.argv, env, cwd):
+                raise FileNotFoundError(self.argv[0])
+            proc = subprocess.run(launch, input=payload, capture_output=True, text=True,
+                                  cwd=cwd, env=env, timeout=self.timeout_s)
         except FileNotFoundError:
             raise HarnessError(f"evaluator.argv: executable not found: {self.argv[0]}") from None
         except subprocess.TimeoutExpired:
             return RunResult({}, success=False,
                              error=f"evaluator timed out after {self.timeout_s}s",
-                             meta={"argv": self.argv, "repeat": repeat})
+                             meta={"argv": self.argv, "repeat": repeat,
+                                   "sandbox": profile.record()})
         duration = time.monotonic() - t0
         red = capture_redactor(ctx.workspace, env)  # before any of the output is kept
         proc.stdout, proc.stderr = red.text(proc.stdout), red.text(proc.stderr)
-        cwd = str(Path(self.cwd or os.getcwd()).resolve())
         ws = ctx.workspace
         secret = tuple(ws.config.secret_env) if ws is not None else ()
         meta: dict[str, Any] = {"argv": self.argv, "repeat": repeat, "exit_code": proc.returncode,
-                                "duration_s": round(duration, 6), "cwd": cwd,
-                                "env_digest": env_digest(env, secret)}
+                                "duration_s": round(duration, 6), "cwd": str(cwd),
+                                "env_digest": env_digest(env, secret),
+                                "sandbox": profile.record()}
         if repeat == 0:  # the tree does not change between repeats of one candidate
             meta["repo_digest"] = repo_digest(cwd)
         store = ws.artifacts if ws is not None else None
@@ -147,7 +158,8 @@ def make_evaluator(ws: Workspace, task: Any, profile: Any, *, base_dir: str | Pa
     evaluator, for a runtime profile on any engine (hf, sglang, external)."""
     spec = task.evaluator
     if spec.kind == "command":
-        return CommandEvaluator(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s)
+        return CommandEvaluator(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s,
+                                sandbox=getattr(task, "sandbox", None))
     engine = getattr(profile, "engine", None)
     if engine in ENGINES:
         return EngineEvaluator(ws, task)

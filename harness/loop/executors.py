@@ -156,7 +156,8 @@ class CommandExecutor:
                    "profile_config": profile.config if profile else {}}
         run = run_tool(self.ws, self.argv, tool="executor", cwd=self.cwd,
                        input=json.dumps(payload, sort_keys=True, default=str),
-                       env=self.env, timeout=self.timeout_s)
+                       env=self.env, timeout=self.timeout_s, task=memory.task_id,
+                       sandbox=getattr(task, "sandbox", None))
         ev = run.event
         if run.returncode != 0:
             last = last_line(run.stderr, 300)

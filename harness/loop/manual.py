@@ -71,7 +71,7 @@ def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = 
         raise HarnessError("forge run: give the command after --")
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a tool call")
-    run = run_tool(ws, argv, cwd=cwd, tee=tee,
+    run = run_tool(ws, argv, cwd=cwd, tee=tee, sandbox=lt.task.sandbox,
                    event_fields={"task_id": task_id, "block_id": blk.block_id,
                                  "actor": actor or human_actor(),
                                  "input_digests": lt.digests})

@@ -18,6 +18,7 @@ from .define import define_task
 from .evaluation import Evaluator
 from .evaluator import make_evaluator
 from .executors import CommandExecutor, Executor, describe, make_executor
+from .human_gate import AwaitingApproval, gate_acceptance
 from .routing import route
 from .steps import (
     _contenders,
@@ -118,7 +119,20 @@ def model_budget_spent(lt: LoadedTask, mem: TaskMemory) -> str | None:
 def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
              executor: Executor | None = None, progress: Progress | None = None,
              max_wall_s: float | None = None) -> LoopResult:
-    """Run (or resume) a task's loop until it exits or its executor waits for a person."""
+    """Run (or resume) a task's loop until it exits or waits for a person: its executor's
+    (manual) or an acceptance's approval (`contract.human: required`, human_gate.py)."""
+    try:
+        return _run(ws, task_id, evaluator=evaluator, executor=executor, progress=progress,
+                    max_wall_s=max_wall_s)
+    except AwaitingApproval as w:
+        (progress or (lambda _s: None))(f"waiting: {w}")
+        mem, _ = read_memory(ws.ledger, task_id)
+        return LoopResult(task_id, "waiting", None, str(w), len(mem.execution_record), mem)
+
+
+def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
+         executor: Executor | None, progress: Progress | None,
+         max_wall_s: float | None) -> LoopResult:
     say = progress or (lambda _s: None)
     lt = load_task_from_ledger(ws, task_id)
     st = _Stepper(ws, lt, say)
@@ -147,8 +161,8 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                 if state in ("failed-budget", "failed-no-progress") \
                         and lt.task.exit.when == "best_in_scope" and _contenders(mem):
                     # Out of budget, but a passing candidate is in hand: deliver the best.
-                    st.save(f"exit:v{version}",
-                            _stop_events(st, mem, reason, None), version)
+                    evs, also = gate_acceptance(ws, lt, _stop_events(st, mem, reason, None))
+                    st.save(f"exit:v{version}", evs, version, also=also)
                     continue
                 st.save(f"exit:v{version}",
                         [E.TaskExited(state=state, reason=reason, evidence=evidence,
@@ -171,8 +185,10 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                     return LoopResult(task_id, "waiting", None, d.reason,
                                       len(mem.execution_record), mem)
                 if d.action == "stop":
+                    also = []
                     if d.exit_state is None:
-                        evs = _stop_events(st, mem, d.reason, d.handoff)
+                        evs, also = gate_acceptance(ws, lt, _stop_events(st, mem, d.reason,
+                                                                         d.handoff))
                     else:  # an executor that cannot go on (its endpoint down, its budget)
                         evs = [E.TaskExited(state=d.exit_state, reason=d.reason,
                                             handoff=d.handoff or _handoff_text(mem),
@@ -182,7 +198,7 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
                     # What deciding recorded (model calls, failed steps): task-level.
                     upd = {"task_id": task_id, "block_id": None}
                     evs[:0] = [e.model_copy(update=upd) for e in d.events]
-                    st.save(f"stop:v{version}", evs, version)
+                    st.save(f"stop:v{version}", evs, version, also=also)
                     continue
                 decision_cand, sub_goal = d.candidate, d.sub_goal
                 actor, tool_ev, decided = d.actor or LOOP_ACTOR, d.tool_event, d.events
@@ -216,9 +232,9 @@ def run_task(ws: Workspace, task_id: str, *, evaluator: Evaluator | None = None,
             sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
             st.save(f"{blk.block_id}:verify", code.with_snapshot(evs, sid), version)
         else:
-            evs = code.keep_refs(ws, lt, blk.block_id, blk.candidate,
-                                 _decide_events(st, blk, mem, executor))
-            st.save(f"{blk.block_id}:handoff", evs, version)
+            evs, also = gate_acceptance(ws, lt, _decide_events(st, blk, mem, executor))
+            evs = code.keep_refs(ws, lt, blk.block_id, blk.candidate, evs)
+            st.save(f"{blk.block_id}:handoff", evs, version, also=also)
 
 
 def run_task_file(ws: Workspace, path: str | Path, *, task_id: str | None = None,

@@ -4,6 +4,7 @@ saves a step atomically; shared by the automatic loop (run.py) and the manual pa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,8 @@ from ...ledger.specs import (
     apply_candidate,
     effective_digest,
 )
+from ...ledger.store import Append
+from ...ledger.streams import APPROVALS_STREAM
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
@@ -36,14 +39,21 @@ class _Stepper:
         return {"task_id": self.lt.task_id, "block_id": block_id, "actor": actor,
                 "input_digests": self.lt.digests}
 
-    def save(self, step: str, events: list[E.Event], version: int) -> None:
+    def save(self, step: str, events: list[E.Event], version: int,
+             also: Sequence[Append] = ()) -> None:
+        """`also`: other streams' appends in the same save (an acceptance's use of its
+        approval). When the approvals stream moved under it, nothing is saved: the loop
+        reads the ledger again and recomputes the step."""
         cid = f"{self.lt.task_id}:{step}"
         try:
             # The one task-stream writer: checks the step against Task Memory, expects
             # `version` (what this step was computed from).
             res = append_to_task(self.ws, self.lt.task_id, events, expected_version=version,
-                                 command_id=cid)
-        except ConflictError:
+                                 command_id=cid, also=also)
+        except ConflictError as e:
+            if e.stream == APPROVALS_STREAM and also:
+                self.progress(f"approvals moved while saving {step}: again")
+                return
             raise HarnessError(f"task {self.lt.task_id} changed while step {step} ran (another "
                                "loop or a manual command); run forge task resume") from None
         if res.duplicate:
@@ -127,14 +137,16 @@ def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult],
             prior = meta.get("omitted_metrics")
             meta["omitted_metrics"] = {**(prior if isinstance(prior, dict) else {}), **dropped}
         # The tool call carries where and how it ran; the measurement keeps the rest.
-        tool_meta = {k: meta.pop(k, None) for k in ("cwd", "env_digest", "repo_digest")}
+        tool_meta = {k: meta.pop(k, None) for k in ("cwd", "env_digest", "repo_digest",
+                                                     "sandbox")}
         if "argv" in meta:
             evs.append(E.ToolInvoked(
                 tool="evaluator", argv=[str(a) for a in meta["argv"]], cwd=tool_meta["cwd"],
                 env_digest=tool_meta["env_digest"], repo_digest=tool_meta["repo_digest"],
                 exit_code=meta.get("exit_code"), duration_s=meta.get("duration_s"),
                 stdout_digest=meta.get("stdout_digest"), stderr_digest=meta.get("stderr_digest"),
-                error=None if r.success else r.error, **st.common(blk.block_id, actor)))
+                error=None if r.success else r.error, sandbox=tool_meta["sandbox"] or {},
+                **st.common(blk.block_id, actor)))
         evs.append(E.MeasurementRecorded(
             run_id=f"{blk.block_id}-r{i + 1}", source=str(meta.get("source", "evaluator")),
             metrics=metrics, candidate=blk.candidate,

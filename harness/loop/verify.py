@@ -153,7 +153,8 @@ def _command(ws: Workspace, lt: LoadedTask, blk: BlockRecord, step: Verification
            "FORGE_RUNS": json.dumps(blk.runs(), sort_keys=True)}
     say(f"verify {blk.block_id}: step {step.name}")
     run = run_tool(ws, argv, tool=f"verify:{step.name}", cwd=cwd, env=env,
-                   timeout=step.timeout_s, own_session=True, event_fields=fields)
+                   timeout=step.timeout_s, own_session=True, event_fields=fields,
+                   task=lt.task_id, sandbox=lt.task.sandbox)
     ev = run.event
     ok = ev.error is None and run.returncode == 0
     detail = ev.error or f"exit {run.returncode}"

@@ -24,6 +24,12 @@ Contract:
   `kill -9`) the supervisor gets SIGTERM (parent-death signal) and kills the whole process
   group, grandchildren included (the parent-death signal of `proc.session_launch` reaches
   only the direct child; a shell's children would outlive it).
+- The build command itself runs in the Safety Guard's sandbox (`guard.sandbox.prepare`: an
+  allowlisted environment, bubblewrap where the host has it; the supervisor, outside it,
+  holds the group); the profile is the event's `sandbox`. The key takes forge's own
+  environment (a superset of what the sandbox passes: a change can only miss) and the
+  sandbox's settings (`settings_key`: mode, bwrap or not, forge.toml's and the task's
+  allowances), so a build the sandbox refused is built again once it is allowed.
 - `build` returns the `ToolInvoked(tool="build", input_digests={build: key})` event unsaved;
   `build_command` (the CLI's) records it in the task's open block when given a task (and
   then builds in the task's worktree of the member), and refuses before building when the
@@ -55,7 +61,8 @@ from ...repos.commands import open_monorepo, worktree_base
 from ...repos.root import MonoRepo
 from ...repos.snapshot import member_state
 from ..errors import HarnessError
-from ..loop.task import human_actor
+from ..guard.sandbox import prepare, settings_key
+from ..loop.task import human_actor, load_task_from_ledger
 from ..proc import last_line
 from ..record import append_to_task
 from .calls import capture_redactor, env_digest, run_tool
@@ -123,14 +130,18 @@ def build_argv(command: str | Sequence[str] | None, member: str) -> list[str]:
 
 
 def build_key(ws: Workspace, state: MemberState, command: str | Sequence[str],
-              env: Mapping[str, str]) -> str:
-    """Digest of the tree's content, the command and the environment (module contract)."""
+              env: Mapping[str, str], sandbox: Mapping[str, Any] | None = None) -> str:
+    """Digest of the tree's content, the command, the environment and the sandbox's settings
+    (`guard.sandbox.settings_key`) (module contract)."""
     argv = build_argv(command, state.name)
     tree = {"commit": state.commit, "diff": state.diff_digest,
             "untracked": [[f.path, f.digest, f.executable] for f in state.untracked]}
     kept = {k: v for k, v in env.items() if k not in _SHELL_BOOKKEEPING}
-    return digest({"v": ENTRY_VERSION, "tree": tree, "argv": argv,
-                   "env": env_digest(kept, tuple(ws.config.secret_env))})
+    key = {"v": ENTRY_VERSION, "tree": tree, "argv": argv,
+           "env": env_digest(kept, tuple(ws.config.secret_env))}
+    if sandbox is not None:
+        key["sandbox"] = dict(sandbox)
+    return digest(key)
 
 
 def cache_dir(ws: Workspace) -> Path:
@@ -216,16 +227,19 @@ def _failure(member: str, code: int | None, error: str | None, stderr: str) -> s
 
 
 def build(ws: Workspace, mono: MonoRepo, member: str, workdir: Path, *, force: bool = False,
-          tee: bool = False, progress: Progress | None = None) -> BuildOutcome:
+          tee: bool = False, progress: Progress | None = None, task: str | None = None,
+          sandbox: Any = None) -> BuildOutcome:
     """Build `member` in `workdir` (its checkout or a worktree of it), or return the cached
-    outcome of the same inputs (module contract). The tool event is returned, not saved."""
+    outcome of the same inputs (module contract). The tool event is returned, not saved.
+    `task`, `sandbox` (its `SandboxSpec`): the task whose directories the build may write."""
     say = progress or (lambda _s: None)
     t0 = time.monotonic()
     m = mono.member(member)
     argv = build_argv(m.build, member)
     workdir = Path(workdir).resolve()
     env = dict(os.environ)
-    key = build_key(ws, member_state(m.name, m.rel_path, workdir, ws.artifacts), argv, env)
+    key = build_key(ws, member_state(m.name, m.rel_path, workdir, ws.artifacts), argv, env,
+                    settings_key(ws, sandbox))
     shown_argv = capture_redactor(ws, env).value(argv)
     inputs = {Digest.BUILD: key}
     d = cache_dir(ws)
@@ -244,8 +258,10 @@ def build(ws: Workspace, mono: MonoRepo, member: str, workdir: Path, *, force: b
                                 took, float(entry["duration_s"]), entry["stdout_digest"],
                                 entry["stderr_digest"], entry["error"], str(workdir), ev)
         say(f"building {member} in {workdir} (key {_hex(key)[:12]})")
+        launch, child_env, profile = prepare(ws, argv, cwd=workdir, task=task, spec=sandbox)
         run = run_tool(ws, [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()),
-                            *argv], tool="build", cwd=workdir, tee=tee, own_session=True,
+                            *launch], tool="build", cwd=workdir, tee=tee, own_session=True,
+                       env=child_env, prepared=profile,
                        event_fields={"input_digests": inputs})
         ev = run.event.model_copy(update={"argv": shown_argv})  # not the supervisor's argv
         code = run.returncode
@@ -278,6 +294,10 @@ def _open_block(ws: Workspace, task_id: str) -> str:
     return mem.current_block.block_id
 
 
+def _task_sandbox(ws: Workspace, task_id: str) -> Any:
+    return load_task_from_ledger(ws, task_id).task.sandbox
+
+
 def build_command(ws: Workspace, member: str, task_id: str | None = None, *,
                   force: bool = False, tee: bool = False, progress: Progress | None = None
                   ) -> BuildOutcome:
@@ -291,7 +311,8 @@ def build_command(ws: Workspace, member: str, task_id: str | None = None, *,
                      progress=progress)
     block = _open_block(ws, task_id)
     wt = worktrees.ensure(mono, worktree_base(ws), member, task_id)
-    out = build(ws, mono, member, wt.path, force=force, tee=tee, progress=progress)
+    out = build(ws, mono, member, wt.path, force=force, tee=tee, progress=progress,
+                task=task_id, sandbox=_task_sandbox(ws, task_id))
     ev = out.tool_event.model_copy(update={"task_id": task_id, "block_id": block,
                                            "actor": human_actor()})
     append_to_task(ws, task_id, [ev], command_id=f"{task_id}:{block}:build:{ev.event_id}")

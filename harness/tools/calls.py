@@ -3,6 +3,10 @@ digest without secret values, exit code, duration, stdout/stderr as artifacts, r
 
 `run_tool` never raises for a command that fails or cannot start: the failure is recorded
 (exit code, error). It does not save: callers put the event into their step's one save.
+Every call runs through the Safety Guard's environment isolation (harness/guard/sandbox.py:
+an allowlisted environment, bubblewrap where the host has it); its profile is the event's
+`sandbox`. The one exception it raises: HarnessError when forge.toml requires the sandbox
+and this host cannot make one (nothing runs).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ...ledger.clock import digest
 from ...ledger.redact import Redactor
 from ...ledger.secret_names import is_secret_name
 from ...ledger.workspace import Workspace
+from ..guard.sandbox import SandboxProfile, missing_program, prepare
 from ..proc import kill_group, session_launch
 
 
@@ -32,6 +37,10 @@ class ToolRun:
     returncode: int | None
     stdout: str
     stderr: str
+
+
+class _NotStarted(Exception):
+    pass
 
 
 def env_digest(env: Mapping[str, str], secret_names: Sequence[str] = ()) -> str:
@@ -96,29 +105,48 @@ def run_tool(
     event_fields: Mapping[str, Any] | None = None,
     on_start: Callable[[int], None] | None = None,
     own_session: bool = False,
+    task: str | None = None,
+    sandbox: Any = None,
+    prepared: SandboxProfile | None = None,
 ) -> ToolRun:
     """Run `argv`; return the `ToolInvoked` event (not saved) and the captured output.
 
     `tee` streams stdout/stderr through to this process's own while capturing.
     `own_session`: the command runs in its own session and dies with this process, and a
-    timeout kills its whole process group (not only `argv[0]`: a shell's children too)."""
+    timeout kills its whole process group (not only `argv[0]`: a shell's children too).
+    `env`: what forge sets for the child, on top of the allowlist. `task` (else
+    `event_fields["task_id"]`) and `sandbox` (the task's `SandboxSpec`) shape the sandbox;
+    `prepared`: `argv` and `env` come from `sandbox.prepare` already (the build's
+    supervisor wraps the sandboxed command), run as they are."""
     argv = [str(a) for a in argv]
     cwd = str(Path(cwd or os.getcwd()).resolve())
-    full_env = {**os.environ, **(env or {})}
+    if prepared is None:
+        task = task or (event_fields or {}).get("task_id")
+        launch_argv, full_env, profile = prepare(ws, argv, cwd=cwd, task=task, env=env,
+                                                 spec=sandbox)
+    else:
+        launch_argv, full_env, profile = argv, dict(env or {}), prepared
     secret_names = tuple(ws.config.secret_env) if ws is not None else ()
     out: list[str] = []
     err: list[str] = []
     code: int | None = None
     error: str | None = None
     t0 = time.monotonic()
-    launch = argv
+    launch = launch_argv
     guard: dict[str, Any] = {}
     if own_session:
-        launch, guard = session_launch(argv)
+        launch, guard = session_launch(launch_argv)
+    # Inside a sandbox it is bwrap that would fail to start a missing program: said here.
+    missing = missing_program(argv, full_env, Path(cwd)) \
+        if profile.kind == "bwrap" and prepared is None else None
     try:
+        if missing:
+            raise _NotStarted(missing)
         proc = subprocess.Popen(launch, cwd=cwd, env=full_env, text=True,
                                 stdin=subprocess.PIPE if input is not None else None,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, **guard)
+    except _NotStarted as e:
+        error = str(e)
     except OSError as e:
         error = f"cannot start {argv[0]}: {e.strerror or e}"
     else:
@@ -164,6 +192,7 @@ def run_tool(
         stderr_digest=store.put(stderr) if store is not None and stderr else None,
         repo_digest=repo_digest(cwd),
         error=red.text(error) if error else error,
+        sandbox=profile.record(),
         **dict(event_fields or {}),
     )
     return ToolRun(ev, code, stdout, stderr)
