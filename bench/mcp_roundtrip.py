@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _manual_task import manual_task_dir, pct  # noqa: E402  (bench/ is on sys.path)
 from infer_forge.harness.agents import tools
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import start_block
@@ -27,33 +28,8 @@ from infer_forge.ledger.workspace import init_workspace
 
 REPO = Path(__file__).resolve().parent.parent
 
-TASK = """\
-id: bench-mcp
-type: deployment-tuning
-goal: bench the MCP round trip
-point: ../points/tiny-cpu.yaml
-scope:
-  engine.continuous_batching: [false, true]
-contract:
-  gates:
-    - {name: stability, repeats: 3, max_cv: 0.5}
-executor: {kind: manual}
-"""
-
-
 def task_dir(root: Path) -> Path:
-    for sub in ("points", "profiles", "tasks"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    for rel in ("points/tiny-cpu.yaml", "profiles/tiny-cpu.yaml"):
-        (root / rel).write_text((REPO / "examples" / rel).read_text())
-    path = root / "tasks/bench-mcp.yaml"
-    path.write_text(TASK)
-    return path
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+    return manual_task_dir(root, "bench-mcp", "bench the MCP round trip")
 
 
 async def run(home: Path, calls: int) -> dict[str, list[float]]:

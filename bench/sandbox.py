@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _manual_task import manual_task_dir, pct  # noqa: E402  (bench/ is on sys.path)
 from infer_forge.harness.guard import sandbox as S
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import start_block
@@ -32,33 +33,8 @@ from infer_forge.ledger.workspace import init_workspace
 
 REPO = Path(__file__).resolve().parent.parent
 
-TASK = """\
-id: bench-sandbox
-type: deployment-tuning
-goal: bench the sandbox's overhead per tool call
-point: ../points/tiny-cpu.yaml
-scope:
-  engine.continuous_batching: [false, true]
-contract:
-  gates:
-    - {name: stability, repeats: 3, max_cv: 0.5}
-executor: {kind: manual}
-"""
-
-
 def task_dir(root: Path) -> Path:
-    for sub in ("points", "profiles", "tasks"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    for rel in ("points/tiny-cpu.yaml", "profiles/tiny-cpu.yaml"):
-        (root / rel).write_text((REPO / "examples" / rel).read_text())
-    path = root / "tasks/bench-sandbox.yaml"
-    path.write_text(TASK)
-    return path
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+    return manual_task_dir(root, "bench-sandbox", "bench the sandbox's overhead per tool call")
 
 
 def spawn(argv: list[str], n: int) -> float:

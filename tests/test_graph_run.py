@@ -282,7 +282,8 @@ print(json.dumps({"output_throughput": 130.0 if fast else 100.0, "median_ttft_ms
 '''
 
 
-def test_loop_node_runs_the_task_loop_inside_the_graph(tmp_path, workspace):
+def define_loop_graph(tmp_path: Path, workspace) -> None:
+    """Graph `lg`: a loop node `tune` (a sweep over one flag, gated) handing off to `check`."""
     (tmp_path / "ev.py").write_text(LOOP_EVAL)
     point = REPO / "examples" / "points" / "tiny-cpu.yaml"
     (tmp_path / "tune.yaml").write_text(f"""id: ignored
@@ -307,6 +308,10 @@ edges:
   - {from: tune, to: check, kind: handoff}
 """)
     define_graph(workspace, tmp_path / "g.yaml")
+
+
+def test_loop_node_runs_the_task_loop_inside_the_graph(tmp_path, workspace):
+    define_loop_graph(tmp_path, workspace)
     s = run_graph(workspace, "lg", jobs=1)
     assert s.outcome == "completed", s
     kinds = Counter(r.type for r in workspace.ledger.stream("task:lg.tune.a1"))

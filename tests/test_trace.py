@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from infer_forge.harness.graph.commands import define_graph
 from infer_forge.harness.graph.run import run_graph
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.run import run_task
@@ -19,8 +18,8 @@ from infer_forge.ledger.streams import task_stream
 from infer_forge.projections.memory import task_memory
 from infer_forge.projections.trace import trace
 
-from .conftest import REPO, run_forge
-from .test_graph_run import LOOP_EVAL
+from .conftest import run_forge
+from .test_graph_run import define_loop_graph
 from .test_loop import make_task_dir
 
 
@@ -101,30 +100,7 @@ def test_a_measurement_and_a_tool_call_trace_to_the_same_block(delivered):
 
 
 def test_a_graph_task_lists_the_edges_it_fed(tmp_path, workspace, forge_home):
-    (tmp_path / "ev.py").write_text(LOOP_EVAL)
-    point = REPO / "examples" / "points" / "tiny-cpu.yaml"
-    (tmp_path / "tune.yaml").write_text(f"""id: ignored
-type: deployment-tuning
-goal: more throughput
-point: {point}
-scope:
-  engine.continuous_batching: [true]
-contract:
-  gates:
-    - {{name: throughput, metric: output_throughput, vs_baseline: ratio, at_least: 1.05}}
-    - {{name: stability, repeats: 2, max_cv: 0.10, max_failed_requests: 0}}
-exit: {{max_blocks: 3, when: all_gates_pass}}
-executor: {{kind: sweep}}
-evaluator: {{kind: command, argv: ["{{python}}", "{{graph_dir}}/ev.py"]}}
-""")
-    (tmp_path / "g.yaml").write_text("""name: lg
-nodes:
-  - {id: tune, type: deployment-tuning, work: {kind: loop, task: tune.yaml}}
-  - {id: check, type: evaluation, work: {sh: "true", verify: [{name: ok, sh: "true"}]}}
-edges:
-  - {from: tune, to: check, kind: handoff}
-""")
-    define_graph(workspace, tmp_path / "g.yaml")
+    define_loop_graph(tmp_path, workspace)
     assert run_graph(workspace, "lg", jobs=1).outcome == "completed"
     handoff = next(r.event for r in workspace.ledger.stream("graph:lg")
                    if isinstance(r.event, E.HandoffDelivered))
