@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -47,6 +47,19 @@ from .yamlio import dotted_path, line_of, load_yaml, number_problems
 
 class Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    # Fields added after specs of this kind were first hashed, with the value that means
+    # "not used": left out of the stored shape while they hold it, so a spec that does not
+    # use them keeps the hash (and the stored shape) it had before they existed.
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {}
+
+    @model_serializer(mode="wrap")
+    def _omit_unused_new_fields(self, handler: Any) -> Any:
+        data = handler(self)
+        if self.OMIT_WHEN and isinstance(data, dict):
+            for k, unused in self.OMIT_WHEN.items():
+                if k in data and data[k] == unused:
+                    del data[k]
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -335,6 +348,7 @@ class ReviewSpec(Spec):
 
 
 class Contract(Spec):
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None}
     gates: list[Gate] = Field(min_length=1)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap: int = Field(2000, ge=100)
@@ -344,14 +358,6 @@ class Contract(Spec):
     # human gate, harness/guard/approvals.py).
     human: Literal["required"] | None = None
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for k in ("review", "human"):  # a contract without them hashes as before them
-                if data.get(k) is None:
-                    data.pop(k, None)
-        return data
 
     @model_validator(mode="after")
     def _unique(self) -> Contract:
@@ -384,6 +390,7 @@ class Context(Spec):
 
 
 class ExitCriteria(Spec):
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"max_tokens": None, "max_cost_usd": None}
     when: Literal["all_gates_pass", "best_in_scope"] = "all_gates_pass"
     max_blocks: int = Field(8, ge=1)
     max_wall_s: float = Field(3600, gt=0)
@@ -392,20 +399,13 @@ class ExitCriteria(Spec):
     max_tokens: int | None = Field(None, ge=1)
     max_cost_usd: float | None = Field(None, gt=0)
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):  # criteria without model budgets hash as before them
-            for k in ("max_tokens", "max_cost_usd"):
-                if data.get(k) is None:
-                    data.pop(k, None)
-        return data
 
 
 AGENT_MAX_STEPS = 12  # an agent executor's tool-calling turns per decision, by default
 
 
 class ExecutorSpec(Spec):
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"tier": None, "max_steps": AGENT_MAX_STEPS}
     kind: Literal["manual", "sweep", "command", "agent"] = "sweep"
     strategy: Literal["grid", "random"] = "grid"
     seed: int = 0
@@ -422,15 +422,6 @@ class ExecutorSpec(Spec):
             raise ValueError("executor kind command needs argv")
         return self
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):  # a non-agent executor hashes as before the agent fields
-            if data.get("tier") is None:
-                data.pop("tier", None)
-            if data.get("max_steps") == AGENT_MAX_STEPS:
-                data.pop("max_steps", None)
-        return data
 
 
 class EvaluatorSpec(Spec):
@@ -593,6 +584,7 @@ class SandboxSpec(Spec):
 
 
 class TaskDefinition(Spec):
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"code": None, "sandbox": None}
     id: str | None = None  # the one id rule (ledger.ids); else the file name, checked alike
     title: str | None = None
     type: Literal[TASK_TYPES]  # type: ignore[valid-type]
@@ -669,10 +661,6 @@ def canonical(spec: Spec) -> dict[str, Any]:
     if isinstance(spec, DeploymentPoint):
         data["runtime_profile"] = {k: v for k, v in data["runtime_profile"].items()
                                    if k not in _LOCATION_FIELDS}
-    if isinstance(spec, TaskDefinition) and data.get("code") is None:
-        data.pop("code", None)  # a task without code hashes as it did before `code` existed
-    if isinstance(spec, TaskDefinition) and data.get("sandbox") is None:
-        data.pop("sandbox", None)  # likewise without `sandbox`
     return data
 
 
