@@ -252,26 +252,13 @@ _TEXT_TYPES = ("VARCHAR", "JSON")
 
 def _scan_index(ws: Workspace, red: Redactor, counts: dict[str, int], ticker: _Ticker
                 ) -> Iterator[Hit]:
-    from filelock import FileLock, Timeout
-
     from ...projections.errors import ProjectionError
-    from ...projections.index.session import LOCK_TIMEOUT_S, index_path, locked_connection
+    from ...projections.index.session import read_index
 
-    path = index_path(Path(ws.home))
-    if not path.exists():
-        return
-    lock = FileLock(str(path) + ".lock")
     try:
-        lock.acquire(timeout=LOCK_TIMEOUT_S)
-    except Timeout:
-        raise HarnessError(f"index {path} is locked by another forge command (waited "
-                           f"{LOCK_TIMEOUT_S:.0f}s); scan again when it is done") from None
-    try:
-        try:
-            con = locked_connection(path)
-        except ProjectionError as e:
-            raise HarnessError(str(e)) from None
-        try:
+        with read_index(ws) as con:
+            if con is None:
+                return
             columns = con.execute(
                 "SELECT table_name, column_name, data_type FROM information_schema.columns "
                 "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position").fetchall()
@@ -286,10 +273,8 @@ def _scan_index(ws: Workspace, red: Redactor, counts: dict[str, int], ticker: _T
                 counts["items"] += len(cols)
                 ticker.tick(f"{table}, {counts['lines']} values")
                 yield from _scan_table(con, red, table, cols, counts)
-        finally:
-            con.close()
-    finally:
-        lock.release()
+    except ProjectionError as e:  # locked by another command, or not an index
+        raise HarnessError(f"{e}; scan again when it is done") from None
 
 
 def _scan_table(con: Any, red: Redactor, table: str, columns: list[str],

@@ -113,13 +113,7 @@ def open_index(ws: Workspace, *, update: bool = True, rebuild: bool = False,
     command goes through here, so queries always see the ledger as of this call."""
     path = index_path(ws.home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path) + ".lock")
-    try:
-        lock.acquire(timeout=timeout_s)
-    except Timeout:
-        raise ProjectionError(f"index {path} is locked by another forge command "
-                              f"(waited {timeout_s:.0f}s)") from None
-    try:
+    with index_lock(path, timeout_s):
         if rebuild or schema_version(path) != INDEX_SCHEMA_VERSION:
             # A projection: an index of another schema version is simply rebuilt.
             for p in (path, Path(str(path) + ".wal")):
@@ -131,8 +125,38 @@ def open_index(ws: Workspace, *, update: bool = True, rebuild: bool = False,
             yield IndexSession(con, path, result, ws.ledger)
         finally:
             con.close()
+
+
+@contextmanager
+def index_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the index's file lock (one forge command at a time on the index)."""
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=timeout_s)
+    except Timeout:
+        raise ProjectionError(f"index {path} is locked by another forge command "
+                              f"(waited {timeout_s:.0f}s)") from None
+    try:
+        yield
     finally:
         lock.release()
+
+
+@contextmanager
+def read_index(ws: Workspace, timeout_s: float = LOCK_TIMEOUT_S
+               ) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    """The index as it is (no catch-up), read-only in the locked-down session, under its
+    lock; None when there is no index."""
+    path = index_path(ws.home)
+    if not path.exists():
+        yield None
+        return
+    with index_lock(path, timeout_s):
+        con = locked_connection(path)
+        try:
+            yield con
+        finally:
+            con.close()
 
 
 def update(ws: Workspace, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
