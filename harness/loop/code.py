@@ -81,10 +81,11 @@ def pinned(ws: Workspace, lt: LoadedTask, mono: MonoRepo) -> dict[str, str]:
     return out
 
 
-def _worktree(ws: Workspace, lt: LoadedTask, mono: MonoRepo, member: str
-              ) -> worktrees.Worktree:
+def _worktree(ws: Workspace, lt: LoadedTask, mono: MonoRepo, member: str,
+              pins: dict[str, str]) -> worktrees.Worktree:
+    """The task's worktree of `member`, made from its pin (`pinned`, read once per step)."""
     return worktrees.ensure(mono, repo_commands.worktree_base(ws), member, lt.task_id,
-                            pinned(ws, lt, mono)[member])
+                            pins[member])
 
 
 def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +95,7 @@ def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[st
     if not keys:
         return candidate
     mono = _mono(ws, lt)
+    pins = pinned(ws, lt, mono)
     out = dict(candidate)
     for k in sorted(keys):
         member, value = k[len(CODE_PREFIX):], candidate[k]
@@ -102,7 +104,7 @@ def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[st
         if not isinstance(value, str) or not value:
             raise HarnessError(f"task {lt.task_id}: {k}={json.dumps(value)}: give a commit, "
                                f"`{WORKTREE_TOKEN}` or `{PATCH_PREFIX}<file>`")
-        wt = _worktree(ws, lt, mono, member)
+        wt = _worktree(ws, lt, mono, member, pins)
         try:
             if value == WORKTREE_TOKEN:
                 sha: str | None = worktrees.commit_all(
@@ -168,7 +170,8 @@ def _env_name(member: str) -> str:
 def worktree_env(ws: Workspace, lt: LoadedTask) -> dict[str, str]:
     """FORGE_WORKTREE_<MEMBER> and FORGE_WORKTREES for the task's worktrees (made if new)."""
     mono = _mono(ws, lt)
-    paths = {m: str(_worktree(ws, lt, mono, m).path) for m in code_members(lt)}
+    pins = pinned(ws, lt, mono)
+    paths = {m: str(_worktree(ws, lt, mono, m, pins).path) for m in code_members(lt)}
     return {**{_env_name(m): p for m, p in paths.items()},
             "FORGE_WORKTREES": json.dumps(paths, sort_keys=True)}
 
@@ -186,7 +189,7 @@ def prepare(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, A
     paths: dict[str, str] = {}
     for m in code_members(lt):
         sha = candidate.get(CODE_PREFIX + m) or pins[m]
-        wt = _worktree(ws, lt, mono, m)
+        wt = _worktree(ws, lt, mono, m, pins)
         if worktrees.dirty(wt.path):  # an executor's unrecorded edits: kept on a ref
             wip = worktrees.commit_all(wt.path, f"forge: task {lt.task_id}: uncommitted work "
                                        f"before {block_id}")
