@@ -59,6 +59,19 @@ def alive(pid: int, start: str = "") -> bool:
     return not start or start_time(pid) == start
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live (non-zombie) processes of a process group, from /proc."""
+    proc = Path("/proc")
+    out = []
+    if proc.is_dir():
+        for d in proc.iterdir():
+            if d.name.isdigit():
+                fields = stat_fields(int(d.name))
+                if fields and len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+                    out.append(int(d.name))
+    return sorted(out)
+
+
 def group_alive(pgid: int) -> bool:
     """True while any process of the group exists (zombies of our own children excepted)."""
     try:

@@ -237,6 +237,9 @@ class LoopBlockStarted(Event):
     sub_goal: str
     routing: JSON = Field(default_factory=dict)  # {model_tier, agent_topology, executor}
     candidate: JSON = Field(default_factory=dict)  # the change this block tries, if any
+    # Where the block runs (harness.nodes.identity.local_host: FORGE_NODE or the hostname);
+    # "": not recorded (blocks written before, a graph node's: its run's host says it).
+    host: str = ""
 
 
 class ToolInvoked(Event):
@@ -691,3 +694,167 @@ class ReworkRequested(Event):
     trigger: Literal["rework", "invalidate", "control"] = "rework"
     reason: str
     path: list[str] = Field(default_factory=list)
+
+
+# --- the Node Registry (`nodes` stream: harness/nodes/registry.py; `claims` stream:
+# harness/nodes/claims.py). A "host" here is the registry's node: a machine with its
+# accelerators; graph nodes (above) are steps of a task graph.
+
+
+class GpuInfo(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int
+    uuid: str
+    vendor: str = "nvidia"
+    model: str = ""
+    memory_mib: int = 0
+
+
+class HostInventory(BaseModel):
+    """What a host has: CPUs, memory, accelerators. `accelerator_note` says why none are
+    listed when the host could not be asked (NVML absent), as opposed to having none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpus: int
+    memory_mib: int
+    gpus: tuple[GpuInfo, ...] = ()
+    accelerator_note: str = ""
+    source: str = "psutil"  # psutil, psutil+nvml, ray
+
+
+class HostRegistered(Event):
+    """A host seen for the first time, or whose inventory changed."""
+
+    host: str
+    inventory: HostInventory
+
+
+class GpuProcessesChanged(Event):
+    """The set of compute processes on one GPU changed (observed at `at`)."""
+
+    host: str
+    gpu_uuid: str
+    at: datetime
+    pids: tuple[int, ...] = ()
+    added: tuple[int, ...] = ()
+    removed: tuple[int, ...] = ()
+
+
+class GpuWindow(BaseModel):
+    """One GPU over one summary window. `idle_streak`: consecutive samples, ending at the
+    window's end, in which the GPU had no compute process (a missed sample resets it, so a
+    gap in observation never counts as idle)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    uuid: str
+    samples: int
+    util_mean: float = 0.0
+    util_max: float = 0.0
+    mem_used_max_mib: int = 0
+    busy_samples: int = 0
+    idle_streak: int = 0
+    last_pids: tuple[int, ...] = ()
+
+
+class HostSummarized(Event):
+    """A window of a host's samples: CPU and memory, each GPU's utilisation, memory and
+    compute processes. The samples themselves are the artifact `samples_artifact` (loaded
+    into the index); the ledger keeps this summary."""
+
+    host: str
+    start: datetime
+    end: datetime
+    interval_s: float
+    samples: int
+    missed: int = 0  # samples due in the window but not taken
+    cpu_pct_mean: float = 0.0
+    cpu_pct_max: float = 0.0
+    mem_used_max_mib: int = 0
+    gpus: tuple[GpuWindow, ...] = ()
+    nvml: str = "ok"  # "ok", or why GPUs could not be observed
+    samples_artifact: str | None = None
+
+
+class ResourceRef(BaseModel):
+    """A claimable resource: a GPU (by UUID), a port, or a whole host."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str
+    kind: Literal["gpu", "port", "host"]
+    id: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.host}" if self.kind == "host" else f"{self.host}/{self.kind}:{self.id}"
+
+
+class ClaimHolder(BaseModel):
+    """Who holds a claim: a process on a host (pid with its start time), and what for."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str
+    pid: int
+    pid_start: str = ""
+    task: str | None = None
+    graph: str | None = None
+    node: str | None = None
+    run_id: str | None = None
+
+
+class ResourceClaimed(Event):
+    """A lease on resources; the holder renews it with heartbeats every `heartbeat_s`."""
+
+    claim_id: str
+    resources: tuple[ResourceRef, ...]
+    holder: ClaimHolder
+    heartbeat_s: float
+    purpose: str = ""
+
+
+class ClaimHeartbeat(Event):
+    claim_id: str
+
+
+class ClaimReleased(Event):
+    claim_id: str
+    reason: str = ""
+
+
+class GpuIdleSignal(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uuid: str
+    idle_streak: int | None  # None: no fresh observation of this GPU
+    observed_at: datetime | None = None
+    pids: tuple[int, ...] = ()
+
+
+class StaleSignals(BaseModel):
+    """The signals the stale-claim rule weighed. `eligible` only when all agree: the holder
+    process is gone, the heartbeat is older than k intervals, and every claimed GPU showed no
+    compute process for N consecutive fresh observations."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    holder_gone: bool | None  # None: cannot be checked from here (another host)
+    holder_detail: str = ""
+    heartbeat_age_s: float
+    heartbeat_limit_s: float
+    gpus: tuple[GpuIdleSignal, ...] = ()
+    gpu_idle_needed: int = 0
+    eligible: bool = False
+    reasons: tuple[str, ...] = ()  # why not, when not eligible
+
+
+class ClaimCleanedUp(Event):
+    """A stale claim freed by the rule, with the signals that justified it, the processes it
+    killed (only through the human gate) and the approval that allowed it."""
+
+    claim_id: str
+    signals: StaleSignals
+    killed: tuple[int, ...] = ()
+    approval_id: str | None = None

@@ -340,6 +340,15 @@ class Ledger:
                 out.append(Recorded(pos, stream, v, ev))
         return out
 
+    def last(self, stream: str, *, on_error: OnError = None) -> Recorded | None:
+        """The stream's newest event (None if the stream is empty): one row read, however
+        long the stream (a lease's latest heartbeat)."""
+        for pos, v, topic, state in self._select(["originator_id={p}"], [stream],
+                                                 "originator_version DESC", 1, columns=False):
+            ev = _decode_at(pos, stream, v, topic, state, on_error)
+            return None if ev is None else Recorded(pos, stream, v, ev)
+        return None
+
     def raw_state(self, position: int) -> bytes:
         """The stored payload at a global position, as bytes (b"" if there is none)."""
         rows = self._select(["{pos}={p}"], [position], "{pos}", 1)

@@ -16,6 +16,12 @@
 - `approvals`: the human gate: requests, grants, denials, uses and refusals of approvals
   (`Approval*`). Written by `harness/guard/approvals.py`, and by the push guard
   (`repos/guard.py`: a refused push's request, a push's use) in the save of its own facts.
+- `nodes`: the Node Registry's observations: hosts registered (inventory), GPU compute
+  process changes, periodic summaries. Written by `harness/nodes/registry.py`.
+- `claims`: leases on resources (GPUs, ports, whole hosts), their releases and cleanups.
+  `claim:<claim id>`: that lease's heartbeats (one stream each, so the `claims` stream stays
+  short and a lease's age is one row read). Both written by `harness/nodes/claims.py`; a
+  claim is appended under the `claims` stream's version (racing claims cannot both win).
 - `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
 """
 
@@ -31,6 +37,9 @@ REPOS_STREAM = "repos"
 AGENTS_STREAM = "agents"
 APPROVALS_STREAM = "approvals"
 GUARD_STREAM = "guard"
+NODES_STREAM = "nodes"
+CLAIMS_STREAM = "claims"
+CLAIM_PREFIX = "claim:"
 
 
 def task_stream(task_id: str) -> str:
@@ -52,3 +61,7 @@ def task_of(stream: str) -> str | None:
 
 def is_task_stream(stream: str) -> bool:
     return stream.startswith(TASK_PREFIX)
+
+
+def claim_stream(claim_id: str) -> str:
+    return CLAIM_PREFIX + claim_id

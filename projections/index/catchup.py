@@ -96,9 +96,29 @@ def batch_ops(p: Projector) -> list[tuple]:
     for name, cols in (("loop_blocks", p.b_blocks), ("tool_calls", p.b_tools),
                        ("invalidations", p.b_inval), ("verifications", p.b_verif),
                        ("gate_verdicts", p.b_gates), ("decisions", p.b_dec),
-                       ("handoffs", p.b_hand), ("skills_provided", p.b_skills)):
+                       ("handoffs", p.b_hand), ("skills_provided", p.b_skills),
+                       ("host_windows", p.b_hwin), ("gpu_windows", p.b_gwin),
+                       ("gpu_changes", p.b_gchg)):
         if len(cols):
             ops.append(("insert", name, _table(cols)))
+    if p.b_hsamp["t"]:
+        ts = pa.timestamp("us", tz="UTC")
+        h = p.b_hsamp
+        ops.append(("insert", "host_samples", pa.table({
+            "position": pa.array(h["position"], pa.int64()),
+            "host": pa.array(h["host"], pa.string()), "t": pa.array(h["t"], ts),
+            "cpu_pct": pa.array(h["cpu_pct"], pa.float64()),
+            "mem_used_mib": pa.array(h["mem_used_mib"], pa.int64())})))
+    if p.b_gsamp["t"]:
+        g = p.b_gsamp
+        ops.append(("insert", "gpu_samples", pa.table({
+            "position": pa.array(g["position"], pa.int64()),
+            "host": pa.array(g["host"], pa.string()),
+            "gpu_uuid": pa.array(g["gpu_uuid"], pa.string()),
+            "t": pa.array(g["t"], pa.timestamp("us", tz="UTC")),
+            "util": pa.array(g["util"], pa.float64()),
+            "mem_used_mib": pa.array(g["mem_used_mib"], pa.int64()),
+            "procs": pa.array(g["procs"], pa.int64())})))
     if p.b_skipped:
         ops.append(("insert", "skipped", pa.table({
             n: pa.array(v, t) for n, v, t in zip(
@@ -152,6 +172,12 @@ def arrow_types() -> dict[str, pa.DataType]:
         "baseline": pa.float64(), "success": pa.bool_(), "passed": pa.bool_(),
         "argv": pa.list_(pa.string()), "evidence": pa.list_(pa.string()),
         "findings": pa.list_(pa.string()),
+        "interval_s": pa.float64(), "samples": pa.int64(), "missed": pa.int64(),
+        "cpu_pct_mean": pa.float64(), "cpu_pct_max": pa.float64(),
+        "mem_used_max_mib": pa.int64(), "samples_loaded": pa.bool_(),
+        "util_mean": pa.float64(), "util_max": pa.float64(), "busy_samples": pa.int64(),
+        "idle_streak": pa.int64(), "pids": pa.list_(pa.int64()),
+        "added": pa.list_(pa.int64()), "removed": pa.list_(pa.int64()),
     }
 
 
@@ -232,10 +258,12 @@ def catch_up(
     batch: int = DEFAULT_BATCH,
     stop: int | None = None,
     before_commit: Callable[[int], None] | None = None,
+    artifacts: Callable[[str], bytes] | None = None,
 ) -> CatchUpResult:
     """Project every notification after the tracked position (up to `stop`), one
     transaction per batch. `before_commit(position)` runs inside the transaction just
-    before COMMIT (tests inject failures and kills there).
+    before COMMIT (tests inject failures and kills there). `artifacts` reads an artifact by
+    digest (the observation summaries' samples; None: samples are not loaded).
 
     Pipelined: this thread reads and projects batch N+1 (Python) while a writer thread
     inserts and commits batch N (DuckDB, which releases the GIL). Batches commit strictly
@@ -247,7 +275,7 @@ def catch_up(
     head = ledger.max_position() if stop is None else stop
     if head <= start:
         return CatchUpResult(0, 0, start, time.perf_counter() - t0, 0)
-    proj = Projector(con)  # reads its caches now, before the writer owns the connection
+    proj = Projector(con, artifacts)  # reads its caches now, before the writer owns the connection
     work: queue.Queue = queue.Queue(maxsize=1)
     failed: list[BaseException] = []
     committed = [start, 0]  # last position, batches

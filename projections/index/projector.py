@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from ...ledger import codec
 from ...ledger.errors import LedgerError
 from ...ledger.payloads import Digest
+from ...ledger.samples import decode_samples
 from ...ledger.specs import stored_point, stored_profile
 from ...ledger.store import BOOKKEEPING_TYPES
 from .dims import _float, _int, _json, _str, candidate_key, point_dims, profile_row
@@ -72,6 +73,12 @@ _DEC_COLS = ["position", "decision_id", "occurred_at", "task_id", "block_id", "k
              *DIM_NAMES]
 _SKILL_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "skill", "rank",
                "score", "query", "fallback"]
+_HWIN_COLS = ["position", "host", "start_at", "end_at", "interval_s", "samples", "missed",
+              "cpu_pct_mean", "cpu_pct_max", "mem_used_max_mib", "nvml", "samples_artifact",
+              "samples_loaded"]
+_GWIN_COLS = ["position", "host", "gpu_uuid", "start_at", "end_at", "samples", "util_mean",
+              "util_max", "mem_used_max_mib", "busy_samples", "idle_streak"]
+_GCHG_COLS = ["position", "host", "gpu_uuid", "observed_at", "pids", "added", "removed"]
 _HAND_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "kind", "outcome",
               "state_reached", "findings", "next_sub_goal"]
 
@@ -81,8 +88,10 @@ class Projector:
     loaded from the database and thrown away with the run (so a rolled-back batch can never
     leave a stale cache behind)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: duckdb.DuckDBPyConnection,
+                 artifacts: Callable[[str], bytes] | None = None):
         self.con = con
+        self.artifacts = artifacts  # reads a summary's samples artifact (None: not loaded)
         self.points: dict[str, dict[str, Any]] = {}  # point_hash -> row
         self.profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -121,6 +130,14 @@ class Projector:
         self.b_dec = _Rows(_DEC_COLS)
         self.b_hand = _Rows(_HAND_COLS)
         self.b_skills = _Rows(_SKILL_COLS)
+        self.b_hwin = _Rows(_HWIN_COLS)
+        self.b_gwin = _Rows(_GWIN_COLS)
+        self.b_gchg = _Rows(_GCHG_COLS)
+        # Samples as flat columns (a day of a cluster is millions of rows: no tuple per row).
+        self.b_hsamp: dict[str, list[Any]] = {k: [] for k in (
+            "position", "host", "t", "cpu_pct", "mem_used_mib")}
+        self.b_gsamp: dict[str, list[Any]] = {k: [] for k in (
+            "position", "host", "gpu_uuid", "t", "util", "mem_used_mib", "procs")}
         self.b_skipped: list[tuple] = []  # (position, stream, version, type, error)
 
     def project(self, rows: list[tuple]) -> int:
@@ -370,6 +387,52 @@ class Projector:
                 pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
                 _str(name), rank, _float(scores.get(name)), get("query"), get("fallback")))
 
+    def _on_host_summary(self, pos: int, d: dict[str, Any]) -> None:
+        host, start, end = d.get("host"), d.get("start"), d.get("end")
+        art = d.get("samples_artifact")
+        loaded = False
+        if art and self.artifacts is not None:
+            loaded = self._load_samples(pos, str(host), art)
+        self.b_hwin.append((pos, host, start, end, _float(d.get("interval_s")),
+                            _int(d.get("samples")), _int(d.get("missed")),
+                            _float(d.get("cpu_pct_mean")), _float(d.get("cpu_pct_max")),
+                            _int(d.get("mem_used_max_mib")), d.get("nvml"), art, loaded))
+        for g in d.get("gpus") or []:
+            self.b_gwin.append((pos, host, g.get("uuid"), start, end, _int(g.get("samples")),
+                                _float(g.get("util_mean")), _float(g.get("util_max")),
+                                _int(g.get("mem_used_max_mib")), _int(g.get("busy_samples")),
+                                _int(g.get("idle_streak"))))
+
+    def _load_samples(self, pos: int, host: str, art: str) -> bool:
+        assert self.artifacts is not None
+        try:
+            cols = decode_samples(self.artifacts(art))
+            t = [int(x * 1_000_000) for x in cols["t"]]
+            n = len(t)
+            hs = self.b_hsamp
+            hs["position"] += [pos] * n
+            hs["host"] += [host] * n
+            hs["t"] += t
+            hs["cpu_pct"] += list(cols["cpu"])
+            hs["mem_used_mib"] += list(cols["mem"])
+            gs = self.b_gsamp
+            for uuid, g in (cols.get("gpus") or {}).items():
+                gs["position"] += [pos] * n
+                gs["host"] += [host] * n
+                gs["gpu_uuid"] += [uuid] * n
+                gs["t"] += t
+                gs["util"] += list(g["util"])
+                gs["mem_used_mib"] += list(g["mem"])
+                gs["procs"] += list(g["procs"])
+            return True
+        except (OSError, LedgerError, ValueError, KeyError, TypeError):
+            return False  # missing or unreadable artifact: the summary row says so
+
+    def _on_gpu_change(self, pos: int, d: dict[str, Any]) -> None:
+        self.b_gchg.append((pos, d.get("host"), d.get("gpu_uuid"), d.get("at"),
+                            list(d.get("pids") or []), list(d.get("added") or []),
+                            list(d.get("removed") or [])))
+
 
 _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "DeploymentPointPinned": Projector._on_point,
@@ -386,6 +449,8 @@ _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "DirectionRejected": lambda p, pos, d: p._on_decision(pos, d, "rejected"),
     "LoopBlockHandedOff": Projector._on_handoff,
     "SkillsProvided": Projector._on_skills,
+    "HostSummarized": Projector._on_host_summary,
+    "GpuProcessesChanged": Projector._on_gpu_change,
 }
 
 

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 PROJECTION = "index"
 # Bump when tables or their meaning change: an index of another version is rebuilt.
 # 3: table `skipped` (undecodable events); 4: gates, points and profiles read typed;
-# 5: table `skills_provided` (the skills each block received)
-INDEX_SCHEMA_VERSION = 5
+# 5: table `skills_provided` (the skills each block received); 6: the Node Registry's
+# observations (host_windows, gpu_windows, gpu_changes, host_samples, gpu_samples)
+INDEX_SCHEMA_VERSION = 6
 SCHEMA_KEY = "index-schema"
 
 # Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
@@ -116,6 +117,25 @@ CREATE TABLE IF NOT EXISTS skills_provided(
   position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
   block_id VARCHAR, skill VARCHAR, rank BIGINT, score DOUBLE, query VARCHAR,
   fallback VARCHAR);
+-- The Node Registry (harness/nodes/): one row per host summary window and per GPU in it,
+-- each change of a GPU's compute processes, and the samples themselves (loaded from the
+-- summary's artifact; `samples_loaded` false when the artifact was not there).
+CREATE TABLE IF NOT EXISTS host_windows(
+  position BIGINT, host VARCHAR, start_at TIMESTAMPTZ, end_at TIMESTAMPTZ,
+  interval_s DOUBLE, samples BIGINT, missed BIGINT, cpu_pct_mean DOUBLE, cpu_pct_max DOUBLE,
+  mem_used_max_mib BIGINT, nvml VARCHAR, samples_artifact VARCHAR, samples_loaded BOOLEAN);
+CREATE TABLE IF NOT EXISTS gpu_windows(
+  position BIGINT, host VARCHAR, gpu_uuid VARCHAR, start_at TIMESTAMPTZ, end_at TIMESTAMPTZ,
+  samples BIGINT, util_mean DOUBLE, util_max DOUBLE, mem_used_max_mib BIGINT,
+  busy_samples BIGINT, idle_streak BIGINT);
+CREATE TABLE IF NOT EXISTS gpu_changes(
+  position BIGINT, host VARCHAR, gpu_uuid VARCHAR, observed_at TIMESTAMPTZ, pids BIGINT[],
+  added BIGINT[], removed BIGINT[]);
+CREATE TABLE IF NOT EXISTS host_samples(
+  position BIGINT, host VARCHAR, t TIMESTAMPTZ, cpu_pct DOUBLE, mem_used_mib BIGINT);
+CREATE TABLE IF NOT EXISTS gpu_samples(
+  position BIGINT, host VARCHAR, gpu_uuid VARCHAR, t TIMESTAMPTZ, util DOUBLE,
+  mem_used_mib BIGINT, procs BIGINT);
 """
 
 VIEWS = """
@@ -179,7 +199,8 @@ CREATE OR REPLACE VIEW decision_evidence AS
 
 TABLES = ["events", "points", "runtime_profiles", "tasks", "loop_blocks", "tool_calls",
           "measurement_runs", "invalidations", "verifications", "gate_verdicts", "decisions",
-          "handoffs", "skills_provided", "skipped"]
+          "handoffs", "skills_provided", "skipped", "host_windows", "gpu_windows",
+          "gpu_changes", "host_samples", "gpu_samples"]
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

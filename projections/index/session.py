@@ -121,7 +121,8 @@ def open_index(ws: Workspace, *, update: bool = True, rebuild: bool = False,
                     os.remove(p)
         con = connect(path)
         try:
-            result = catch_up(con, ws.ledger, batch=batch) if (update or rebuild) else None
+            result = (catch_up(con, ws.ledger, batch=batch, artifacts=ws.artifacts.get)
+                      if (update or rebuild) else None)
             yield IndexSession(con, path, result, ws.ledger)
         finally:
             con.close()
