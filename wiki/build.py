@@ -31,6 +31,7 @@ from ..ledger.workspace import Workspace
 from ..projections.index import open_index
 from . import narrative
 from . import page as page_module
+from .concurrency import concurrency_page
 from .errors import WikiError
 from .graphs import GRAPH_INDEX, graph_pages
 from .page import Page, link, text, to_html, to_markdown
@@ -270,10 +271,15 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
     if extra_pages:
         pages += extra_pages
         home = next(p for p in pages if p.path == "index")
-        home.add("h", "Task graphs")
-        home.add("list", [text(link(GRAPH_INDEX, "all task graphs"))]
-                 + [text(link(p.path, p.meta["graph"]), f" — {p.summary}")
-                    for p in extra_pages if p.kind == "graph"])
+        if any(p.kind == "graph" for p in extra_pages):
+            home.add("h", "Task graphs")
+            home.add("list", [text(link(GRAPH_INDEX, "all task graphs"))]
+                     + [text(link(p.path, p.meta["graph"]), f" — {p.summary}")
+                        for p in extra_pages if p.kind == "graph"])
+        for p in extra_pages:
+            if p.kind == "concurrency":
+                home.add("h", "Tasks in flight")
+                home.add("p", text(link(p.path, p.title), f": {p.summary}"))
     timings["pages_s"] = time.perf_counter() - t
     t = time.perf_counter()
     add_related(pages, settings, wiki_dir, extra_texts)
@@ -307,7 +313,13 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
         corpus = [d.text for d in corpus_docs(s.con)] if settings.embeddings else []
         timings["load_s"] = time.perf_counter() - t
     report = BuildReport(snap.position, wiki_dir=str(wiki_dir), site_dir=str(site_dir))
-    graphs = graph_pages(ws.ledger, snap.position, {t["task_id"] for t in snap.tasks})
+    known_tasks = {t["task_id"] for t in snap.tasks}
+    graphs = graph_pages(ws.ledger, snap.position, known_tasks)
+    t = time.perf_counter()
+    in_flight = concurrency_page(ws.ledger, snap.position, known_tasks)
+    timings["in_flight_s"] = time.perf_counter() - t
+    if in_flight is not None:
+        graphs.append(in_flight)
     from ..projections.trace import traces_for
 
     snap.traces = traces_for(ws, [(d["task_id"], d["decision_id"]) for d in snap.decisions],

@@ -4,7 +4,9 @@
 rejected, baseline, unjudged; by its group when no point has a verdict, and shaped by its
 group when verdicts are shown for several groups), and labelled (its block) beside it while
 the plot has few points; each `Line` (an SLO, a gate's threshold) is drawn across the plot.
-`scatter_svg(series)` is the older shape: a label to (x, y, label) points.
+`scatter_svg(series)` is the older shape: a label to (x, y, label) points. `steps_svg(lines)`
+draws step lines (`Steps`: a count over time, the journal's tasks in flight), on a figure of
+its own.
 
 Deterministic: a fixed hash salt for element ids, no date or creator metadata, text kept as
 text. Safe: matplotlib's SVG writer escapes every text; labels are cleaned of control and
@@ -117,23 +119,25 @@ def plot_svg(points: Iterable[Point], *, xlabel: str, ylabel: str, title: str,
 # legend) is removed before the next; what it sets (limits, title, axis labels) is set by
 # every drawing. So a drawing does not depend on the ones before it (tested).
 _CANVAS: dict[tuple[float, float], Any] = {}
+_STEPS_CANVAS: dict[tuple[float, float], Any] = {}  # step lines: a figure of their own
 MARGINS = {"left": 0.13, "right": 0.68, "top": 0.9, "bottom": 0.13}  # of the figure
 TICK_SPACE_PT = 7 + 4  # tick length and padding (3.5 + 3.5 points), then a gap to the label
 DIGIT_EM = 0.64  # width of a tick label's character (DejaVu Sans digits: 0.636 em)
 
 
-def _canvas(width: float, height: float) -> Any:
+def _canvas(width: float, height: float, kept: dict[tuple[float, float], Any] = _CANVAS
+            ) -> Any:
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
-    got = _CANVAS.get((width, height))
+    got = kept.get((width, height))
     if got is None:
         fig = Figure(figsize=(width, height))
         FigureCanvasSVG(fig)
         ax = fig.add_subplot()
         fig.subplots_adjust(**MARGINS)
         ax.grid(True, color="#e9ecef", linewidth=0.6, zorder=0)
-        got = _CANVAS[(width, height)] = (fig, ax)
+        got = kept[(width, height)] = (fig, ax)
     return got
 
 
@@ -203,24 +207,94 @@ def _draw(pts: list[Point], guides: Sequence[tuple[str, float, str]], xlabel: st
                                       label=f"… {len(groups) - MAX_LEGEND_GROUPS} more"))
         ax.legend(handles=handles + drawn, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                   frameon=False, borderaxespad=0)
-        # Fixed places for the title and axis labels (matplotlib would measure every tick
-        # label to place them): the x label below the tick labels (one line of a known
-        # size), the y label left of the widest tick label, by its characters.
-        ax.set_title(clean_text(title, TITLE_CHARS), loc="left", y=1.0)
-        ax.set_xlabel(clean_text(xlabel, TITLE_CHARS))
-        ax.set_ylabel(clean_text(ylabel, TITLE_CHARS))
-        size_pt = fig.get_size_inches() * 72 * [MARGINS["right"] - MARGINS["left"],
-                                                MARGINS["top"] - MARGINS["bottom"]]
-        font_pt = matplotlib.rcParams["ytick.labelsize"]
-        ax.xaxis.set_label_coords(0.5, -(TICK_SPACE_PT + font_pt * 1.2) / size_pt[1])
-        lo, hi = ax.get_ylim()
-        ticks = ax.yaxis.get_major_formatter().format_ticks(
-            [t for t in ax.yaxis.get_major_locator()() if lo <= t <= hi])
-        widest = max((len(t) for t in ticks), default=1) * DIGIT_EM * font_pt
-        ax.yaxis.set_label_coords(-(TICK_SPACE_PT + widest) / size_pt[0], 0.5)
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata=METADATA)
+        return _finish(fig, ax, title, xlabel, ylabel)
+
+
+def _finish(fig: Any, ax: Any, title: str, xlabel: str, ylabel: str) -> str:
+    """Title and axis labels, then the SVG text (inside the rc context of the drawing)."""
+    import matplotlib
+
+    # Fixed places for the title and axis labels (matplotlib would measure every tick
+    # label to place them): the x label below the tick labels (one line of a known
+    # size), the y label left of the widest tick label, by its characters.
+    ax.set_title(clean_text(title, TITLE_CHARS), loc="left", y=1.0)
+    ax.set_xlabel(clean_text(xlabel, TITLE_CHARS))
+    ax.set_ylabel(clean_text(ylabel, TITLE_CHARS))
+    size_pt = fig.get_size_inches() * 72 * [MARGINS["right"] - MARGINS["left"],
+                                            MARGINS["top"] - MARGINS["bottom"]]
+    font_pt = matplotlib.rcParams["ytick.labelsize"]
+    ax.xaxis.set_label_coords(0.5, -(TICK_SPACE_PT + font_pt * 1.2) / size_pt[1])
+    lo, hi = ax.get_ylim()
+    ticks = ax.yaxis.get_major_formatter().format_ticks(
+        [t for t in ax.yaxis.get_major_locator()() if lo <= t <= hi])
+    widest = max((len(t) for t in ticks), default=1) * DIGIT_EM * font_pt
+    ax.yaxis.set_label_coords(-(TICK_SPACE_PT + widest) / size_pt[0], 0.5)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata=METADATA)
     return buf.getvalue()
+
+
+# --- step lines (a count over time) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A step line: `ys[i]` holds from `xs[i]` until `xs[i + 1]`, the last until the plot's
+    `x_end` (a count over time). `total`: drawn thicker, in black, first in the legend."""
+
+    label: str
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    total: bool = False
+
+
+def steps_svg(lines: Iterable[Steps], *, x_end: float, xlabel: str, ylabel: str, title: str,
+              width: float = 6.4, height: float = 4.0) -> str:
+    """An <svg> element of step lines from zero (at most MAX_LEGEND_GROUPS + 1 drawn), or ""
+    when none is a finite, non-empty series or matplotlib cannot draw them. Its own figure:
+    the integer tick locator it sets never reaches the scatter plots."""
+    ls = [s for s in lines if s.xs and len(s.xs) == len(s.ys)
+          and all(_finite(v) for v in (*s.xs, *s.ys))]
+    if not ls or not _finite(x_end):
+        return ""
+    ls = sorted(ls, key=lambda s: not s.total)[:MAX_LEGEND_GROUPS + 1]
+    with _LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            svg = _draw_steps(ls, float(x_end), xlabel, ylabel, title, width, height)
+        except (ValueError, OverflowError, ArithmeticError, RuntimeError):
+            _STEPS_CANVAS.pop((width, height), None)
+            return ""
+    return _checked(svg)
+
+
+def _draw_steps(ls: list[Steps], x_end: float, xlabel: str, ylabel: str, title: str,
+                width: float, height: float) -> str:
+    import matplotlib
+    from matplotlib.ticker import MaxNLocator
+
+    with matplotlib.rc_context(RC):
+        fig, ax = _canvas(width, height, _STEPS_CANVAS)
+        for artist in [*ax.lines]:
+            artist.remove()
+        if ax.legend_ is not None:
+            ax.legend_.remove()
+        colour = 0
+        for s in ls:
+            xs, ys = [*s.xs, max(x_end, s.xs[-1])], [*s.ys, s.ys[-1]]
+            style: dict[str, Any] = {"color": "#212529", "linewidth": 2.0, "zorder": 4}
+            if not s.total:
+                style = {"color": PALETTE[colour % len(PALETTE)], "linewidth": 1.2,
+                         "zorder": 3, "alpha": 0.9}
+                colour += 1
+            ax.step(xs, ys, where="post", label=clean_text(s.label or "—", LEGEND_CHARS),
+                    **style)
+        top = max(1.0, max(max(s.ys) for s in ls))
+        ax.set_xlim(_limits(ax.xaxis, [x for s in ls for x in s.xs] + [x_end]))
+        ax.set_ylim(-0.04 * top, top * 1.08 + 0.2)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: whole ticks
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, borderaxespad=0)
+        return _finish(fig, ax, title, xlabel, ylabel)
 
 
 # --- the check of the drawing -------------------------------------------------------------
