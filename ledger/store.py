@@ -12,7 +12,10 @@ Contracts:
   an internal retry after a lost acknowledgement can never duplicate.
 - Optimistic concurrency: with `expected_version`, a stream that moved raises `ConflictError`
   naming the stream and both versions. Without it, the save appends at the end (starting
-  from the version this process last wrote, else a read) and retries on a concurrent append.
+  from the version this process last wrote, else a read) and retries on a concurrent append
+  for up to `lock_timeout_s` (each retry means another writer landed: progress, not a
+  livelock; a hot writer winning race after race, as on PostgreSQL where a save is several
+  round trips, delays it but cannot starve it within that time).
 - Every payload passes through the redactor before it is written.
 
 Why one module past 500 lines: it is the one class over the event table (`Ledger`): saving,
@@ -21,7 +24,9 @@ the reads and opening the backend (with its damage checks) share the recorder an
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -230,16 +235,16 @@ class Ledger:
     ) -> SaveResult:
         return self.save(Append(stream, events, expected_version), command_id=command_id)
 
-    def save(
-        self, *appends: Append, command_id: str | None = None, retries: int = 20
-    ) -> SaveResult:
+    def save(self, *appends: Append, command_id: str | None = None) -> SaveResult:
         """Write all events of all `appends` atomically (see module contract)."""
         cid = command_id or uuid4().hex
         marker_stream = COMMAND_PREFIX + cid
         for a in appends:
             self._refuse_secret(a.stream, a.stream)
         self._refuse_secret(marker_stream, cid)
-        for attempt in range(retries):
+        deadline = time.monotonic() + self.config.lock_timeout_s
+        attempt = 0
+        while True:
             stored: list[StoredEvent] = []
             appended: dict[str, list[int]] = {}
             for a in appends:
@@ -271,7 +276,15 @@ class Ledger:
                         actual = self.version(a.stream)
                         if actual != a.expected_version:
                             raise ConflictError(a.stream, a.expected_version, actual) from None
-                continue  # a stream without expectation moved under us: read again, retry
+                # A stream without expectation moved under us: read again, retry. A short
+                # random pause, longer after each loss, puts racing writers out of step.
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise LedgerBusyError(
+                        f"gave up after {attempt} appends lost to concurrent writers in "
+                        f"{self.config.lock_timeout_s}s (command {cid})") from None
+                time.sleep(random.uniform(0, min(0.02, 0.001 * attempt)))
+                continue
             except OperationalError as e:
                 if "locked" in str(e).lower() or "lock timeout" in str(e).lower():
                     # The commit may still have happened; the marker tells.
@@ -289,7 +302,6 @@ class Ledger:
                 self._versions[stream] = last
             positions = list(ids or [])[:-1]
             return SaveResult(cid, appended, positions)
-        raise LedgerBusyError(f"gave up after {retries} concurrent-append retries (command {cid})")
 
     def _refuse_secret(self, name: str, text: str) -> None:
         """Stream names and command ids are stored as given (they key the ledger and the

@@ -48,7 +48,6 @@ from tests.helpers.tasks import measurements, open_task
 
 from .conftest import REPO, insert_raw_event, run_forge
 from .index_ledger import build
-from .test_ledger_postgres import pg_home, pg_server  # noqa: F401 (fixtures, used by name)
 from .test_loop import make_task_dir
 
 NAN, INF = float("nan"), float("inf")
@@ -659,8 +658,8 @@ def test_init_still_creates_and_is_idempotent(forge_home):
     assert run_forge("check", home=crashed).returncode == 0
 
 
-def test_a_missing_postgres_table_is_damage_not_a_fresh_start(request):
-    home = request.getfixturevalue("pg_home")  # skips locally without PostgreSQL
+def test_a_missing_postgres_table_is_damage_not_a_fresh_start(pg_home):
+    home = pg_home
     with Ledger.open(home) as ledger:
         ledger.append("task:t1", [E.TaskReopened(task_id="t1", reason="r")])
         table = f'"{ledger.recorder.datastore.schema}"."{ledger.recorder.events_table_name}"'

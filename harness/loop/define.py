@@ -9,6 +9,7 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
+from ...ledger.errors import ConflictError
 from ...ledger.ids import check_id
 from ...ledger.payloads import Digest
 from ...ledger.specs import (
@@ -81,12 +82,30 @@ def define_task(ws: Workspace, path: str | Path, actor: E.Actor | None = None, *
     return define_task_spec(ws, load_task(path), path, actor, task_id=task_id)
 
 
+_DEFINE_RETRIES = 20  # optimistic-concurrency retries of one definition
+
+
 def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
                      actor: E.Actor | None = None, *, task_id: str | None = None
                      ) -> dict[str, Any]:
     """`define_task` for a task already validated (a graph node's loop task, its argv filled
     in). `path` is the YAML file it came from: its directory resolves the point and profile,
-    its name is the id when the task has none, and it is recorded as the source."""
+    its name is the id when the task has none, and it is recorded as the source.
+
+    Processes defining tasks at once (several hosts on one ledger) pin a shared point or
+    profile once: the pins are saved under the workspace stream's version read, and a save
+    that conflicts reads again and decides again (the pin may now be there; a racing
+    definition of the same id is then found)."""
+    for _ in range(_DEFINE_RETRIES):
+        try:
+            return _define_task_spec(ws, task, path, actor, task_id=task_id)
+        except ConflictError:
+            continue
+    raise HarnessError("task definition: the workspace stream kept moving; try again")
+
+
+def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
+                      actor: E.Actor | None, *, task_id: str | None) -> dict[str, Any]:
     actor = actor or human_actor()
     path = Path(path).resolve()
     # The one id rule, whichever way the id comes: given, the file's `id:` (checked when the
@@ -104,6 +123,8 @@ def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
     point_path = (path.parent / task.point).resolve()
     point = load_point(point_path)
     ref = point.runtime_profile
+    # Read before the pins it guards: a pin appended after this read makes the save conflict.
+    ws_version = ws.ledger.version(WORKSPACE_STREAM)
     if task.profile:
         profile_path: Path | None = (path.parent / task.profile).resolve()
     elif ref.file:
@@ -144,7 +165,7 @@ def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
                                                  point_hash=point_hash, point=canonical(point),
                                                  source=str(point_path), actor=actor))
     if ws_events:
-        appends.append(Append(WORKSPACE_STREAM, ws_events))
+        appends.append(Append(WORKSPACE_STREAM, ws_events, expected_version=ws_version))
     definition = {**canonical(task), "source": str(path)}
     digests = {"point": point_hash, "profile": profile_hash, "contract": contract_hash}
     if task.code is not None:
