@@ -44,11 +44,96 @@ def workspace(forge_home):
     ws.close()
 
 
+# --- PostgreSQL: one server per session, a fresh database per test ------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL server's URL (database `postgres`) for the whole session: the one `.ci/run`
+    started ($FORGE_TEST_POSTGRES), else a throwaway one started here and stopped at the end
+    (tests/helpers/postgres.py)."""
+    import tempfile
+
+    from .helpers import postgres
+
+    try:
+        import psycopg
+    except ImportError:
+        psycopg = None
+    need(psycopg is not None, "psycopg is not installed (pip install -e '.[postgres]')")
+    if os.environ.get(postgres.ENV):
+        yield os.environ[postgres.ENV]
+        return
+    why = postgres.missing()
+    need(why is None, why or "")
+    root = Path(tempfile.mkdtemp(prefix="forge-pg-"))
+    try:
+        yield postgres.start(root)
+    finally:
+        postgres.stop(root)
+
+
+@pytest.fixture
+def pg_url(pg_server, request) -> str:
+    """A fresh, empty database of this test's own on the session's server (dropped after)."""
+    import hashlib
+
+    import psycopg
+
+    db = "forge_" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{db}" STRATEGY FILE_COPY')
+    yield pg_server.rsplit("/", 1)[0] + "/" + db
+    with psycopg.connect(pg_server, autocommit=True) as conn:  # ends leftover sessions too
+        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_home(pg_url, forge_home) -> Path:
+    """An initialised workspace whose ledger is a fresh PostgreSQL database."""
+    from infer_forge.ledger.workspace import init_workspace
+
+    ws, _ = init_workspace(forge_home, ledger_url=pg_url)
+    ws.close()
+    return forge_home
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend_home(request, forge_home) -> Path:
+    """An initialised workspace on each ledger backend in turn: SQLite, then a fresh
+    PostgreSQL database. forge.toml's URL is the only difference (one code path)."""
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_home")
+    from infer_forge.ledger.workspace import init_workspace
+
+    ws, _ = init_workspace(forge_home)
+    ws.close()
+    return forge_home
+
+
 def insert_raw_event(home: Path, stream: str, version: int, topic: str, state: bytes) -> int:
-    """Write a stored-event row straight into the SQLite ledger, bypassing the store: how the
-    tests plant unknown, corrupt or old-version events. Returns its position."""
+    """Write a stored-event row straight into the ledger (SQLite or PostgreSQL, as forge.toml
+    says), bypassing the store: how the tests plant unknown, corrupt or old-version events.
+    Returns its position."""
     import sqlite3
 
+    from infer_forge.ledger.config import load_config
+
+    config = load_config(home)
+    if config.backend == "postgres":
+        import psycopg
+
+        env = config.persistence_env()
+        with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"],
+                             user=env["POSTGRES_USER"], dbname=env["POSTGRES_DBNAME"],
+                             autocommit=True) as pg:
+            row = pg.execute(
+                "INSERT INTO stored_events (originator_id, originator_version, topic, state) "
+                "VALUES (%s, %s, %s, %s) RETURNING notification_id",
+                (stream, version, topic, state)).fetchone()
+            assert row is not None
+            return int(row[0])
     conn = sqlite3.connect(home / "ledger.sqlite")
     try:
         cur = conn.execute(

@@ -21,6 +21,7 @@ from ...ledger.streams import APPROVALS_STREAM
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
+from ..nodes.identity import local_host
 from ..record import append_to_task
 from . import code
 from .evaluation import EvalContext, Evaluator, RunResult
@@ -250,7 +251,7 @@ def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal:
     digests = {**lt.digests, **({"config": cfg} if cfg else {})}
     evs: list[E.Event] = [E.LoopBlockStarted(
         index=index, sub_goal=sub_goal, routing=routing, candidate=cand, task_id=lt.task_id,
-        block_id=bid, actor=actor, input_digests=digests)]
+        block_id=bid, actor=actor, input_digests=digests, host=local_host())]
     if tool_ev is not None:
         evs.append(tool_ev.model_copy(update={"task_id": lt.task_id, "block_id": bid}))
     evs += [e.model_copy(update={"task_id": lt.task_id, "block_id": bid})
