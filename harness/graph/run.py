@@ -1,5 +1,7 @@
 """`run_graph`: record the run, start worker processes, watch them (respawn a dead one, mark
-its nodes abandoned), echo progress, and summarize the run.
+its nodes abandoned), echo progress, and summarize the run. `backend="ray"` hands the same
+run to `ray_backend` (ready nodes as Ray tasks); both start and finish a run through
+`start_run` / `finish_run`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -74,11 +77,20 @@ def _progress_line(t: float, ev: E.Event, view: GraphView) -> str | None:
     return None
 
 
-def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: bool = False,
-              echo: Echo = _quiet, poll_s: float = 0.05, max_respawns: int | None = None
-              ) -> RunSummary:
-    """Run the graph's ready nodes in `jobs` worker processes until nothing more can run."""
-    jobs = max(1, jobs or os.cpu_count() or 1)
+@dataclass
+class RunStart:
+    """A run as recorded by `start_run`: what each backend needs to drive and finish it."""
+
+    run_id: str
+    view: GraphView  # the graph as it was when the run started
+    stale: list[str]  # nodes a dead run left in flight, abandoned now and run again
+    logs: Path
+    t0: float
+
+
+def start_run(ws: Workspace, graph_id: str, jobs: int, resume: bool, echo: Echo) -> RunStart:
+    """Record a run's start (GraphRunStarted, after closing a dead run and abandoning its
+    in-flight nodes when `resume`), pin the member repos, make the work and log dirs."""
     ledger = ws.ledger
     gstream = graph_stream(graph_id)
     view = load_graph(ledger, graph_id)
@@ -116,9 +128,58 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
     workdir(ws, graph_id).mkdir(parents=True, exist_ok=True)
     logs = ws.home / "graphs" / graph_id / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
     if stale:
         echo(f"resuming {graph_id}: re-running {', '.join(n.id for n in stale)}")
+    return RunStart(run_id, view, [n.id for n in stale], logs, time.monotonic())
+
+
+def finish_run(ws: Workspace, graph_id: str, rs: RunStart, jobs: int, failed: bool,
+               unschedulable: dict[str, list[str]] | None = None) -> RunSummary:
+    """Record the run's end (GraphRunFinished: completed, failed or stuck) and summarize it.
+    `unschedulable`: nodes a backend could not place, with why (reported as blocked)."""
+    wall = time.monotonic() - rs.t0
+    final = load_graph(ws.ledger, graph_id)
+    # Completed: every task delivered or rejected (a rejected direction is a result too).
+    done = all(n.state in ("delivered", "rejected") for n in final.tasks())
+    outcome = "completed" if done else ("failed" if failed else "stuck")
+    counts = final.counts()
+    ws.ledger.append(graph_stream(graph_id), [E.GraphRunFinished(
+        run_id=rs.run_id, outcome=outcome, counts=counts, wall_s=round(wall, 3))],
+        command_id=f"{graph_id}:{rs.run_id}:finished")
+    stats = run_stats(ws.ledger, graph_id, rs.run_id)
+    overhead = stats["overhead_s"] / stats["ran"] if stats["ran"] else 0.0
+    path, _ = final.critical_path()
+    return RunSummary(graph_id, rs.run_id, jobs, outcome, round(wall, 3), counts, stats["ran"],
+                      stats["peak_in_flight"], round(stats["work_s"], 3),
+                      round(max(0.0, overhead), 4), rs.stale,
+                      {**final.blocked(), **(unschedulable or {})}, path)
+
+
+def interrupted(ws: Workspace, graph_id: str, rs: RunStart) -> None:
+    """Record that the run stopped early (the runner was interrupted or failed)."""
+    ws.ledger.append(graph_stream(graph_id), [E.GraphRunFinished(
+        run_id=rs.run_id, outcome="interrupted", wall_s=round(time.monotonic() - rs.t0, 3))])
+
+
+def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: bool = False,
+              echo: Echo = _quiet, poll_s: float = 0.05, max_respawns: int | None = None,
+              backend: str = "local", address: str | None = None) -> RunSummary:
+    """Run the graph's ready nodes until nothing more can run: in `jobs` worker processes
+    (backend "local"), or as Ray tasks on the cluster at `address` (backend "ray", see
+    `ray_backend`; `jobs` bounds the tasks in flight)."""
+    if backend == "ray":
+        from .ray_backend import run_graph_ray
+        return run_graph_ray(ws, graph_id, jobs=jobs, resume=resume, echo=echo,
+                             address=address)
+    if backend != "local":
+        raise HarnessError(f"backend {backend!r}: use local or ray")
+    if address is not None:
+        raise HarnessError("--address is for --backend ray (the local backend has no cluster)")
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    ledger = ws.ledger
+    gstream = graph_stream(graph_id)
+    rs = start_run(ws, graph_id, jobs, resume, echo)
+    view, run_id, logs, t0 = rs.view, rs.run_id, rs.logs, rs.t0
     todo = [n for n in view.tasks() if n.state != "delivered"]
     n_workers = max(1, min(jobs, len(todo)))
     echo(f"graph {graph_id}: {len(view.tasks())} tasks, {len(todo)} to do, "
@@ -144,7 +205,7 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
     try:
         while procs:
             time.sleep(poll_s)
-            _echo_new(ledger, live, t0, echo)
+            echo_progress(ledger, live, t0, echo)
             for name, p in list(procs.items()):
                 rc = p.poll()
                 if rc is None:
@@ -165,33 +226,17 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
                     spawn(f"{name.split('.')[0]}.{spawned}")
                 else:
                     failed = True
-        _echo_new(ledger, live, t0, echo)
+        echo_progress(ledger, live, t0, echo)
     except BaseException:
         for p in procs.values():
             p.kill()
-        ledger.append(gstream, [E.GraphRunFinished(run_id=run_id, outcome="interrupted",
-                                                   wall_s=round(time.monotonic() - t0, 3))])
+        interrupted(ws, graph_id, rs)
         raise
-    wall = time.monotonic() - t0
-    final = load_graph(ledger, graph_id)
-    # Completed: every task delivered or rejected (a rejected direction is a result too).
-    done = all(n.state in ("delivered", "rejected") for n in final.tasks())
-    outcome = "completed" if done else ("failed" if failed else "stuck")
-    counts = final.counts()
-    ledger.append(gstream, [E.GraphRunFinished(run_id=run_id, outcome=outcome, counts=counts,
-                                               wall_s=round(wall, 3))],
-                  command_id=f"{graph_id}:{run_id}:finished")
-    stats = run_stats(ledger, graph_id, run_id)
-    overhead = stats["overhead_s"] / stats["ran"] if stats["ran"] else 0.0
-    path, _ = final.critical_path()
-    summary = RunSummary(graph_id, run_id, jobs, outcome, round(wall, 3), counts, stats["ran"],
-                         stats["peak_in_flight"], round(stats["work_s"], 3),
-                         round(max(0.0, overhead), 4), [n.id for n in stale], final.blocked(),
-                         path)
-    return summary
+    return finish_run(ws, graph_id, rs, jobs, failed)
 
 
-def _echo_new(ledger: Ledger, live: GraphView, t0: float, echo: Echo) -> None:
+def echo_progress(ledger: Ledger, live: GraphView, t0: float, echo: Echo) -> None:
+    """Fold the graph's new events into `live` and echo a progress line for each."""
     for ev in catch_up(ledger, live):
         line = _progress_line(time.monotonic() - t0, ev, live)
         if line:

@@ -9,12 +9,14 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from ...ledger import events as E
 from ...ledger.errors import ConflictError
 from ...ledger.streams import graph_stream
 from ...ledger.workspace import Workspace, open_workspace
 from ...projections.graph import (
+    GraphView,
     catch_up,
     load_graph,
     node_task_id,
@@ -23,12 +25,34 @@ from .commands import ACTOR
 from .work import NodeContext, execute_node
 
 
+def claim_node(ws: Workspace, view: GraphView, node: str, run_id: str, worker: str,
+               before: Sequence[E.Event] = ()) -> int | None:
+    """Claim `node`'s next attempt for `worker`: NodeStarted appended (after `before`, in the
+    same save) with the graph stream's version `view` was folded at. Returns the attempt, or
+    None when the stream moved since (re-read and decide again). The command id is
+    deterministic (graph, node, attempt, run, worker): a retried save adds nothing."""
+    graph_id = view.graph_id
+    attempt = view.nodes[node].attempt + 1
+    claim = E.NodeStarted(node=node, attempt=attempt, run_id=run_id, worker=worker,
+                          pid=os.getpid(), task_id=node_task_id(graph_id, node),
+                          actor=ACTOR,
+                          input_digests={es.spec.src: es.deliverable_digest or ""
+                                         for es in view.in_edges.get(node, ())
+                                         if es.spec.kind == "handoff"})
+    try:
+        ws.ledger.append(graph_stream(graph_id), [*before, claim],
+                         expected_version=view.version,
+                         command_id=f"{graph_id}:{node}:a{attempt}:start:{run_id}:{worker}")
+    except ConflictError:
+        return None
+    return attempt
+
+
 def worker_loop(ws: Workspace, graph_id: str, run_id: str, worker: str,
                 poll_s: float = 0.03) -> int:
     """Claim and run ready nodes until nothing is ready or in flight in this run.
     Returns how many nodes this worker ran."""
     ran = 0
-    gstream = graph_stream(graph_id)
     view = load_graph(ws.ledger, graph_id)
     idle = 0
     while True:
@@ -46,17 +70,8 @@ def worker_loop(ws: Workspace, graph_id: str, run_id: str, worker: str,
             continue
         idle = 0
         node = ready[0]
-        attempt = view.nodes[node].attempt + 1
-        claim = E.NodeStarted(node=node, attempt=attempt, run_id=run_id, worker=worker,
-                              pid=os.getpid(), task_id=node_task_id(graph_id, node),
-                              actor=ACTOR,
-                              input_digests={es.spec.src: es.deliverable_digest or ""
-                                             for es in view.in_edges.get(node, ())
-                                             if es.spec.kind == "handoff"})
-        try:
-            ws.ledger.append(gstream, [claim], expected_version=view.version,
-                             command_id=f"{graph_id}:{node}:a{attempt}:start:{run_id}:{worker}")
-        except ConflictError:
+        attempt = claim_node(ws, view, node, run_id, worker)
+        if attempt is None:
             continue
         catch_up(ws.ledger, view)
         execute_node(NodeContext(ws, view, node, attempt, run_id, worker))
