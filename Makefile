@@ -11,7 +11,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
-	$(BIN)/pip install -q -e '.[dev,postgres]' 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/pip install -q -e '.[dev,postgres,ray]' 2>&1 | grep -v '^WARNING: Location' || true
 	$(BIN)/python -c "import infer_forge.cli, torch, transformers, eventsourcing, duckdb"
 	touch $(STAMP)
 

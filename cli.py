@@ -51,6 +51,8 @@ from .harness.loop.manual import (
 from .harness.loop.manual import reject as reject_direction
 from .harness.loop.run import run_task
 from .harness.models.weights import list_models, pull
+from .harness.nodes import claims as node_claims
+from .harness.nodes.observe import observe as observe_host
 from .ledger.check import check_home
 from .ledger.errors import LedgerError
 from .ledger.graphspec import load_graph_yaml
@@ -73,6 +75,7 @@ from .projections.graph import load_graph, resolve_graph_id
 from .projections.graph_views import summary, to_dot, to_mermaid, tree_lines
 from .projections.index import rebuild, status, update
 from .projections.memory import list_tasks, task_memory, task_summary
+from .projections.nodes import host_listing
 from .projections.queries import compare_ws, filter_ws, sql_ws
 from .repos import commands as repo_commands
 from .repos import hooks as repo_hooks
@@ -1650,23 +1653,37 @@ def _print_run(summary, as_json: bool) -> None:
         raise SystemExit(1)
 
 
+def _backend_opts(f):
+    f = click.option("--address", default=None,
+                     help="Ray cluster address (--backend ray; default: RAY_ADDRESS, else "
+                          "a cluster started on this host, else a new local instance).")(f)
+    return click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
+                        show_default=True,
+                        help="local worker processes, or Ray tasks on a cluster.")(f)
+
+
 @graph.command("run")
 @_graph_opt
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1),
+              help="Parallel workers (default: cores; with Ray: the cluster's CPUs).")
+@_backend_opts
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.pass_context
 @fail_cleanly
-def graph_run(ctx, graph_id, jobs, as_json) -> None:
+def graph_run(ctx, graph_id, jobs, backend, address, as_json) -> None:
     """Run ready tasks in parallel worker processes until nothing more can run.
 
     Progress lines print as nodes start, deliver or are rejected. Exit 1 unless completed.
+    With --backend ray, each ready node is a Ray task asking for the GPUs of its deployment
+    point; the ledger stays the one record (PostgreSQL when workers span hosts).
 
     \b
     Example:
       forge graph run -j 4
+      forge graph run --backend ray --address 10.0.0.5:6379
     """
     ws = open_ws(ctx)
-    s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs,
+    s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, backend=backend, address=address,
                   echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
     _print_run(s, as_json)
 
@@ -1674,10 +1691,11 @@ def graph_run(ctx, graph_id, jobs, as_json) -> None:
 @graph.command("resume")
 @_graph_opt
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel workers (default: cores).")
+@_backend_opts
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.pass_context
 @fail_cleanly
-def graph_resume(ctx, graph_id, jobs, as_json) -> None:
+def graph_resume(ctx, graph_id, jobs, backend, address, as_json) -> None:
     """Resume after a crash: re-run nodes that were in flight, never a delivered one.
 
     \b
@@ -1685,7 +1703,8 @@ def graph_resume(ctx, graph_id, jobs, as_json) -> None:
       forge graph resume -j 2
     """
     ws = open_ws(ctx)
-    s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, resume=True,
+    s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, resume=True, backend=backend,
+                  address=address,
                   echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
     _print_run(s, as_json)
 
@@ -2289,6 +2308,199 @@ def trace_cmd(ctx, ident: str, as_json: bool) -> None:
         return
     for line in chain_lines(chain):
         click.echo(line)
+
+
+@main.command("concurrency")
+@click.option("--by", "by", multiple=True, type=click.Choice(["engineer", "host"]),
+              help="Also count per engineer or per host (repeatable).")
+@click.option("--since", help="From this ISO-8601 time (default: the first task's start).")
+@click.option("--until", "until_time", help="Up to this ISO-8601 time (default: now).")
+@click.option("--period", type=click.Choice(["day", "week", "month"]), default="month",
+              show_default=True, help="The peak of each such period (UTC).")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@click.pass_context
+@fail_cleanly
+def concurrency_cmd(ctx, by, since, until_time, period, as_json) -> None:
+    """Tasks in flight over time, across graphs and runs: the peak (value, when, which tasks)
+    and the peak of each period, overall and per engineer or host. A task is in flight from
+    its first block's start (or its reopening) until it exits.
+
+    \b
+    Example:
+      forge concurrency --by engineer --period month
+    """
+    from .projections.concurrency import concurrency_report, report_lines
+
+    rep = concurrency_report(open_ws(ctx).ledger, by=by, period=period,
+                             since=_time_arg(since, "--since"),
+                             until=_time_arg(until_time, "--until"),
+                             on_error=warn_undecodable)
+    if as_json:
+        emit_json(rep)
+        return
+    for line in report_lines(rep):
+        click.echo(line)
+
+
+# --- the Node Registry ------------------------------------------------------------------
+
+
+@main.group("nodes")
+def nodes_group() -> None:
+    """The Node Registry: hosts and their observations, leased claims on GPUs, ports and
+    whole hosts, and the cleanup of stale claims."""
+
+
+@nodes_group.command("observe")
+@click.option("--interval", "interval_s", type=float, default=10.0, show_default=True,
+              help="Seconds between samples.")
+@click.option("--window", "window_s", type=float, default=300.0, show_default=True,
+              help="Seconds per summary recorded in the ledger (samples go to the index).")
+@click.option("--count", type=int, help="Stop after this many samples.")
+@click.option("--for", "duration_s", type=float, help="Stop after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def nodes_observe(ctx, interval_s: float, window_s: float, count: int | None,
+                  duration_s: float | None, as_json: bool) -> None:
+    """Sample this host (CPU, memory; GPUs through NVML) into the registry until --count,
+    --for, or Ctrl-C. The host is FORGE_NODE, else the hostname.
+
+    \b
+    Example:
+      forge nodes observe --interval 10 --for 3600
+    """
+    res = observe_host(open_ws(ctx), interval_s=interval_s, window_s=window_s, count=count,
+                       duration_s=duration_s, echo=lambda m: click.echo(m, err=True))
+    if as_json:
+        emit_json(res.as_dict())
+        return
+    click.echo(f"{res.host}: {res.samples} samples, {res.summaries} summaries, "
+               f"{res.changes} GPU process changes, {res.gpus} GPUs (NVML: {res.nvml})")
+
+
+@nodes_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the hosts as JSON.")
+@click.pass_context
+@fail_cleanly
+def nodes_list(ctx, as_json: bool) -> None:
+    """Registered hosts: CPUs, memory, GPUs and what was last observed on them."""
+    rows = host_listing(open_ws(ctx).ledger)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no hosts registered (run: forge nodes observe)")
+    for r in rows:
+        note = f"  ({r['accelerator_note']})" if r["accelerator_note"] else ""
+        click.echo(f"{r['host']}  {r['cpus']} CPUs, {r['memory_mib']} MiB, "
+                   f"{len(r['gpus'])} GPUs, last seen {r['last_seen']}{note}")
+        for g in r["gpus"]:
+            state = (f"pids {g['pids']}" if g["pids"] else
+                     "idle" if g["idle_streak"] else "not observed")
+            click.echo(f"    {g['index']}: {g['uuid']}  {g['model']}  "
+                       f"{g['memory_mib']} MiB  {state}")
+
+
+@nodes_group.command("claims")
+@click.option("--all", "everything", is_flag=True, help="Released and cleaned claims too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the claims as JSON.")
+@click.pass_context
+@fail_cleanly
+def nodes_claims(ctx, everything: bool, as_json: bool) -> None:
+    """Claims on resources, with their lease (live or expired) and holder."""
+    rows = node_claims.listing(open_ws(ctx), everything)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no claims" if everything else "no active claims")
+    for r in rows:
+        h = r["holder"]
+        click.echo(f"{r['claim_id']}  {r['state']:<8} lease {r['lease']:<7} "
+                   f"{', '.join(r['resources']) or '(no resources)'}")
+        click.echo(f"    pid {h['pid']} on {h['host']}, heartbeat {r['heartbeat_age_s']}s ago "
+                   f"(every {r['heartbeat_s']:g}s)" + (f"; {r['purpose']}" if r["purpose"]
+                                                        else "")
+                   + (f"; ended: {r['end_reason']}" if r["ended_at"] else ""))
+
+
+@nodes_group.command("claim")
+@click.argument("resources", nargs=-1, required=True)
+@click.option("--heartbeat", "heartbeat_s", type=float, default=10.0, show_default=True,
+              help="Seconds between the holder's heartbeats.")
+@click.option("--purpose", default="", help="What the resources are for.")
+@click.option("--task", help="The task the claim is for.")
+@click.option("--pid", type=int, help="The holder process (default: this command's parent, "
+              "the shell or script that runs it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the claim as JSON.")
+@click.pass_context
+@fail_cleanly
+def nodes_claim(ctx, resources: tuple[str, ...], heartbeat_s: float, purpose: str,
+                task: str | None, pid: int | None, as_json: bool) -> None:
+    """Claim RESOURCES ([HOST/]gpu:UUID, [HOST/]port:N, host:NAME) for a holder process.
+    A resource held by another live claim is refused, naming its holder.
+
+    \b
+    Example:
+      forge nodes claim gpu:GPU-8f2c... port:30000 --purpose "bench tp8" --heartbeat 30
+    """
+    c = node_claims.claim_for(open_ws(ctx), list(resources), heartbeat_s=heartbeat_s,
+                              purpose=purpose, task=task, pid=pid, actor=gate.person(None))
+    if as_json:
+        emit_json(c)
+        return
+    click.echo(f"claimed {c['claim_id']}: {', '.join(c['resources'])} for pid "
+               f"{c['holder']['pid']} (heartbeat every {c['heartbeat_s']:g}s: "
+               f"forge nodes heartbeat {c['claim_id']})")
+
+
+@nodes_group.command("heartbeat")
+@click.argument("claim_id")
+@click.pass_context
+@fail_cleanly
+def nodes_heartbeat(ctx, claim_id: str) -> None:
+    """Renew a claim's lease (fails once the claim was released or cleaned up)."""
+    node_claims.heartbeat(open_ws(ctx), claim_id)
+    click.echo(f"renewed {claim_id}")
+
+
+@nodes_group.command("release")
+@click.argument("claim_id")
+@click.option("--reason", default="released", help="Why.")
+@click.pass_context
+@fail_cleanly
+def nodes_release(ctx, claim_id: str, reason: str) -> None:
+    """Give a claim back."""
+    node_claims.release(open_ws(ctx), claim_id, reason, gate.person(None))
+    click.echo(f"released {claim_id}")
+
+
+@nodes_group.command("cleanup")
+@click.argument("claim_id", required=False)
+@click.option("--dry-run", is_flag=True, help="Judge the claims; free nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+@click.pass_context
+@fail_cleanly
+def nodes_cleanup(ctx, claim_id: str | None, dry_run: bool, as_json: bool) -> None:
+    """Free stale claims: only when the holder process is gone, its heartbeat is older than
+    3 intervals and its GPUs showed no compute process for 3 fresh observations. Killing
+    leftover processes waits for a person: forge approve ID.
+    """
+    verdicts = node_claims.cleanup(open_ws(ctx), claim_id, dry_run=dry_run,
+                                   actor=gate.person(None))
+    if as_json:
+        emit_json([v.as_dict() for v in verdicts])
+        return
+    if not verdicts:
+        click.echo("no active claims")
+    for v in verdicts:
+        extra = (f" (kills {v.kill})" if v.kill else "") + (
+            f": waiting for approval {v.approval_id}: forge approve {v.approval_id} "
+            "--reason ..." if v.action == "waiting-approval" else "")
+        click.echo(f"{v.claim.claim_id}  {v.action}{extra}")
+        for r in v.signals.reasons:
+            click.echo(f"    kept: {r}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -46,8 +46,9 @@ def start_time(pid: int) -> str:
 
 
 def alive(pid: int, start: str = "") -> bool:
-    """True while process `pid` exists and, given its recorded `start` time, is still that
-    process (a reused pid is not). A process we may not signal counts as alive."""
+    """True while process `pid` exists, has not exited (a zombie has) and, given its recorded
+    `start` time, is still that process (a reused pid is not). A process we may not signal
+    counts as alive."""
     if pid <= 0:
         return False
     try:
@@ -56,6 +57,9 @@ def alive(pid: int, start: str = "") -> bool:
         return False
     except PermissionError:
         return True
+    fields = stat_fields(pid)
+    if fields and fields[0] == "Z":
+        return False  # a zombie has exited; where no one reaps it, it lingers as a pid
     return not start or start_time(pid) == start
 
 

@@ -239,6 +239,13 @@ class Ledger:
         """Write all events of all `appends` atomically (see module contract)."""
         cid = command_id or uuid4().hex
         marker_stream = COMMAND_PREFIX + cid
+        streams = [a.stream for a in appends]
+        if len(set(streams)) != len(streams):
+            # Each append numbers its events from the version it read: two on one stream
+            # would claim the same versions and conflict with themselves forever.
+            dup = sorted({s for s in streams if streams.count(s) > 1})
+            raise LedgerError(f"one save appends to {', '.join(dup)} more than once; merge "
+                              "those events into one append")
         for a in appends:
             self._refuse_secret(a.stream, a.stream)
         self._refuse_secret(marker_stream, cid)

@@ -3,6 +3,7 @@ re-runs, loop nodes, and the serving-project example (39 task nodes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from infer_forge.ledger.check import check_workspace
 from infer_forge.ledger.streams import graph_stream
 from infer_forge.ledger.workspace import init_workspace
 from infer_forge.projections.graph import load_graph, node_task_id
+from infer_forge.projections.nodes import read_claims
 from infer_forge.projections.repos import read_repo_history
 
 from .conftest import FORGE, REPO, need, run_forge
@@ -98,6 +100,13 @@ def test_four_workers_no_lost_or_duplicated_events_same_state_as_one(tmp_path, m
             assert len(ids) == len(set(ids))
             report = check_workspace(ws)
             assert report.ok, report.problems
+            # Each attempt was a Node Registry claim held by its worker, released with it.
+            book = read_claims(ws.ledger)
+            assert len(book.claims) == 16 and not book.active()
+            assert {c.holder.node for c in book.claims.values()} == set(starts)
+            assert {c.end_reason for c in book.claims.values()} == {"delivered"}
+            assert {c.holder.pid for c in book.claims.values()} == {
+                e.pid for e in evs if isinstance(e, E.NodeStarted)}
             results[jobs] = (final_states(ws, "layered"), s)
     assert results[1][0] == results[4][0]
     assert results[1][1].peak_in_flight == 1
@@ -206,6 +215,13 @@ edges:
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(timeout=30)
         _wait_for(lambda: _pid_gone(worker_pid), 30, "the worker to die with the runner")
+        # b's claim outlives its holder; the stale rule sees the holder gone but keeps the
+        # claim while its lease runs.
+        (cl,) = read_claims(ws.ledger).active()
+        assert cl.claim_id == "node:crash.b.a1" and cl.holder.pid == worker_pid
+        r = run_forge("nodes", "cleanup", "--dry-run", "--json")
+        (verdict,) = json.loads(r.stdout)
+        assert verdict["action"] == "kept" and verdict["signals"]["holder_gone"] is True
         # the interrupted run must be resumed explicitly
         r = run_forge("graph", "run")
         assert r.returncode != 0 and "forge graph resume" in r.stderr
@@ -228,6 +244,10 @@ edges:
                   if isinstance(r.event, E.LoopBlockStarted)]
         assert blocks == ["a1", "a2"]  # the killed attempt's events stay, marked as attempt 1
         assert check_workspace(ws).ok
+        claims = read_claims(ws.ledger).claims
+        assert not [c for c in claims.values() if c.state == "active"]
+        assert claims["node:crash.b.a1"].end_reason.startswith("abandoned: runner of")
+        assert claims["node:crash.b.a2"].end_reason == "delivered"
 
 
 @pytest.mark.slow

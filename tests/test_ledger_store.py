@@ -447,3 +447,12 @@ def test_replay_rejects_unknown_task_and_bad_positions(ledger):
 def test_reserved_stream_names_are_refused(ledger):
     with pytest.raises(LedgerError, match="reserved"):
         ledger.append("command:x", [define()])
+
+
+def test_two_appends_to_one_stream_in_one_save_are_refused_at_once(workspace):
+    from infer_forge.ledger.errors import LedgerError
+    ev = E.ClaimReleased(claim_id="c1")
+    before = workspace.ledger.max_position()  # init's events
+    with pytest.raises(LedgerError, match="appends to claims more than once"):
+        workspace.ledger.save(Append("claims", [ev]), Append("claims", [ev]))
+    assert workspace.ledger.max_position() == before

@@ -454,3 +454,22 @@ def test_cli_nodes_observe_list_claim_release_and_cleanup_dry_run(workspace):
     assert r.returncode != 0 and "released" in r.stderr
     r = run_forge("nodes", "claims", "--all", "--json")
     assert [c["state"] for c in json.loads(r.stdout)] == ["released"]
+
+
+def test_a_lease_renews_while_held_and_reports_a_lost_claim(workspace):
+    from infer_forge.projections.nodes import heartbeats
+
+    def until(cond) -> None:
+        deadline = time.monotonic() + 30
+        while not cond() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cond()
+
+    c = C.claim(workspace, [C.parse_resource("port:7000")], heartbeat_s=0.02)
+    with C.Lease(str(workspace.home), c.claim_id, 0.02) as lease:
+        until(lambda: heartbeats(workspace.ledger, c.claim_id) >= 3)
+    assert not lease._thread.is_alive() and lease.lost is None
+    C.release(workspace, c.claim_id, "done")
+    with C.Lease(str(workspace.home), c.claim_id, 0.02) as lost:
+        until(lambda: lost.lost is not None)
+    assert lost.lost is not None and "released" in lost.lost

@@ -51,11 +51,13 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.graphspec import LoopWork
 from ...ledger.specs import DeploymentPoint, SpecError, load_point
+from ...ledger.store import Append
 from ...ledger.streams import graph_stream
 from ...ledger.workspace import Workspace, open_workspace
 from ...ledger.yamlio import load_yaml
 from ...projections.graph import GraphView, catch_up, load_graph
 from ..errors import HarnessError
+from . import lease
 from .run import Echo, RunSummary, _quiet, echo_progress, finish_run, interrupted, start_run
 from .work import NodeContext, execute_node
 from .worker import claim_node
@@ -178,9 +180,11 @@ def _give_up(ws: Workspace, graph_id: str, run_id: str, node: str, ticket: str,
     """Abandon the attempt a failed Ray task left in flight (once: deterministic id)."""
     n = load_graph(ws.ledger, graph_id).nodes[node]
     if n.state in IN_FLIGHT and n.run_id == run_id and _owns(n.worker, ticket):
-        ws.ledger.append(graph_stream(graph_id), [E.NodeAbandoned(
-            node=node, attempt=n.attempt, reason=f"Ray task {ticket} failed: {why}")],
-            command_id=f"{graph_id}:{node}:a{n.attempt}:abandoned:{run_id}")
+        gone: list[E.Event] = [E.NodeAbandoned(
+            node=node, attempt=n.attempt, reason=f"Ray task {ticket} failed: {why}")]
+        ws.ledger.save(Append(graph_stream(graph_id), gone),
+                       *lease.releases_for(graph_id, gone),
+                       command_id=f"{graph_id}:{node}:a{n.attempt}:abandoned:{run_id}")
 
 
 def _connect(address: str | None) -> bool:

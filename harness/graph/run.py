@@ -7,7 +7,6 @@ run to `ray_backend` (ready nodes as Ray tasks); both start and finish a run thr
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from uuid import uuid4
 
 from ...ledger import events as E
 from ...ledger.errors import ConflictError
-from ...ledger.store import Ledger
+from ...ledger.store import Append, Ledger
 from ...ledger.streams import graph_stream
 from ...ledger.workspace import Workspace
 from ...projections.graph import (
@@ -28,7 +27,9 @@ from ...projections.graph import (
     load_graph,
 )
 from ..errors import HarnessError
+from ..nodes.identity import local_host
 from ..proc import alive, die_with_parent, start_time
+from . import lease
 from .repos import member_nodes, pin_members
 from .work import repo_dir, workdir
 
@@ -117,10 +118,11 @@ def start_run(ws: Workspace, graph_id: str, jobs: int, resume: bool, echo: Echo)
     # The member repo nodes' worktrees, pinned at the state recorded with the run.
     snapshot_id = pin_members(ws, graph_id, members)
     start.append(E.GraphRunStarted(run_id=run_id, jobs=jobs, pid=me, pid_start=start_time(me),
-                                   host=socket.gethostname(), resumed=resume,
+                                   host=local_host(), resumed=resume,
                                    repo_snapshot=snapshot_id))
     try:
-        ledger.append(gstream, start, expected_version=view.version)
+        ledger.save(Append(gstream, start, expected_version=view.version),
+                    *lease.releases_for(graph_id, start))
     except ConflictError:
         raise HarnessError(f"graph {graph_id!r} changed while starting; try again") from None
     for d in repos:
@@ -218,9 +220,10 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
                 orphans = [n for n in load_graph(ledger, graph_id).running()
                            if n.run_id == run_id and n.worker == name]
                 if orphans:
-                    ledger.append(gstream, [E.NodeAbandoned(
+                    gone: list[E.Event] = [E.NodeAbandoned(
                         node=n.id, attempt=n.attempt, reason=f"worker {name} died (exit {rc})")
-                        for n in orphans])
+                        for n in orphans]
+                    ledger.save(Append(gstream, gone), *lease.releases_for(graph_id, gone))
                 if respawns_left > 0:
                     respawns_left -= 1
                     spawn(f"{name.split('.')[0]}.{spawned}")

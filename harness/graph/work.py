@@ -29,9 +29,11 @@ from ..errors import HarnessError
 from ..jsonl import last_json_line
 from ..loop.define import define_task_spec
 from ..loop.run import run_task
+from ..nodes.identity import local_host
 from ..proc import CommandOutcome, last_line, run_in_session
 from ..record import append_to_task
 from ..tools.calls import capture_redactor
+from . import lease
 from .commands import ACTOR, handoff_events
 
 
@@ -241,7 +243,13 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
 
 
 def execute_node(ctx: NodeContext) -> str:
-    """Run one claimed node to delivery or rejection. Returns the final state."""
+    """Run one claimed node to delivery or rejection, renewing its claim's lease meanwhile.
+    Returns the final state."""
+    with lease.lease(ctx.ws.home, ctx.graph_id, ctx.node, ctx.attempt):
+        return _execute_node(ctx)
+
+
+def _execute_node(ctx: NodeContext) -> str:
     t0 = time.monotonic()
     n = ctx.view.nodes[ctx.node]
     spec = n.spec
@@ -270,7 +278,7 @@ def execute_node(ctx: NodeContext) -> str:
         index=ctx.attempt, sub_goal=spec.goal or spec.title or spec.id,
         routing={"executor": spec.work.kind if spec.work else "none", "model_tier": "none",
                  "agent_topology": "single", "worker": ctx.worker, "run_id": ctx.run_id},
-        task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR))
+        host=local_host(), task_id=ctx.task_id, block_id=ctx.block, actor=ACTOR))
     append_to_task(ctx.ws, ctx.task_id, begin, command_id=ctx.cid("begin"))
     cwd = workdir(ctx.ws, ctx.graph_id)
     cwd.mkdir(parents=True, exist_ok=True)
@@ -368,7 +376,8 @@ def _conclude(ctx: NodeContext, res: WorkResult, elapsed: float,
             final = "rejected"
         try:
             append_to_task(ctx.ws, ctx.task_id, _closing(ctx, res, ver, final),
-                           also=[Append(gstream, events, expected_version=view.version)],
+                           also=[Append(gstream, events, expected_version=view.version),
+                                 *lease.releases_for(ctx.graph_id, events)],
                            command_id=ctx.cid("conclude"))
             return final
         except ConflictError:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from ...ledger import events as E
 from ...ledger.errors import ConflictError
-from ...ledger.streams import graph_stream
+from ...ledger.store import Append
+from ...ledger.streams import CLAIMS_STREAM, graph_stream
 from ...ledger.workspace import Workspace, open_workspace
 from ...projections.graph import (
     GraphView,
@@ -21,6 +22,7 @@ from ...projections.graph import (
     load_graph,
     node_task_id,
 )
+from . import lease
 from .commands import ACTOR
 from .work import NodeContext, execute_node
 
@@ -40,9 +42,14 @@ def claim_node(ws: Workspace, view: GraphView, node: str, run_id: str, worker: s
                                          for es in view.in_edges.get(node, ())
                                          if es.spec.kind == "handoff"})
     try:
-        ws.ledger.append(graph_stream(graph_id), [*before, claim],
-                         expected_version=view.version,
-                         command_id=f"{graph_id}:{node}:a{attempt}:start:{run_id}:{worker}")
+        # The node's claim in the Node Registry (and the release of any attempt `before`
+        # abandons) in the same save.
+        ws.ledger.save(
+            Append(graph_stream(graph_id), [*before, claim], expected_version=view.version),
+            Append(CLAIMS_STREAM, [*lease.release_events(graph_id, before),
+                                   lease.claim_event(graph_id, node, attempt, run_id, worker,
+                                                     claim.task_id or "")]),
+            command_id=f"{graph_id}:{node}:a{attempt}:start:{run_id}:{worker}")
     except ConflictError:
         return None
     return attempt

@@ -49,7 +49,7 @@ from .identity import check_host, local_host
 
 clock: Callable[[], datetime] = utcnow
 _RETRIES = 20
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 _GPU = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_HEARTBEAT_S = 86400.0
 
@@ -335,16 +335,18 @@ class Lease:
                                         daemon=True)
 
     def _run(self) -> None:
-        ws = open_workspace(self.home)
+        ws: Workspace | None = None  # opened at the first heartbeat: short work needs none
         try:
             while not self._stop.wait(self.heartbeat_s):
+                ws = ws or open_workspace(self.home)
                 try:
                     heartbeat(ws, self.claim_id)
                 except HarnessError as e:
                     self.lost = str(e)
                     return
         finally:
-            ws.close()
+            if ws is not None:
+                ws.close()
 
     def __enter__(self) -> Lease:
         self._thread.start()

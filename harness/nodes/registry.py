@@ -24,13 +24,16 @@ from .identity import check_host
 
 def register_host(ws: Workspace, host: str, inventory: E.HostInventory,
                   actor: E.Actor = E.SYSTEM) -> bool:
-    """Record `host` with `inventory` when it is new or its inventory changed; True if
-    recorded. A retried call adds nothing (the command id names host, inventory and the
-    stream version read)."""
+    """Record `host` with `inventory` when it is new or its inventory changed (a Ray
+    inventory never replaces the host's own); True if recorded. A retried call adds nothing
+    (the command id names host, inventory and the stream version read)."""
     check_host(host)
     book = read_hosts(ws.ledger)
     known = book.hosts.get(host)
-    if known is not None and known.inventory == inventory:
+    if known is not None and (known.inventory == inventory or (
+            inventory.source == "ray" and known.inventory.source != "ray")):
+        # Ray's node table knows no GPU UUIDs and counts what it offers tasks: a host the
+        # host itself reported (psutil/NVML) keeps that richer inventory.
         return False
     ws.ledger.append(NODES_STREAM, [E.HostRegistered(host=host, inventory=inventory,
                                                      actor=actor)],
