@@ -43,6 +43,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/index.py --events 200000 --no-wiki
 	$(BIN)/python bench/bench_import_memory.py --lines 100000
 	$(BIN)/python bench/demo.py
+	$(BIN)/python bench/nodes.py --quick
+	$(BIN)/python bench/graph_ray.py --chain 10 --fan 10 --repeats 1 --skip-example
 
 clean:
 	rm -rf $(VENV) .forge .pytest_cache .mypy_cache
