@@ -3,7 +3,8 @@
 Speaks the wire format of a real server: `POST /v1/completions` and `/v1/chat/completions`
 stream Server-Sent Events over chunked HTTP/1.1 (`data: {...}\\n\\n` per token, a final chunk
 with `finish_reason`, a usage chunk when `stream_options.include_usage` is set, then
-`data: [DONE]`); non-streaming requests get one JSON body. `GET /health`, `GET /v1/models`.
+`data: [DONE]`); non-streaming requests get one JSON body. `GET /health`, `GET /v1/models`,
+and `GET /metrics` when the script has a `metrics` callable (the text of each scrape).
 
 Timing contract (the "truth" a client's measurements are compared with): the first token is
 written `first_token_ms` after the request was fully read, token k (0-based) at
@@ -32,7 +33,7 @@ import asyncio
 import threading
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import orjson
@@ -50,6 +51,9 @@ class Script:
     model: str = MODEL
     record_timeline: bool = False  # keep per-prompt write times for /forge/timeline
     idle_close_ms: float = 0.0  # close a keep-alive connection idle this long (as uvicorn does)
+    # `GET /metrics`: called with the scrape's number (0, 1, ...) for the Prometheus text to
+    # serve, so a test can make a metric move between scrapes; None: 404, as without metrics.
+    metrics: Callable[[int], str] | None = None
 
     @property
     def instant(self) -> bool:
@@ -195,12 +199,13 @@ class _Protocol(asyncio.Protocol):
         return True
 
     @staticmethod
-    def _plain(status: int, body: bytes, close: bool = False) -> bytes:
+    def _plain(status: int, body: bytes, close: bool = False,
+               content_type: bytes = b"application/json") -> bytes:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 422: "Unprocessable Entity",
                   500: "Internal Server Error"}.get(status, "OK")
         conn = b"Connection: close\r\n" if close else b""
-        head = b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-        return head % (status, reason.encode(), len(body)) + conn + b"\r\n" + body
+        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+        return head % (status, reason.encode(), content_type, len(body)) + conn + b"\r\n" + body
 
 
 class ScriptedServer:
@@ -211,6 +216,7 @@ class ScriptedServer:
         self.host, self.port = host, port
         self.stats = Stats()
         self._count = 0
+        self.scrapes = 0  # GET /metrics answered
         self._server: asyncio.base_events.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -284,6 +290,11 @@ class ScriptedServer:
             body = orjson.dumps({"object": "list", "data": [
                 {"id": self.script.model, "object": "model", "owned_by": "forge"}]})
             proto._write(plain(200, body, req.close))
+            return None
+        if req.method == "GET" and req.path == "/metrics" and self.script.metrics is not None:
+            page = self.script.metrics(self.scrapes).encode()
+            self.scrapes += 1
+            proto._write(plain(200, page, req.close, b"text/plain; version=0.0.4"))
             return None
         if req.method == "GET" and req.path == "/forge/stats":
             proto._write(plain(200, orjson.dumps(self.stats.summary()), req.close))

@@ -20,6 +20,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProjectionError
+from .endpoints import ops as endpoint_ops
 from .projector import Projector, _Rows
 from .schema import DIM_NAMES, DIMS, PROJECTION, tracked_position
 
@@ -119,6 +120,7 @@ def batch_ops(p: Projector) -> list[tuple]:
             "util": pa.array(g["util"], pa.float64()),
             "mem_used_mib": pa.array(g["mem_used_mib"], pa.int64()),
             "procs": pa.array(g["procs"], pa.int64())})))
+    ops.extend(endpoint_ops(p.b_endpoints))
     if p.b_skipped:
         ops.append(("insert", "skipped", pa.table({
             n: pa.array(v, t) for n, v, t in zip(

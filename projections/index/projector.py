@@ -26,6 +26,7 @@ from ...ledger.samples import decode_samples
 from ...ledger.specs import stored_point, stored_profile
 from ...ledger.store import BOOKKEEPING_TYPES
 from .dims import _float, _int, _json, _str, candidate_key, point_dims, profile_row
+from .endpoints import EndpointBatch, on_diagnosis, on_summary
 from .schema import DIM_NAMES
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class Projector:
         self.b_gsamp: dict[str, list[Any]] = {k: [] for k in (
             "position", "host", "gpu_uuid", "t", "util", "mem_used_mib", "procs")}
         self.b_skipped: list[tuple] = []  # (position, stream, version, type, error)
+        self.b_endpoints = EndpointBatch()  # forge monitor / diagnose (endpoints.py)
 
     def project(self, rows: list[tuple]) -> int:
         """Add one batch of stored rows `(position, stream, version, type, state)` (as
@@ -451,6 +453,8 @@ _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "SkillsProvided": Projector._on_skills,
     "HostSummarized": Projector._on_host_summary,
     "GpuProcessesChanged": Projector._on_gpu_change,
+    "EndpointSummarized": lambda p, pos, d: on_summary(p.b_endpoints, p.artifacts, pos, d),
+    "DiagnosisRecorded": lambda p, pos, d: on_diagnosis(p.b_endpoints, pos, d),
 }
 
 

@@ -15,8 +15,9 @@ PROJECTION = "index"
 # Bump when tables or their meaning change: an index of another version is rebuilt.
 # 3: table `skipped` (undecodable events); 4: gates, points and profiles read typed;
 # 5: table `skills_provided` (the skills each block received); 6: the Node Registry's
-# observations (host_windows, gpu_windows, gpu_changes, host_samples, gpu_samples)
-INDEX_SCHEMA_VERSION = 6
+# observations (host_windows, gpu_windows, gpu_changes, host_samples, gpu_samples);
+# 7: endpoints monitored and diagnosed (endpoint_windows, endpoint_samples, diagnoses)
+INDEX_SCHEMA_VERSION = 7
 SCHEMA_KEY = "index-schema"
 
 # Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
@@ -136,6 +137,18 @@ CREATE TABLE IF NOT EXISTS host_samples(
 CREATE TABLE IF NOT EXISTS gpu_samples(
   position BIGINT, host VARCHAR, gpu_uuid VARCHAR, t TIMESTAMPTZ, util DOUBLE,
   mem_used_mib BIGINT, procs BIGINT);
+-- `forge monitor` (harness/diagnose/monitor.py): one row per endpoint summary window and
+-- one per (scrape, metric) loaded from the window's samples artifact; `forge diagnose`: one
+-- row per diagnosis with the rules that fired (empty: healthy).
+CREATE TABLE IF NOT EXISTS endpoint_windows(
+  position BIGINT, url VARCHAR, start_at TIMESTAMPTZ, end_at TIMESTAMPTZ, interval_s DOUBLE,
+  samples BIGINT, missed BIGINT, errors BIGINT, last_error VARCHAR,
+  samples_artifact VARCHAR, samples_loaded BOOLEAN);
+CREATE TABLE IF NOT EXISTS endpoint_samples(
+  position BIGINT, url VARCHAR, t TIMESTAMPTZ, metric VARCHAR, value DOUBLE);
+CREATE TABLE IF NOT EXISTS diagnoses(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, url VARCHAR, samples BIGINT, healthy BOOLEAN, rules_fired VARCHAR[]);
 """
 
 VIEWS = """
@@ -200,7 +213,8 @@ CREATE OR REPLACE VIEW decision_evidence AS
 TABLES = ["events", "points", "runtime_profiles", "tasks", "loop_blocks", "tool_calls",
           "measurement_runs", "invalidations", "verifications", "gate_verdicts", "decisions",
           "handoffs", "skills_provided", "skipped", "host_windows", "gpu_windows",
-          "gpu_changes", "host_samples", "gpu_samples"]
+          "gpu_changes", "host_samples", "gpu_samples", "endpoint_windows",
+          "endpoint_samples", "diagnoses"]
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

@@ -1,0 +1,1 @@
+"""Diagnose online and monitor an endpoint: rules over /metrics windows and logs."""

@@ -1,0 +1,182 @@
+"""`forge monitor URL`: sample an endpoint's `/metrics` into the index, summaries in the ledger
+(as the Node Registry does for hosts; docs/nodes.md).
+
+Contracts:
+- Read-only: only `GET <url>/metrics`, passed through the production guard once at the start.
+- Scrape k starts at or after first + k·`interval_s` (drift-free; a scrape that overran makes
+  the next one start at once). Each is summarised (collect.to_scrape: the `sglang:` families,
+  histograms as count/sum/mean/p50/p90/p99). A failed scrape counts in the window's `errors`
+  (its `last_error` kept) and monitoring goes on: an endpoint that went away is what a
+  monitor is for. A gap over 1.5 intervals counts the scrapes due in it as `missed`.
+- Every `window_s` (and when `count` or `duration_s` is reached) one `EndpointSummarized`
+  goes to the `endpoints` stream: per metric (last, min, max, mean) over the window, and the
+  samples themselves as an artifact (ledger/samples.py's gzip'd JSON columns: `t`, and
+  `metrics` {name: [value or null, aligned with t]}) that the index loads into
+  `endpoint_samples(position, url, t, metric, value)`. A progress line per window.
+- Ctrl-C records the partial window before stopping.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ...ledger import events as E
+from ...ledger.samples import encode_samples
+from ...ledger.streams import ENDPOINTS_STREAM
+from ...ledger.workspace import Workspace
+from ..engines.base import request_text
+from ..errors import HarnessError
+from ..guard import production
+from .collect import metrics_url, to_scrape
+
+Echo = Callable[[str], None]
+_SHOWN = (("num_running_reqs", "running", "{:g}"), ("num_queue_reqs", "queued", "{:g}"),
+          ("token_usage", "KV", "{:.2f}"), ("gen_throughput", "tok/s", "{:.0f}"),
+          ("time_to_first_token_seconds_p99", "TTFT p99 s", "{:.3f}"))
+
+
+def _dt(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+@dataclass
+class EndpointWindow:
+    """The scrapes of one summary window (pure): aligned columns, errors, gaps."""
+
+    url: str
+    interval_s: float
+    start: float
+    last_t: float | None = None
+    t: list[float] = field(default_factory=list)
+    metrics: dict[str, list[float | None]] = field(default_factory=dict)
+    errors: int = 0
+    last_error: str = ""
+    missed: int = 0
+
+    def _gap(self, t: float) -> None:
+        if self.last_t is not None and t - self.last_t > 1.5 * self.interval_s:
+            self.missed += max(0, round((t - self.last_t) / self.interval_s) - 1)
+        self.last_t = t
+
+    def add(self, t: float, values: dict[str, float]) -> None:
+        self._gap(t)
+        i = len(self.t)
+        self.t.append(t)
+        for k, v in values.items():
+            self.metrics.setdefault(k, [None] * i).append(v)
+        for col in self.metrics.values():  # a metric missing from this scrape: a hole
+            if len(col) <= i:
+                col.append(None)
+
+    def error(self, t: float, why: str) -> None:
+        self._gap(t)
+        self.errors += 1
+        self.last_error = why[:300]
+
+    def summary(self, end: float) -> tuple[E.EndpointSummarized, dict[str, Any]]:
+        stats = {}
+        for k, col in self.metrics.items():
+            xs = [v for v in col if v is not None]
+            if xs:
+                stats[k] = (xs[-1], min(xs), max(xs), sum(xs) / len(xs))
+        ev = E.EndpointSummarized(url=self.url, start=_dt(self.start), end=_dt(end),
+                                  interval_s=self.interval_s, samples=len(self.t),
+                                  missed=self.missed, errors=self.errors,
+                                  last_error=self.last_error, stats=stats)
+        return ev, {"t": self.t, "metrics": self.metrics}
+
+    def next(self, start: float) -> EndpointWindow:
+        return EndpointWindow(self.url, self.interval_s, start, self.last_t)
+
+
+@dataclass
+class MonitorResult:
+    url: str
+    samples: int = 0
+    errors: int = 0
+    summaries: int = 0
+    artifacts: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def record_summary(ws: Workspace, ev: E.EndpointSummarized, columns: dict[str, Any]
+                   ) -> E.EndpointSummarized:
+    art = ws.artifacts.put(encode_samples(columns), verbatim=True)
+    ev = ev.model_copy(update={"samples_artifact": art})
+    ws.ledger.append(ENDPOINTS_STREAM, [ev])
+    return ev
+
+
+def _progress(res: MonitorResult, ev: E.EndpointSummarized) -> str:
+    parts = [f"{label} {fmt.format(ev.stats[k][0])}" for k, label, fmt in _SHOWN
+             if k in ev.stats]
+    err = f", {ev.errors} failed ({ev.last_error})" if ev.errors else ""
+    return (f"{ev.url}: {res.samples} samples, window of {ev.samples}{err}"
+            + (": " + ", ".join(parts) if parts else ""))
+
+
+def _check(name: str, v: float | None, lo: float, hi: float) -> None:
+    if v is not None and not lo <= v <= hi:  # also refuses NaN
+        raise HarnessError(f"--{name} {v:g}: must be within {lo:g}..{hi:g}")
+
+
+def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: float = 60.0,
+            count: int | None = None, duration_s: float | None = None,
+            echo: Echo = lambda _: None, actor: E.Actor = E.SYSTEM,
+            fetch: Callable[[], str] | None = None) -> MonitorResult:
+    """Sample `url` (module contract) until `count` scrapes or `duration_s` seconds (neither:
+    until interrupted)."""
+    _check("interval", interval_s, 0.01, 3600)
+    _check("window", window_s, interval_s, 86400)
+    _check("for", duration_s, 0, 366 * 86400)
+    if count is not None and count < 1:
+        raise HarnessError(f"--count {count}: must be at least 1")
+    murl = metrics_url(url)
+    production.check(ws, murl, "GET /metrics", actor=actor)
+    shown = production.shown_url(url.strip().rstrip("/"))
+    get = fetch or (lambda: request_text("GET", murl, timeout=max(1.0, min(30.0, interval_s))))
+    res = MonitorResult(shown)
+    first = time.time()
+    win = EndpointWindow(shown, interval_s, first)
+    tick = 0
+    try:
+        while True:
+            t = time.time()
+            if tick == 0:  # the schedule and the first window count from the first scrape
+                first = win.start = t
+            try:
+                win.add(t, dict(to_scrape(t, get(), shown + "/metrics").values))
+                res.samples += 1
+            except HarnessError as e:
+                win.error(t, " ".join(str(e).split()))
+                res.errors += 1
+            done = (count is not None and res.samples + res.errors >= count) or (
+                duration_s is not None and t - first >= duration_s)
+            if t - win.start >= window_s or done:
+                ev = record_summary(ws, *win.summary(t))
+                res.summaries += 1
+                res.artifacts.append(str(ev.samples_artifact))
+                echo(_progress(res, ev))
+                win = win.next(t)
+            if done:
+                break
+            tick += 1
+            # Drift-free: scrape n is due at first + n * interval (catching up after an
+            # overrun rather than sending a burst of late scrapes).
+            now = time.time()
+            tick = max(tick, int((now - first) / interval_s))
+            time.sleep(max(0.0, first + tick * interval_s - now))
+    except KeyboardInterrupt:
+        if win.t or win.errors:
+            ev = record_summary(ws, *win.summary(win.last_t or time.time()))
+            res.summaries += 1
+            res.artifacts.append(str(ev.samples_artifact))
+            echo(_progress(res, ev) + " (interrupted)")
+        raise
+    return res

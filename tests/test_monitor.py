@@ -1,0 +1,132 @@
+"""`forge monitor`: scrapes of a real scripted server's SGLang-shaped /metrics at the requested
+interval, summaries in a real ledger, samples in the real index."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from infer_forge.harness.diagnose.monitor import monitor
+from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.testing.scripted_server import Script, ScriptedServer
+from infer_forge.harness.testing.sglang_metrics import sglang_metrics
+from infer_forge.ledger import events as E
+from infer_forge.ledger.samples import decode_samples
+from infer_forge.ledger.streams import ENDPOINTS_STREAM
+from infer_forge.projections.index import open_index, rebuild
+from infer_forge.projections.index.schema import fingerprint
+
+from tests.conftest import run_forge
+
+
+def queue_of_k(k: int) -> str:
+    """Scrape k serves a queue of k requests (so each sample names its scrape)."""
+    return sglang_metrics(queue=k, gen_tokens=100 * k, token_usage=0.5)
+
+
+def summaries(ws) -> list[E.EndpointSummarized]:
+    return [r.event for r in ws.ledger.stream(ENDPOINTS_STREAM)]
+
+
+def test_monitor_samples_at_the_interval_into_the_index(workspace):
+    interval = 0.2
+    lines: list[str] = []
+    with ScriptedServer(Script(metrics=queue_of_k)) as s:
+        res = monitor(workspace, s.url, interval_s=interval, window_s=60, count=5,
+                      echo=lines.append)
+        assert s.scrapes == 5
+    assert (res.samples, res.errors, res.summaries) == (5, 0, 1)
+    (ev,) = summaries(workspace)
+    assert ev.samples == 5 and ev.missed == 0 and ev.url == s.url
+    assert ev.stats["num_queue_reqs"] == (4.0, 0.0, 4.0, 2.0)  # last, min, max, mean
+    cols = decode_samples(workspace.artifacts.get(str(ev.samples_artifact)))
+    t = cols["t"]
+    # Drift-free: scrape k starts no earlier than k intervals after the first.
+    assert all(t[k] - t[0] >= k * interval - 1e-6 for k in range(5))
+    assert t[-1] - t[0] < 4 * interval + 2.0
+    assert cols["metrics"]["num_queue_reqs"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    with open_index(workspace) as q:
+        rows = q.con.execute(
+            "SELECT epoch_us(t), value FROM endpoint_samples WHERE metric = 'num_queue_reqs' "
+            "ORDER BY t").fetchall()
+        assert [v for _, v in rows] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert [us / 1e6 for us, _ in rows] == pytest.approx(t, abs=1e-5)
+        assert q.con.execute("SELECT url, samples, samples_loaded FROM endpoint_windows"
+                             ).fetchall() == [(s.url, 5, True)]
+        n_metrics = q.con.execute("SELECT count(DISTINCT metric) FROM endpoint_samples"
+                                  ).fetchone()
+        assert n_metrics is not None and n_metrics[0] == len(cols["metrics"]) > 10
+        incremental = fingerprint(q.con)
+    rebuild(workspace)
+    with open_index(workspace) as q:
+        assert fingerprint(q.con) == incremental
+    assert len(lines) == 1 and "5 samples" in lines[0] and "queued 4" in lines[0]
+
+
+def test_one_summary_per_window_and_every_sample_kept(workspace):
+    lines: list[str] = []
+    with ScriptedServer(Script(metrics=queue_of_k)) as s:
+        res = monitor(workspace, s.url, interval_s=0.05, window_s=0.1, count=7,
+                      echo=lines.append)
+    evs = summaries(workspace)
+    assert res.summaries == len(evs) == len(lines) >= 2
+    assert sum(e.samples for e in evs) == 7
+    assert all(a.end <= b.start for a, b in zip(evs, evs[1:], strict=False))
+    with open_index(workspace) as q:
+        assert q.con.execute("SELECT list(value ORDER BY t) FROM endpoint_samples "
+                             "WHERE metric = 'num_queue_reqs'").fetchone() == (
+            [float(k) for k in range(7)],)
+
+
+def test_ctrl_c_records_the_partial_window(workspace):
+    with ScriptedServer(Script(metrics=queue_of_k)) as s:
+        from infer_forge.harness.engines.base import request_text
+
+        calls = 0
+
+        def fetch() -> str:
+            nonlocal calls
+            calls += 1
+            if calls == 4:
+                raise KeyboardInterrupt
+            return request_text("GET", s.url + "/metrics")
+
+        with pytest.raises(KeyboardInterrupt):
+            monitor(workspace, s.url, interval_s=0.01, window_s=60, fetch=fetch)
+    (ev,) = summaries(workspace)
+    assert ev.samples == 3 and ev.stats["num_queue_reqs"][0] == 2.0
+    with open_index(workspace) as q:
+        assert q.con.execute("SELECT count(DISTINCT t) FROM endpoint_samples").fetchone() == (
+            3,)
+
+
+def test_failed_scrapes_are_counted_and_monitoring_goes_on(workspace):
+    lines: list[str] = []
+    with ScriptedServer(Script(metrics=None)) as s:  # /metrics answers 404
+        res = monitor(workspace, s.url, interval_s=0.01, count=3, echo=lines.append)
+    assert (res.samples, res.errors) == (0, 3)
+    (ev,) = summaries(workspace)
+    assert ev.errors == 3 and "HTTP 404" in ev.last_error and ev.samples == 0
+    assert "3 failed" in lines[0]
+
+
+def test_bad_arguments_are_one_line_errors(workspace):
+    for kw, word in (({"interval_s": 0}, "--interval 0"), ({"count": 0}, "--count 0"),
+                     ({"window_s": 0.001, "interval_s": 1}, "--window"),
+                     ({"duration_s": float("nan")}, "--for nan")):
+        with pytest.raises(HarnessError, match=word):
+            monitor(workspace, "http://127.0.0.1:9", **kw)
+    with pytest.raises(HarnessError, match="http://host:port"):
+        monitor(workspace, "localhost:9", count=1)
+    assert summaries(workspace) == []
+
+
+def test_cli_monitor_prints_progress_and_json(workspace):
+    with ScriptedServer(Script(metrics=queue_of_k)) as s:
+        r = run_forge("monitor", s.url, "--interval", "0.05", "--count", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["samples"] == 3
+    assert "3 samples, window of 3" in r.stderr
+    r = run_forge("monitor", "http://127.0.0.1:9", "--interval", "-1")
+    assert r.returncode != 0 and "--interval -1" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
