@@ -473,3 +473,32 @@ def test_a_lease_renews_while_held_and_reports_a_lost_claim(workspace):
     with C.Lease(str(workspace.home), c.claim_id, 0.02) as lost:
         until(lambda: lost.lost is not None)
     assert lost.lost is not None and "released" in lost.lost
+
+
+def test_ctrl_c_records_the_partial_window_and_leaves_the_ledger_consistent(workspace):
+    from .conftest import FORGE, REPO
+    env = {**os.environ, "FORGE_HOME": str(workspace.home)}
+    p = subprocess.Popen([*FORGE, "nodes", "observe", "--interval", "0.02", "--window", "0.2"],
+                         cwd=str(REPO), env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    seen = []
+    for line in p.stderr:  # the first window's progress line: a summary is recorded
+        seen.append(line)
+        if "window of" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0 and "Traceback" not in err
+    sums = [r.event for r in workspace.ledger.stream(NODES_STREAM)
+            if isinstance(r.event, E.HostSummarized)]
+    first = int(seen[-1].split("window of ")[1].split(":")[0])
+    assert sums[0].samples == first
+    # The interrupted window's samples are recorded (when it had any yet).
+    last = int(err.split("the last window's ")[1].split(" ")[0])
+    if last:
+        assert len(sums) >= 2 and sums[-1].samples == last
+    assert run_forge("check").returncode == 0
+    with open_index(workspace) as s:
+        (rows,) = s.con.execute("SELECT count(*) FROM host_samples").fetchone()
+    assert rows == sum(x.samples for x in sums)

@@ -281,6 +281,7 @@ def observe(ws: Workspace, *, interval_s: float = 10.0, window_s: float = 300.0,
                 ev, cols = win.summary(win.t[-1])
                 registry.record_summary(ws, ev, cols)
                 res.summaries += 1
+            echo(f"{host}: interrupted; the last window's {len(win.t)} sample(s) recorded")
             raise
     finally:
         probe.close()
