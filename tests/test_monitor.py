@@ -130,3 +130,20 @@ def test_cli_monitor_prints_progress_and_json(workspace):
     r = run_forge("monitor", "http://127.0.0.1:9", "--interval", "-1")
     assert r.returncode != 0 and "--interval -1" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_latency_series_are_of_the_requests_finished_between_scrapes(workspace):
+    """Slow first tokens before monitoring began, fast ones since: the recorded TTFT p99 per
+    scrape is the recent one, not the histogram's since-start quantile."""
+    def m(k: int) -> str:
+        return sglang_metrics(ttft_s=(5.0,) * 50 + (0.05,) * (5 * k),
+                              tpot_s=(0.01,) * (10 + 5 * k))
+
+    with ScriptedServer(Script(metrics=m)) as s:
+        monitor(workspace, s.url, interval_s=0.01, count=4)
+    (ev,) = summaries(workspace)
+    cols = decode_samples(workspace.artifacts.get(str(ev.samples_artifact)))["metrics"]
+    assert cols["ttft_ms_p99"][0] is None and all(
+        50 < v < 100 for v in cols["ttft_ms_p99"][1:])
+    assert all(v > 4.0 for v in cols["time_to_first_token_seconds_p99"])  # seconds
+    assert all(5 < v <= 10 for v in cols["tpot_ms_p99"][1:])

@@ -5,7 +5,9 @@ Contracts:
 - Read-only: only `GET <url>/metrics`, passed through the production guard once at the start.
 - Scrape k starts at or after first + k·`interval_s` (drift-free; a scrape that overran makes
   the next one start at once). Each is summarised (collect.to_scrape: the `sglang:` families,
-  histograms as count/sum/mean/p50/p90/p99). A failed scrape counts in the window's `errors`
+  histograms as count/sum/mean/p50/p90/p99 since the server started), plus `ttft_ms_p50`,
+  `ttft_ms_p99`, `tpot_ms_p50`, `tpot_ms_p99` of the requests finished since the previous
+  scrape (the series to hold against an SLO). A failed scrape counts in the window's `errors`
   (its `last_error` kept) and monitoring goes on: an endpoint that went away is what a
   monitor is for. A gap over 1.5 intervals counts the scrapes due in it as `missed`.
 - Every `window_s` (and when `count` or `duration_s` is reached) one `EndpointSummarized`
@@ -32,11 +34,12 @@ from ..engines.base import request_text
 from ..errors import HarnessError
 from ..guard import production
 from .collect import metrics_url, to_scrape
+from .rules import LATENCY_HISTOGRAMS, Scrape, window_latency_ms
 
 Echo = Callable[[str], None]
 _SHOWN = (("num_running_reqs", "running", "{:g}"), ("num_queue_reqs", "queued", "{:g}"),
           ("token_usage", "KV", "{:.2f}"), ("gen_throughput", "tok/s", "{:.0f}"),
-          ("time_to_first_token_seconds_p99", "TTFT p99 s", "{:.3f}"))
+          ("ttft_ms_p99", "TTFT p99 ms", "{:.0f}"), ("tpot_ms_p99", "TPOT p99 ms", "{:.1f}"))
 
 
 def _dt(t: float) -> datetime:
@@ -121,6 +124,20 @@ def _progress(res: MonitorResult, ev: E.EndpointSummarized) -> str:
             + (": " + ", ".join(parts) if parts else ""))
 
 
+def with_interval_latency(prev: Scrape | None, cur: Scrape) -> dict[str, float]:
+    """`cur`'s values plus `ttft_ms_p50/p99` and `tpot_ms_p50/p99` of the requests that
+    finished since `prev` (histograms are cumulative since the server started: their own
+    quantiles hide what happens now). Left out when none finished or with no `prev`."""
+    out = dict(cur.values)
+    if prev is not None:
+        for key in LATENCY_HISTOGRAMS:
+            for stat in ("p50", "p99"):
+                v = window_latency_ms([prev, cur], key, stat)
+                if v is not None:
+                    out[f"{key}_{stat}"] = v
+    return out
+
+
 def _check(name: str, v: float | None, lo: float, hi: float) -> None:
     if v is not None and not lo <= v <= hi:  # also refuses NaN
         raise HarnessError(f"--{name} {v:g}: must be within {lo:g}..{hi:g}")
@@ -145,13 +162,16 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
     first = time.time()
     win = EndpointWindow(shown, interval_s, first)
     tick = 0
+    prev: Scrape | None = None
     try:
         while True:
             t = time.time()
             if tick == 0:  # the schedule and the first window count from the first scrape
                 first = win.start = t
             try:
-                win.add(t, dict(to_scrape(t, get(), shown + "/metrics").values))
+                scrape = to_scrape(t, get(), shown + "/metrics")
+                win.add(t, with_interval_latency(prev, scrape))
+                prev = scrape
                 res.samples += 1
             except HarnessError as e:
                 win.error(t, " ".join(str(e).split()))

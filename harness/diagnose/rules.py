@@ -140,6 +140,20 @@ def _window_latency_ms(scrapes: Sequence[Scrape], hist: str, stat: str) -> float
     return None if q != q else q * 1000  # NaN: no buckets
 
 
+LATENCY_HISTOGRAMS = {"ttft_ms": ("time_to_first_token_seconds",),
+                      "tpot_ms": ("time_per_output_token_seconds", "inter_token_latency_seconds")}
+
+
+def window_latency_ms(scrapes: Sequence[Scrape], key: str, stat: str) -> float | None:
+    """`key`'s (ttft_ms, tpot_ms) `stat` over the requests finished between the first and
+    last scrape (one scrape: since the server started); None when none finished."""
+    if not scrapes:
+        return None
+    hist = next((h for h in LATENCY_HISTOGRAMS[key] if f"{h}_count" in scrapes[-1].values),
+                None)
+    return None if hist is None else _window_latency_ms(scrapes, hist, stat)
+
+
 def _slo_rule(rule: str, what: str, key: str, hists: tuple[str, ...]) -> Rule:
     def check(scrapes: Sequence[Scrape], log: Sequence[LogLine], slo: Mapping[str, float],
               limits: Limits) -> DiagnosisFinding | None:
@@ -168,9 +182,9 @@ def _slo_rule(rule: str, what: str, key: str, hists: tuple[str, ...]) -> Rule:
 
 
 ttft_over_slo = _slo_rule("ttft_over_slo", "time to first token", "ttft_ms",
-                          ("time_to_first_token_seconds",))
+                          LATENCY_HISTOGRAMS["ttft_ms"])
 tpot_over_slo = _slo_rule("tpot_over_slo", "time per output token", "tpot_ms",
-                          ("time_per_output_token_seconds", "inter_token_latency_seconds"))
+                          LATENCY_HISTOGRAMS["tpot_ms"])
 
 _RETRACT = re.compile(r"retract|preempt", re.I)
 
