@@ -147,3 +147,32 @@ def test_latency_series_are_of_the_requests_finished_between_scrapes(workspace):
         50 < v < 100 for v in cols["ttft_ms_p99"][1:])
     assert all(v > 4.0 for v in cols["time_to_first_token_seconds_p99"])  # seconds
     assert all(5 < v <= 10 for v in cols["tpot_ms_p99"][1:])
+
+
+def test_the_journal_plots_each_endpoint_with_the_slo_drawn(workspace):
+    from infer_forge.wiki.build import build
+    from infer_forge.wiki.lint import lint
+
+    def m(k: int) -> str:
+        return sglang_metrics(queue=k, ttft_s=(0.05,) * (5 * k) + (0.9,) * k,
+                              tpot_s=(0.01,) * (10 + 5 * k))
+
+    with ScriptedServer(Script(metrics=m)) as s:
+        monitor(workspace, s.url, interval_s=0.01, count=5, slo={"ttft_ms.p99": 500.0})
+    build(workspace, embeddings=False)
+    md = (workspace.home / "wiki" / "endpoints.md").read_text()
+    assert md.count("<svg") == 6  # queue, running, KV, throughput, TTFT, TPOT
+    assert "SLO p99 500 ms" in md and "ttft_ms.p99 500" in md and s.url in md
+    home = (workspace.home / "wiki" / "index.md").read_text()
+    assert "[[endpoints|Monitored endpoints]]" in home
+    rep = lint(workspace)
+    assert rep.ok, rep.as_dict()
+    build(workspace, embeddings=False, force=True)
+    assert (workspace.home / "wiki" / "endpoints.md").read_text() == md
+
+
+def test_no_endpoints_page_without_monitoring(workspace):
+    from infer_forge.wiki.build import build
+
+    build(workspace, embeddings=False)
+    assert not (workspace.home / "wiki" / "endpoints.md").exists()

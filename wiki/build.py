@@ -32,6 +32,7 @@ from ..projections.index import open_index
 from . import narrative
 from . import page as page_module
 from .concurrency import concurrency_page
+from .endpoints import endpoints_page
 from .errors import WikiError
 from .graphs import GRAPH_INDEX, graph_pages
 from .page import Page, link, text, to_html, to_markdown
@@ -280,6 +281,9 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
             if p.kind == "concurrency":
                 home.add("h", "Tasks in flight")
                 home.add("p", text(link(p.path, p.title), f": {p.summary}"))
+            if p.kind == "endpoints":
+                home.add("h", "Monitored endpoints")
+                home.add("p", text(link(p.path, p.title), f": {p.summary}"))
     timings["pages_s"] = time.perf_counter() - t
     t = time.perf_counter()
     add_related(pages, settings, wiki_dir, extra_texts)
@@ -309,6 +313,7 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
                                seconds=time.perf_counter() - t0, wiki_dir=str(wiki_dir),
                                site_dir=str(site_dir))
         snap = load(s.con)
+        endpoints = endpoints_page(s.con, snap.position)
         # Warm the cache for `forge retrieve` / the served search with the same build.
         corpus = [d.text for d in corpus_docs(s.con)] if settings.embeddings else []
         timings["load_s"] = time.perf_counter() - t
@@ -320,6 +325,8 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     timings["in_flight_s"] = time.perf_counter() - t
     if in_flight is not None:
         graphs.append(in_flight)
+    if endpoints is not None:
+        graphs.append(endpoints)
     from ..projections.trace import traces_for
 
     snap.traces = traces_for(ws, [(d["task_id"], d["decision_id"]) for d in snap.decisions],

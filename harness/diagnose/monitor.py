@@ -15,6 +15,8 @@ Contracts:
   samples themselves as an artifact (ledger/samples.py's gzip'd JSON columns: `t`, and
   `metrics` {name: [value or null, aligned with t]}) that the index loads into
   `endpoint_samples(position, url, t, metric, value)`. A progress line per window.
+- `slo` (`{"ttft_ms.p99": ms}`, as diagnose's) is recorded with each summary, so the
+  journal draws it on the endpoint's latency plots.
 - Ctrl-C records the partial window before stopping.
 """
 
@@ -80,7 +82,8 @@ class EndpointWindow:
         self.errors += 1
         self.last_error = why[:300]
 
-    def summary(self, end: float) -> tuple[E.EndpointSummarized, dict[str, Any]]:
+    def summary(self, end: float, slo_ms: dict[str, float] | None = None
+                ) -> tuple[E.EndpointSummarized, dict[str, Any]]:
         stats = {}
         for k, col in self.metrics.items():
             xs = [v for v in col if v is not None]
@@ -89,7 +92,8 @@ class EndpointWindow:
         ev = E.EndpointSummarized(url=self.url, start=_dt(self.start), end=_dt(end),
                                   interval_s=self.interval_s, samples=len(self.t),
                                   missed=self.missed, errors=self.errors,
-                                  last_error=self.last_error, stats=stats)
+                                  last_error=self.last_error, stats=stats,
+                                  slo_ms=slo_ms or {})
         return ev, {"t": self.t, "metrics": self.metrics}
 
     def next(self, start: float) -> EndpointWindow:
@@ -146,6 +150,7 @@ def _check(name: str, v: float | None, lo: float, hi: float) -> None:
 def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: float = 60.0,
             count: int | None = None, duration_s: float | None = None,
             echo: Echo = lambda _: None, actor: E.Actor = E.SYSTEM,
+            slo: dict[str, float] | None = None,
             fetch: Callable[[], str] | None = None) -> MonitorResult:
     """Sample `url` (module contract) until `count` scrapes or `duration_s` seconds (neither:
     until interrupted)."""
@@ -179,7 +184,7 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
             done = (count is not None and res.samples + res.errors >= count) or (
                 duration_s is not None and t - first >= duration_s)
             if t - win.start >= window_s or done:
-                ev = record_summary(ws, *win.summary(t))
+                ev = record_summary(ws, *win.summary(t, slo))
                 res.summaries += 1
                 res.artifacts.append(str(ev.samples_artifact))
                 echo(_progress(res, ev))
@@ -194,7 +199,7 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
             time.sleep(max(0.0, first + tick * interval_s - now))
     except KeyboardInterrupt:
         if win.t or win.errors:
-            ev = record_summary(ws, *win.summary(win.last_t or time.time()))
+            ev = record_summary(ws, *win.summary(win.last_t or time.time(), slo))
             res.summaries += 1
             res.artifacts.append(str(ev.samples_artifact))
             echo(_progress(res, ev) + " (interrupted)")

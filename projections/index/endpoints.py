@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ...ledger.errors import LedgerError
 from ...ledger.samples import decode_samples
 from .dims import _float, _int
@@ -34,7 +36,13 @@ def on_summary(b: EndpointBatch, artifacts: Callable[[str], bytes] | None, pos: 
                                                              str(art))
     b.windows.append((pos, url, d.get("start"), d.get("end"), _float(d.get("interval_s")),
                       _int(d.get("samples")), _int(d.get("missed")), _int(d.get("errors")),
-                      d.get("last_error"), art, loaded))
+                      d.get("last_error"), _slo(d.get("slo_ms")), art, loaded))
+
+
+def _slo(v: Any) -> str | None:
+    if not isinstance(v, dict) or not v:
+        return None
+    return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _load(b: EndpointBatch, artifacts: Callable[[str], bytes], pos: int, url: str,
@@ -73,7 +81,7 @@ def ops(b: EndpointBatch) -> list[tuple]:
     if b.windows:
         out.append(("insert", "endpoint_windows", _cols(b.windows, [
             ("position", i), ("url", s), ("start_at", s), ("end_at", s), ("interval_s", f),
-            ("samples", i), ("missed", i), ("errors", i), ("last_error", s),
+            ("samples", i), ("missed", i), ("errors", i), ("last_error", s), ("slo_ms", s),
             ("samples_artifact", s), ("samples_loaded", pa.bool_())])))
     if b.samples["t"]:
         c = b.samples

@@ -139,10 +139,11 @@ CREATE TABLE IF NOT EXISTS gpu_samples(
   mem_used_mib BIGINT, procs BIGINT);
 -- `forge monitor` (harness/diagnose/monitor.py): one row per endpoint summary window and
 -- one per (scrape, metric) loaded from the window's samples artifact; `forge diagnose`: one
--- row per diagnosis with the rules that fired (empty: healthy).
+-- row per diagnosis with the rules that fired (empty: healthy). `slo_ms`: the SLO given to
+-- monitor, as a JSON object of milliseconds by "ttft_ms.p99" and such (NULL: none).
 CREATE TABLE IF NOT EXISTS endpoint_windows(
   position BIGINT, url VARCHAR, start_at TIMESTAMPTZ, end_at TIMESTAMPTZ, interval_s DOUBLE,
-  samples BIGINT, missed BIGINT, errors BIGINT, last_error VARCHAR,
+  samples BIGINT, missed BIGINT, errors BIGINT, last_error VARCHAR, slo_ms VARCHAR,
   samples_artifact VARCHAR, samples_loaded BOOLEAN);
 CREATE TABLE IF NOT EXISTS endpoint_samples(
   position BIGINT, url VARCHAR, t TIMESTAMPTZ, metric VARCHAR, value DOUBLE);
