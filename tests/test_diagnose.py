@@ -153,6 +153,14 @@ def test_diagnosis_goes_to_the_task_stream_with_task(workspace, tmp_path):
     assert workspace.ledger.version(DIAGNOSES_STREAM) == 0
 
 
+def test_metrics_url_of_a_base_url():
+    assert collect.metrics_url("http://h:30000/") == "http://h:30000/metrics"
+    assert collect.metrics_url("http://h:30000/v1") == "http://h:30000/metrics"
+    assert collect.metrics_url("https://h/x/metrics") == "https://h/x/metrics"
+    with pytest.raises(HarnessError, match="http://host:port"):
+        collect.metrics_url("h:30000")
+
+
 def test_log_tail_is_bounded_and_numbered_as_in_the_whole_file(tmp_path):
     p = tmp_path / "big.log"
     p.write_text("".join(f"line {i:05d}\n" for i in range(1, 10001)))  # 11 bytes a line

@@ -44,11 +44,14 @@ _SLO_KEYS = ("ttft_ms", "tpot_ms")
 
 
 def metrics_url(url: str) -> str:
-    """`url`'s /metrics: a base URL gets `/metrics` appended; one ending in it is kept."""
+    """`url`'s /metrics: a base URL gets `/metrics` appended (an OpenAI base URL's `/v1`
+    dropped: servers serve /metrics at the root); one ending in `/metrics` is kept."""
     u = url.strip().rstrip("/")
     if not u.startswith(("http://", "https://")):
         raise HarnessError(f"URL {url!r}: give http://host:port (the endpoint's base URL)")
-    return u if u.endswith("/metrics") else u + "/metrics"
+    if u.endswith("/metrics"):
+        return u
+    return (u[:-3] if u.endswith("/v1") else u) + "/metrics"
 
 
 def to_scrape(t: float, text: str, source: str) -> Scrape:
