@@ -241,3 +241,21 @@ def test_evidence_refuses_non_finite_values():
 
     with pytest.raises(ValidationError, match="finite"):
         E.DiagnosisFinding(rule="x", summary="y", metrics={"a": (float("nan"),)})
+
+
+def test_slo_from_a_deployment_point(workspace):
+    from tests.conftest import REPO
+
+    point = REPO / "examples" / "points" / "qwen-h200.yaml"
+    assert collect.slo_of_point(point) == {"ttft_ms.p99": 2000.0, "tpot_ms.p50": 30.0}
+
+    def slow(k: int) -> str:  # every first token in 3 s
+        return sglang_metrics(gen_tokens=100 * k, ttft_s=(3.0,) * (5 * k))
+
+    with server(slow) as s:
+        r = run_forge("diagnose", s.url, "--samples", "3", "--interval", "0.01", "--point",
+                      str(point), "--json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert [f["rule"] for f in out["findings"]] == ["ttft_over_slo"]
+    assert "p99" in out["findings"][0]["summary"] and "2000 ms" in out["findings"][0]["summary"]
