@@ -1,0 +1,380 @@
+"""`forge perf capture`: profile a running engine under a given load, keep the traces as
+artifacts and record a `ProfileCaptured` with their summary.
+
+How each engine is profiled:
+- `sglang` (and an `external` endpoint with the SGLang API): POST `/start_profile` with
+  `output_dir` (a fresh directory on this host) and `activities` (default CPU and GPU), run
+  the load, POST `/stop_profile`; SGLang's scheduler writes one torch-profiler chrome trace per
+  rank, `*.trace.json.gz`, into `output_dir`, which is collected (waiting up to
+  `collect_timeout_s` for complete files). The directory is the *server's* filesystem: a
+  server on another host leaves nothing here and the capture fails naming the directory. The
+  calls go through the external engine's client, so the production guard refuses them
+  against an endpoint forge.toml marks production (profiling is not a read).
+- `hf` (the embedded engine, `transformers serve`, a process of this host): py-spy
+  (`py-spy record --pid PID --format raw --function --nonblocking`, attached for the window,
+  stopped with SIGINT, which makes it write its output). Non-blocking sampling does not pause
+  the engine, so the load's figures are the engine's own; the ranking is Python functions by
+  self samples (torch's C++ operators show as the Python frame that called them). py-spy
+  needs ptrace on the pid (CAP_SYS_PTRACE, or the same user with ptrace_scope 0); a refusal
+  is a HarnessError carrying py-spy's message. py-spy is the `perf` extra (`pip install
+  py-spy`); its binary is looked up next to this Python, then on PATH.
+
+The window: the profiler starts, the load runs in rounds (`Load.requests` prompts at
+`Load.concurrency`, through the bench client; warmup only in the first round) until
+`duration_s` has passed (at least one round), the profiler stops. `bench` in the event holds
+the window's figures: rounds, completed and failed requests, output tokens, seconds and
+output throughput. Nothing is attached or enabled outside the window, so a server that is not
+being captured pays nothing (bench/perf_profile.py measures the window's cost).
+
+Recording: traces go to the artifact store (gzipped SGLang traces verbatim; py-spy's text
+output through the redactor), then one `ProfileCaptured` on the task's stream with `task_id`
+(and `block_id`, which must be the task's open block, as for a measurement; an unknown or
+exited task or a block not open is refused before anything runs), else on the `profiles`
+stream. The index has no table for profiles yet (that needs an index schema bump):
+`forge perf compare A B` reads two captures from the ledger (projections/perf.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ...ledger import events as E
+from ...ledger.ids import check_optional_id
+from ...ledger.numbers import without_non_finite
+from ...ledger.streams import PROFILES_STREAM, task_stream
+from ...ledger.workspace import Workspace
+from ..bench.client import bench_command
+from ..errors import HarnessError
+from ..record import append_to_task, check_measurement_target
+from .summary import (
+    DEFAULT_TOP,
+    Summary,
+    TraceError,
+    load_chrome_trace,
+    summarize_chrome,
+    summarize_pyspy_raw,
+)
+
+ENGINES = ("hf", "sglang", "external")
+ACTIVITIES = ("CPU", "GPU", "MEM")
+LOAD_KEYS = ("concurrency", "requests", "input_len", "output_len", "seed")
+
+
+@dataclass(frozen=True)
+class Load:
+    """The load run during a capture (one round; rounds repeat until the window is full)."""
+
+    concurrency: int = 4
+    requests: int = 16
+    input_len: int = 32
+    output_len: int = 32
+    seed: int = 42
+
+
+def parse_load(text: str | None) -> Load:
+    """`concurrency=4,requests=16,input_len=32,output_len=32,seed=42` (any subset) -> Load;
+    an unknown key or a value that is not a positive integer (seed: any integer >= 0) is a
+    one-line HarnessError naming it."""
+    values: dict[str, int] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, eq, raw = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or key not in LOAD_KEYS:
+            raise HarnessError(f"--load {part.strip()!r}: expected KEY=N with KEY one of "
+                               f"{', '.join(LOAD_KEYS)}")
+        try:
+            n = int(raw.strip())
+        except ValueError:
+            n = -1
+        if n < (0 if key == "seed" else 1):
+            raise HarnessError(f"--load {key}={raw.strip()!r}: expected "
+                               f"{'an integer >= 0' if key == 'seed' else 'a positive integer'}")
+        values[key] = n
+    return Load(**values)
+
+
+class Capturer(Protocol):
+    method: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> list[tuple[str, bytes]]: ...
+
+    def summarize(self, files: Sequence[tuple[str, bytes]], top: int) -> Summary: ...
+
+
+def py_spy_binary() -> str:
+    """py-spy next to this Python (a venv's bin), else on PATH."""
+    here = Path(sys.executable).parent / "py-spy"
+    if here.exists():
+        return str(here)
+    found = shutil.which("py-spy")
+    if not found:
+        raise HarnessError("py-spy not found (pip install py-spy, or infer-forge[perf]): the "
+                           "embedded engine is profiled with it")
+    return found
+
+
+class PySpyCapture:
+    """py-spy attached to `pid` for the window (see module docstring)."""
+
+    method = "py-spy"
+
+    def __init__(self, pid: int, workdir: Path, rate_hz: int = 100, binary: str | None = None):
+        self.pid, self.rate_hz = pid, rate_hz
+        self.binary = binary or py_spy_binary()
+        self.out = workdir / "py-spy.raw.txt"
+        self.log = workdir / "py-spy.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if not _alive(self.pid):
+            raise HarnessError(f"py-spy: no process {self.pid} to attach to")
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [self.binary, "record", "--pid", str(self.pid), "--rate", str(self.rate_hz),
+                 "--format", "raw", "--function", "--nonblocking", "--output", str(self.out)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> list[tuple[str, bytes]]:
+        proc = self.proc
+        if proc is None:
+            return []
+        self.proc = None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+                raise HarnessError("py-spy did not stop within 60 s of SIGINT") from None
+        log = self.log.read_text(errors="replace") if self.log.exists() else ""
+        if proc.returncode != 0 or not self.out.exists():
+            last = " ".join(log.split())[-300:] or "(no output)"
+            raise HarnessError(f"py-spy on pid {self.pid} exited {proc.returncode}: {last}")
+        return [(self.out.name, self.out.read_bytes())]
+
+    def summarize(self, files: Sequence[tuple[str, bytes]], top: int) -> Summary:
+        return summarize_pyspy_raw(files[0][1].decode("utf-8", errors="replace"),
+                                   self.rate_hz, top)
+
+
+class SGLangCapture:
+    """SGLang's torch profiler through /start_profile and /stop_profile (see module
+    docstring). `client` has start_profile(**options) and stop_profile()."""
+
+    method = "torch-profiler"
+
+    def __init__(self, client: Any, workdir: Path, activities: Sequence[str] = ("CPU", "GPU"),
+                 collect_timeout_s: float = 120.0):
+        bad = sorted(set(activities) - set(ACTIVITIES))
+        if bad or not activities:
+            raise HarnessError(f"activities {', '.join(bad) or '(none)'}: expected some of "
+                               f"{', '.join(ACTIVITIES)}")
+        self.client, self.activities = client, list(activities)
+        self.dir = workdir / "sglang-traces"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.collect_timeout_s = collect_timeout_s
+        self.started = False
+
+    def start(self) -> None:
+        self.client.start_profile(output_dir=str(self.dir), activities=self.activities)
+        self.started = True
+
+    def stop(self) -> list[tuple[str, bytes]]:
+        if not self.started:
+            return []
+        self.started = False
+        self.client.stop_profile()
+        deadline = time.monotonic() + self.collect_timeout_s
+        interval = 0.05
+        while True:
+            files = self._complete()
+            if files:
+                return files
+            if time.monotonic() > deadline:
+                raise HarnessError(
+                    f"sglang /stop_profile: no complete *.trace.json.gz in {self.dir} after "
+                    f"{self.collect_timeout_s:.0f}s (is the server on another host? its "
+                    "output_dir is on its own filesystem)")
+            time.sleep(interval)  # poll interval of a wait for files the server writes
+            interval = min(1.0, interval * 1.5)
+
+    def _complete(self) -> list[tuple[str, bytes]]:
+        out = []
+        for p in sorted(self.dir.glob("*.trace.json.gz")):
+            data = p.read_bytes()
+            try:
+                gzip.decompress(data)
+            except (OSError, EOFError):
+                return []  # still being written: wait for every rank's file
+            out.append((p.name, data))
+        return out
+
+    def summarize(self, files: Sequence[tuple[str, bytes]], top: int) -> Summary:
+        traces = []
+        for name, data in files:
+            try:
+                traces.append(load_chrome_trace(data))
+            except TraceError as e:
+                raise TraceError(f"{name}: {e}") from None
+        return summarize_chrome(traces, top)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_window(capturer: Capturer, *, duration_s: float, round_fn: Callable[[bool], Mapping]
+               ) -> tuple[dict[str, float], list[tuple[str, bytes]]]:
+    """Start the profiler, run `round_fn(first)` rounds until `duration_s` has passed (at
+    least one), stop it (also when a round fails). Returns the window's bench figures and
+    the collected files."""
+    capturer.start()
+    rounds = completed = failed = out_tokens = 0
+    t0 = time.perf_counter()
+    try:
+        while True:
+            m = round_fn(rounds == 0)
+            rounds += 1
+            completed += int(m.get("completed", 0))
+            failed += int(m.get("failed", 0))
+            out_tokens += int(m.get("total_output_tokens", 0))
+            if time.perf_counter() - t0 >= duration_s:
+                break
+    finally:
+        elapsed = time.perf_counter() - t0
+        files = capturer.stop()
+    return {"rounds": float(rounds), "completed": float(completed), "failed": float(failed),
+            "total_output_tokens": float(out_tokens), "window_s": round(elapsed, 6),
+            "output_throughput": round(out_tokens / elapsed, 6) if elapsed > 0 else 0.0}, files
+
+
+def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
+                    duration_s: float = 10.0, load: Load | None = None,
+                    tokenizer_dir: str | None = None, pid: int | None = None,
+                    rate_hz: int = 100, activities: Sequence[str] = ("CPU", "GPU"),
+                    top: int = DEFAULT_TOP, task_id: str | None = None,
+                    block_id: str | None = None, actor: E.Actor | None = None,
+                    collect_timeout_s: float = 120.0) -> dict[str, Any]:
+    """Profile the engine at `url` under `load` for `duration_s`; store the traces, record
+    `ProfileCaptured`; returns {event_id, stream, method, traces, summary, bench, load}."""
+    load = load or Load()
+    if engine not in ENGINES:
+        raise HarnessError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s)
+            and duration_s > 0):
+        raise HarnessError(f"duration {duration_s!r}: expected a positive number of seconds")
+    if not 1 <= rate_hz <= 1000:
+        raise HarnessError(f"rate {rate_hz!r}: expected 1..1000 samples per second")
+    if top < 1:
+        raise HarnessError(f"top {top!r}: expected a positive integer")
+    check_optional_id(task_id, "task id")
+    check_optional_id(block_id, "block id")
+    if block_id is not None and task_id is None:
+        raise HarnessError("a block needs its task (--task)")
+    if tokenizer_dir is None and Path(model).is_dir():
+        tokenizer_dir = model  # a local model directory carries its tokenizer
+    if tokenizer_dir is None:
+        raise HarnessError("the load needs a tokenizer (--tokenizer DIR: the model's)")
+    actor = actor or E.Actor.tool("forge-perf")
+    # Refused now, not after the run: an unknown or exited task, a block that is not open
+    # (the rule a measurement of the same window would meet).
+    check_measurement_target(ws, task_id, block_id)
+    with tempfile.TemporaryDirectory(prefix="forge-perf-") as tmp:
+        workdir = Path(tmp)
+        capturer: Capturer
+        if engine == "hf":
+            if pid is None:
+                raise HarnessError("the hf engine is profiled with py-spy: give its server's "
+                                   "--pid")
+            capturer = PySpyCapture(pid, workdir, rate_hz=rate_hz)
+        else:
+            from ..engines.external import ExternalEngine
+
+            client = ExternalEngine().launch(
+                {"base_url": url, "api": "sglang", "read_only": False, "model": model}, ws=ws,
+                event_fields={"task_id": task_id, "actor": actor})
+            capturer = SGLangCapture(client, workdir, activities,
+                                     collect_timeout_s=collect_timeout_s)
+        bench_engine = "hf" if engine == "hf" else "sglang"
+
+        def round_fn(first: bool) -> dict[str, Any]:
+            out = bench_command(url=url, model=model, tokenizer_dir=tokenizer_dir,
+                                num_prompts=load.requests, input_len=load.input_len,
+                                output_len=load.output_len, max_concurrency=load.concurrency,
+                                warmup=1 if first else 0, seed=load.seed, engine=bench_engine,
+                                guard_ws=ws)
+            return out["metrics"]
+
+        bench, files = run_window(capturer, duration_s=duration_s, round_fn=round_fn)
+        if not files:
+            raise HarnessError(f"{capturer.method}: the capture produced no trace")
+        try:
+            summary = capturer.summarize(files, top)
+        except TraceError as e:
+            raise HarnessError(f"{capturer.method} trace: {e}") from None
+        digests = tuple(ws.artifacts.put(data, verbatim=True) if name.endswith(".gz")
+                        else ws.artifacts.put(data) for name, data in files)
+    ev = _event(engine=engine, url=url, method=capturer.method, duration_s=duration_s,
+                load=asdict(load), bench=bench, names=tuple(n for n, _ in files),
+                digests=digests, summary=summary, task_id=task_id, block_id=block_id,
+                actor=actor)
+    command_id = f"perf:{task_id or ''}:{block_id or ''}:{','.join(digests)}"
+    if task_id is not None:
+        append_to_task(ws, task_id, [ev], command_id=command_id)
+        stream = task_stream(task_id)
+    else:
+        ws.ledger.append(PROFILES_STREAM, [ev], command_id=command_id)
+        stream = PROFILES_STREAM
+    return {"event_id": str(ev.event_id), "stream": stream, "method": capturer.method,
+            "engine": engine, "url": url, "traces": dict(zip(ev.trace_names, digests,
+                                                             strict=True)),
+            "summary": summary.as_dict(), "bench": bench, "load": asdict(load)}
+
+
+def _event(*, engine: str, url: str, method: str, duration_s: float, load: Mapping[str, Any],
+           bench: Mapping[str, float], names: tuple[str, ...], digests: tuple[str, ...],
+           summary: Summary, task_id: str | None, block_id: str | None,
+           actor: E.Actor) -> E.ProfileCaptured:
+    clean, _ = without_non_finite(dict(bench), "bench")
+    return E.ProfileCaptured(
+        engine=engine, url=url, method=method, duration_s=float(duration_s), load=dict(load),
+        bench={k: float(v) for k, v in clean.items() if v is not None}, traces=digests,
+        trace_names=names, kind=summary.kind, unit=summary.unit, total_ms=summary.total_ms,
+        samples=summary.count,
+        top=tuple(E.ProfileOp(**op.as_dict()) for op in summary.top),
+        task_id=task_id, block_id=block_id, actor=actor)
+
+
+def format_summary(result: Mapping[str, Any]) -> str:
+    """A human table of a capture's top entries."""
+    s = result["summary"]
+    lines = [f"{result['method']} profile of {result['engine']} at {result['url']}: "
+             f"{s['kind']}, {s['unit']}, total {s['total_ms']:.1f} ms over {s['count']} "
+             f"{'samples' if s['kind'] == 'py-spy' else 'events'}"]
+    for op in s["top"]:
+        lines.append(f"  {op['share'] * 100:6.2f} %  {op['total_ms']:10.2f} ms  "
+                     f"{op['count']:7d}  {op['name']}")
+    return "\n".join(lines)
