@@ -37,6 +37,19 @@ def find_capture(ledger: Ledger, ref: str) -> tuple[str, E.ProfileCaptured]:
     return hits[0]
 
 
+def running_engine_pid(ledger: Ledger, url: str) -> int | None:
+    """The pid recorded by the last `EngineLaunched` at `url` that no `EngineStopped` at
+    `url` followed (an engine forge started, e.g. `forge engine up`); None when there is
+    none. Whether that process still runs is for the caller to check."""
+    url = url.rstrip("/")
+    pid = None
+    for r in ledger.events(types=[E.EngineLaunched.TYPE, E.EngineStopped.TYPE]):
+        ev = r.event
+        if isinstance(ev, E.EngineLaunched | E.EngineStopped) and ev.url.rstrip("/") == url:
+            pid = ev.pid if isinstance(ev, E.EngineLaunched) else None
+    return pid
+
+
 def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Two summaries' top entries side by side (each a mapping with `top`: entries with
     `name` and `share`): one row per name in either, `share_a`, `share_b` (None where absent

@@ -112,6 +112,11 @@ def test_pyspy_summary_and_compare():
     assert {r["name"]: r["share_b"] for r in rows}["generate (gen.py:10)"] is None
     with pytest.raises(TraceError, match="line 1"):
         summarize_pyspy_raw("no count here\n", 100)
+    with pytest.raises(TraceError, match="line 1"):
+        summarize_pyspy_raw("42\n", 100)
+    empty = summarize_pyspy_raw(" 3\na (x.py:1) 1\n", 100)  # a sample with no Python frame
+    assert [(op.name, op.count) for op in empty.top] == [("(no Python frame)", 3),
+                                                         ("a (x.py:1)", 1)]
     with pytest.raises(TraceError, match="no samples"):
         summarize_pyspy_raw("", 100)
 
@@ -277,3 +282,24 @@ def test_two_blocks_profiles_on_the_task_stream_compare(workspace, profiling_ser
     with pytest.raises(ProjectionError, match="no recorded profile"):
         compare_captures(workspace.ledger, "ffffffff", first["event_id"])
     assert workspace.ledger.stream("profiles") == []
+
+
+def test_hf_pid_from_the_recorded_launch(workspace):
+    from infer_forge.harness.perf.capture import capture_profile
+    from infer_forge.ledger import events as E
+    from infer_forge.projections.perf import running_engine_pid
+
+    url = "http://127.0.0.1:9"
+
+    def launched(pid: int) -> E.EngineLaunched:
+        return E.EngineLaunched(engine="hf", command=["x"], url=url, pid=pid)
+
+    assert running_engine_pid(workspace.ledger, url) is None
+    workspace.ledger.append("engines", [launched(101)])
+    assert running_engine_pid(workspace.ledger, url + "/") == 101
+    workspace.ledger.append("engines", [E.EngineStopped(engine="hf", url=url)])
+    assert running_engine_pid(workspace.ledger, url) is None
+    with pytest.raises(HarnessError, match="--pid"):
+        capture_profile(workspace, url=url, engine="hf", model="m", tokenizer_dir="/nonexistent")
+    workspace.ledger.append("engines", [launched(102)])
+    assert running_engine_pid(workspace.ledger, url) == 102

@@ -17,7 +17,8 @@ How each engine is profiled:
   self samples (torch's C++ operators show as the Python frame that called them). py-spy
   needs ptrace on the pid (CAP_SYS_PTRACE, or the same user with ptrace_scope 0); a refusal
   is a HarnessError carrying py-spy's message. py-spy is the `perf` extra (`pip install
-  py-spy`); its binary is looked up next to this Python, then on PATH.
+  py-spy`); its binary is looked up next to this Python, then on PATH. Without a pid, the
+  one of the engine forge launched at `url` and recorded (`EngineLaunched`, not stopped).
 
 The window: the profiler starts, the load runs in rounds (`Load.requests` prompts at
 `Load.concurrency`, through the bench client; warmup only in the first round) until
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import os
 import shutil
 import signal
 import subprocess
@@ -55,8 +55,10 @@ from ...ledger.ids import check_optional_id
 from ...ledger.numbers import without_non_finite
 from ...ledger.streams import PROFILES_STREAM, task_stream
 from ...ledger.workspace import Workspace
+from ...projections.perf import running_engine_pid
 from ..bench.client import bench_command
 from ..errors import HarnessError
+from ..proc import alive
 from ..record import append_to_task, check_measurement_target
 from .summary import (
     DEFAULT_TOP,
@@ -142,7 +144,7 @@ class PySpyCapture:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        if not _alive(self.pid):
+        if not alive(self.pid):
             raise HarnessError(f"py-spy: no process {self.pid} to attach to")
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
@@ -236,16 +238,6 @@ class SGLangCapture:
         return summarize_chrome(traces, top)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def run_window(capturer: Capturer, *, duration_s: float, round_fn: Callable[[bool], Mapping]
                ) -> tuple[dict[str, float], list[tuple[str, bytes]]]:
     """Start the profiler, run `round_fn(first)` rounds until `duration_s` has passed (at
@@ -307,8 +299,11 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
         capturer: Capturer
         if engine == "hf":
             if pid is None:
-                raise HarnessError("the hf engine is profiled with py-spy: give its server's "
-                                   "--pid")
+                pid = running_engine_pid(ws.ledger, url)  # one forge launched and recorded
+            if pid is None:
+                raise HarnessError(f"the hf engine is profiled with py-spy: give the pid of "
+                                   f"the server at {url} (--pid); forge recorded no launch "
+                                   "there that is still up")
             capturer = PySpyCapture(pid, workdir, rate_hz=rate_hz)
         else:
             from ..engines.external import ExternalEngine
@@ -331,12 +326,15 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
         bench, files = run_window(capturer, duration_s=duration_s, round_fn=round_fn)
         if not files:
             raise HarnessError(f"{capturer.method}: the capture produced no trace")
+        # Stored first: a trace the summariser refuses is kept for a look (its digest is in
+        # the error).
+        digests = tuple(ws.artifacts.put(data, verbatim=True) if name.endswith(".gz")
+                        else ws.artifacts.put(data) for name, data in files)
         try:
             summary = capturer.summarize(files, top)
         except TraceError as e:
-            raise HarnessError(f"{capturer.method} trace: {e}") from None
-        digests = tuple(ws.artifacts.put(data, verbatim=True) if name.endswith(".gz")
-                        else ws.artifacts.put(data) for name, data in files)
+            raise HarnessError(f"{capturer.method} trace: {e} (stored as "
+                               f"{', '.join(digests)})") from None
     ev = _event(engine=engine, url=url, method=capturer.method, duration_s=duration_s,
                 load=asdict(load), bench=bench, names=tuple(n for n, _ in files),
                 digests=digests, summary=summary, task_id=task_id, block_id=block_id,

@@ -11,7 +11,8 @@ Inputs:
   1). Python-function, annotation and runtime events are not ranked.
 - py-spy's raw (collapsed stacks) output: one line per distinct stack,
   `frame;frame;...;leaf COUNT`, a frame being `function (file:line)`. A function's time is
-  its leaf (self) samples divided by the sampling rate.
+  its leaf (self) samples divided by the sampling rate; samples with an empty stack (` COUNT`)
+  count as `(no Python frame)`.
 
 Output (`Summary.as_dict()`): `kind` (kernel | cpu_op | py-spy), `unit` (what the times
 measure), `total_ms` (the whole ranked population's time), `count` (events or samples) and
@@ -33,6 +34,7 @@ from typing import Any
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 MAX_NAME = 200
 DEFAULT_TOP = 20
+NO_FRAME = "(no Python frame)"
 
 
 class TraceError(ValueError):
@@ -165,11 +167,13 @@ def summarize_pyspy_raw(text: str, rate_hz: float, top: int = DEFAULT_TOP) -> Su
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
+        stack, sep, count = line.rpartition(" ")
+        if not sep or not count.isdigit():
             raise TraceError(f"py-spy output line {n}: expected 'frame;...;frame COUNT', "
                              f"got {line[:80]!r}")
-        leaf = stack.rsplit(";", 1)[-1]
+        # An empty stack: a thread sampled outside any Python frame (starting, or in
+        # native code py-spy cannot walk without --native).
+        leaf = stack.rsplit(";", 1)[-1] or NO_FRAME
         k = int(count)
         samples += k
         counts[leaf] += k
