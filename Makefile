@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_import_memory.py --lines 100000
 	$(BIN)/python bench/demo.py
 	$(BIN)/python bench/nodes.py --quick
+	$(BIN)/python bench/perf_profile.py --quick
 	$(BIN)/python bench/graph_ray.py --chain 10 --fan 10 --repeats 1 --skip-example
 
 clean:

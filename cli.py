@@ -1003,6 +1003,84 @@ def engine_up_cmd(ctx, profile: str, model: str | None, sets: tuple[str, ...], o
             click.echo(f"  {k} {v}")
 
 
+# perf: profile a running engine under load (harness/perf/)
+
+
+@main.group("perf")
+def perf() -> None:
+    """Profile a running engine under load and compare profiles (not runtime profiles)."""
+
+
+@perf.command("capture")
+@click.option("--url", required=True, help="The engine's base URL.")
+@click.option("--engine", "engine_name", type=click.Choice(["hf", "sglang", "external"]),
+              required=True, help="sglang/external: /start_profile; hf: py-spy on --pid.")
+@click.option("--model", required=True, help="Model name (a local directory also gives the "
+              "tokenizer).")
+@click.option("--pid", type=int, help="hf: the server's process id (py-spy attaches to it).")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(file_okay=False),
+              help="The model's tokenizer directory (default: --model when a directory).")
+@click.option("--duration", "duration_s", type=float, default=10.0, show_default=True,
+              help="Seconds of load under the profiler (at least one round).")
+@click.option("--load", "load_text", metavar="KEY=N,...",
+              help="concurrency, requests (per round), input_len, output_len, seed.")
+@click.option("--rate", "rate_hz", type=int, default=100, show_default=True,
+              help="py-spy samples per second.")
+@click.option("--activities", default="CPU,GPU", show_default=True,
+              help="sglang: torch profiler activities (CPU, GPU, MEM).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--task", "task_id", help="Record on this task's stream (else 'profiles').")
+@click.option("--block", "block_id", help="The loop block the profile belongs to.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def perf_capture(ctx, url, engine_name, model, pid, tokenizer_dir, duration_s, load_text,
+                 rate_hz, activities, top, task_id, block_id, as_json) -> None:
+    """Profile the engine at --url while a load runs; traces become artifacts, the top
+    operators/kernels/functions by time go into a ProfileCaptured event.
+
+    \b
+    Example:
+      forge perf capture --url http://127.0.0.1:30000 --engine sglang --model M \\
+        --tokenizer DIR --duration 10 --load concurrency=8,requests=32 --task T --block B
+    """
+    from .harness.perf.capture import capture_profile, format_summary, parse_load
+
+    out = capture_profile(
+        open_ws(ctx), url=url, engine=engine_name, model=model, duration_s=duration_s,
+        load=parse_load(load_text), tokenizer_dir=tokenizer_dir, pid=pid, rate_hz=rate_hz,
+        activities=tuple(a.strip().upper() for a in activities.split(",") if a.strip()),
+        top=top, task_id=task_id, block_id=block_id)
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(format_summary(out))
+    click.echo(f"recorded {out['event_id']} in {out['stream']}; traces: "
+               + ", ".join(f"{n} {d}" for n, d in out["traces"].items()))
+
+
+@perf.command("compare")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def perf_compare(ctx, a: str, b: str, as_json: bool) -> None:
+    """Two recorded profiles' top entries side by side (event ids or prefixes)."""
+    from .projections.perf import compare_captures
+
+    out = compare_captures(open_ws(ctx).ledger, a, b)
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(f"A {out['a']['event_id']} ({out['a']['engine']}, {out['a']['at']})")
+    click.echo(f"B {out['b']['event_id']} ({out['b']['engine']}, {out['b']['at']})")
+    for r in out["rows"]:
+        fa = "-" if r["share_a"] is None else f"{r['share_a'] * 100:.2f} %"
+        fb = "-" if r["share_b"] is None else f"{r['share_b'] * 100:.2f} %"
+        click.echo(f"  {fa:>9}  {fb:>9}  {r['delta'] * 100:+7.2f}  {r['name']}")
+
+
 # bench: benchmark client, bench_serving import
 
 
@@ -2501,6 +2579,108 @@ def nodes_cleanup(ctx, claim_id: str | None, dry_run: bool, as_json: bool) -> No
         click.echo(f"{v.claim.claim_id}  {v.action}{extra}")
         for r in v.signals.reasons:
             click.echo(f"    kept: {r}")
+
+
+# --- diagnose online and monitor (harness/diagnose/) ------------------------------------
+
+
+class _DiagnoseFailed(click.ClickException):
+    exit_code = 2  # 1 means "a rule fired"
+
+
+@main.command("diagnose")
+@click.argument("url")
+@click.option("--log", "log_file", type=click.Path(dir_okay=False),
+              help="The server's log file (its tail is read).")
+@click.option("--tail-mb", type=float, default=8.0, show_default=True,
+              help="How much of the log's end to read, in MB.")
+@click.option("--samples", type=int, default=5, show_default=True,
+              help="Scrapes of /metrics in the window.")
+@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
+              help="Seconds between scrapes.")
+@click.option("--slo", help="SLO in ms: ttft_ms=500,tpot_ms=50 (p99; or ttft_ms.p50=...).")
+@click.option("--point", "point_file", type=click.Path(dir_okay=False),
+              help="A deployment point YAML whose scenario.slo is the SLO (unless --slo).")
+@click.option("--task", "task_id", help="Record the diagnosis in this task (its open block).")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+@click.pass_context
+@fail_cleanly
+def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: int,
+                 interval_s: float, slo: str | None, point_file: str | None,
+                 task_id: str | None, as_json: bool) -> None:
+    """Diagnose a running endpoint, read-only (GET /metrics only: allowed on production):
+    scrape its Prometheus /metrics --samples times, read its log's tail, apply the rules
+    (queue_growing, kv_cache_full, ttft_over_slo, tpot_over_slo, retractions, oom,
+    nccl_timeout, cuda_error, scheduler_stalled) and record a DiagnosisRecorded with the
+    evidence. Exit code: 0 healthy, 1 a rule fired, 2 the diagnosis could not be made.
+
+    \b
+    Example:
+      forge diagnose http://127.0.0.1:30000 --log server.log --slo ttft_ms=500,tpot_ms=50
+    """
+    from .harness.diagnose import collect
+
+    try:
+        objective = (collect.parse_slo(slo) if slo is not None else
+                     collect.slo_of_point(point_file) if point_file else {})
+        if not tail_mb > 0:
+            raise HarnessError(f"--tail-mb {tail_mb:g}: must be above 0")
+        ev = collect.diagnose(open_ws(ctx), url, samples=samples, interval_s=interval_s,
+                              log=log_file, tail_bytes=int(min(tail_mb, 16384) * (1 << 20)),
+                              slo=objective, task_id=task_id, actor=gate.person(None))
+    except (*DOMAIN_ERRORS, LedgerError) as e:
+        raise _DiagnoseFailed(redact_message(" ".join(str(e).split()))) from None
+    if as_json:
+        emit_json(collect.as_dict(ev))
+    else:
+        click.echo(f"{ev.url}: {'healthy' if ev.healthy else 'UNHEALTHY'} ({ev.samples} "
+                   f"scrapes, {ev.log_lines_read} log lines, {len(ev.rules)} rules)")
+        for f in ev.findings:
+            click.echo(f"  {f.rule}: {f.summary}")
+            for ln in f.log_lines[:3]:
+                click.echo(f"    line {ln.line}: {ln.text[:160]}")
+    if not ev.healthy:
+        ctx.exit(1)
+
+
+@main.command("monitor")
+@click.argument("url")
+@click.option("--interval", "interval_s", type=float, default=10.0, show_default=True,
+              help="Seconds between scrapes of /metrics.")
+@click.option("--window", "window_s", type=float, default=60.0, show_default=True,
+              help="Seconds per summary recorded in the ledger (samples go to the index).")
+@click.option("--for", "duration_s", type=float, help="Stop after this many seconds.")
+@click.option("--count", type=int, help="Stop after this many scrapes.")
+@click.option("--slo", help="SLO in ms, drawn on the journal's plots: ttft_ms=500,tpot_ms=50.")
+@click.option("--point", "point_file", type=click.Path(dir_okay=False),
+              help="A deployment point YAML whose scenario.slo is the SLO (unless --slo).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@fail_cleanly
+def monitor_cmd(ctx, url: str, interval_s: float, window_s: float, duration_s: float | None,
+                count: int | None, slo: str | None, point_file: str | None,
+                as_json: bool) -> None:
+    """Sample an endpoint's /metrics (read-only) until --count, --for or Ctrl-C: a summary
+    per --window in the ledger (the `endpoints` stream), the samples in the index
+    (`endpoint_samples`), a progress line per window. Ctrl-C records the partial window.
+
+    \b
+    Example:
+      forge monitor http://127.0.0.1:30000 --interval 5 --for 3600
+    """
+    from .harness.diagnose.collect import parse_slo, slo_of_point
+    from .harness.diagnose.monitor import monitor
+
+    objective = (parse_slo(slo) if slo is not None else
+                 slo_of_point(point_file) if point_file else {})
+    res = monitor(open_ws(ctx), url, interval_s=interval_s, window_s=window_s,
+                  duration_s=duration_s, count=count, actor=gate.person(None), slo=objective,
+                  echo=lambda m: click.echo(m, err=True))
+    if as_json:
+        emit_json(res.as_dict())
+        return
+    click.echo(f"{res.url}: {res.samples} samples, {res.errors} failed scrapes, "
+               f"{res.summaries} summaries")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -275,6 +275,40 @@ class EngineStopped(Event):
     log_digest: str | None = None
 
 
+class ProfileOp(BaseModel):
+    """One entry of a profile's top list: an operator, kernel or function, its time over
+    the capture (ms), its share of the ranked total and how many events or samples it had."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    name: str
+    total_ms: float
+    share: float
+    count: int
+
+
+class ProfileCaptured(Event):
+    """`forge perf capture`: an engine profiled under load (harness/perf/capture.py).
+    `method` torch-profiler (SGLang's /start_profile, traces per rank) or py-spy (the
+    embedded engine's process sampled); `traces` the trace artifacts' digests, named in
+    `trace_names`; `kind`/`unit`/`total_ms`/`top` the summary (harness/perf/summary.py);
+    `load` the load run during the capture and `bench` its figures."""
+
+    engine: str
+    url: str
+    method: Literal["torch-profiler", "py-spy"]
+    duration_s: float
+    load: JSON = Field(default_factory=dict)
+    bench: dict[str, float] = Field(default_factory=dict)
+    traces: tuple[str, ...] = ()
+    trace_names: tuple[str, ...] = ()
+    kind: str
+    unit: str
+    total_ms: float
+    samples: int
+    top: tuple[ProfileOp, ...] = ()
+
+
 class MeasurementRecorded(Event):
     run_id: str
     source: str  # e.g. "forge-bench", "sglang.bench_serving", "manual"
@@ -858,3 +892,66 @@ class ClaimCleanedUp(Event):
     signals: StaleSignals
     killed: tuple[int, ...] = ()
     approval_id: str | None = None
+
+
+# --- diagnoses and endpoint monitoring (harness/diagnose/) --------------------------------
+
+
+class LogEvidence(BaseModel):
+    """One log line a rule matched: its 1-based number in the file, and its text."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    line: int
+    text: str
+
+
+class DiagnosisFinding(BaseModel):
+    """A rule that fired: its name, what it says, and the evidence (the metric values over
+    the window that made it fire, in scrape order; the matching log lines)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    rule: str
+    summary: str
+    metrics: dict[str, tuple[float | None, ...]] = Field(default_factory=dict)
+    log_lines: tuple[LogEvidence, ...] = ()
+
+
+class DiagnosisRecorded(Event):
+    """`forge diagnose` of an endpoint: `samples` scrapes of its /metrics over
+    [`start`, `end`], the log's tail read (`log_file`, `log_lines_read`), the rules applied
+    and those that fired (`findings`; none: healthy). `window` holds the key metrics' values
+    per scrape; `slo_ms` the SLO judged against (`ttft_ms.p99` -> milliseconds)."""
+
+    url: str
+    start: datetime
+    end: datetime
+    interval_s: float
+    samples: int
+    window: dict[str, tuple[float | None, ...]] = Field(default_factory=dict)
+    log_file: str | None = None
+    log_lines_read: int = 0
+    slo_ms: dict[str, float] = Field(default_factory=dict)
+    rules: tuple[str, ...] = ()
+    findings: tuple[DiagnosisFinding, ...] = ()
+    healthy: bool = True
+
+
+class EndpointSummarized(Event):
+    """A window of `forge monitor`'s scrapes of an endpoint's /metrics: per metric its last,
+    minimum, maximum and mean over the window (`stats[metric] = (last, min, max, mean)`).
+    The samples themselves are the artifact `samples_artifact` (loaded into the index's
+    `endpoint_samples`); `errors` counts scrapes that failed (not in the samples)."""
+
+    url: str
+    start: datetime
+    end: datetime
+    interval_s: float
+    samples: int
+    missed: int = 0
+    errors: int = 0
+    last_error: str = ""
+    stats: dict[str, tuple[float, float, float, float]] = Field(default_factory=dict)
+    slo_ms: dict[str, float] = Field(default_factory=dict)  # `ttft_ms.p99` -> ms, if given
+    samples_artifact: str | None = None

@@ -7,6 +7,9 @@
 - `measurements`: measurements that belong to no task (`forge bench --record` or
   `forge bench import` without `--task`).
 - `engines`: engine launches and stops outside any task (`forge engine up`).
+- `profiles`: `forge perf capture`'s profiles (`ProfileCaptured`) that name no task; with
+  `--task` the capture goes to that task's stream (naming its block when given), so two
+  blocks' profiles sit in their task's history. Written by `harness/perf/capture.py`.
 - `repos`: the MonoRepo's facts (init, snapshots, restores, push approvals and refusals,
   syncs). Written by `repos/record.py` only.
 - `agents`: agent steps that name no task (`AgentStepFailed` of an MCP call without a
@@ -22,6 +25,12 @@
   `claim:<claim id>`: that lease's heartbeats (one stream each, so the `claims` stream stays
   short and a lease's age is one row read). Both written by `harness/nodes/claims.py`; a
   claim is appended under the `claims` stream's version (racing claims cannot both win).
+- `diagnoses`: `forge diagnose`'s results (`DiagnosisRecorded`) that name no task; with
+  `--task` the diagnosis goes to that task's stream instead (in its open block), so a
+  `diagnosis` task's history holds its evidence. Written by `harness/diagnose/collect.py`.
+- `endpoints`: `forge monitor`'s window summaries of an endpoint's /metrics
+  (`EndpointSummarized`, naming the samples artifact the index loads). Written by
+  `harness/diagnose/monitor.py`.
 - `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
 """
 
@@ -33,6 +42,7 @@ COMMAND_PREFIX = "command:"
 WORKSPACE_STREAM = "workspace"
 MEASUREMENTS_STREAM = "measurements"
 ENGINES_STREAM = "engines"
+PROFILES_STREAM = "profiles"
 REPOS_STREAM = "repos"
 AGENTS_STREAM = "agents"
 APPROVALS_STREAM = "approvals"
@@ -40,6 +50,8 @@ GUARD_STREAM = "guard"
 NODES_STREAM = "nodes"
 CLAIMS_STREAM = "claims"
 CLAIM_PREFIX = "claim:"
+DIAGNOSES_STREAM = "diagnoses"
+ENDPOINTS_STREAM = "endpoints"
 
 
 def task_stream(task_id: str) -> str:

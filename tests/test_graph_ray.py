@@ -47,6 +47,8 @@ def ray_address():
     import ray
 
     tmp = tempfile.mkdtemp(prefix="forge-ray-")
+    # Children this process had before Ray (a session's engine server, PostgreSQL): not Ray's.
+    others = {p.pid for p in psutil.Process().children(recursive=True)}
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
              log_to_driver=False, _temp_dir=tmp)
     try:
@@ -54,7 +56,8 @@ def ray_address():
         assert any(p.name() == "raylet" for p in psutil.Process().children(recursive=True))
         yield ray.get_runtime_context().gcs_address
     finally:
-        procs = psutil.Process().children(recursive=True)  # raylet, GCS, agents, workers
+        procs = [p for p in psutil.Process().children(recursive=True)  # raylet, GCS, ...
+                 if p.pid not in others]
         ray.shutdown()
         if before is None:
             os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
