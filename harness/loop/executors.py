@@ -5,7 +5,11 @@
 
 - `sweep`: grid (scope order, then value order) or seeded random draws over the task's scope;
   candidates whose effective configuration was already tried (or equals the baseline) are
-  skipped; when none is left it answers `stop`.
+  skipped; when none is left it answers `stop`. `halving`: successive halving over the
+  scope's axes (harness/loop/search.py), one block per evaluation (the block's median of the
+  contract's primary metric; a block with no successful run ranks last), early stops past
+  the point's noise band (projections/noise.py, given by `make_executor`); it may measure a
+  candidate again, and stops when the search is done, naming its best.
 - `command`: any executable; gets Task Memory (plus the task's scope) as JSON on stdin and
   answers one JSON object on stdout's last line:
   `{"action": "try", "candidate": {...}, "sub_goal": "..."}` or
@@ -23,6 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -44,6 +49,8 @@ from ..errors import HarnessError
 from ..jsonl import last_json_line
 from ..proc import last_line
 from ..tools.calls import run_tool
+from .search import Halving
+from .search import key as candidate_key
 
 
 @dataclass(frozen=True)
@@ -75,30 +82,21 @@ def describe(candidate: dict[str, Any]) -> str:
 
 
 def grid(scope: dict[str, Any]) -> list[dict[str, Any]]:
-    keys = list(scope)
-    axes = []
-    for k in keys:
-        allowed = scope[k]
-        if isinstance(allowed, Range):
-            vals = allowed.values()
-            if vals is None:
-                raise HarnessError(f"scope {k}: a continuous range needs strategy random "
-                                   "(or a step)")
-            axes.append(vals)
-        else:
-            axes.append(list(allowed))
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
+    axes = _axes(scope)
+    return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
 
 
 class SweepExecutor:
     kind = "sweep"
 
-    def __init__(self, strategy: str = "grid", seed: int = 0, samples: int | None = None):
+    def __init__(self, strategy: str = "grid", seed: int = 0, samples: int | None = None,
+                 band: Callable[[TaskMemory], float] | None = None):
         self.strategy, self.seed, self.samples = strategy, seed, samples
+        self.band = band  # halving: the point's noise band of the primary metric
 
     def candidates(self, task: TaskDefinition) -> list[dict[str, Any]]:
         scope = task.scope
-        if self.strategy == "grid":
+        if self.strategy in ("grid", "halving"):
             return grid(scope)
         rng = random.Random(self.seed)
         if all(not isinstance(v, Range) or v.step is not None for v in scope.values()):
@@ -119,6 +117,8 @@ class SweepExecutor:
 
     def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
                profile: RuntimeProfile | None) -> Decision:
+        if self.strategy == "halving":
+            return self._halving(memory, task)
         tried = set(memory.tried)
         for cand in self.candidates(task):
             if effective_digest(point, profile, cand) in tried:
@@ -126,6 +126,45 @@ class SweepExecutor:
             return Decision("try", cand, sub_goal=f"try {describe(cand)}")
         return Decision("stop", reason=f"scope exhausted: {len(tried)} distinct configurations "
                         "tried")
+
+
+    def _halving(self, memory: TaskMemory, task: TaskDefinition) -> Decision:
+        metric, direction = memory.primary_metric, memory.primary_direction or "at_least"
+        if metric is None:
+            return Decision("stop", reason="halving needs a contract gate with a metric")
+        axes = _axes(task.scope)
+        worst = float("-inf") if direction == "at_least" else float("inf")
+        observed: dict[str, list[float]] = {}
+        for b in memory.execution_record:
+            if b.is_baseline or set(b.candidate) != set(axes):
+                continue
+            m = b.median(metric)
+            observed.setdefault(candidate_key(b.candidate), []).append(
+                worst if m is None else float(m))
+        band = self.band(memory) if self.band is not None else 0.0
+        h = Halving(axes, direction=direction, band=band)
+        nxt = h.next_candidate(observed)
+        if nxt is None:
+            n = sum(len(v) for v in observed.values())
+            return Decision("stop", reason=f"halving done: best {describe(h.best(observed) or {})}"
+                            f" after {n} evaluations ({len(observed)} of "
+                            f"{len(grid(task.scope))} grid candidates)")
+        return Decision("try", nxt, sub_goal=f"try {describe(nxt)} (halving)")
+
+
+def _axes(scope: dict[str, Any]) -> dict[str, list[Any]]:
+    """Each scope key's values in order (a range needs a step)."""
+    out = {}
+    for k, allowed in scope.items():
+        if isinstance(allowed, Range):
+            vals = allowed.values()
+            if vals is None:
+                raise HarnessError(f"scope {k}: a continuous range needs strategy random "
+                                   "(or a step)")
+            out[k] = list(vals)
+        else:
+            out[k] = list(allowed)
+    return out
 
 
 class ManualExecutor:
@@ -211,11 +250,28 @@ def out_of_scope(task: TaskDefinition, point: DeploymentPoint | None,
     return None
 
 
+def _point_band(ws: Workspace | None) -> Callable[[TaskMemory], float] | None:
+    """The noise band of the task's primary metric at its point (0 when none is learned)."""
+    if ws is None:
+        return None
+
+    def band(mem: TaskMemory) -> float:
+        from ...projections.noise import point_band
+
+        if not mem.point_hash or not mem.primary_metric:
+            return 0.0
+        b = point_band(ws.ledger, mem.point_hash, mem.primary_metric)
+        return b.cv if b is not None else 0.0
+
+    return band
+
+
 def make_executor(task: TaskDefinition, *, ws: Workspace | None = None,
                   base_dir: str | Path | None = None) -> Executor:
     spec = task.executor
     if spec.kind == "sweep":
-        return SweepExecutor(spec.strategy, spec.seed, spec.samples)
+        return SweepExecutor(spec.strategy, spec.seed, spec.samples,
+                             band=_point_band(ws) if spec.strategy == "halving" else None)
     if spec.kind == "manual":
         return ManualExecutor()
     if spec.kind == "agent":

@@ -12,19 +12,32 @@ Contract:
   metric (default: the primary gate's metric) <= max_cv.
 - The overall verdict: `fail` if any gate fails, else `inconclusive` if any is, else `pass`.
   Every gate result records its numbers and a one-line reason.
+- Noise band (only when the contract says `noise: learned`; otherwise results are exactly as
+  without it): `judge(..., bands={metric: NoiseBand})` with the point's bands learned from
+  history (projections/noise.py). A relative gate that asks for a gain (at_least > 1, or
+  at_most < 1) passes only when its interval passes *and* the gain |ratio - 1| exceeds the
+  band; a gain inside the band `fail`s (the point varies that much between runs by itself).
+  Each gate of a metric with a band quotes it (`band`, `band_groups`, `band_runs`, and the
+  reason); an `inconclusive` interval says how many runs per side would likely decide
+  (`runs_needed`: its half-width over the threshold shrinking as 1/sqrt(n)). A metric with
+  no band (history too thin) is judged as without one, and the reason says so.
 - Same inputs and seed → same result, byte for byte.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...ledger import payloads
 from ...ledger.payloads import GateResult
 from ...ledger.specs import Contract, Gate
+
+if TYPE_CHECKING:
+    from ...projections.noise import NoiseBand
 
 
 @dataclass(frozen=True)
@@ -84,12 +97,63 @@ def _side(lo: float, hi: float, threshold: float, direction: str) -> payloads.Ve
     return "pass" if hi <= threshold else "fail" if lo > threshold else "inconclusive"
 
 
+def runs_needed(n: int, lo: float, hi: float, estimate: float, threshold: float) -> int | None:
+    """Runs in all (per side) that would likely put the interval [lo, hi] around `estimate`
+    on one side of `threshold`, the half of it that reaches over the threshold shrinking as
+    1/sqrt(n); None when the estimate sits on the threshold (no number of runs is likely to
+    decide)."""
+    margin = abs(estimate - threshold)
+    half = (estimate - lo) if estimate > threshold else (hi - estimate)
+    if n < 1 or margin <= 0 or not math.isfinite(half):
+        return None
+    return max(n + 1, math.ceil(n * (half / margin) ** 2))
+
+
 def judge_gate(gate: Gate, runs: Sequence[dict[str, Any]],
                baseline: Sequence[dict[str, Any]] | None, *, contract: Contract,
-               default_metric: str | None = None) -> GateResult:
-    """Judge one gate. `runs`/`baseline`: [{"metrics": {...}, "success": bool}, ...]."""
+               default_metric: str | None = None,
+               bands: Mapping[str, NoiseBand] | None = None) -> GateResult:
+    """Judge one gate. `runs`/`baseline`: [{"metrics": {...}, "success": bool}, ...];
+    `bands`: the point's noise bands by metric, used when `contract.noise` is `learned`."""
     if gate.kind == "stability":
         return _stability(gate, runs, default_metric)
+    res = _judge_level(gate, runs, baseline, contract=contract)
+    if contract.noise != "learned" or gate.metric is None or res.ci is None:
+        return res
+    return _with_band(gate, res, (bands or {}).get(gate.metric))
+
+
+def _with_band(gate: Gate, res: GateResult, band: NoiseBand | None) -> GateResult:
+    """`res` judged with the point's noise band (see the module's contract)."""
+    upd: dict[str, Any] = {}
+    notes = []
+    verdict = res.verdict
+    if band is None:
+        notes.append(f"no noise band learned for {gate.metric} at this point")
+    else:
+        upd.update(band=band.cv, band_groups=band.groups, band_runs=band.runs)
+        notes.append(band.describe())
+        th = res.threshold
+        asks_gain = gate.kind == "relative" and th is not None and (
+            (res.direction == "at_least" and th > 1) or (res.direction == "at_most" and th < 1))
+        if asks_gain and verdict == "pass" and res.ratio is not None \
+                and abs(res.ratio - 1) <= band.cv:
+            verdict = "fail"
+            notes.insert(0, f"gain {abs(res.ratio - 1):.2%} inside the noise band")
+    if verdict == "inconclusive":
+        assert res.ci is not None and res.threshold is not None
+        est = res.ratio if gate.kind == "relative" else res.median
+        need = None if est is None else runs_needed(res.n, res.ci[0], res.ci[1], est,
+                                                    res.threshold)
+        upd["runs_needed"] = need
+        notes.append(f"about {need} runs per side would likely decide" if need is not None
+                     else "the estimate sits on the threshold: more runs are unlikely to decide")
+    return GateResult.judged(verdict, **{**res.model_dump(exclude={"verdict", "passed"}),
+                                         **upd, "reason": res.reason + "; " + "; ".join(notes)})
+
+
+def _judge_level(gate: Gate, runs: Sequence[dict[str, Any]],
+                 baseline: Sequence[dict[str, Any]] | None, *, contract: Contract) -> GateResult:
     assert gate.metric is not None
     direction = "at_least" if gate.at_least is not None else "at_most"
     threshold = float(gate.at_least if gate.at_least is not None else gate.at_most)  # type: ignore[arg-type]
@@ -169,11 +233,14 @@ def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
 
 
 def judge(contract: Contract, runs: Sequence[dict[str, Any]],
-          baseline: Sequence[dict[str, Any]] | None, *, skip_relative: bool = False) -> Verdict:
-    """Judge every gate of `contract`; `skip_relative` judges the baseline against itself."""
+          baseline: Sequence[dict[str, Any]] | None, *, skip_relative: bool = False,
+          bands: Mapping[str, NoiseBand] | None = None) -> Verdict:
+    """Judge every gate of `contract`; `skip_relative` judges the baseline against itself;
+    `bands` as in `judge_gate`."""
     primary = contract.primary
     default_metric = primary.metric if primary else None
-    results = [judge_gate(g, runs, baseline, contract=contract, default_metric=default_metric)
+    results = [judge_gate(g, runs, baseline, contract=contract, default_metric=default_metric,
+                          bands=bands)
                for g in contract.gates if not (skip_relative and g.kind == "relative")]
     verdicts = {g.verdict for g in results}
     overall = "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts \

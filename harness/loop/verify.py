@@ -5,11 +5,12 @@ Steps:
 - The loop's phases. `baseline`: a measured baseline to compare against (the baseline block
   is its own); `measure`: the block has runs and at least one succeeded; `gates`: the
   contract's gates judged on the block's runs against the baseline (`gates.judge`): pass,
-  fail or inconclusive as their verdict; with `contract.review`, a non-baseline block whose
-  gates pass is then reviewed by another model family (harness/agents/review.py): its
-  gate (kind `review`) joins them, its ModelCalled and ReviewRecorded are saved with the
-  verification; `decide`: always `deferred` (accept or reject acts
-  on this verification's verdict, after it). The contract's gates are judged only at
+  fail or inconclusive as their verdict (with `contract.noise: learned`, against the point's
+  noise bands learned from history, projections/noise.py); with `contract.review`, a
+  non-baseline block whose gates pass is then reviewed by another model family
+  (harness/agents/review.py): its gate (kind `review`) joins them, its ModelCalled and
+  ReviewRecorded are saved with the verification; `decide`: always `deferred` (accept or
+  reject acts on this verification's verdict, after it). The contract's gates are judged only at
   `gates`, which every path names (checked on input; a path from an older ledger that
   lacks it gets it at its end).
 - Command steps `{name, argv | sh, timeout_s}`: run as a recorded tool call (`run_tool`: its
@@ -94,8 +95,18 @@ def _tail(text: str) -> str:
     return out if len(out) <= TAIL_CHARS else "…" + out[-TAIL_CHARS:]
 
 
-def _phase(name: str, blk: BlockRecord, mem: TaskMemory, lt: LoadedTask
-           ) -> tuple[StepResult, Verdict | None]:
+def _bands(ws: Workspace, lt: LoadedTask) -> dict[str, Any] | None:
+    """The point's noise bands of the gates' metrics when the contract uses them."""
+    c = lt.task.contract
+    if c.noise != "learned" or not lt.point_hash:
+        return None
+    from ...projections.noise import point_bands
+
+    return dict(point_bands(ws.ledger, lt.point_hash, [g.metric for g in c.gates if g.metric]))
+
+
+def _phase(name: str, blk: BlockRecord, mem: TaskMemory, lt: LoadedTask,
+           bands: dict[str, Any] | None = None) -> tuple[StepResult, Verdict | None]:
     base = mem.baseline_block()
     if name == "baseline":
         if blk.is_baseline:
@@ -121,7 +132,7 @@ def _phase(name: str, blk: BlockRecord, mem: TaskMemory, lt: LoadedTask
         return StepResult(name=name, kind="phase", outcome="fail", detail=detail), None
     if name == "gates":
         verdict = judge(lt.task.contract, blk.runs(), base.runs() if base else None,
-                        skip_relative=blk.is_baseline)
+                        skip_relative=blk.is_baseline, bands=bands)
         bad = [g for g in verdict.gates if g.verdict != "pass"]
         detail = (", ".join(f"{g.name} {g.verdict}" for g in bad) if bad
                   else f"{len(verdict.gates)} gates pass")
@@ -174,6 +185,7 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
     tools: list[E.ToolInvoked] = []
     review: list[E.Event] = []
     gates: Verdict | None = None
+    bands: dict[str, Any] | None = None  # the point's noise bands (contract noise: learned)
     stopped: StepResult | None = None
     for step in path_of(lt.task):
         name = step_name(step)
@@ -186,7 +198,9 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
             res, tool = _command(ws, lt, blk, step, common, say)
             tools.append(tool)
         else:
-            res, judged = _phase(step, blk, mem, lt)
+            if step == "gates" and bands is None:
+                bands = _bands(ws, lt)
+            res, judged = _phase(step, blk, mem, lt, bands)
             if judged is not None and lt.task.contract.review is not None:
                 # The contract's cross-model review joins the gates (a ModelCalled call).
                 from ..agents.review import with_review
