@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import random
 import shutil
 import statistics
 from pathlib import Path
@@ -25,6 +24,7 @@ from infer_forge.harness.loop.manual import (
 )
 from infer_forge.harness.loop.run import run_task
 from infer_forge.harness.loop.search import Halving
+from infer_forge.harness.testing.synthetic_search import synthetic_space
 from infer_forge.ledger.specs import Contract
 from infer_forge.projections.memory import task_memory
 from infer_forge.projections.noise import learn, point_band, point_groups, point_tasks
@@ -178,25 +178,6 @@ def test_inconclusive_states_the_runs_that_would_decide():
 
 
 # --- the halving search -----------------------------------------------------------------
-
-
-def synthetic_space(seed: int, sizes=(8, 6, 5, 4), cv: float = 0.02, coupling: float = 0.03):
-    """A scope of len(sizes) axes with a seeded optimum: throughput falls with each axis's
-    distance from its optimal value, the first two axes mildly coupled; measurements carry
-    seeded Gaussian noise of `cv`."""
-    rng = random.Random(seed)
-    axes = {f"k{i}": list(range(n)) for i, n in enumerate(sizes)}
-    opt = {k: rng.randrange(len(v)) for k, v in axes.items()}
-
-    def true(c):
-        f = 1000.0
-        for k in axes:
-            d = abs(c[k] - opt[k])
-            f *= 1 - 0.06 * d - 0.01 * d * d
-        return f * (1 + coupling * math.cos(c["k0"] * 0.7 + c["k1"] * 1.3))
-
-    noise = random.Random(seed + 1000)
-    return axes, true, (lambda c: true(c) * (1 + noise.gauss(0, cv)))
 
 
 def test_halving_finds_the_grids_best_in_under_30_percent_of_its_candidates():
