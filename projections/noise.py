@@ -13,7 +13,8 @@ Contract:
 - `point_groups(ledger, point_hash, metric)`: the groups measured at one point: for every
   task whose `TaskDefined.point_hash` is that point, each block's successful, not invalidated
   runs of `metric`. Bounded: task definitions are read from the log by type, then only the
-  streams of that point's tasks. `point_bands` learns several metrics with one read.
+  streams of that point's tasks. `point_bands` learns several metrics with one read;
+  `task_bands` (`forge task noise`) those of a task's gates at its point.
 - Reads only events, through Task Memory's fold; never the index. Same history → same band.
 """
 
@@ -23,6 +24,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..ledger import events as E
 from ..ledger.store import Ledger
@@ -118,3 +120,18 @@ def point_bands(ledger: Ledger, point_hash: str, metrics: Iterable[str]
 
 def point_band(ledger: Ledger, point_hash: str, metric: str) -> NoiseBand | None:
     return point_bands(ledger, point_hash, [metric]).get(metric)
+
+
+def task_bands(ledger: Ledger, task_id: str, metrics: Iterable[str] = ()) -> dict[str, Any]:
+    """`forge task noise`: the bands at a task's point of `metrics` (default: the metrics of
+    its contract's gates), each with what it rests on; a metric without one is None."""
+    mem, _ = read_memory(ledger, task_id)
+    wanted = list(metrics) or [g["metric"] for g in
+                               (mem.definition.get("contract") or {}).get("gates", [])
+                               if isinstance(g, dict) and g.get("metric")]
+    wanted = list(dict.fromkeys(wanted))
+    bands = point_bands(ledger, mem.point_hash, wanted) if mem.point_hash else {}
+    return {"task_id": task_id, "point_hash": mem.point_hash,
+            "bands": {m: (None if m not in bands else
+                          {"cv": bands[m].cv, "groups": bands[m].groups,
+                           "runs": bands[m].runs}) for m in wanted}}

@@ -29,7 +29,7 @@ from infer_forge.ledger.specs import Contract
 from infer_forge.projections.memory import task_memory
 from infer_forge.projections.noise import learn, point_band, point_groups, point_tasks
 
-from .conftest import REPO
+from .conftest import REPO, run_forge
 from .test_loop import make_task_dir
 
 TASK = """\
@@ -130,6 +130,14 @@ def test_band_is_learned_per_point_and_rejects_a_gain_inside_it(workspace, tmp_p
     assert stored is not None and stored["verdict"] == "fail"
     assert {k: stored["gates"][0][k] for k in ("band", "band_groups", "band_runs")} == \
         {"band": band.cv, "band_groups": 4, "band_runs": 12}
+    # `forge task noise` shows the same band; an unknown task is one line naming it.
+    out = run_forge("task", "noise", t, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"task_id": "t", "point_hash": point_hash, "bands": {
+        TPUT: {"cv": band.cv, "groups": 4, "runs": 12}}}
+    bad = run_forge("task", "noise", "nope")
+    assert bad.returncode != 0 and "unknown task 'nope'" in bad.stderr \
+        and len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_a_gain_beyond_the_band_passes_and_default_contracts_are_unchanged():
