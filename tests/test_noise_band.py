@@ -150,6 +150,17 @@ def test_a_gain_beyond_the_band_passes_and_default_contracts_are_unchanged():
     base = [{"metrics": {TPUT: v}, "success": True} for v in (100.0, 100.2, 99.8)]
     g = judge(contract, runs, base, bands={TPUT: band}).gates[0]
     assert g.verdict == "pass" and g.band == pytest.approx(0.01) and "noise band" in g.reason
+    # A latency gate (smaller is better) asks for a gain too: 3 % faster inside a 5 % band.
+    ttft = Contract.model_validate({"gates": [
+        {"name": "ttft", "metric": "median_ttft_ms", "vs_baseline": "ratio", "at_most": 0.99}],
+        "noise": "learned"})
+    wide = learn("median_ttft_ms", [[100.0, 105.0, 95.0]])
+    assert wide is not None and wide.cv == pytest.approx(0.05)
+    fast = [{"metrics": {"median_ttft_ms": v}, "success": True} for v in (97.0, 97.1, 96.9)]
+    slow = [{"metrics": {"median_ttft_ms": v}, "success": True} for v in (100.0, 100.1, 99.9)]
+    assert judge(ttft.model_copy(update={"noise": None}), fast, slow).verdict == "pass"
+    g = judge(ttft, fast, slow, bands={"median_ttft_ms": wide}).gates[0]
+    assert g.verdict == "fail" and "gain 3.00% inside the noise band" in g.reason
     # Without `noise: learned` the result and its stored shape are as before the band.
     plain = Contract.model_validate({"gates": contract.model_dump()["gates"]})
     assert "noise" not in plain.model_dump() and "noise" in contract.model_dump()
