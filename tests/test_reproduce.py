@@ -200,13 +200,17 @@ def test_bad_options_and_blocks_without_runs_are_refused(workspace, tmp_path):
 
 
 def test_the_band_follows_the_runs_spread_within_floor_and_cap():
-    assert rp.band_for("output_throughput", [100, 100, 100], [99, 101], cpu=True) == 0.25
-    assert rp.band_for("output_throughput", [100, 100], [100], cpu=False) == 0.10
-    assert rp.band_for("median_ttft_ms", [10, 10], [10], cpu=True) == pytest.approx(0.375)
-    assert rp.band_for("output_throughput", [100, 140, 60], [100], cpu=True) == 0.5
-    assert rp.band_for("x", [1, 1.2], [1], cpu=False) == pytest.approx(3 * 0.1414 / 1.1,
-                                                                       rel=1e-3)
-    assert rp.band_for("x", [1], [1], cpu=True, override=0.05) == 0.05
+    assert rp.band_for("output_throughput", [100, 100, 100], [99, 101], cpu=True) \
+        == (0.25, "floor")
+    assert rp.band_for("output_throughput", [100, 100], [100], cpu=False) == (0.10, "floor")
+    assert rp.band_for("median_ttft_ms", [10, 10], [10], cpu=True) == (0.375, "floor")
+    assert rp.band_for("output_throughput", [100, 140, 60], [100], cpu=True) == (0.5, "cap")
+    width, why = rp.band_for("x", [1, 1.2], [1], cpu=False)
+    assert why == "recorded runs' CV" and width == pytest.approx(3 * 0.1414 / 1.1, rel=1e-3)
+    assert rp.band_for("x", [1, 1], [1, 1.2], cpu=False)[1] == "new runs' CV"
+    assert rp.band_for("x", [1, 1], [1], cpu=False, point_cv=0.05) \
+        == (pytest.approx(0.15), "point's noise band")
+    assert rp.band_for("x", [1], [1], cpu=True, override=0.05, point_cv=0.3) == (0.05, "given")
     f = rp.judge("output_throughput", [300, 310, 290], [100, 101], 0.5)
     assert (f["recorded"], f["new"], f["reproduced"]) == (300, 100.5, False)
     assert rp.judge("failed", [0, 0], [0], 0.1)["reproduced"]

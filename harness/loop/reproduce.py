@@ -26,12 +26,14 @@ Contract:
 - The judgement, per gated metric of the contract (primary first; a stability gate's metric,
   else the primary's), medians of recorded and new runs: reproduced when
   |new - recorded| <= band * |recorded| (a recorded 0 must come back 0). The band is `band`
-  when given; else max(floor, 3 * CV of the recorded runs, 3 * CV of the new runs), capped
-  at 0.5 (a figure off by half is never "reproduced"). Floor: 0.10 on an accelerator point,
-  0.25 on a CPU point (shared cores: other work moves throughput by tens of percent between
-  runs minutes apart), times 1.5 for latencies (`*_ms`: queueing amplifies it). No noise band
-  per point exists yet; this is the repeats' own spread. Reproduced overall: every judged
-  metric reproduced and every new run succeeded.
+  when given; else max(floor, 3 * CV of the recorded runs, 3 * CV of the new runs, 3 * the
+  point's learned noise band (`projections.noise.point_bands`: the pooled run-to-run CV of
+  the metric over the point's history, when history supports one)), capped at 0.5 (a figure
+  off by half is never "reproduced"). Floor: 0.10 on an accelerator point, 0.25 on a CPU
+  point (shared cores: other work moves throughput by tens of percent between runs minutes
+  apart), times 1.5 for latencies (`*_ms`: queueing amplifies it). Each figure says which
+  term set its band (`band_from`). Reproduced overall: every judged metric reproduced and
+  every new run succeeded.
 - Recorded: one `ReproductionRecorded` on the `reproductions` stream (verdict, figures,
   bands, what was rebuilt, wall time), whatever the verdict; a refusal records nothing.
 """
@@ -52,6 +54,7 @@ from ...ledger.specs import DeploymentPoint, apply_candidate
 from ...ledger.streams import REPRODUCTIONS_STREAM, WORKSPACE_STREAM
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
+from ...projections.noise import point_bands
 from ...projections.trace import find_event
 from ...repos.errors import RepoError
 from ..errors import HarnessError
@@ -199,20 +202,28 @@ def _cv(xs: list[float]) -> float:
 
 
 def band_for(metric: str, recorded: list[float], new: list[float], *, cpu: bool,
-             override: float | None = None) -> float:
+             override: float | None = None, point_cv: float | None = None
+             ) -> tuple[float, str]:
+    """The band and the term that set it (module contract)."""
     if override is not None:
-        return override
+        return override, "given"
     floor = FLOOR_CPU if cpu else FLOOR_ACCELERATOR
     if metric.endswith("_ms"):
         floor *= LATENCY_FACTOR
-    return min(BAND_CAP, max(floor, K_CV * _cv(recorded), K_CV * _cv(new)))
+    terms = [(floor, "floor"), (K_CV * _cv(recorded), "recorded runs' CV"),
+             (K_CV * _cv(new), "new runs' CV")]
+    if point_cv is not None:
+        terms.append((K_CV * point_cv, "point's noise band"))
+    value, why = max(terms, key=lambda t: t[0])
+    return (BAND_CAP, "cap") if value > BAND_CAP else (value, why)
 
 
-def judge(metric: str, recorded: list[float], new: list[float], band: float) -> dict[str, Any]:
+def judge(metric: str, recorded: list[float], new: list[float], band: float,
+          band_from: str = "given") -> dict[str, Any]:
     rec = statistics.median(recorded)
     out: dict[str, Any] = {"metric": metric, "recorded": rec, "new": None, "ratio": None,
-                           "band": band, "reproduced": False, "recorded_runs": recorded,
-                           "new_runs": new}
+                           "band": band, "band_from": band_from, "reproduced": False,
+                           "recorded_runs": recorded, "new_runs": new}
     if not new:
         return out
     nw = statistics.median(new)
@@ -227,8 +238,8 @@ def band_rule(cpu: bool, override: float | None) -> str:
         return f"given: {override:g} of the recorded median"
     floor = FLOOR_CPU if cpu else FLOOR_ACCELERATOR
     return (f"max({floor:g} floor ({'CPU' if cpu else 'accelerator'} point; x{LATENCY_FACTOR:g}"
-            f" for *_ms), {K_CV:g}xCV of recorded runs, {K_CV:g}xCV of new runs), at most "
-            f"{BAND_CAP:g}")
+            f" for *_ms), {K_CV:g}xCV of recorded runs, {K_CV:g}xCV of new runs, {K_CV:g}x the "
+            f"point's noise band), at most {BAND_CAP:g}")
 
 
 # --- reproduce --------------------------------------------------------------------------
@@ -280,14 +291,18 @@ def reproduce(ws: Workspace, ident: str, *, repeats: int | None = None,
     ok = [r for r in results if r.success]
     errors = [f"run {i + 1}: {r.error}" for i, r in enumerate(results) if not r.success]
     cpu = point.accelerator.vendor == "cpu"
+    metrics = judged_metrics(lt)
+    learned = point_bands(ws.ledger, lt.point_hash, metrics) if band is None else {}
     figures = []
-    for metric in judged_metrics(lt):
+    for metric in metrics:
         rec = [float(m["metrics"][metric]) for m in tg.runs if metric in m["metrics"]]
         if not rec:
             continue
         new = [float(r.metrics[metric]) for r in ok if metric in r.metrics]
-        figures.append(judge(metric, rec, new,
-                             band_for(metric, rec, new, cpu=cpu, override=band)))
+        nb = learned.get(metric)
+        width, why = band_for(metric, rec, new, cpu=cpu, override=band,
+                              point_cv=nb.cv if nb is not None else None)
+        figures.append(judge(metric, rec, new, width, why))
     done = bool(figures) and not errors and all(f["reproduced"] for f in figures)
     ev = E.ReproductionRecorded(
         target=ident.strip(), point_hash=lt.point_hash, profile=f"{ref.service}@{ref.rev}",
@@ -318,7 +333,8 @@ def lines(ev: E.ReproductionRecorded) -> list[str]:
         new = "-" if f["new"] is None else f"{f['new']:.4g}"
         ratio = "-" if f["ratio"] is None else f"{f['ratio']:.3f}"
         out.append(f"  {f['metric']}: recorded {f['recorded']:.4g}, new {new}, ratio {ratio}, "
-                   f"band ±{f['band']:.0%}: {'ok' if f['reproduced'] else 'OUT'}")
+                   f"band ±{f['band']:.0%} ({f.get('band_from', '-')}): "
+                   f"{'ok' if f['reproduced'] else 'OUT'}")
     out += [f"  {e}" for e in ev.errors]
     out.append(f"  band: {ev.band_rule}")
     return out
