@@ -713,6 +713,34 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
                    f"{r['reason']}")
 
 
+@task.command("noise")
+@click.argument("task_id")
+@click.option("--metric", "metrics", multiple=True,
+              help="Metric (repeatable; default: the contract's gated metrics).")
+@click.option("--json", "as_json", is_flag=True, help="Print the bands as JSON.")
+@click.pass_context
+@fail_cleanly
+def task_noise(ctx, task_id: str, metrics: tuple[str, ...], as_json: bool) -> None:
+    """The noise band at a task's deployment point: each metric's run-to-run CV learned from
+    the point's repeated runs (what `contract.noise: learned` gates use; docs/noise.md).
+
+    \b
+    Example:
+      forge task noise tune-tiny-cpu --metric output_throughput
+    """
+    from .projections.noise import task_bands
+
+    info = task_bands(open_ws(ctx).ledger, task_id, metrics)
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"task {task_id}: point {info['point_hash'] or '-'}")
+    for m, b in info["bands"].items():
+        click.echo(f"  {m}: " + ("no band (fewer than 2 degrees of freedom of repeated runs)"
+                                 if b is None else
+                                 f"{b['cv']:.2%} over {b['groups']} groups, {b['runs']} runs"))
+
+
 @task.command("accept")
 @click.argument("task_id")
 @click.option("--block", help="Block to accept (default: the open or last block).")
@@ -2640,6 +2668,35 @@ def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: i
             for ln in f.log_lines[:3]:
                 click.echo(f"    line {ln.line}: {ln.text[:160]}")
     if not ev.healthy:
+        ctx.exit(1)
+
+
+@main.command("reproduce")
+@click.argument("ident", metavar="ID")
+@click.option("--repeats", type=int, help="Runs of the workload (default: the contract's).")
+@click.option("--band", type=float,
+              help="Relative band for every metric (0.1 = 10%; default: from the runs' spread).")
+@click.option("--json", "as_json", is_flag=True, help="Print the reproduction as JSON.")
+@click.pass_context
+def reproduce_cmd(ctx, ident: str, repeats: int | None, band: float | None,
+                  as_json: bool) -> None:
+    """Re-deploy the point a measurement, block (TASK:BLOCK) or deliverable was recorded on
+    (profile revision, model digest, code snapshot), re-run the same workload and say whether
+    the recorded figures come back, with the band used; records a ReproductionRecorded.
+    Exit code: 0 reproduced, 1 not reproduced, 2 cannot be reproduced here (why, one line).
+    """
+    from .harness.loop import reproduce as rp
+
+    try:
+        ev = rp.reproduce(open_ws(ctx), ident, repeats=repeats, band=band,
+                          progress=lambda s: click.echo(s, err=True) if not as_json else None)
+    except (*DOMAIN_ERRORS, LedgerError) as e:
+        raise _DiagnoseFailed(redact_message(" ".join(str(e).split()))) from None
+    if as_json:
+        emit_json(rp.as_dict(ev))
+    else:
+        click.echo("\n".join(rp.lines(ev)))
+    if not ev.reproduced:
         ctx.exit(1)
 
 

@@ -955,3 +955,31 @@ class EndpointSummarized(Event):
     stats: dict[str, tuple[float, float, float, float]] = Field(default_factory=dict)
     slo_ms: dict[str, float] = Field(default_factory=dict)  # `ttft_ms.p99` -> ms, if given
     samples_artifact: str | None = None
+
+
+class ReproductionRecorded(Event):
+    """`forge reproduce` of a recorded block (harness/loop/reproduce.py): its point
+    (`point_hash`, `profile` "service@rev" with `profile_hash`, `model_digest`,
+    `repo_snapshot`) re-deployed, the same workload (`traffic`, prompt seed) run `repeats`
+    times, judged per metric against the recorded runs (`recorded_runs`: their event ids).
+    `figures`: one per judged metric, primary first: {metric, recorded, new (medians),
+    ratio, band, reproduced, recorded_runs, new_runs (values)}; `band_rule` says how the
+    bands were set. On the `reproductions` stream; `task_id`/`block_id` name what was
+    reproduced."""
+
+    target: str  # the ID as given (an event id, or TASK:BLOCK)
+    point_hash: str
+    profile: str
+    profile_hash: str | None = None
+    model_digest: str | None = None
+    repo_snapshot: str | None = None
+    candidate: JSON = Field(default_factory=dict)
+    traffic: JSON = Field(default_factory=dict)
+    seed: int | None = None
+    repeats: int
+    recorded_runs: list[str] = Field(default_factory=list)
+    figures: list[JSON] = Field(default_factory=list)
+    band_rule: str = ""
+    errors: list[str] = Field(default_factory=list)  # new runs that failed, with why
+    reproduced: bool
+    wall_s: float = 0.0

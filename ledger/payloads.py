@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 # Contract gates (`specs.Gate.kind`): absolute, relative, stability. A graph node's checks:
@@ -65,6 +65,23 @@ class GateResult(BaseModel):
     failed_requests: float = 0.0
     samples: list[float] = Field(default_factory=list)
     task: str | None = None
+    # A contract with `noise: learned` (harness/loop/gates.py): the point's noise band of
+    # the metric (`band`: run-to-run CV, over `band_groups` groups of `band_runs` runs) and,
+    # when inconclusive, `runs_needed`: runs per side likely to decide. Left out of the
+    # stored shape while None, so results judged without them keep the shape they had.
+    band: float | None = None
+    band_groups: int | None = None
+    band_runs: int | None = None
+    runs_needed: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unused_new_fields(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for k in ("band", "band_groups", "band_runs", "runs_needed"):
+                if k in data and data[k] is None:
+                    del data[k]
+        return data
 
     @classmethod
     def judged(cls, verdict: Verdict, **fields: Any) -> GateResult:

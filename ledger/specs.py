@@ -348,7 +348,7 @@ class ReviewSpec(Spec):
 
 
 class Contract(Spec):
-    OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None}
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None, "noise": None}
     gates: list[Gate] = Field(min_length=1)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap: int = Field(2000, ge=100)
@@ -357,6 +357,10 @@ class Contract(Spec):
     # `required`: the loop's acceptance waits for a person's approval (forge approve; the
     # human gate, harness/guard/approvals.py).
     human: Literal["required"] | None = None
+    # `learned`: relative gates also need the gain to exceed the point's noise band learned
+    # from history, and quote it; inconclusive gates say how many runs would decide
+    # (harness/loop/gates.py, projections/noise.py). None: gates judge as before.
+    noise: Literal["learned"] | None = None
 
 
     @model_validator(mode="after")
@@ -407,7 +411,8 @@ AGENT_MAX_STEPS = 12  # an agent executor's tool-calling turns per decision, by 
 class ExecutorSpec(Spec):
     OMIT_WHEN: ClassVar[dict[str, Any]] = {"tier": None, "max_steps": AGENT_MAX_STEPS}
     kind: Literal["manual", "sweep", "command", "agent"] = "sweep"
-    strategy: Literal["grid", "random"] = "grid"
+    # halving: successive halving over the scope's axes (harness/loop/search.py)
+    strategy: Literal["grid", "random", "halving"] = "grid"
     seed: int = 0
     samples: int | None = Field(None, ge=1)  # random: how many candidates to draw
     argv: list[str] = Field(default_factory=list)  # command: the policy executable

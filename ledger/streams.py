@@ -31,6 +31,9 @@
 - `endpoints`: `forge monitor`'s window summaries of an endpoint's /metrics
   (`EndpointSummarized`, naming the samples artifact the index loads). Written by
   `harness/diagnose/monitor.py`.
+- `reproductions`: `forge reproduce`'s verdicts (`ReproductionRecorded`, naming the task and
+  block reproduced): not the task's stream, whose task has usually exited and whose history
+  is the loop's. Written by `harness/loop/reproduce.py`.
 - `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
 """
 
@@ -52,6 +55,7 @@ CLAIMS_STREAM = "claims"
 CLAIM_PREFIX = "claim:"
 DIAGNOSES_STREAM = "diagnoses"
 ENDPOINTS_STREAM = "endpoints"
+REPRODUCTIONS_STREAM = "reproductions"
 
 
 def task_stream(task_id: str) -> str:
