@@ -29,6 +29,7 @@ from ..ledger.clock import digest
 from ..ledger.store import Ledger, Recorded
 from ..ledger.streams import APPROVALS_STREAM
 from .errors import ProjectionError
+from .folds import read_stream
 
 KINDS: tuple[str, ...] = ("push", "production-call", "cleanup", "accept")
 State = Literal["pending", "granted", "denied", "expired", "used"]
@@ -162,9 +163,4 @@ def fold(records: Iterable[Recorded]) -> ApprovalBook:
 
 
 def read_approvals(ledger: Ledger) -> ApprovalBook:
-    skipped: list[int] = []
-    book = fold(ledger.stream(APPROVALS_STREAM, on_error=lambda u: skipped.append(u.version)))
-    # The version counts an undecodable last event too: a writer expecting it must not
-    # conflict forever (nor pass over an event it could not read: it is left out, as above).
-    book.version = max([book.version, *skipped])
-    return book
+    return read_stream(ledger, APPROVALS_STREAM, fold)

@@ -23,6 +23,7 @@ from typing import Literal
 from ..ledger import events as E
 from ..ledger.store import Ledger, Recorded
 from ..ledger.streams import CLAIMS_STREAM, NODES_STREAM, claim_stream
+from .folds import read_stream
 
 
 @dataclass
@@ -97,10 +98,7 @@ def fold_hosts(records: Iterable[Recorded]) -> HostBook:
 
 
 def read_hosts(ledger: Ledger) -> HostBook:
-    skipped: list[int] = []
-    book = fold_hosts(ledger.stream(NODES_STREAM, on_error=lambda u: skipped.append(u.version)))
-    book.version = max([book.version, *skipped])
-    return book
+    return read_stream(ledger, NODES_STREAM, fold_hosts)
 
 
 ClaimState = Literal["active", "released", "cleaned"]
@@ -178,11 +176,7 @@ def fold_claims(records: Iterable[Recorded]) -> ClaimBook:
 
 
 def read_claims(ledger: Ledger) -> ClaimBook:
-    skipped: list[int] = []
-    book = fold_claims(ledger.stream(CLAIMS_STREAM,
-                                     on_error=lambda u: skipped.append(u.version)))
-    book.version = max([book.version, *skipped])
-    return book
+    return read_stream(ledger, CLAIMS_STREAM, fold_claims)
 
 
 def last_heartbeat(ledger: Ledger, claim: Claim) -> datetime:
