@@ -98,7 +98,7 @@ def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "comp
     # datasets reads this when imported: a local file or the host's cache, never the Hub
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
-        import lm_eval  # type: ignore[import-untyped]
+        import lm_eval
     except ImportError as e:
         raise HarnessError(f"accuracy evaluation needs lm_eval (pip install "
                            f"'infer-forge[accuracy]'): {e}") from None
