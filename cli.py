@@ -2671,6 +2671,65 @@ def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: i
         ctx.exit(1)
 
 
+@main.group("eval")
+def eval_group() -> None:
+    """Evaluate an engine's answers (accuracy with lm-evaluation-harness)."""
+
+
+@eval_group.command("accuracy")
+@click.option("--url", required=True, help="The candidate engine's base URL.")
+@click.option("--model", required=True, help="Model name sent in the request body.")
+@click.option("--task", default="arith", show_default=True,
+              help="A task of --tasks-dir, else of lm_eval's registry (gsm8k, mmlu, ...).")
+@click.option("--baseline-url", help="The baseline engine's URL: judge non-inferiority.")
+@click.option("--baseline-model", help="The baseline's model name (default: --model).")
+@click.option("--margin", type=click.FloatRange(min=0), default=0.02, show_default=True,
+              help="Largest accuracy loss tolerated (0.02 = 2 points).")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
+              show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), help="Evaluate the first N items.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--metric", default="exact_match", show_default=True,
+              help="The per-item metric that says correct (acc for multiple choice).")
+@click.option("--tasks-dir", type=click.Path(file_okay=False),
+              help="Folder of lm_eval task YAMLs (default: the shipped examples/accuracy).")
+@click.option("--task-id", help="Record on this task's stream (else 'measurements').")
+@click.option("--block", "block_id", help="The loop block the measurement belongs to.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, endpoint, limit,
+                  concurrency, metric, tasks_dir, task_id, block_id, as_json) -> None:
+    """Run an accuracy task with lm-evaluation-harness against --url (and --baseline-url);
+    with a baseline, judge non-inferiority (CI of the accuracy difference above -margin).
+    Records a MeasurementRecorded (source forge-accuracy). Exit code: 0 pass (or no
+    baseline), 1 fail, 3 inconclusive.
+
+    \b
+    Example:
+      forge eval accuracy --url http://127.0.0.1:30001 --baseline-url http://127.0.0.1:30000 \\
+        --model M --task arith --limit 200
+    """
+    from .harness.bench import accuracy as acc
+
+    out = acc.evaluate_accuracy(
+        open_ws(ctx), url, model, task, baseline_url=baseline_url,
+        baseline_model=baseline_model, margin=margin, endpoint=endpoint,
+        include_path=tasks_dir or acc.TASKS_DIR, limit=limit, concurrency=concurrency,
+        metric=metric, task_id=task_id, block_id=block_id)
+    gate = out["gate"]
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(f"{task}: accuracy {out['accuracy']:.4f} over {out['items']} items"
+                   + (f" (baseline {out['baseline_accuracy']:.4f})" if gate else ""))
+        if gate:
+            click.echo(f"{gate['verdict']}: {gate['reason']}")
+        click.echo(f"recorded {out['event_id']}")
+    if gate and gate["verdict"] != "pass":
+        ctx.exit(1 if gate["verdict"] == "fail" else 3)
+
+
 @main.command("reproduce")
 @click.argument("ident", metavar="ID")
 @click.option("--repeats", type=int, help="Runs of the workload (default: the contract's).")

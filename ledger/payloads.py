@@ -30,7 +30,8 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 # `command` (a verify command), `metric` (a bound on the work's metrics line), `work` (the
 # node's work command itself), `deliverables` (its files exist), `task-loop` (a loop task).
 # `review`: a contract's cross-model review (harness/agents/review.py).
-GateKind = Literal["absolute", "relative", "stability", "command", "metric", "work",
+# `accuracy`: task accuracy non-inferior to the baseline's (harness/bench/accuracy.py).
+GateKind = Literal["absolute", "relative", "stability", "accuracy", "command", "metric", "work",
                    "deliverables", "task-loop", "review"]
 Direction = Literal["at_least", "at_most", "equals"]
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from ..projections.index import tracked_position
+
 
 def _rows(con, sql: str) -> list[dict[str, Any]]:
     rel = con.execute(sql)
@@ -59,7 +61,9 @@ class Snapshot:
 
 
 def load(con) -> Snapshot:
-    (pos,) = con.execute("SELECT coalesce(max(position), 0) FROM tracking").fetchone()
+    # The index's own tracking row: the table also holds the schema version's row, which is
+    # not a ledger position.
+    pos = tracked_position(con)
     tasks = _rows(con, """SELECT t.*, o.status, o.blocks, o.accepted, o.rejected
                           FROM tasks t JOIN task_overview o USING (task_id)
                           ORDER BY t.task_id""")
