@@ -11,6 +11,10 @@ Contract:
 
 Payloads that are specs (deployment points, task definitions, profiles) are carried as plain
 mappings plus their content hash, so the ledger stays readable even when spec models evolve.
+
+Why one module past 500 lines: it is the language every stored event is written in, one class
+per fact with its schema version and upcasters, in sections by stream; one file keeps a stored
+type name defined exactly once (`EVENT_TYPES`) and lets a reader see the whole vocabulary.
 """
 
 from __future__ import annotations
