@@ -303,3 +303,34 @@ def test_hf_pid_from_the_recorded_launch(workspace):
         capture_profile(workspace, url=url, engine="hf", model="m", tokenizer_dir="/nonexistent")
     workspace.ledger.append("engines", [launched(102)])
     assert running_engine_pid(workspace.ledger, url) == 102
+
+
+def test_profile_ops_in_the_index(workspace):
+    """A ProfileCaptured appended through the real writer: its top list becomes ranked rows
+    of `profile_ops`; a rebuild gives the same index as the incremental catch-up."""
+    from infer_forge.ledger import events as E
+    from infer_forge.ledger.streams import PROFILES_STREAM
+    from infer_forge.projections.index import open_index, rebuild
+    from infer_forge.projections.index.schema import fingerprint
+
+    top = (E.ProfileOp(name="aten::mm", total_ms=30.0, share=0.6, count=12),
+           E.ProfileOp(name="aten::softmax", total_ms=15.0, share=0.3, count=4),
+           E.ProfileOp(name="aten::add", total_ms=5.0, share=0.1, count=40))
+    ev = E.ProfileCaptured(engine="sglang", url="http://h:1", method="torch-profiler",
+                           duration_s=1.0, kind="cpu_op", unit="ms", total_ms=50.0,
+                           samples=56, top=top, task_id="t-prof", block_id="b1")
+    other = E.ProfileCaptured(engine="hf", url="http://h:2", method="py-spy", duration_s=1.0,
+                              kind="function", unit="ms", total_ms=1.0, samples=1)
+    workspace.ledger.append(PROFILES_STREAM, [ev, other])
+    with open_index(workspace) as q:
+        rows = q.con.execute(
+            "SELECT event_id, task_id, block_id, engine, method, kind, rank, name, total_ms, "
+            "share, count FROM profile_ops ORDER BY rank").fetchall()
+        assert rows == [(str(ev.event_id), "t-prof", "b1", "sglang", "torch-profiler",
+                         "cpu_op", i, op.name, op.total_ms, op.share, op.count)
+                        for i, op in enumerate(top, 1)]
+        incremental = fingerprint(q.con)
+    rebuild(workspace)
+    with open_index(workspace) as q:
+        assert fingerprint(q.con) == incremental
+        assert q.con.execute("SELECT count(*) FROM profile_ops").fetchone() == (3,)

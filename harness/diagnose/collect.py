@@ -156,6 +156,27 @@ def diagnose(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 1
              limits: Limits | None = None, actor: E.Actor = E.SYSTEM,
              fetch: Callable[[], str] | None = None) -> E.DiagnosisRecorded:
     """Scrape, read, apply the rules, record (module contract). Returns the event saved."""
+    ev = diagnosis(ws, url, samples=samples, interval_s=interval_s, log=log,
+                   tail_bytes=tail_bytes, slo=slo, task_id=task_id, limits=limits,
+                   actor=actor, fetch=fetch)
+    if task_id is not None:
+        blk = _open_block(ws, task_id)
+        ev = ev.model_copy(update={"task_id": task_id, "block_id": blk})
+        append_to_task(ws, task_id, [ev])
+    else:
+        ws.ledger.append(DIAGNOSES_STREAM, [ev])
+    return ev
+
+
+def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 1.0,
+              log: str | Path | None = None, tail_bytes: int = DEFAULT_TAIL_BYTES,
+              slo: Mapping[str, float] | None = None, task_id: str | None = None,
+              limits: Limits | None = None, actor: E.Actor = E.SYSTEM,
+              fetch: Callable[[], str] | None = None,
+              envelope: Mapping[str, Any] | None = None) -> E.DiagnosisRecorded:
+    """`diagnose` without the save: the event, with `envelope`'s fields (task, block, actor,
+    input digests) when given; the caller records it (a verification step saves it with
+    its verification)."""
     _check("samples", samples, 1, 10_000)
     _check("interval", interval_s, 0.01, 3600)
     _check("tail-mb", tail_bytes, 1, 1 << 34)
@@ -175,13 +196,7 @@ def diagnose(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 1
                 if any(k in s.values for s in scrapes)},
         log_file=str(log) if log is not None else None, log_lines_read=len(lines),
         slo_ms=dict(slo or {}), rules=tuple(RULES), findings=tuple(findings),
-        healthy=not findings, actor=actor)
-    if task_id is not None:
-        blk = _open_block(ws, task_id)
-        ev = ev.model_copy(update={"task_id": task_id, "block_id": blk})
-        append_to_task(ws, task_id, [ev])
-    else:
-        ws.ledger.append(DIAGNOSES_STREAM, [ev])
+        healthy=not findings, **{"actor": actor, **(envelope or {})})
     return ev
 
 

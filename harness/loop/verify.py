@@ -18,6 +18,10 @@ Steps:
   group, killed whole on timeout; exit 0 passes. Environment: FORGE_HOME, FORGE_TASK_ID,
   FORGE_BLOCK_ID, FORGE_CANDIDATE (JSON), FORGE_RUNS (JSON: the block's runs, metrics and
   success). Placeholders: {python} {task_dir}.
+- Diagnose steps `{name, diagnose: {url, samples, interval_s, log, slo}}`: the endpoint
+  diagnosed as `forge diagnose` does (harness/diagnose/collect.py); it passes when no rule
+  fired, its result quoting the rules that did; its DiagnosisRecorded is saved with the
+  verification (in its evidence). An endpoint that cannot be read fails the step.
 - Text that is no step forge knows (only an older ledger can hold it: input refuses it)
   fails, saying so: a check that cannot be run is not passed.
 
@@ -61,10 +65,11 @@ class BlockVerification:
     event: E.VerificationRecorded
     gates: Verdict | None  # None when the path stopped before `gates`
     review: list[E.Event] = field(default_factory=list)  # ModelCalled, ReviewRecorded
+    diagnoses: list[E.Event] = field(default_factory=list)  # the diagnose steps' events
 
     @property
     def events(self) -> list[E.Event]:
-        return [*self.tools, *self.review, self.event]
+        return [*self.tools, *self.review, *self.diagnoses, self.event]
 
     @property
     def verdict(self) -> str:
@@ -177,6 +182,34 @@ def _command(ws: Workspace, lt: LoadedTask, blk: BlockRecord, step: Verification
                                           else run.stdout)), ev
 
 
+def _diagnose(ws: Workspace, lt: LoadedTask, blk: BlockRecord, step: VerificationStep,
+              fields: dict[str, Any], say: Say) -> tuple[StepResult, E.Event | None]:
+    from ..diagnose.collect import diagnosis
+    from ..errors import HarnessError
+
+    check = step.diagnose
+    assert check is not None
+    log = None
+    if check.log is not None:
+        log = Path(check.log)
+        if not log.is_absolute() and lt.base_dir:
+            log = Path(lt.base_dir) / log
+    say(f"verify {blk.block_id}: step {step.name} (diagnose {check.url})")
+    try:
+        ev = diagnosis(ws, check.url, samples=check.samples, interval_s=check.interval_s,
+                       log=log, slo=check.slo, task_id=lt.task_id, envelope=fields)
+    except HarnessError as e:  # unreachable endpoint, unreadable log: not healthy
+        return StepResult(name=step.name, kind="diagnose", outcome="fail",
+                          detail=f"diagnosis failed: {e}"[:300]), None
+    fired = [f.rule for f in ev.findings]
+    detail = (f"healthy: no rule fired over {ev.samples} samples" if ev.healthy
+              else "rules fired: " + ", ".join(fired))
+    tail = "\n".join(f"{f.rule}: {f.summary}" for f in ev.findings)
+    return StepResult(name=step.name, kind="diagnose",
+                      outcome="pass" if ev.healthy else "fail", detail=detail[:300],
+                      output_tail=_tail(tail)), ev
+
+
 def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
            common: dict[str, Any], say: Say = lambda _s: None) -> BlockVerification:
     """Run the task's verification path on block `blk` (its measurements recorded).
@@ -184,6 +217,7 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
     results: list[StepResult] = []
     tools: list[E.ToolInvoked] = []
     review: list[E.Event] = []
+    diagnoses: list[E.Event] = []  # the diagnose steps' DiagnosisRecorded
     gates: Verdict | None = None
     bands: dict[str, Any] | None = None  # the point's noise bands (contract noise: learned)
     stopped: StepResult | None = None
@@ -191,10 +225,15 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
         name = step_name(step)
         if stopped is not None and step != "decide":
             results.append(StepResult(
-                name=name, kind="phase" if isinstance(step, str) else "command",
+                name=name, kind="phase" if isinstance(step, str)
+                else "diagnose" if step.diagnose is not None else "command",
                 outcome="not-run", detail=f"not run: step {stopped.name} {stopped.outcome}"))
             continue
-        if isinstance(step, VerificationStep):
+        if isinstance(step, VerificationStep) and step.diagnose is not None:
+            res, diag = _diagnose(ws, lt, blk, step, common, say)
+            if diag is not None:
+                diagnoses.append(diag)
+        elif isinstance(step, VerificationStep):
             res, tool = _command(ws, lt, blk, step, common, say)
             tools.append(tool)
         else:
@@ -219,8 +258,9 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
         evidence=[m["event_id"] for m in blk.measurements] +
                  ([m["event_id"] for m in base.measurements] if base and base is not blk
                   else []) + [str(t.event_id) for t in tools]
-                 + [str(r.event_id) for r in review if isinstance(r, E.ReviewRecorded)],
+                 + [str(r.event_id) for r in review if isinstance(r, E.ReviewRecorded)]
+                 + [str(d.event_id) for d in diagnoses],
         **common)
-    return BlockVerification(tools, ev, gates, review)
+    return BlockVerification(tools, ev, gates, review, diagnoses)
 
 

@@ -99,7 +99,7 @@ def batch_ops(p: Projector) -> list[tuple]:
                        ("gate_verdicts", p.b_gates), ("decisions", p.b_dec),
                        ("handoffs", p.b_hand), ("skills_provided", p.b_skills),
                        ("host_windows", p.b_hwin), ("gpu_windows", p.b_gwin),
-                       ("gpu_changes", p.b_gchg)):
+                       ("gpu_changes", p.b_gchg), ("profile_ops", p.b_profops)):
         if len(cols):
             ops.append(("insert", name, _table(cols)))
     if p.b_hsamp["t"]:
@@ -180,6 +180,7 @@ def arrow_types() -> dict[str, pa.DataType]:
         "util_mean": pa.float64(), "util_max": pa.float64(), "busy_samples": pa.int64(),
         "idle_streak": pa.int64(), "pids": pa.list_(pa.int64()),
         "added": pa.list_(pa.int64()), "removed": pa.list_(pa.int64()),
+        "total_ms": pa.float64(), "share": pa.float64(), "count": pa.int64(),
     }
 
 

@@ -80,6 +80,8 @@ _HWIN_COLS = ["position", "host", "start_at", "end_at", "interval_s", "samples",
 _GWIN_COLS = ["position", "host", "gpu_uuid", "start_at", "end_at", "samples", "util_mean",
               "util_max", "mem_used_max_mib", "busy_samples", "idle_streak"]
 _GCHG_COLS = ["position", "host", "gpu_uuid", "observed_at", "pids", "added", "removed"]
+_PROF_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "engine", "method",
+              "kind", "rank", "name", "total_ms", "share", "count"]
 _HAND_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "kind", "outcome",
               "state_reached", "findings", "next_sub_goal"]
 
@@ -134,6 +136,7 @@ class Projector:
         self.b_hwin = _Rows(_HWIN_COLS)
         self.b_gwin = _Rows(_GWIN_COLS)
         self.b_gchg = _Rows(_GCHG_COLS)
+        self.b_profops = _Rows(_PROF_COLS)
         # Samples as flat columns (a day of a cluster is millions of rows: no tuple per row).
         self.b_hsamp: dict[str, list[Any]] = {k: [] for k in (
             "position", "host", "t", "cpu_pct", "mem_used_mib")}
@@ -435,6 +438,15 @@ class Projector:
                             list(d.get("pids") or []), list(d.get("added") or []),
                             list(d.get("removed") or [])))
 
+    def _on_profile_captured(self, pos: int, d: dict[str, Any]) -> None:
+        get = d.get
+        head = (pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
+                get("engine"), get("method"), get("kind"))
+        for rank, op in enumerate(get("top") or [], 1):  # ProfileOp payloads, ranked
+            self.b_profops.append((*head, rank, _str(op.get("name")),
+                                   _float(op.get("total_ms")), _float(op.get("share")),
+                                   _int(op.get("count"))))
+
 
 _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "DeploymentPointPinned": Projector._on_point,
@@ -455,6 +467,7 @@ _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "GpuProcessesChanged": Projector._on_gpu_change,
     "EndpointSummarized": lambda p, pos, d: on_summary(p.b_endpoints, p.artifacts, pos, d),
     "DiagnosisRecorded": lambda p, pos, d: on_diagnosis(p.b_endpoints, pos, d),
+    "ProfileCaptured": Projector._on_profile_captured,
 }
 
 

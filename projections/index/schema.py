@@ -16,8 +16,9 @@ PROJECTION = "index"
 # 3: table `skipped` (undecodable events); 4: gates, points and profiles read typed;
 # 5: table `skills_provided` (the skills each block received); 6: the Node Registry's
 # observations (host_windows, gpu_windows, gpu_changes, host_samples, gpu_samples);
-# 7: endpoints monitored and diagnosed (endpoint_windows, endpoint_samples, diagnoses)
-INDEX_SCHEMA_VERSION = 7
+# 7: endpoints monitored and diagnosed (endpoint_windows, endpoint_samples, diagnoses);
+# 8: the top operators of `forge perf capture`'s profiles (profile_ops)
+INDEX_SCHEMA_VERSION = 8
 SCHEMA_KEY = "index-schema"
 
 # Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
@@ -150,6 +151,12 @@ CREATE TABLE IF NOT EXISTS endpoint_samples(
 CREATE TABLE IF NOT EXISTS diagnoses(
   position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
   block_id VARCHAR, url VARCHAR, samples BIGINT, healthy BOOLEAN, rules_fired VARCHAR[]);
+-- `forge perf capture` (harness/perf/): one row per operator of a profile's top list
+-- (ProfileCaptured.top), `rank` its place (1 = the most time), `share` of the ranked total.
+CREATE TABLE IF NOT EXISTS profile_ops(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, engine VARCHAR, method VARCHAR, kind VARCHAR, rank BIGINT, name VARCHAR,
+  total_ms DOUBLE, share DOUBLE, count BIGINT);
 """
 
 VIEWS = """
@@ -215,7 +222,7 @@ TABLES = ["events", "points", "runtime_profiles", "tasks", "loop_blocks", "tool_
           "measurement_runs", "invalidations", "verifications", "gate_verdicts", "decisions",
           "handoffs", "skills_provided", "skipped", "host_windows", "gpu_windows",
           "gpu_changes", "host_samples", "gpu_samples", "endpoint_windows",
-          "endpoint_samples", "diagnoses"]
+          "endpoint_samples", "diagnoses", "profile_ops"]
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
