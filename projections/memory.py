@@ -61,8 +61,17 @@ class BlockRecord(BaseModel):
         return not self.candidate
 
     def runs(self) -> list[dict[str, Any]]:
-        return [{"metrics": m["metrics"], "success": m["success"]} for m in self.measurements
-                if not m.get("invalidated")]
+        """The valid runs' metrics and success; `accuracy` too where the run's meta has
+        the contract's accuracy gates' results (what the gates judge)."""
+        out = []
+        for m in self.measurements:
+            if m.get("invalidated"):
+                continue
+            r = {"metrics": m["metrics"], "success": m["success"]}
+            if acc := (m.get("meta") or {}).get("accuracy"):
+                r["accuracy"] = acc
+            out.append(r)
+        return out
 
     def median(self, metric: str) -> float | None:
         xs = [r["metrics"][metric] for r in self.runs() if r["success"] and metric in r["metrics"]]

@@ -140,3 +140,135 @@ def test_forge_eval_accuracy_refuses_a_bad_margin(tmp_path):
     res = CliRunner().invoke(main, ["--home", str(tmp_path), "eval", "accuracy", "--url",
                                     "http://127.0.0.1:9", "--model", "m", "--margin", "-1"])
     assert res.exit_code != 0 and "margin" in res.output
+
+
+# --- the accuracy gate of a contract --------------------------------------------------------
+
+def _contract(**acc):
+    from infer_forge.ledger.specs import Contract
+
+    return Contract.model_validate({"gates": [
+        {"name": "tput", "metric": "output_throughput", "vs_baseline": "ratio", "at_least": 0.9},
+        {"name": "acc", "kind": "accuracy", "task": "arith", **acc}]})
+
+
+def _block(correct: list[bool] | None, *, tput: float = 100.0, error: str | None = None):
+    """Three runs of a block; the accuracy results ride in every run (as the evaluator's meta)."""
+    acc = {"acc": {"task": "arith", "error": error}} if error else {} if correct is None else {
+        "acc": {"task": "arith", "accuracy": sum(correct) / len(correct),
+                "items": [[i, int(c)] for i, c in enumerate(correct)]}}
+    return [{"metrics": {"output_throughput": tput + i}, "success": True,
+             **({"accuracy": acc} if acc else {})} for i in range(3)]
+
+
+def test_contract_accuracy_gate_shape_and_hash():
+    from infer_forge.ledger.specs import Contract, spec_hash
+
+    c = _contract(margin=0.05, limit=100, endpoint="chat")
+    g = c.gates[1]
+    assert g.kind == "accuracy" and g.margin_or_default == 0.05 and c.primary.name == "tput"
+    assert "kind" not in g.model_dump() and g.model_dump()["task"] == "arith"
+    # a gate without the accuracy fields keeps its stored shape (and so its hash)
+    plain = Contract.model_validate({"gates": [{"name": "t", "metric": "m", "at_least": 1}]})
+    assert set(plain.gates[0].model_dump()) == {"name", "metric", "vs_baseline", "at_least",
+                                                "at_most", "repeats", "max_cv",
+                                                "max_failed_requests"}
+    assert spec_hash(Contract.model_validate(c.model_dump())) == spec_hash(c)
+    assert _contract().gates[1].margin_or_default == 0.02
+
+
+@pytest.mark.parametrize("gate, field", [
+    ({"kind": "accuracy", "task": "arith", "margin": 1.5}, "margin"),
+    ({"kind": "accuracy", "task": "arith", "limit": 0}, "limit"),
+    ({"kind": "accuracy"}, "task"),
+    ({"kind": "accuracy", "task": "arith", "metric": "m"}, "metric"),
+    ({"kind": "relative", "metric": "m", "at_least": 1}, "kind"),
+    ({"metric": "m", "at_least": 1, "margin": 0.1}, "margin"),
+    ({"kind": "accuracy", "task": "arith", "endpoint": "grpc"}, "endpoint"),
+])
+def test_contract_accuracy_gate_errors_name_the_field(gate, field):
+    from infer_forge.ledger.errors import SpecError
+    from infer_forge.ledger.specs import parse_spec
+
+    with pytest.raises(SpecError) as ei:
+        parse_spec("task", {"type": "deployment-tuning", "goal": "x", "point": "p.yaml",
+                            "contract": {"gates": [{"name": "a", **gate}]}})
+    assert len(ei.value.problems) == 1 and field in ei.value.problems[0]
+    assert "\n" not in ei.value.problems[0]
+
+
+def test_gates_judge_the_accuracy_gate_on_per_item_runs():
+    from infer_forge.harness.loop.gates import judge
+
+    c = _contract()
+    base = _block([True] * 100)
+    same = judge(c, _block([True] * 100), base)
+    assert same.verdict == "pass", same.reason()
+    acc = same.gates[1]
+    assert acc.kind == "accuracy" and acc.n == 100 and acc.ci == [0.0, 0.0]
+    lost = judge(c, _block([i % 5 != 4 for i in range(100)]), base)
+    assert lost.verdict == "fail" and [g.verdict for g in lost.gates] == ["pass", "fail"]
+    assert "20 lost" in lost.gates[1].reason
+    # a wide margin takes the loss
+    assert judge(_contract(margin=0.5), _block([i % 5 != 4 for i in range(100)]),
+                 base).verdict == "pass"
+    # missing items on either side, an evaluation error, or other items: inconclusive
+    for runs, baseline, why in [
+        (_block(None), base, "no per-item results"),
+        (_block([True] * 100), _block(None), "baseline: no per-item results"),
+        (_block(None, error="lm_eval missing"), base, "lm_eval missing"),
+        (_block([True] * 100), None, "baseline"),
+        (_block([True] * 50), base, "same items"),
+    ]:
+        v = judge(c, runs, baseline)
+        assert v.verdict == "inconclusive" and v.gates[1].verdict == "inconclusive", why
+        assert why in v.gates[1].reason
+    # the baseline block is not judged against itself
+    own = judge(c, base, base, skip_relative=True)
+    assert [g.name for g in own.gates] == []
+
+
+def test_task_memory_runs_carry_the_accuracy_meta():
+    from infer_forge.projections.memory import BlockRecord
+
+    acc = {"acc": {"task": "arith", "accuracy": 1.0, "items": [[0, 1]]}}
+    b = BlockRecord(block_id="b", index=0, sub_goal="s", measurements=[
+        {"metrics": {"x": 1.0}, "success": True, "meta": {"accuracy": acc}},
+        {"metrics": {"x": 2.0}, "success": True, "meta": {"engine": "hf"}},
+        {"metrics": {"x": 3.0}, "success": True, "meta": {"accuracy": acc},
+         "invalidated": "bad"}])
+    assert b.runs() == [{"metrics": {"x": 1.0}, "success": True, "accuracy": acc},
+                        {"metrics": {"x": 2.0}, "success": True}]
+
+
+@pytest.mark.slow
+def test_engine_evaluator_runs_the_accuracy_gate_and_the_gate_rejects(tmp_path):
+    # The evaluator's accuracy step against scripted servers (a full loop needs a local model's
+    # tokenizer for its prompts: the step is exercised here on its own).
+    from types import SimpleNamespace
+
+    from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
+    from infer_forge.harness.loop.gates import judge
+
+    need(HAVE_LM_EVAL, "lm_eval not installed (pip install 'infer-forge[accuracy]')")
+    c = _contract(limit=40)
+    ev = EngineEvaluator(None, SimpleNamespace(contract=c))  # type: ignore[arg-type]
+    said: list[str] = []
+    with ScriptedArith() as good, ScriptedArith(corrupt_every=5) as bad:
+        base = ev._accuracy(good.url, "scripted-arith", "internal", said.append)
+        cand = ev._accuracy(bad.url, "scripted-arith", "internal", said.append)
+        prod = ev._accuracy(bad.url, "scripted-arith", "production", said.append)
+        assert bad.requests >= 40
+    assert list(base) == ["acc"] and base["acc"]["accuracy"] == 1.0
+    assert len(base["acc"]["items"]) == 40 and {c for _, c in base["acc"]["items"]} == {1}
+    assert cand["acc"]["accuracy"] == pytest.approx(32 / 40)
+    assert set(cand["acc"]) == {"task", "accuracy", "items"}  # ids and 0/1, never text
+    assert "error" in prod["acc"] and "production" in prod["acc"]["error"]
+    assert any("accuracy gate acc" in s for s in said)
+
+    def runs(acc):
+        return [{"metrics": {"output_throughput": 100.0}, "success": True, "accuracy": acc}]
+
+    v = judge(c, runs(cand), runs(base))
+    assert v.verdict == "fail" and v.gates[1].verdict == "fail", v.reason()
+    assert judge(c, runs(prod), runs(base)).gates[1].verdict == "inconclusive"

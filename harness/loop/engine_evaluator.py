@@ -9,7 +9,10 @@ Contract (an `Evaluator`, see evaluation.py):
   digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
   traffic (seeded prompts of exact token lengths, the point's concurrency or request rate).
   Each run's metrics carry `token_match` against the baseline's outputs (1.0 for the baseline
-  itself) and `failed` (requests that failed).
+  itself) and `failed` (requests that failed). When the task's contract has accuracy gates,
+  each one's lm_eval task runs once per launch after the greedy outputs, before the
+  repeats; its accuracy and per-item correctness (doc ids and 0/1 only, never text) go in
+  every run's `meta.accuracy[<gate>]` (an `error` there when it could not run).
 - Failures are data: a server that does not start or dies is a `RunResult(success=False)`
   with the error and the server log's tail; the server never outlives `evaluate`.
 - Safety guard: all traffic goes through the production guard (an external production
@@ -133,6 +136,8 @@ class EngineEvaluator:
                 meta["outputs_digest"] = self.ws.artifacts.put(outputs_jsonl(outputs,
                                                                              scrub=scrub))
                 match = self._token_match(outputs, ctx.baseline)
+                if acc := self._accuracy(eng.base_url, eng.model, cls, say):
+                    meta["accuracy"] = acc
                 say(f"benchmarking: {repeats} runs of {len(prompts)} requests at "
                     f"concurrency {t.concurrency or 'unbounded'}")
                 for i in range(repeats):
@@ -161,6 +166,33 @@ class EngineEvaluator:
             say(f"engine run failed: {msg[:200]}")
             results.append(RunResult({}, success=False, error=msg, meta=meta))
         return results
+
+    def _accuracy(self, url: str, model: str, cls: str, say: Any) -> dict[str, Any]:
+        """Each accuracy gate's lm_eval task on the running engine: {gate: {task, accuracy,
+        items: [[doc_id, 0|1], ...]}}, or {gate: {task, error}} (judged inconclusive)."""
+        from ..bench import accuracy
+
+        contract = getattr(self.task, "contract", None)
+        out: dict[str, Any] = {}
+        for g in (contract.gates if contract is not None else []):
+            if g.kind != "accuracy":
+                continue
+            assert g.task is not None
+            if cls == "production":  # its traffic would bypass the production guard
+                out[g.name] = {"task": g.task, "error": "not run against a production-class "
+                               "endpoint"}
+                continue
+            say(f"accuracy gate {g.name}: lm_eval {g.task}"
+                + (f" on {g.limit} items" if g.limit else ""))
+            try:
+                run = accuracy.run_task(url, model, g.task, endpoint=g.endpoint or "completions",
+                                        limit=g.limit)
+            except HarnessError as e:
+                out[g.name] = {"task": g.task, "error": " ".join(str(e).split())[:300]}
+                continue
+            out[g.name] = {"task": g.task, "accuracy": round(run.accuracy, 6),
+                           "items": [[i, int(c)] for i, c in run.items]}
+        return out
 
     def _token_match(self, outputs: list, baseline: Mapping[str, Any] | None) -> float | None:
         if baseline is None:

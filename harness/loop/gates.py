@@ -10,6 +10,11 @@ Contract:
 - Stability: at least `repeats` runs, none failed (a run with failed requests cannot pass),
   failed requests per run <= max_failed_requests, and the coefficient of variation of the
   metric (default: the primary gate's metric) <= max_cv.
+- Accuracy (`kind: accuracy`): the block's per-item results of the gate's lm_eval task (the
+  runs' `accuracy[<gate>]`: task, accuracy, items [[doc_id, 0|1], ...], or an `error`) are
+  judged non-inferior to the baseline block's within `margin` (default 0.02) by
+  `bench.accuracy.judge_accuracy`; no items on either side, or not the same items, is
+  `inconclusive`. The baseline block is not judged against itself (as relative gates).
 - The overall verdict: `fail` if any gate fails, else `inconclusive` if any is, else `pass`.
   Every gate result records its numbers and a one-line reason.
 - Noise band (only when the contract says `noise: learned`; otherwise results are exactly as
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ...ledger import payloads
 from ...ledger.payloads import GateResult
 from ...ledger.specs import Contract, Gate
+from ..errors import HarnessError
 
 if TYPE_CHECKING:
     from ...projections.noise import NoiseBand
@@ -117,6 +123,8 @@ def judge_gate(gate: Gate, runs: Sequence[dict[str, Any]],
     `bands`: the point's noise bands by metric, used when `contract.noise` is `learned`."""
     if gate.kind == "stability":
         return _stability(gate, runs, default_metric)
+    if gate.kind == "accuracy":
+        return _accuracy(gate, runs, baseline, contract=contract)
     res = _judge_level(gate, runs, baseline, contract=contract)
     if contract.noise != "learned" or gate.metric is None or res.ci is None:
         return res
@@ -194,6 +202,48 @@ def _judge_level(gate: Gate, runs: Sequence[dict[str, Any]],
                              **common)
 
 
+def _accuracy_of(runs: Sequence[dict[str, Any]], name: str) -> tuple[Any, str | None]:
+    """The block's per-item results of accuracy gate `name` (an AccuracyRun), or None and why."""
+    from ..bench.accuracy import AccuracyRun
+
+    why = None
+    for r in runs:
+        acc = (r.get("accuracy") or {}).get(name)
+        if not acc:
+            continue
+        if acc.get("error"):
+            why = acc["error"]
+            continue
+        items = [(int(i), bool(c)) for i, c in acc.get("items", [])]
+        return AccuracyRun(str(acc.get("task")), float(acc.get("accuracy", 0.0)), items), None
+    return None, why or "no per-item results recorded"
+
+
+def _accuracy(gate: Gate, runs: Sequence[dict[str, Any]],
+              baseline: Sequence[dict[str, Any]] | None, *, contract: Contract) -> GateResult:
+    """Non-inferiority of the block's accuracy vs the baseline block's on the same items
+    (harness/bench/accuracy.py `judge_accuracy`); missing items are `inconclusive`."""
+    from ..bench.accuracy import judge_accuracy
+
+    margin = gate.margin_or_default
+    common = {"name": gate.name, "kind": "accuracy", "metric": "accuracy",
+              "threshold": -margin, "direction": "at_least"}
+    cand, why = _accuracy_of(runs, gate.name)
+    if cand is None:
+        return GateResult.judged("inconclusive", reason=f"{gate.task}: {why}", n=0, **common)
+    base, bwhy = _accuracy_of(baseline or [], gate.name)
+    if base is None:
+        return GateResult.judged("inconclusive", reason=f"{gate.task}: baseline: {bwhy}",
+                                 n=len(cand.items), median=_r(cand.accuracy), **common)
+    try:
+        return judge_accuracy(base, cand, margin=margin, name=gate.name,
+                              confidence=contract.confidence, iterations=contract.bootstrap,
+                              seed=contract.seed)
+    except HarnessError as e:  # not the same items: nothing paired to judge
+        return GateResult.judged("inconclusive", reason=f"{gate.task}: {e}",
+                                 n=len(cand.items), median=_r(cand.accuracy), **common)
+
+
 def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
                default_metric: str | None) -> GateResult:
     metric = gate.metric or default_metric
@@ -241,7 +291,8 @@ def judge(contract: Contract, runs: Sequence[dict[str, Any]],
     default_metric = primary.metric if primary else None
     results = [judge_gate(g, runs, baseline, contract=contract, default_metric=default_metric,
                           bands=bands)
-               for g in contract.gates if not (skip_relative and g.kind == "relative")]
+               for g in contract.gates
+               if not (skip_relative and g.kind in ("relative", "accuracy"))]
     verdicts = {g.verdict for g in results}
     overall = "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts \
         else "pass"

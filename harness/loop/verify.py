@@ -163,10 +163,13 @@ def _command(ws: Workspace, lt: LoadedTask, blk: BlockRecord, step: Verification
 
     argv = [subst(a) for a in step.argv] if step.argv is not None \
         else ["bash", "-c", subst(step.sh or "")]
+    # Without the accuracy gates' per-item results: thousands of items could pass the size
+    # one environment variable may have.
+    runs = [{k: v for k, v in r.items() if k != "accuracy"} for r in blk.runs()]
     env = {"FORGE_HOME": str(ws.home), "FORGE_TASK_ID": lt.task_id,
            "FORGE_BLOCK_ID": blk.block_id,
            "FORGE_CANDIDATE": json.dumps(blk.candidate, sort_keys=True),
-           "FORGE_RUNS": json.dumps(blk.runs(), sort_keys=True)}
+           "FORGE_RUNS": json.dumps(runs, sort_keys=True)}
     say(f"verify {blk.block_id}: step {step.name}")
     run = run_tool(ws, argv, tool=f"verify:{step.name}", cwd=cwd, env=env,
                    timeout=step.timeout_s, own_session=True, event_fields=fields,
