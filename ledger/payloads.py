@@ -147,12 +147,13 @@ class StepResult(BaseModel):
     """One step of a task's verification path and its outcome: `pass` / `fail`,
     `inconclusive` (the gates: too noisy to tell), `not-run` (a step before it did not pass),
     `deferred` (`decide`: it acts on this verification's verdict, after it). A command step
-    names its recorded tool call."""
+    names its recorded tool call; a `diagnose` step's DiagnosisRecorded is in the
+    verification's evidence."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    kind: Literal["phase", "command"]
+    kind: Literal["phase", "command", "diagnose"]
     outcome: Literal["pass", "fail", "inconclusive", "not-run", "deferred"]
     detail: str = ""
     exit_code: int | None = None

@@ -307,9 +307,15 @@ class Range(Spec):
 
 class Gate(Spec):
     """One gate. Shapes: {metric, vs_baseline: ratio, at_least|at_most} (relative),
-    {metric, at_least|at_most} (absolute, e.g. an SLO or token_match), and stability
-    {repeats, max_cv, max_failed_requests[, metric]}."""
+    {metric, at_least|at_most} (absolute, e.g. an SLO or token_match), stability
+    {repeats, max_cv, max_failed_requests[, metric]}, and accuracy {kind: accuracy, task[,
+    margin, limit, endpoint]}: lm_eval's `task` on the candidate's engine, non-inferior to the
+    baseline's within `margin` (harness/bench/accuracy.py; `kind` is not stored: `task` says
+    it)."""
 
+    # The accuracy fields came after gates were first hashed.
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"task": None, "margin": None, "limit": None,
+                                           "endpoint": None}
     name: str
     metric: str | None = None
     vs_baseline: Literal["ratio"] | None = None
@@ -318,9 +324,34 @@ class Gate(Spec):
     repeats: int | None = Field(None, ge=1)
     max_cv: float | None = Field(None, ge=0)
     max_failed_requests: int | None = Field(None, ge=0)
+    task: str | None = Field(None, min_length=1)
+    margin: float | None = Field(None, ge=0, le=1)
+    limit: int | None = Field(None, ge=1)
+    endpoint: Literal["completions", "chat"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accuracy_kind(cls, data: Any) -> Any:
+        """`kind: accuracy` is accepted on input and implied by `task` once stored."""
+        if isinstance(data, dict) and "kind" in data:
+            data = dict(data)
+            kind = data.pop("kind")
+            if kind != "accuracy":
+                raise ValueError(f"kind: {kind!r}: only accuracy is given as a kind (the "
+                                 "other gate kinds follow from their fields)")
+            if data.get("task") is None:
+                raise ValueError(f"gate {data.get('name')}: task: an accuracy gate needs "
+                                 "an lm_eval task")
+        return data
+
+    @property
+    def margin_or_default(self) -> float:
+        return 0.02 if self.margin is None else self.margin
 
     @property
     def kind(self) -> str:
+        if self.task is not None:
+            return "accuracy"
         if self.max_cv is not None or self.max_failed_requests is not None \
                 or (self.repeats is not None and self.metric is None):
             return "stability"
@@ -328,6 +359,15 @@ class Gate(Spec):
 
     @model_validator(mode="after")
     def _shape(self) -> Gate:
+        if self.kind == "accuracy":
+            other = [k for k in ("metric", "vs_baseline", "at_least", "at_most", "repeats",
+                                 "max_cv", "max_failed_requests") if getattr(self, k) is not None]
+            if other:
+                raise ValueError(f"gate {self.name}: {other[0]}: not a field of an accuracy gate")
+            return self
+        extra = [k for k in ("margin", "limit", "endpoint") if getattr(self, k) is not None]
+        if extra:
+            raise ValueError(f"gate {self.name}: {extra[0]}: only an accuracy gate (task) has it")
         if self.kind == "stability":
             return self
         if self.metric is None:
@@ -480,15 +520,51 @@ class RoutingSpec(Spec):
 VERIFICATION_PHASES = ("baseline", "measure", "gates", "decide")
 
 
+_DIAGNOSE_SLO = ("ttft_ms", "tpot_ms")
+_DIAGNOSE_STATS = ("p50", "p90", "p95", "p99", "mean")
+
+
+class DiagnoseCheck(Spec):
+    """A `diagnose` verification step's check (harness/diagnose/collect.py): `samples`
+    scrapes of `url`'s /metrics `interval_s` apart, the tail of `log` (relative to the task
+    file's directory) when given, against `slo` (milliseconds by `ttft_ms.p99` and such; a
+    bare `ttft_ms` means its p99)."""
+
+    url: str
+    samples: int = Field(3, ge=1, le=10_000)
+    interval_s: float = Field(0.5, ge=0.01, le=3600)
+    log: str | None = None
+    slo: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: dict[str, float]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key, ms in v.items():
+            metric, _, stat = key.partition(".")
+            if metric not in _DIAGNOSE_SLO or (stat or "p99") not in _DIAGNOSE_STATS:
+                raise ValueError(f"slo {key!r}: expected {' or '.join(_DIAGNOSE_SLO)} "
+                                 f"(optionally .{'/.'.join(_DIAGNOSE_STATS)})")
+            if not ms > 0:
+                raise ValueError(f"slo {key!r}: {ms!r} is not a positive number of ms")
+            out[f"{metric}.{stat or 'p99'}"] = float(ms)
+        return out
+
+
 class VerificationStep(Spec):
     """A command step of a task's verification path: `argv`, or `bash -c sh`, run after the
     block's measurements in the task file's directory; it passes when it exits 0 within
-    `timeout_s`. Placeholders in argv/sh: {python} (forge's interpreter), {task_dir}."""
+    `timeout_s`. Placeholders in argv/sh: {python} (forge's interpreter), {task_dir}.
+    Or a `diagnose` step: the endpoint diagnosed (`forge diagnose`'s rules), passing when no
+    rule fired."""
+
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"diagnose": None}
 
     name: str
     argv: list[str] | None = None
     sh: str | None = None
     timeout_s: float = Field(300, gt=0)
+    diagnose: DiagnoseCheck | None = None
 
     @field_validator("name")
     @classmethod
@@ -505,8 +581,10 @@ class VerificationStep(Spec):
 
     @model_validator(mode="after")
     def _one_command(self) -> VerificationStep:
-        if (self.argv is None) == (self.sh is None):
-            raise ValueError(f"verification step {self.name!r}: give exactly one of argv, sh")
+        given = [self.argv is not None, self.sh is not None, self.diagnose is not None]
+        if sum(given) != 1:
+            raise ValueError(f"verification step {self.name!r}: give exactly one of argv, sh, "
+                             "diagnose")
         if self.argv is not None and not self.argv:
             raise ValueError(f"verification step {self.name!r}: argv is empty")
         return self
