@@ -272,3 +272,24 @@ def test_engine_evaluator_runs_the_accuracy_gate_and_the_gate_rejects(tmp_path):
     v = judge(c, runs(cand), runs(base))
     assert v.verdict == "fail" and v.gates[1].verdict == "fail", v.reason()
     assert judge(c, runs(prod), runs(base)).gates[1].verdict == "inconclusive"
+
+
+def test_eval_accuracy_against_a_production_endpoint_is_refused_before_any_request(tmp_path):
+    from infer_forge.harness.bench.accuracy import evaluate_accuracy
+    from infer_forge.harness.guard.production import ProductionRefusedError
+    from infer_forge.ledger.streams import GUARD_STREAM
+    from infer_forge.ledger.workspace import open_workspace
+
+    from .test_production import configure
+    with ScriptedArith() as prod:
+        home = tmp_path / "home"
+        configure(home, [prod.url])
+        ws = open_workspace(home)
+        try:
+            with pytest.raises(ProductionRefusedError, match="refused"):
+                evaluate_accuracy(ws, prod.url, "scripted-arith", limit=10)
+            assert prod.requests == 0
+            (ev,) = [r.event for r in ws.ledger.stream(GUARD_STREAM)]
+            assert ev.action == "POST /v1/completions" and "probe budget" in ev.reason
+        finally:
+            ws.close()

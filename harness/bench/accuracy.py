@@ -44,6 +44,7 @@ Contracts:
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import secrets
@@ -246,6 +247,17 @@ def evaluate_accuracy(ws: Workspace, url: str, model: str, task: str = "arith", 
     and the event id."""
     if margin < 0:
         raise HarnessError(f"margin {margin}: must be >= 0")
+    # lm_eval sends its own requests, unpaced: against a production endpoint that is load
+    # beyond any probe budget, refused (and recorded) before anything is sent unless forge.toml
+    # allows it and a person approved this exact run.
+    from ..guard import production
+
+    path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    for u in (url, baseline_url):
+        if u:
+            production.check(ws, u, f"POST {path}", rps=math.inf, requests=limit,
+                             actor=E.Actor.tool("forge-accuracy"), task_id=task_id,
+                             block_id=block_id)
     kw: dict[str, Any] = {"endpoint": endpoint, "include_path": include_path, "limit": limit,
                           "concurrency": concurrency, "metric": metric}
     cand = run_task(url, model, task, **kw)
