@@ -1,0 +1,443 @@
+"""The launch plan of a deployment point: every process, its command line, port and devices.
+
+`plan_point(point, profile, accelerators, sglang_version, ...)` is pure (no I/O, no clock,
+no free-port probing: ports count up from `base_port`) and fast (a 64-GPU PD point plans in
+well under 100 ms), so a plan can be shown (`forge engine up --plan`), recorded before
+anything starts, diffed and tested flag by flag. `harness/engines/deploy.py` runs it.
+
+Topologies (`point.topology.architecture`):
+- colocated: one server per replica (a role's `count` × its data-parallel groups); more than
+  one server gets the SGLang router in front (`--worker-urls`), one server is its own entry.
+- pd: prefill servers (`--disaggregation-mode prefill`, the transfer backend, each its own
+  `--disaggregation-bootstrap-port`) and decode servers, then the router with
+  `--pd-disaggregation --prefill URL BOOTSTRAP_PORT … --decode URL …`.
+- epd: encoder servers (`--encoder-only`) first, prefill servers that are `--language-only`
+  with `--encoder-urls` of every encoder, decode servers, the router as for pd.
+Start order: encode, prefill, decode (colocated), router; teardown is the reverse.
+
+Parallelism (a role's own, else the topology's): tp → `--tp-size` (always), pp → `--pp-size`
+and ep → `--ep-size` (when > 1). dp: data-parallel groups, each its own server behind the
+router — unless the engine config asks for DP attention (`enable_dp_attention` or
+`attn_dp_size`), where dp is the attention-DP size inside one server (`--attn-dp-size` from
+0.5, `--enable-dp-attention --dp-size` before: `sglang.translate`) and must divide tp. A
+server uses tp × pp devices; the profile config may repeat the point's sizes but never
+contradict them (the point's topology is the authority).
+
+Devices: `accelerators` is a list of device indices on this host, or {host: indices} for
+several hosts (a server never spans hosts), or None: indices 0..count-1 of the point's
+accelerator. Servers take devices in start order, contiguously, never overlapping; too few is
+a HarnessError naming what each role needs. NVIDIA sets CUDA_VISIBLE_DEVICES, AMD
+HIP_VISIBLE_DEVICES; a cpu accelerator assigns none.
+
+Engine-config keys read here besides the ServerArgs flags (`sglang.HARNESS_KEYS`):
+`role_config: {prefill|decode|encode|colocated|router: {...}}` merged over the config for
+that role's processes (flags, `env`, `extra_args`); `router_launcher` (argv replacing
+`python -m sglang_router.launch_router`), `router_args` (extra router flags);
+`disaggregation_transfer_backend` (default mooncake) and `encoder_transfer_backend` (default
+zmq_to_scheduler) are ordinary flags the plan always states.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...ledger.clock import digest
+from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
+from ..errors import HarnessError
+from .base import apply_overrides, engine_config_of
+from .sglang import HARNESS_KEYS, options_to_args, parse_version, server_options
+
+ProcessRole = Literal["encode", "prefill", "decode", "colocated", "router"]
+ROLE_ORDER = ("encode", "prefill", "decode", "colocated")
+PLAN_KEYS = {"role_config", "router_launcher", "router_args"}
+# Flags the topology sets: a profile that sets them itself would fight the plan.
+TOPOLOGY_FLAGS = {"disaggregation_mode", "disaggregation_bootstrap_port", "encoder_only",
+                  "language_only", "encoder_urls"}
+PARALLEL_FLAGS = {"tp_size": "tp", "pp_size": "pp", "ep_size": "ep"}
+DEFAULT_TRANSFER_BACKEND = "mooncake"
+DEFAULT_ENCODER_BACKEND = "zmq_to_scheduler"
+# Encoder disaggregation (--encoder-only/--language-only/--encoder-urls) is a 0.5.x feature.
+EPD_SINCE = (0, 5, 0)
+BOOTSTRAP_OFFSET = 1000  # bootstrap ports: base_port + 1000 + k on each host
+VISIBLE_DEVICES = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
+ROUTER_STARTUP_S = 120.0
+
+
+class ProcessPlan(BaseModel):
+    """One process of a deployment. `argv` is the bare command (a container wrapper wraps
+    it); `env` holds only what the plan sets (device visibility, the profile's env)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str  # "prefill-0", "router"
+    role: ProcessRole
+    index: int
+    host: str
+    port: int
+    url: str
+    health_url: str
+    bootstrap_port: int | None = None
+    devices: tuple[int, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    argv: tuple[str, ...]
+    parallelism: dict[str, int] = Field(default_factory=dict)  # tp/pp/dp/ep; router: {}
+    startup_timeout_s: float = 900.0
+
+    def command_line(self) -> str:
+        """The shell line a reader can copy: env assignments, then the command."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return " ".join([*env, shlex.join(self.argv)])
+
+
+class LaunchPlan(BaseModel):
+    """Every process of a point's deployment, in start order (stop in reverse)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    point: str | None
+    architecture: Literal["colocated", "pd", "epd"]
+    engine: str
+    sglang_version: str
+    model: str
+    accelerator: str  # "nvidia H200 x16"
+    device_source: str  # "point" or what the caller says (e.g. "registry host-a")
+    devices_available: int
+    devices_used: int
+    transfer_backend: str | None = None
+    processes: tuple[ProcessPlan, ...]
+    entry_url: str
+
+    def digest(self) -> str:
+        return digest(self.model_dump(mode="json"))
+
+    def process(self, name: str) -> ProcessPlan:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def by_role(self, role: str) -> list[ProcessPlan]:
+        return [p for p in self.processes if p.role == role]
+
+    def lines(self) -> list[str]:
+        """The human rendering `forge engine up --plan` prints."""
+        out = [f"launch plan{f' of {self.point}' if self.point else ''}: "
+               f"{self.architecture}, {self.engine} {self.sglang_version}, model {self.model}",
+               f"  accelerator {self.accelerator}; devices {self.devices_used} of "
+               f"{self.devices_available} ({self.device_source})"
+               + (f"; transfer backend {self.transfer_backend}" if self.transfer_backend
+                  else ""),
+               f"  entry {self.entry_url}"]
+        for p in self.processes:
+            par = " ".join(f"{k}{v}" for k, v in p.parallelism.items() if v > 1 or k == "tp")
+            boot = f" bootstrap {p.bootstrap_port}" if p.bootstrap_port is not None else ""
+            devs = (f" devices {','.join(map(str, p.devices))}" if p.devices else "")
+            out.append(f"  [{p.name}] {p.url}{boot}{devs}{' ' + par if par else ''} "
+                       f"health {p.health_url}")
+            out.append(f"    {p.command_line()}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.model_dump(mode="json"), "digest": self.digest()}
+
+
+# --- planning -----------------------------------------------------------------------------
+
+
+def roles_of(point: DeploymentPoint) -> list[tuple[Role, Parallelism]]:
+    """(role, its parallelism) in start order; a role without its own parallelism takes the
+    topology's; a colocated topology without roles is one colocated server."""
+    topo = point.topology
+    roles = list(topo.roles) or [Role(role="colocated", count=1)]
+    out = [(r, r.parallelism if "parallelism" in r.model_fields_set else topo.parallelism)
+           for r in roles]
+    return sorted(out, key=lambda rp: ROLE_ORDER.index(rp[0].role))
+
+
+def _dp_attention(cfg: Mapping[str, Any]) -> bool:
+    return bool(cfg.get("enable_dp_attention") or cfg.get("attn_dp_size"))
+
+
+def _role_config(base: Mapping[str, Any], role: str) -> dict[str, Any]:
+    per = base.get("role_config") or {}
+    if not isinstance(per, Mapping):
+        raise HarnessError("engine config role_config: expected a mapping of role to config")
+    bad = sorted(set(per) - {*ROLE_ORDER, "router"})
+    if bad:
+        raise HarnessError(f"engine config role_config: unknown role(s) {', '.join(bad)} "
+                           f"(roles: {', '.join((*ROLE_ORDER, 'router'))})")
+    extra = per.get(role) or {}
+    if not isinstance(extra, Mapping):
+        raise HarnessError(f"engine config role_config.{role}: expected a mapping")
+    cfg = {k: v for k, v in base.items() if k not in PLAN_KEYS}
+    for k, v in extra.items():
+        if k == "env":
+            cfg["env"] = {**(cfg.get("env") or {}), **v}
+        elif v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    return cfg
+
+
+def _parallel_options(cfg: dict[str, Any], par: Parallelism, role: str) -> dict[str, Any]:
+    """The config with the point's parallelism as flags; contradictions are refused."""
+    attn = _dp_attention(cfg)
+    want = {"tp_size": par.tp, "pp_size": par.pp, "ep_size": par.ep}
+    for key, dim in PARALLEL_FLAGS.items():
+        have = cfg.get(key)
+        if have is not None and int(have) != want[key]:
+            raise HarnessError(f"profile config {key} {have} contradicts the point's {role} "
+                               f"{dim} {want[key]} (the point's topology sets parallelism; "
+                               f"drop {key} from the profile)")
+    for key in ("dp_size", "attn_dp_size"):
+        have = cfg.get(key)
+        if have is not None and int(have) != par.dp:
+            raise HarnessError(f"profile config {key} {have} contradicts the point's {role} "
+                               f"dp {par.dp}")
+    out = {k: v for k, v in cfg.items()
+           if k not in (*PARALLEL_FLAGS, "dp_size", "attn_dp_size", "enable_dp_attention")}
+    out["tp_size"] = par.tp
+    if par.pp > 1:
+        out["pp_size"] = par.pp
+    if par.ep > 1:
+        if par.ep > par.tp * par.dp:
+            raise HarnessError(f"{role}: ep {par.ep} is larger than tp x dp {par.tp * par.dp}")
+        out["ep_size"] = par.ep
+    if attn:
+        if par.tp % par.dp:
+            raise HarnessError(f"{role}: DP attention needs dp {par.dp} to divide tp {par.tp}")
+        # The 0.4 spelling; translate() renames it to attn_dp_size for 0.5.x.
+        out["enable_dp_attention"] = True
+        out["dp_size"] = par.dp
+    return out
+
+
+def _check_topology_keys(cfg: Mapping[str, Any], role: str) -> None:
+    bad = sorted(TOPOLOGY_FLAGS & set(cfg))
+    if bad:
+        raise HarnessError(f"engine config ({role}): {', '.join(bad)} is set by the point's "
+                           "topology, not the profile")
+
+
+def _device_pools(point: DeploymentPoint, accelerators: Any
+                  ) -> tuple[list[tuple[str, list[int]]], int]:
+    if accelerators is None:
+        return [("127.0.0.1", list(range(point.accelerator.count)))], point.accelerator.count
+    if isinstance(accelerators, Mapping):
+        pools = [(str(h), [int(d) for d in ds]) for h, ds in accelerators.items()]
+    else:
+        pools = [("127.0.0.1", [int(d) for d in accelerators])]
+    for host, ds in pools:
+        if len(set(ds)) != len(ds):
+            raise HarnessError(f"accelerators of {host}: device indices repeat ({ds})")
+    return pools, sum(len(ds) for _, ds in pools)
+
+
+class _Ports:
+    def __init__(self, base: int):
+        self.base = base
+        self.next: dict[str, int] = {}
+        self.boot: dict[str, int] = {}
+
+    def port(self, host: str) -> int:
+        p = self.next.get(host, self.base)
+        self.next[host] = p + 1
+        return p
+
+    def bootstrap(self, host: str) -> int:
+        p = self.boot.get(host, self.base + BOOTSTRAP_OFFSET)
+        self.boot[host] = p + 1
+        return p
+
+
+def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
+               accelerators: Sequence[int] | Mapping[str, Sequence[int]] | None,
+               sglang_version: str | None = None, *, model: str | None = None,
+               overrides: Mapping[str, Any] | None = None, base_port: int = 30000,
+               device_source: str | None = None) -> LaunchPlan:
+    """The launch plan of `point` served by `profile` (pure; see the module docstring).
+
+    `sglang_version`: the version whose flag names to use (None: the profile's framework
+    pin, else its config `version`). `model`: the path or hub id servers load (default: the
+    point's model source). `overrides`: engine config keys, as `apply_overrides` takes them.
+    `base_port`: the entry's port; servers count up from it, bootstrap ports from +1000."""
+    engine, base_cfg = engine_config_of(profile)
+    if engine != "sglang":
+        raise HarnessError(f"launch plan: runtime profile {profile.service} rev {profile.rev} "
+                           f"runs engine {engine}; topologies are planned for sglang")
+    base_cfg = apply_overrides(base_cfg, overrides)
+    version = str(sglang_version or base_cfg.get("version") or "")
+    if not version:
+        raise HarnessError(f"launch plan: no SGLang version (profile {profile.service} pins "
+                           "no framework version and no version was given)")
+    vt = parse_version(version)
+    arch = point.topology.architecture
+    if arch == "epd" and vt < EPD_SINCE:
+        raise HarnessError(f"architecture epd needs sglang >= "
+                           f"{'.'.join(map(str, EPD_SINCE))} (--encoder-only, "
+                           f"--language-only); the profile pins {version}")
+    model_s = model or point.model.source or point.model.name
+    pools, available = _device_pools(point, accelerators)
+    vendor = point.accelerator.vendor
+    visible = VISIBLE_DEVICES.get(vendor)
+    ports = _Ports(base_port)
+    entry_host = pools[0][0] if pools else "127.0.0.1"
+    router_port = ports.port(entry_host)
+
+    # Which servers, with which config and device need, in start order.
+    servers: list[tuple[str, int, Parallelism, dict[str, Any]]] = []
+    for role, par in roles_of(point):
+        cfg = _role_config(base_cfg, role.role)
+        _check_topology_keys(cfg, role.role)
+        opts_cfg = _parallel_options(cfg, par, role.role)
+        replicas = role.count * (1 if _dp_attention(cfg) else par.dp)
+        for _ in range(replicas):
+            servers.append((role.role, par.tp * par.pp, par, opts_cfg))
+
+    need = sum(n for _, n, _, _ in servers) if visible else 0
+    if visible and need > available:
+        per: dict[str, int] = {}
+        for r, n, _, _ in servers:
+            per[r] = per.get(r, 0) + n
+        raise HarnessError(
+            f"launch plan: the point needs {need} devices "
+            f"({', '.join(f'{r} {n}' for r, n in per.items())}) but {available} are available "
+            f"({device_source or 'point'})")
+
+    # Devices: contiguous, in start order, a server on the first host with room.
+    free = [(h, list(ds)) for h, ds in pools] or [("127.0.0.1", [])]
+    counters: dict[str, int] = {}
+    placed: list[tuple[str, str, int, tuple[int, ...], Parallelism, dict[str, Any]]] = []
+    for role_name, n, par, opts_cfg in servers:
+        host = free[0][0]
+        devs: tuple[int, ...] = ()
+        if visible:
+            for i, (h, ds) in enumerate(free):
+                if len(ds) >= n:
+                    host, devs = h, tuple(ds[:n])
+                    free[i] = (h, ds[n:])
+                    break
+            else:
+                raise HarnessError(f"launch plan: no host has {n} free devices left for a "
+                                   f"{role_name} server (a server never spans hosts)")
+        idx = counters.get(role_name, 0)
+        counters[role_name] = idx + 1
+        placed.append((role_name, host, idx, devs, par, opts_cfg))
+
+    # Ports and URLs first: prefill servers need the encoders', the router everyone's.
+    addr: list[tuple[int, str, int | None]] = []
+    for role_name, host, _idx, _devs, _par, _cfg in placed:
+        port = ports.port(host)
+        boot = ports.bootstrap(host) if role_name == "prefill" and arch != "colocated" else None
+        addr.append((port, f"http://{host}:{port}", boot))
+    encoder_urls = [url for (r, *_), (_, url, _) in zip(placed, addr, strict=True)
+                    if r == "encode"]
+
+    transfer = str(base_cfg.get("disaggregation_transfer_backend") or DEFAULT_TRANSFER_BACKEND)
+    processes: list[ProcessPlan] = []
+    used: set[tuple[str, int]] = set()
+    for (role_name, host, idx, devs, par, opts_cfg), (port, url, boot) in zip(
+            placed, addr, strict=True):
+        cfg = dict(opts_cfg)
+        if arch != "colocated" and role_name in ("prefill", "decode"):
+            cfg["disaggregation_mode"] = role_name
+            cfg["disaggregation_transfer_backend"] = cfg.get(
+                "disaggregation_transfer_backend") or transfer
+            if boot is not None:
+                cfg["disaggregation_bootstrap_port"] = boot
+        if role_name == "encode":
+            cfg["encoder_only"] = True
+            cfg.setdefault("encoder_transfer_backend", DEFAULT_ENCODER_BACKEND)
+            cfg.pop("disaggregation_transfer_backend", None)
+        if arch == "epd" and role_name == "prefill":
+            cfg["language_only"] = True
+            cfg["encoder_urls"] = list(encoder_urls)
+            cfg.setdefault("encoder_transfer_backend", DEFAULT_ENCODER_BACKEND)
+        if role_name != "encode" and arch != "epd":
+            cfg.pop("encoder_transfer_backend", None)
+        argv = _server_argv(cfg, model=model_s, host=host, port=port, version=version)
+        env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
+        if visible:
+            for d in devs:
+                if (host, d) in used:  # by construction never; a plan must not overlap
+                    raise HarnessError(f"launch plan: device {d} on {host} assigned twice")
+                used.add((host, d))
+            env[visible] = ",".join(map(str, devs))
+        processes.append(ProcessPlan(
+            name=f"{role_name}-{idx}", role=role_name, index=idx, host=host, port=port,
+            url=url, health_url=url + ("/health_generate" if arch == "colocated" else "/health"),
+            bootstrap_port=boot, devices=devs, env=env, argv=tuple(argv),
+            parallelism={"tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep},
+            startup_timeout_s=float(cfg.get("startup_timeout_s", 900))))
+
+    entry = f"http://{entry_host}:{router_port}"
+    if arch != "colocated" or len(processes) > 1:
+        processes.append(_router(base_cfg, processes, arch, entry_host, router_port, entry))
+    else:
+        entry = processes[0].url
+    return LaunchPlan(
+        point=point.name, architecture=arch, engine=engine, sglang_version=version,
+        model=model_s,
+        accelerator=f"{vendor} {point.accelerator.model} x{point.accelerator.count}"
+                    + (f" {point.accelerator.memory_gb:g} GB" if point.accelerator.memory_gb
+                       else ""),
+        device_source=device_source or ("point" if accelerators is None else "given"),
+        devices_available=available, devices_used=len(used),
+        transfer_backend=transfer if arch != "colocated" else None,
+        processes=tuple(processes), entry_url=entry)
+
+
+def _server_argv(cfg: Mapping[str, Any], *, model: str, host: str, port: int,
+                 version: str) -> list[str]:
+    opts = server_options(cfg, version)
+    launcher = cfg.get("launcher") or [cfg.get("python") or sys.executable, "-m",
+                                       "sglang.launch_server"]
+    if isinstance(launcher, str) or not all(isinstance(x, str) for x in launcher):
+        raise HarnessError("sglang config: launcher must be a list of strings")
+    extra = cfg.get("extra_args") or []
+    if isinstance(extra, str) or not all(isinstance(x, str) for x in extra):
+        raise HarnessError("sglang config: extra_args must be a list of strings")
+    return [*launcher, "--model-path", model, "--host", host, "--port", str(port),
+            *options_to_args(opts), *extra]
+
+
+def _router(base_cfg: Mapping[str, Any], servers: list[ProcessPlan], arch: str, host: str,
+            port: int, url: str) -> ProcessPlan:
+    rcfg = _role_config(base_cfg, "router")
+    launcher = base_cfg.get("router_launcher") or [
+        base_cfg.get("python") or sys.executable, "-m", "sglang_router.launch_router"]
+    extra = base_cfg.get("router_args") or []
+    for name, v in (("router_launcher", launcher), ("router_args", extra)):
+        if isinstance(v, str) or not all(isinstance(x, str) for x in v):
+            raise HarnessError(f"engine config {name}: expected a list of strings")
+    argv = [*launcher]
+    if arch == "colocated":
+        argv += ["--worker-urls", *(p.url for p in servers)]
+    else:
+        argv.append("--pd-disaggregation")
+        for p in servers:
+            if p.role == "prefill":
+                argv += ["--prefill", p.url, str(p.bootstrap_port)]
+        for p in servers:
+            if p.role == "decode":
+                argv += ["--decode", p.url]
+    argv += ["--host", host, "--port", str(port), *extra]
+    env = {str(k): str(v) for k, v in (rcfg.get("env") or {}).items()}
+    return ProcessPlan(name="router", role="router", index=0, host=host, port=port, url=url,
+                       health_url=url + "/health", env=env, argv=tuple(argv),
+                       startup_timeout_s=float(rcfg.get("router_startup_timeout_s",
+                                                        ROUTER_STARTUP_S)))
+
+
+def plan_json(plan: LaunchPlan) -> str:
+    return json.dumps(plan.to_json(), indent=2, sort_keys=True)
+
+
+__all__ = ["HARNESS_KEYS", "LaunchPlan", "ProcessPlan", "plan_point", "roles_of"]
