@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...ledger import events as E
-from ...ledger.samples import encode_samples
+from ...ledger.samples import append_with_samples
 from ...ledger.streams import ENDPOINTS_STREAM
 from ...ledger.workspace import Workspace
 from ..engines.base import request_text
@@ -114,10 +114,8 @@ class MonitorResult:
 
 def record_summary(ws: Workspace, ev: E.EndpointSummarized, columns: dict[str, Any]
                    ) -> E.EndpointSummarized:
-    art = ws.artifacts.put(encode_samples(columns), verbatim=True)
-    ev = ev.model_copy(update={"samples_artifact": art})
-    ws.ledger.append(ENDPOINTS_STREAM, [ev])
-    return ev
+    """Store the window's samples as an artifact and append its summary naming it."""
+    return append_with_samples(ws, ENDPOINTS_STREAM, ev, columns)
 
 
 def _progress(res: MonitorResult, ev: E.EndpointSummarized) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
-from ...ledger.samples import encode_samples
+from ...ledger.samples import append_with_samples
 from ...ledger.streams import NODES_STREAM
 from ...ledger.workspace import Workspace
 from ...projections.nodes import read_hosts
@@ -50,7 +50,4 @@ def record_changes(ws: Workspace, changes: list[E.GpuProcessesChanged]) -> None:
 def record_summary(ws: Workspace, summary: E.HostSummarized, columns: dict[str, Any]
                    ) -> E.HostSummarized:
     """Store the window's samples as an artifact and append its summary naming it."""
-    art = ws.artifacts.put(encode_samples(columns), verbatim=True)
-    ev = summary.model_copy(update={"samples_artifact": art})
-    ws.ledger.append(NODES_STREAM, [ev])
-    return ev
+    return append_with_samples(ws, NODES_STREAM, summary, columns)
