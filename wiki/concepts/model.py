@@ -115,6 +115,8 @@ class ConceptPage(_Frozen):
     concept: str  # the concept key, e.g. "flag:engine.dtype=bfloat16", "pairing:m@acc"
     summary: str = ""  # one plain line (search, the catalog page)
     points: tuple[PointRef, ...] = ()  # the deployment points its findings hold for
+    # service -> its newest runtime profile revision when compiled (a newer one: stale)
+    profiles: dict[str, int] = Field(default_factory=dict)
     sections: tuple[Section, ...] = ()
     claims: tuple[Claim, ...] = ()
     compiled_at: int  # the ledger (index) position it was compiled at
