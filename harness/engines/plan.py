@@ -360,8 +360,8 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
             cfg["language_only"] = True
             cfg["encoder_urls"] = list(encoder_urls)
             cfg.setdefault("encoder_transfer_backend", DEFAULT_ENCODER_BACKEND)
-        if role_name != "encode" and arch != "epd":
-            cfg.pop("encoder_transfer_backend", None)
+        if role_name != "encode" and not (arch == "epd" and role_name == "prefill"):
+            cfg.pop("encoder_transfer_backend", None)  # only encoders and their readers
         argv = _server_argv(cfg, model=model_s, host=host, port=port, version=version)
         env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
         if visible:

@@ -3,7 +3,10 @@
 It parses the launch flags (and `--config YAML`) the way the real server does, then serves
 the recorded 0.5.x responses beside this file over the real HTTP protocol: /health,
 /health_generate, /server_info (+ /get_server_info), /model_info, /metrics, /v1/models,
-/start_profile, /stop_profile, /flush_cache. `--help` prints the recorded help text.
+/start_profile, /stop_profile, /flush_cache, and non-streamed /v1/completions,
+/v1/chat/completions and /generate that echo the prompt and name the server's
+`--disaggregation-mode` (an `--encoder-only` server refuses them, as an encoder serves no
+text). `--help` prints the recorded help text.
 FAKE_SGLANG_MODE: "ok" (default), "crash" (dies while starting, like a CUDA OOM),
 "slow:N" (503 for the first N health checks), "malformed" (truncated server_info and
 unparsable metrics), "die-after:N" (exits after N requests, i.e. mid-benchmark).
@@ -118,6 +121,29 @@ def main():
                     {"id": mid, "object": "model", "owned_by": "sglang", "root": mid}]}))
             return self.send(404, json.dumps({"detail": "Not Found"}))
 
+        def generate(self, path, body):
+            # A role answers as itself: an encoder serves no text; prefill and decode
+            # servers say which they are (the stand-in router's tests read it back).
+            if opts.get("encoder_only"):
+                return self.send(400, json.dumps({"detail": "encoder-only server"}))
+            req = json.loads(body or b"{}")
+            prompt = (" ".join(str(m.get("content", "")) for m in req.get("messages", []))
+                      if "messages" in req else str(req.get("prompt", req.get("text", ""))))
+            n = int(req.get("max_tokens") or (req.get("sampling_params") or {}).get(
+                "max_new_tokens") or 8)
+            text = " ".join((prompt.split() or ["ok"])[:n])
+            role = str(opts.get("disaggregation_mode") or "null")
+            usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
+            if path == "/generate":
+                out = {"text": text, "meta_info": {**usage, "disaggregation_mode": role}}
+            else:
+                chat = path.endswith("chat/completions")
+                choice = ({"index": 0, "message": {"role": "assistant", "content": text}}
+                          if chat else {"index": 0, "text": text})
+                out = {"object": "chat.completion" if chat else "text_completion",
+                       "choices": [choice], "usage": usage, "disaggregation_mode": role}
+            return self.send(200, json.dumps(out))
+
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
@@ -136,6 +162,8 @@ def main():
                 STATE["profiling"] = False
                 return self.send(200, "Stop profiling. This will take some time.\n",
                                  "text/plain")
+            if path in ("/v1/completions", "/v1/chat/completions", "/generate"):
+                return self.generate(path, body)
             if path == "/flush_cache":
                 return self.send(200, "Cache flushed.\nPlease check backend logs for more "
                                  "details. (When there are running or waiting requests, the "

@@ -1,0 +1,266 @@
+"""Run a launch plan: every process of a deployment point under one lifecycle.
+
+`Deployment(plan, ws=..., stream=..., event_fields=...)` contract:
+- `start()` records `LaunchPlanned` (the whole plan and its digest) before any process
+  starts; then starts every server of the plan (encode, prefill, decode / colocated: each its
+  own process group, log and `ServerProcess`), waits until each answers its health URL while
+  watching all of them (one that dies while the others start fails the deploy at once), checks
+  each server's `/server_info` answers as its role (`disaggregation_mode`, `encoder_only`),
+  then starts the router and waits until its `/workers` (or legacy `/list_workers`) view lists
+  every planned server with the right type, healthy. Each ready process records
+  `EngineLaunched`; `on_ready(process_plan, server_info)` runs after each (a version check
+  belongs there).
+- Any failure or interrupt while starting (an exception, Ctrl-C, SIGTERM through the process
+  lifecycle's safety net) stops every started process in reverse order and re-raises; the
+  error names the process and its role ("decode-0 (decode server) exited while starting …").
+- `check()` raises a HarnessError naming the role of a process that died later; `stop()`
+  stops router, then decode, prefill, encode (reverse start order), each process group TERM
+  then KILL, recording `EngineStopped` for each; idempotent; also on leaving `with`.
+- Processes are started on this host only: a plan placing one on another host is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...ledger import events as E
+from ...ledger.workspace import Workspace
+from ..errors import HarnessError
+from .base import EventSink, log_dir
+from .plan import LaunchPlan, ProcessPlan
+from .process import ServerProcess, exit_reason, http_get, tail
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1"}
+ROUTER_VIEW_TIMEOUT_S = 60.0
+OnReady = Callable[[ProcessPlan, dict[str, Any]], None]
+
+
+def _what(p: ProcessPlan) -> str:
+    return f"{p.name} ({'router' if p.role == 'router' else p.role + ' server'})"
+
+
+class Deployment:
+    """A point's processes, started and stopped together (see the module docstring)."""
+
+    def __init__(self, plan: LaunchPlan, *, ws: Workspace | None = None,
+                 stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
+                 logs: Path | None = None, grace_s: float = 10.0,
+                 on_ready: OnReady | None = None,
+                 router_view_timeout_s: float = ROUTER_VIEW_TIMEOUT_S):
+        local = LOCAL_HOSTS | {socket.gethostname()}
+        for p in plan.processes:
+            if p.host not in local:
+                raise HarnessError(f"{p.name} is planned on host {p.host}: forge starts "
+                                   "processes on this host only (run it there)")
+        self.plan = plan
+        self.ws = ws
+        self.sink = EventSink(ws, stream, event_fields)
+        self.logs = log_dir(ws, logs)
+        self.grace_s = grace_s
+        self.on_ready = on_ready
+        self.router_view_timeout_s = router_view_timeout_s
+        self.servers: dict[str, ServerProcess] = {}
+        self.started: list[ProcessPlan] = []
+        self.server_info: dict[str, dict[str, Any]] = {}
+        self.router_workers: list[dict[str, Any]] = []
+        self._stopped = False
+
+    @property
+    def entry_url(self) -> str:
+        return self.plan.entry_url
+
+    # --- start ----------------------------------------------------------------------------
+
+    def start(self) -> Deployment:
+        self.sink._record(E.LaunchPlanned(
+            point=self.plan.point, architecture=self.plan.architecture,
+            entry_url=self.plan.entry_url, plan=self.plan.model_dump(mode="json"),
+            plan_digest=self.plan.digest(), **self.sink.fields))
+        self.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            roles = [p for p in self.plan.processes if p.role != "router"]
+            for p in roles:
+                self._spawn(p)
+            self._wait(roles)
+            for p in self.plan.processes:
+                if p.role == "router":
+                    self._spawn(p)
+                    self._wait([p])
+                    self._check_router_view(p)
+        except BaseException as e:
+            # The start's own error is the one to report; a failure to stop is secondary.
+            with contextlib.suppress(Exception):
+                self.stop(reason="failed-start" if isinstance(e, Exception)
+                          else exit_reason(type(e)))
+            raise
+        return self
+
+    def _spawn(self, p: ProcessPlan) -> None:
+        server = ServerProcess(
+            p.argv, health_url=p.health_url, name=_what(p), env=p.env,
+            log_path=self.logs / f"{p.name}-{p.port}-{os.getpid()}.log",
+            startup_timeout_s=p.startup_timeout_s, grace_s=self.grace_s,
+            artifacts=self.ws.artifacts if self.ws is not None else None)
+        self.servers[p.name] = server
+        self.started.append(p)
+        server.start()
+
+    def _died(self, p: ProcessPlan, when: str) -> HarnessError:
+        s = self.servers[p.name]
+        code = s.proc.poll() if s.proc is not None else None
+        s.exit_code = code
+        how = f"killed by signal {-code}" if code is not None and code < 0 else \
+            f"exit code {code}"
+        return HarnessError(f"{_what(p)} exited {when} ({how}); last lines of "
+                            f"{s.log_path}:\n{tail(s.log_path)}")
+
+    def _wait(self, pending_plans: list[ProcessPlan]) -> None:
+        """Until every one answers its health URL; any started process dying fails it."""
+        t0 = time.monotonic()
+        pending = list(pending_plans)
+        interval = 0.02
+        while pending:
+            for p in self.started:
+                if not self.servers[p.name].alive():
+                    raise self._died(p, "while starting" if p in pending
+                                     else "while the deployment started")
+            for p in list(pending):
+                status, _ = http_get(p.health_url, timeout=2.0)
+                if status == 200:
+                    pending.remove(p)
+                    self.servers[p.name].startup_s = time.monotonic() - t0
+                    self._ready(p)
+                elif time.monotonic() - t0 > p.startup_timeout_s:
+                    s = self.servers[p.name]
+                    raise HarnessError(f"{_what(p)} not healthy at {p.health_url} after "
+                                       f"{p.startup_timeout_s:.0f}s; log {s.log_path}:\n"
+                                       f"{tail(s.log_path)}")
+            if pending:
+                time.sleep(interval)  # poll interval of a wait loop, not a synchronization
+                interval = min(0.5, interval * 1.5)
+
+    def _ready(self, p: ProcessPlan) -> None:
+        from .base import request_json
+        from .sglang import validate_server_info
+
+        info: dict[str, Any] = {}
+        if p.role != "router":
+            info = validate_server_info(request_json("GET", p.url + "/server_info",
+                                                     timeout=30), f"{p.url}/server_info")
+            self._check_role(p, info)
+        self.server_info[p.name] = info
+        if self.on_ready is not None:
+            self.on_ready(p, info)
+        self.sink.launched("sglang-router" if p.role == "router" else "sglang",
+                           list(p.argv), p.url, self.servers[p.name].pid, info)
+
+    def _check_role(self, p: ProcessPlan, info: Mapping[str, Any]) -> None:
+        if p.role in ("prefill", "decode") and self.plan.architecture != "colocated":
+            mode = info.get("disaggregation_mode")
+            if mode is not None and mode != p.role:
+                raise HarnessError(f"{_what(p)} at {p.url} reports disaggregation_mode "
+                                   f"{mode!r}; the plan says {p.role}")
+        if p.role == "encode" and info.get("encoder_only") is False:
+            raise HarnessError(f"{_what(p)} at {p.url} reports encoder_only false")
+
+    def _check_router_view(self, router: ProcessPlan) -> None:
+        """Poll the router's worker list until it shows every planned server, healthy."""
+        from .base import request_json
+
+        want = {p.url.rstrip("/"): ("regular" if p.role == "colocated" else p.role)
+                for p in self.plan.processes if p.role in ("prefill", "decode", "colocated")}
+        deadline = time.monotonic() + self.router_view_timeout_s
+        interval, problem = 0.02, ""
+        while True:
+            if not self.servers[router.name].alive():
+                raise self._died(router, "while listing its workers")
+            try:
+                view = request_json("GET", router.url + "/workers", timeout=10)
+                workers = [w for w in (view or {}).get("workers", []) if isinstance(w, dict)]
+            except HarnessError as e:
+                if "HTTP 404" not in str(e):
+                    raise
+                legacy = request_json("GET", router.url + "/list_workers", timeout=10)
+                workers = [{"url": u, "worker_type": want.get(u.rstrip("/")),
+                            "is_healthy": True} for u in (legacy or {}).get("urls", [])]
+            have = {str(w.get("url", "")).rstrip("/"): w for w in workers}
+            problem = ""
+            for url, kind in want.items():
+                w = have.get(url)
+                if w is None:
+                    problem = f"does not list {url} ({kind})"
+                elif w.get("worker_type") not in (kind, None):
+                    problem = f"lists {url} as {w.get('worker_type')}, planned {kind}"
+                elif w.get("is_healthy") is False:
+                    problem = f"reports {url} ({kind}) unhealthy"
+                if problem:
+                    break
+            if not problem:
+                self.router_workers = workers
+                return
+            if time.monotonic() > deadline:
+                raise HarnessError(f"router at {router.url} {problem} after "
+                                   f"{self.router_view_timeout_s:.0f}s")
+            time.sleep(interval)  # poll interval of a wait loop, not a synchronization
+            interval = min(0.5, interval * 1.5)
+
+    # --- running --------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise a HarnessError naming the process (and role) that is no longer running."""
+        for p in self.started:
+            if not self.servers[p.name].alive():
+                raise self._died(p, "while running")
+
+    def stop(self, reason: str = "teardown") -> None:
+        """Stop every started process, last started first; record each stop."""
+        if self._stopped:
+            return
+        self._stopped = True
+        errors: list[str] = []
+        for p in reversed(self.started):
+            s = self.servers[p.name]
+            why = reason
+            if s.proc is not None and not s.alive() and reason in ("teardown", "failed-start"):
+                why = "crashed"
+            try:
+                code = s.stop(reason=why)
+            except Exception as e:  # keep stopping the others
+                errors.append(f"{p.name}: {e}")
+                continue
+            try:
+                self.sink.stopped("sglang-router" if p.role == "router" else "sglang", p.url,
+                                  code, why, s.log_digest)
+            except Exception as e:  # a ledger failure must not leave processes behind
+                errors.append(f"{p.name}: recording its stop: {e}")
+        if errors:
+            raise HarnessError("stopping the deployment: " + "; ".join(errors))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "point": self.plan.point, "architecture": self.plan.architecture,
+            "entry_url": self.plan.entry_url, "plan_digest": self.plan.digest(),
+            "processes": [{
+                "name": p.name, "role": p.role, "url": p.url, "pid": self.servers[p.name].pid,
+                "devices": list(p.devices), "bootstrap_port": p.bootstrap_port,
+                "startup_s": self.servers[p.name].startup_s,
+                "log_path": str(self.servers[p.name].log_path),
+                "version": self.server_info.get(p.name, {}).get("version"),
+                "disaggregation_mode": self.server_info.get(p.name, {}).get(
+                    "disaggregation_mode")} for p in self.started],
+            "router_workers": self.router_workers,
+        }
+
+    def __enter__(self) -> Deployment:
+        if not self.started:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
+        self.stop(reason=exit_reason(exc_type))

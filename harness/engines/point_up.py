@@ -1,0 +1,133 @@
+"""`forge engine up --point POINT`: deploy a whole deployment point (or only print its plan).
+
+`point_up(ws, point_path, ...)`:
+1. loads the point and its runtime profile (the point's `runtime_profile.file`, or the
+   profile given, which must be the service and revision the point names);
+2. checks the point's accelerator against this host (`accelerators.py`); the matching GPUs
+   are the devices the plan assigns. With `plan_only`, a host that does not match does not
+   stop the plan from printing: it is planned on the point's own device indices and the
+   plan's `device_source` says why it could not deploy here;
+3. plans (`plan.py`) on ports from `base_port` (default: 30000 for a printed plan; a free
+   block of ports for a deploy; a given base whose ports are taken is refused);
+4. unless `plan_only`, starts the `Deployment` (the plan is recorded first) and keeps it up
+   until Ctrl-C (or stops at once with `once`), returning the plan and what ran.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ...ledger.specs import DeploymentPoint, RuntimeProfile, load_point, load_profile
+from ...ledger.workspace import Workspace
+from ..errors import HarnessError
+from .accelerators import check_accelerator, host_accelerators
+from .deploy import Deployment
+from .plan import BOOTSTRAP_OFFSET, LaunchPlan, plan_point
+from .process import free_port
+
+PLAN_BASE_PORT = 30000
+
+
+def point_and_profile(point_path: str | Path, profile_path: str | Path | None = None
+                      ) -> tuple[DeploymentPoint, RuntimeProfile]:
+    point = load_point(point_path)
+    ref = point.runtime_profile
+    if profile_path is None:
+        if not ref.file:
+            raise HarnessError(f"{point_path}: names no runtime_profile.file (give the "
+                               "profile file too)")
+        profile_path = (Path(point_path).parent / ref.file).resolve()
+    profile = load_profile(profile_path)
+    if (profile.service, profile.rev) != (ref.service, ref.rev):
+        raise HarnessError(f"{profile_path}: {profile.service} rev {profile.rev} is not the "
+                           f"point's runtime_profile {ref.service} rev {ref.rev}")
+    return point, profile
+
+
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _plan_ports(plan: LaunchPlan) -> list[int]:
+    return [p.port for p in plan.processes] + [p.bootstrap_port for p in plan.processes
+                                               if p.bootstrap_port is not None]
+
+
+def plan_here(point: DeploymentPoint, profile: RuntimeProfile, *, ws: Workspace | None,
+              model: str | None = None, overrides: Mapping[str, Any] | None = None,
+              base_port: int | None = None, plan_only: bool = False, nvml: Any = None
+              ) -> LaunchPlan:
+    """The plan for this host: accelerator check, devices, model path and ports."""
+    inv, source = host_accelerators(ws, nvml)
+    try:
+        devices: list[int] | None = check_accelerator(point.accelerator, inv, source)
+        where = source
+    except HarnessError as e:
+        if not plan_only:
+            raise
+        devices, where = None, f"the point's own indices; not deployable here: {e}"
+    if point.accelerator.vendor == "cpu":
+        devices = None
+    model_s = model or _model_here(ws, point)
+    if base_port is not None or plan_only:
+        plan = plan_point(point, profile, devices, model=model_s, overrides=overrides,
+                          base_port=base_port or PLAN_BASE_PORT, device_source=where)
+        taken = [] if plan_only else [p for p in _plan_ports(plan) if not _port_free(p)]
+        if taken:
+            raise HarnessError(f"ports {', '.join(map(str, taken))} of the plan are in use "
+                               "(choose another --base-port)")
+        return plan
+    for _ in range(20):  # a free block: the router's port, the servers', the bootstrap ports
+        base = free_port()
+        if base + BOOTSTRAP_OFFSET + 64 > 65535:
+            continue
+        plan = plan_point(point, profile, devices, model=model_s, overrides=overrides,
+                          base_port=base, device_source=where)
+        if all(_port_free(p) for p in _plan_ports(plan)):
+            return plan
+    raise HarnessError("no free block of ports found for the plan (give --base-port)")
+
+
+def _model_here(ws: Workspace | None, point: DeploymentPoint) -> str:
+    """A pulled copy of the point's model when the workspace has one, else its source."""
+    if ws is not None:
+        from ..models.weights import model_path
+        try:
+            return str(model_path(ws.home, point.model.name))
+        except HarnessError:
+            pass
+    return point.model.source or point.model.name
+
+
+def point_up(ws: Workspace | None, point_path: str | Path, *,
+             profile_path: str | Path | None = None, model: str | None = None,
+             overrides: Mapping[str, Any] | None = None, base_port: int | None = None,
+             plan_only: bool = False, once: bool = False, nvml: Any = None,
+             stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
+             echo: Callable[[str], None] = print) -> dict[str, Any]:
+    point, profile = point_and_profile(point_path, profile_path)
+    plan = plan_here(point, profile, ws=ws, model=model, overrides=overrides,
+                     base_port=base_port, plan_only=plan_only, nvml=nvml)
+    if plan_only:
+        return {"plan": plan.to_json()}
+    with Deployment(plan, ws=ws, stream=stream, event_fields=event_fields) as dep:
+        info = dep.describe()
+        if not once:
+            echo(f"{plan.architecture} deployment of {plan.point or point_path} up at "
+                 f"{plan.entry_url} ({len(plan.processes)} processes); Ctrl-C to stop")
+            try:
+                while True:
+                    dep.check()
+                    time.sleep(1.0)  # a watch loop for an interactive command
+            except KeyboardInterrupt:
+                echo("stopping")
+    return {"plan": plan.to_json(), "deployment": info}
