@@ -134,7 +134,8 @@ def registry_schemas(home: Path) -> dict[str, dict]:
     from infer_forge.harness.agents import tools
     from infer_forge.harness.agents.session_tools import AgentSession, session_tools
 
-    extra = session_tools(AgentSession(None), retrieve=lambda q, k: None)  # type: ignore[arg-type]
+    extra = session_tools(AgentSession(None), retrieve=lambda q, k: None,  # type: ignore[arg-type]
+                          ask=lambda q: None)
     return {t.name: t.params.model_json_schema()
             for t in {**tools.TOOLS, **extra}.values()}
 

@@ -1,5 +1,9 @@
 """`forge wiki lint`: broken wiki links, orphan pages, pages without typed frontmatter, and
-whether the journal is behind the ledger."""
+whether the journal is behind the ledger; with the workspace, the checks that need the whole
+record (record_lint.py): contradictions, stale claims, concepts without a page.
+
+Errors (exit 1): broken links, orphans, untyped pages, contradictions. Warnings (exit 1 only
+with `strict`): stale claims, concepts without a page, a journal behind the ledger."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any
 from ..ledger.workspace import Workspace
 from .page import LINK, parse_frontmatter
 
-ROOTS = {"index", "log"}  # entry points: never orphans
+ROOTS = {"index", "log", "SCHEMA"}  # entry points (SCHEMA.md: the wiki's schema): never orphans
 DERIVED_SECTIONS = ("## Backlinks",)  # links there mirror other pages' links
 
 
@@ -25,6 +29,10 @@ class LintReport:
     untyped: list[str] = field(default_factory=list)
     wiki_position: int | None = None
     ledger_position: int | None = None
+    findings: int = 0  # accepted decisions the record checks looked at
+    contradictions: list[dict[str, Any]] = field(default_factory=list)
+    stale_claims: list[dict[str, Any]] = field(default_factory=list)
+    missing_concepts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def stale(self) -> bool:
@@ -33,10 +41,15 @@ class LintReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.broken or self.orphans or self.untyped)
+        return not (self.broken or self.orphans or self.untyped or self.contradictions)
+
+    @property
+    def warnings(self) -> int:
+        return len(self.stale_claims) + len(self.missing_concepts) + self.stale
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "stale": self.stale, "ok": self.ok}
+        return {**self.__dict__, "stale": self.stale, "ok": self.ok,
+                "warnings": self.warnings}
 
 
 def forward_links(text: str, derived: bool = False) -> list[str]:
@@ -88,7 +101,26 @@ def lint_dir(wiki_dir: Path) -> LintReport:
     return rep
 
 
-def lint(ws: Workspace) -> LintReport:
-    rep = lint_dir(Path(ws.home) / "wiki")
+def lint(ws: Workspace, record: bool = True) -> LintReport:
+    """The journal's files, and (`record`) the checks over the whole record."""
+    wiki_dir = Path(ws.home) / "wiki"
+    rep = lint_dir(wiki_dir)
     rep.ledger_position = ws.ledger.max_position()
+    if record:
+        from .concepts.model import load_catalog
+        from .record_lint import check_record
+
+        pages = {p.path for p in load_catalog(wiki_dir).pages.values()}
+        r = check_record(ws, pages, concepts_known)
+        rep.findings, rep.contradictions = r.findings, r.contradictions
+        rep.stale_claims, rep.missing_concepts = r.stale_claims, r.missing_concepts
     return rep
+
+
+def concepts_known(con: Any) -> dict[str, str]:
+    """Concept page path -> concept key, for every concept the index shows now (what
+    `forge wiki compile` would write a page for)."""
+    from .concepts.evidence import derive, load
+    from .concepts.model import concept_path
+
+    return {concept_path(d.slug): d.concept for d in derive(load(con)).values()}

@@ -48,7 +48,7 @@ from ...projections.errors import ProjectionError
 from ...projections.memory import read_memory
 from ..errors import HarnessError
 from . import skills, tools
-from .session_tools import AgentSession, Retrieve, session_tools
+from .session_tools import AgentSession, Ask, Retrieve, session_tools
 
 MODEL_ENV = "FORGE_AGENT_MODEL"
 META_MODEL_KEY = "model"  # a call's `_meta.model`: the model the client runs
@@ -121,7 +121,8 @@ def _server_class() -> type:
         """Lists and calls the agent tool registry instead of decorated functions."""
 
         def __init__(self, ws: Workspace, *, task_id: str | None, retrieve: Retrieve | None,
-                     model: str | None, progress: Callable[[str], None]) -> None:
+                     model: str | None, progress: Callable[[str], None],
+                     ask: Ask | None = None) -> None:
             from importlib.metadata import version
 
             super().__init__(name="forge", version=version("infer-forge"),
@@ -131,7 +132,7 @@ def _server_class() -> type:
             self.default_model = model
             self.progress = progress
             self.session = AgentSession(ws)
-            self.extra = session_tools(self.session, retrieve)
+            self.extra = session_tools(self.session, retrieve, ask)
             self.worker = _Worker()
             self._resources()
 
@@ -237,16 +238,18 @@ def _stderr(line: str) -> None:
 
 def build_server(ws: Workspace, *, task_id: str | None = None,
                  retrieve: Retrieve | None = None, model: str | None = None,
-                 progress: Callable[[str], None] = _stderr) -> Any:
+                 progress: Callable[[str], None] = _stderr, ask: Ask | None = None) -> Any:
     """The server (an MCPServer; `.session` holds its engines, `.close()` stops them).
-    `task_id` binds every call to one task; `retrieve(query, k)` adds journal_retrieve;
+    `task_id` binds every call to one task; `retrieve(query, k)` adds journal_retrieve and
+    `ask(question)` journal_ask;
     `model` is the agent's model when the client does not say (default: $FORGE_AGENT_MODEL)."""
     if task_id is not None:
         mem, _ = read_memory(ws.ledger, task_id)  # an unknown task fails now, in one line
         if mem.status == "undefined":
             raise HarnessError(f"unknown task {task_id} (forge task new FILE.yaml)")
     return _server_class()(ws, task_id=task_id, retrieve=retrieve,
-                           model=model or os.environ.get(MODEL_ENV) or None, progress=progress)
+                           model=model or os.environ.get(MODEL_ENV) or None, progress=progress,
+                           ask=ask)
 
 
 @contextlib.contextmanager
@@ -275,11 +278,12 @@ def _serving(server: Any) -> Iterator[None]:
 
 
 def serve_stdio(ws: Workspace, *, task_id: str | None = None,
-                retrieve: Retrieve | None = None, model: str | None = None) -> None:
+                retrieve: Retrieve | None = None, model: str | None = None,
+                ask: Ask | None = None) -> None:
     """Serve one client on stdin/stdout until it closes them."""
     import anyio
 
-    server = build_server(ws, task_id=task_id, retrieve=retrieve, model=model)
+    server = build_server(ws, task_id=task_id, retrieve=retrieve, model=model, ask=ask)
     with _serving(server):
         anyio.run(server.run_stdio_async)
 
@@ -304,7 +308,8 @@ def parse_address(text: str) -> tuple[str, int]:
 
 def serve_http(ws: Workspace, host: str, port: int, *, allow_remote: bool = False,
                task_id: str | None = None, retrieve: Retrieve | None = None,
-               model: str | None = None, announce: Callable[[str], None] = _stderr) -> None:
+               model: str | None = None, announce: Callable[[str], None] = _stderr,
+               ask: Ask | None = None) -> None:
     """Serve streamable HTTP at http://HOST:PORT/mcp until Ctrl-C or SIGTERM; the bound URL
     is announced first (on stderr), also for port 0."""
     if not is_loopback(host) and not allow_remote:
@@ -315,7 +320,7 @@ def serve_http(ws: Workspace, host: str, port: int, *, allow_remote: bool = Fals
 
     import uvicorn
 
-    server = build_server(ws, task_id=task_id, retrieve=retrieve, model=model)
+    server = build_server(ws, task_id=task_id, retrieve=retrieve, model=model, ask=ask)
     app = server.streamable_http_app(host=host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
@@ -330,10 +335,12 @@ def serve_http(ws: Workspace, host: str, port: int, *, allow_remote: bool = Fals
 
 
 def serve(ws: Workspace, *, http: str | None = None, allow_remote: bool = False,
-          task_id: str | None = None, retrieve: Retrieve | None = None) -> None:
+          task_id: str | None = None, retrieve: Retrieve | None = None,
+          ask: Ask | None = None) -> None:
     """`forge mcp`: stdio, or streamable HTTP at `http` (HOST:PORT)."""
     if http is None:
-        serve_stdio(ws, task_id=task_id, retrieve=retrieve)
+        serve_stdio(ws, task_id=task_id, retrieve=retrieve, ask=ask)
         return
     host, port = parse_address(http)
-    serve_http(ws, host, port, allow_remote=allow_remote, task_id=task_id, retrieve=retrieve)
+    serve_http(ws, host, port, allow_remote=allow_remote, task_id=task_id, retrieve=retrieve,
+               ask=ask)

@@ -22,6 +22,9 @@ Contract:
     (`journal_sql` runs in the locked session of `forge sql`).
   - `journal_retrieve`: only when a `retrieve(query, k)` callable is given (the journal's
     retrieval lives in wiki/, which the harness does not import: cli.py passes it).
+  - `journal_ask`: only when an `ask(question)` callable is given (`forge wiki ask`: an
+    answer from the journal with its citations; read-only, nothing is filed; cli.py passes
+    it for the same reason).
 - Every refusal is a HarnessError with one line; `tools.call` records it as AgentStepFailed.
 """
 
@@ -51,6 +54,7 @@ from ..errors import HarnessError
 from .tools import AgentTool, Args, ToolContext
 
 Retrieve = Callable[[str, int], Any]
+Ask = Callable[[str], Any]
 
 
 @dataclass
@@ -391,6 +395,11 @@ class RetrieveArgs(Args):
     k: int = Field(5, ge=1, le=50)
 
 
+class AskArgs(Args):
+    question: str = Field(min_length=1, max_length=2000, description=(
+        "a question about past work: flags, kernels, models, accelerators, failures"))
+
+
 def _compare(ctx: ToolContext, a: CompareArgs) -> Any:
     from ...projections.queries import compare_ws
 
@@ -415,8 +424,8 @@ def _sql(ctx: ToolContext, a: SqlArgs) -> Any:
 # --- the set -----------------------------------------------------------------------------
 
 
-def session_tools(session: AgentSession, retrieve: Retrieve | None = None
-                  ) -> dict[str, AgentTool]:
+def session_tools(session: AgentSession, retrieve: Retrieve | None = None,
+                  ask: Ask | None = None) -> dict[str, AgentTool]:
     """This session's tools by name (module contract)."""
 
     def bound(fn: Callable[[AgentSession, ToolContext, Any], Any]
@@ -451,4 +460,9 @@ def session_tools(session: AgentSession, retrieve: Retrieve | None = None
         out.append(AgentTool(
             "journal_retrieve", "Semantic search over past decisions, handoffs and task "
             "goals in the journal.", RetrieveArgs, lambda _ctx, a: retrieve(a.query, a.k)))
+    if ask is not None:
+        out.append(AgentTool(
+            "journal_ask", "Ask the journal a question: an answer from its concept pages and "
+            "index, every claim with the ledger events it cites (event ids, types, the "
+            "journal page showing each).", AskArgs, lambda _ctx, a: ask(a.question)))
     return {t.name: t for t in out}
