@@ -199,3 +199,22 @@ def test_point_up_refuses_an_accelerator_this_host_lacks(tmp_path):
     point, profile = point_and_profile(tmp_path / "point.yaml")
     plan = plan_here(point, profile, ws=None, plan_only=True, nvml=FakeNvml(8))
     assert "not deployable here" in plan.device_source
+
+
+def test_a_tasks_deployment_is_recorded_on_its_stream(workspace, tmp_path):
+    """Within a task's open block the plan and every launch and stop go on the task's
+    stream, through the one task-stream writer."""
+    from infer_forge.ledger.streams import task_stream
+
+    from tests.helpers.tasks import open_task
+
+    block = open_task(workspace, tmp_path)
+    plan = make_plan()
+    with Deployment(plan, ws=workspace, stream=task_stream("t1"),
+                    event_fields={"task_id": "t1", "block_id": block}, grace_s=5):
+        pass
+    evs = [r.event for r in workspace.ledger.stream_log(task_stream("t1"))]
+    kinds = [type(e).__name__ for e in evs if type(e).__name__ in (
+        "LaunchPlanned", "EngineLaunched", "EngineStopped")]
+    assert kinds == ["LaunchPlanned"] + ["EngineLaunched"] * 4 + ["EngineStopped"] * 4
+    assert all(e.block_id == block for e in evs if isinstance(e, E.LaunchPlanned))

@@ -38,6 +38,9 @@ from .process import ServerProcess, exit_reason, http_get, tail
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1"}
 ROUTER_VIEW_TIMEOUT_S = 60.0
+# Health polls back off to 0.1 s, not further: a GET to each starting server ten times a
+# second costs nothing beside a server start, and a later poll only delays the deploy.
+POLL_MAX_S = 0.1
 OnReady = Callable[[ProcessPlan, dict[str, Any]], None]
 
 
@@ -143,7 +146,7 @@ class Deployment:
                                        f"{tail(s.log_path)}")
             if pending:
                 time.sleep(interval)  # poll interval of a wait loop, not a synchronization
-                interval = min(0.5, interval * 1.5)
+                interval = min(POLL_MAX_S, interval * 1.5)
 
     def _ready(self, p: ProcessPlan) -> None:
         from .base import request_json
@@ -208,7 +211,7 @@ class Deployment:
                 raise HarnessError(f"router at {router.url} {problem} after "
                                    f"{self.router_view_timeout_s:.0f}s")
             time.sleep(interval)  # poll interval of a wait loop, not a synchronization
-            interval = min(0.5, interval * 1.5)
+            interval = min(POLL_MAX_S, interval * 1.5)
 
     # --- running --------------------------------------------------------------------------
 
