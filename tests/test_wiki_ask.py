@@ -65,6 +65,16 @@ def test_ask_on_the_demo_cites_the_rejection_from_the_index(demo):
         ask(ws, "why was it?", embeddings=False)
 
 
+def test_ask_on_the_hand_built_ledger(workspace):
+    from tests.index_ledger import build as build_ledger
+
+    ids = build_ledger(workspace)
+    a = ask(workspace, "why was the DeepGEMM MoE path rejected on H20?", embeddings=False)
+    first = a.claims[0]
+    assert "DeepGEMM" in first.text and "deepgemm-moe-h20" in first.text
+    assert ids["decisions"]["deepgemm-moe-h20"] in {c.event_id for c in first.citations}
+
+
 def test_ask_reads_the_concept_catalog_first_and_follows_its_links(demo):
     ws, ids = demo
     compile_wiki(ws, deterministic=True)

@@ -19,8 +19,16 @@ from infer_forge.harness.loop.manual import (
 from infer_forge.wiki import lint as L
 from infer_forge.wiki import record_lint as R
 from infer_forge.wiki.build import build
+from infer_forge.wiki.concepts.compiler import compile_wiki
+from infer_forge.wiki.concepts.model import (
+    concept_path,
+    concept_slug,
+    load_catalog,
+    save_catalog,
+)
 
 from tests.conftest import REPO, run_forge
+from tests.test_demo import ScriptedEvaluator, _scripted_demo
 from tests.test_loop import make_task_dir
 
 CB = {"engine.continuous_batching": True}
@@ -55,6 +63,7 @@ def test_planted_contradiction_is_an_error(workspace, tmp_path):
     [c] = [x for x in rep.contradictions if x["metric"] == "output_throughput"]
     assert {c["a"]["decision_id"], c["b"]["decision_id"]} == {first, second}
     assert c["band"] == "learned" and 0 < c["cv"] < 0.02  # the ±1% repeats, pooled
+    assert c["concepts"] == [concept_path(concept_slug("flag", "engine.continuous_batching=true"))]
     assert abs(c["difference"] - 0.32) < 0.01 and c["tolerance"] == round(4 * c["cv"], 4)
     assert not rep.ok
     r = run_forge("wiki", "lint", "--json", home=workspace.home)
@@ -127,3 +136,27 @@ def test_stale_claim_rules():
     # a re-check on an older revision than the newest does not count
     revs["svc"][3] = {"x": False}
     assert len(R.stale_claims([f], revs, other)) == 1
+
+
+def test_concepts_without_a_page_and_orphaned_concept_pages(workspace):
+    _scripted_demo(workspace, ScriptedEvaluator())
+    bf16 = concept_path(concept_slug("flag", "engine.dtype=bfloat16"))
+    rep = L.lint(workspace)
+    assert {"page": bf16, "concept": "flag:engine.dtype=bfloat16"} in rep.missing_concepts
+    assert rep.ok and rep.warnings >= len(rep.missing_concepts)
+    compile_wiki(workspace, deterministic=True)
+    rep = L.lint(workspace)
+    assert rep.missing_concepts == [] and rep.orphaned_concepts == []
+    # A page whose concept the ledger does not show: orphaned (a warning).
+    wiki = workspace.home / "wiki"
+    cat = load_catalog(wiki)
+    page = next(p for p in cat.pages.values() if p.concept == "flag:engine.dtype=bfloat16")
+    ghost = page.model_copy(update={"concept": "flag:engine.dtype=float8",
+                                    "slug": concept_slug("flag", "engine.dtype=float8")})
+    save_catalog(wiki, cat.model_copy(update={"pages": {**cat.pages, ghost.slug: ghost}}))
+    rep = L.lint(workspace)
+    assert rep.orphaned_concepts == [{"page": ghost.path, "concept": "flag:engine.dtype=float8"}]
+    r = run_forge("wiki", "lint", "--json", home=workspace.home)
+    out = json.loads(r.stdout)
+    assert out["orphaned_concepts"][0]["concept"] == "flag:engine.dtype=float8"
+    assert out["warnings"] >= 1

@@ -3,7 +3,8 @@ whether the journal is behind the ledger; with the workspace, the checks that ne
 record (record_lint.py): contradictions, stale claims, concepts without a page.
 
 Errors (exit 1): broken links, orphans, untyped pages, contradictions. Warnings (exit 1 only
-with `strict`): stale claims, concepts without a page, a journal behind the ledger."""
+with `strict`): stale claims, concepts without a page, concept pages whose concept the ledger
+no longer shows (orphaned: `forge wiki compile` removes them), a journal behind the ledger."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class LintReport:
     contradictions: list[dict[str, Any]] = field(default_factory=list)
     stale_claims: list[dict[str, Any]] = field(default_factory=list)
     missing_concepts: list[dict[str, Any]] = field(default_factory=list)
+    orphaned_concepts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def stale(self) -> bool:
@@ -45,7 +47,8 @@ class LintReport:
 
     @property
     def warnings(self) -> int:
-        return len(self.stale_claims) + len(self.missing_concepts) + self.stale
+        return (len(self.stale_claims) + len(self.missing_concepts)
+                + len(self.orphaned_concepts) + self.stale)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "stale": self.stale, "ok": self.ok,
@@ -110,10 +113,14 @@ def lint(ws: Workspace, record: bool = True) -> LintReport:
         from .concepts.model import load_catalog
         from .record_lint import check_record
 
-        pages = {p.path for p in load_catalog(wiki_dir).pages.values()}
-        r = check_record(ws, pages, concepts_known)
+        catalog = load_catalog(wiki_dir)
+        r = check_record(ws, {p.path for p in catalog.pages.values()}, concepts_known)
         rep.findings, rep.contradictions = r.findings, r.contradictions
         rep.stale_claims, rep.missing_concepts = r.stale_claims, r.missing_concepts
+        shown = set(r.known_concepts.values())
+        rep.orphaned_concepts = [{"page": p.path, "concept": p.concept}
+                                 for _, p in sorted(catalog.pages.items())
+                                 if p.concept not in shown]
     return rep
 
 

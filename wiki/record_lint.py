@@ -48,8 +48,10 @@ SELECT DISTINCT verification_id, metric FROM gate_verdicts
 WHERE metric IS NOT NULL AND verification_id IN (SELECT unnest($1::VARCHAR[]))
 """
 MEDIANS_SQL = """
-SELECT task_id, block_id, candidate_key, metric, median FROM metric_summary
-WHERE task_id IN (SELECT unnest($1::VARCHAR[]))
+SELECT m.task_id, m.block_id, m.candidate_key, m.metric, m.median
+FROM metric_summary m LEFT JOIN loop_blocks b USING (task_id, block_id)
+WHERE m.task_id IN (SELECT unnest($1::VARCHAR[]))
+ORDER BY m.task_id, b.block_index NULLS LAST, m.block_id, m.metric
 """
 REVS_SQL = "SELECT service, rev, config FROM runtime_profiles"
 VERIFIED_SQL = """
@@ -82,6 +84,7 @@ class RecordReport:
     contradictions: list[dict[str, Any]] = field(default_factory=list)
     stale_claims: list[dict[str, Any]] = field(default_factory=list)
     missing_concepts: list[dict[str, Any]] = field(default_factory=list)
+    known_concepts: dict[str, str] = field(default_factory=dict)  # page path -> concept key
 
 
 def _split(rp: str | None) -> tuple[str, int] | None:
@@ -149,7 +152,7 @@ def contradictions(findings: list[Finding], cvs: dict[tuple[str, str], float | N
                     if diff > K_BAND * cv:
                         out.append({
                             "point_hash": ph, "candidate": ckey, "what": describe(a.candidate),
-                            "metric": metric,
+                            "concepts": flag_pages(a.candidate), "metric": metric,
                             "a": {**a.brief(), "effect": round(a.effects[metric], 4),
                                   "medians": a.medians.get(metric)},
                             "b": {**b.brief(), "effect": round(b.effects[metric], 4),
@@ -158,6 +161,16 @@ def contradictions(findings: list[Finding], cvs: dict[tuple[str, str], float | N
                             "band": "learned" if learned is not None else "default",
                             "cv": cv})
     return out
+
+
+def flag_pages(candidate: dict[str, Any]) -> list[str]:
+    """The concept pages (`flag:<key>=<value>`, as wiki/concepts/evidence.py names them) of a
+    candidate's settings."""
+    from .concepts.model import concept_path, concept_slug
+
+    return [concept_path(concept_slug(
+        "flag", f"{k}={v if isinstance(v, str) else orjson.dumps(v).decode()}"))
+        for k, v in sorted(candidate.items())]
 
 
 def describe(candidate: dict[str, Any]) -> str:
@@ -200,7 +213,7 @@ def stale_claims(findings: list[Finding], revs: dict[str, dict[int, dict[str, An
 def check_record(ws: Workspace, concept_pages: set[str] | None = None,
                  concepts_known: Any = None) -> RecordReport:
     """Contradictions, stale claims and (given the journal's concept page paths and a
-    `concepts_known(con) -> {path: name}`) concepts without a page."""
+    `concepts_known(con) -> {path: concept key}`) concepts without a page."""
     from ..projections.noise import point_bands
 
     rep = RecordReport()
@@ -225,6 +238,7 @@ def check_record(ws: Workspace, concept_pages: set[str] | None = None,
             cvs[(ph, m)] = bands[m].cv if m in bands else None
     rep.contradictions = contradictions(findings, cvs)
     rep.stale_claims = stale_claims(findings, revs, verified)
+    rep.known_concepts = dict(known)
     if concept_pages is not None:
         rep.missing_concepts = [{"page": p, "concept": name}
                                 for p, name in sorted(known.items()) if p not in concept_pages]
