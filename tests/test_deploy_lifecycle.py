@@ -98,6 +98,17 @@ def test_epd_deployment_checks_each_role(workspace):
     assert groups_alive(pids) == []
 
 
+def test_colocated_replicas_behind_the_router(workspace):
+    plan = make_plan("colocated", [{"role": "colocated", "count": 2}])
+    with Deployment(plan, ws=workspace, grace_s=5) as dep:
+        assert [w["worker_type"] for w in dep.router_workers] == ["regular", "regular"]
+        out = request_json("POST", plan.entry_url + "/v1/completions",
+                           {"model": "m", "prompt": "x y", "max_tokens": 4})
+        assert out["choices"][0]["text"] == "x y" and out["disaggregation_mode"] == "null"
+        pids = [s.pid for s in dep.servers.values()]
+    assert len(pids) == 3 and groups_alive(pids) == []
+
+
 @pytest.mark.parametrize("role,role_config,named", [
     ("decode", {"decode": {"env": {"FAKE_SGLANG_MODE": "crash"}}}, "decode-0 (decode server)"),
     ("prefill", {"prefill": {"env": {"FAKE_SGLANG_MODE": "crash"}}},
@@ -218,3 +229,48 @@ def test_a_tasks_deployment_is_recorded_on_its_stream(workspace, tmp_path):
         "LaunchPlanned", "EngineLaunched", "EngineStopped")]
     assert kinds == ["LaunchPlanned"] + ["EngineLaunched"] * 4 + ["EngineStopped"] * 4
     assert all(e.block_id == block for e in evs if isinstance(e, E.LaunchPlanned))
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_starting_leaves_no_process(tmp_path):
+    """SIGINT while the decode server is still starting (its health answers 503): the two
+    ready prefill servers and the starting decode server are all stopped."""
+    import time
+
+    from infer_forge.ledger.workspace import open_workspace
+
+    home = tmp_path / "home"
+    assert run_forge("init", home=home).returncode == 0
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump({
+        "service": "s", "rev": 1, "engine": "sglang",
+        "config": config({"decode": {"env": {"FAKE_SGLANG_MODE": "slow:1000000"}}}),
+        "framework": {"kind": "sglang", "version": "0.5.23"}}))
+    point = tmp_path / "point.yaml"
+    point.write_text(yaml.safe_dump(point_spec("pd", PD_ROLES)))
+    p = subprocess.Popen([*FORGE, "engine", "up", "--point", str(point)],
+                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         cwd=str(REPO), env={**os.environ, "FORGE_HOME": str(home)})
+    try:
+        deadline = time.monotonic() + 60
+        pids: list[int] = []
+        with open_workspace(home) as ws:  # read the ledger as forge writes it
+            while len(pids) < 2:  # the two prefill servers are up; decode answers 503
+                assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+                evs = [r.event for r in ws.ledger.stream(ENGINES_STREAM)]
+                pids = [e.pid for e in evs if isinstance(e, E.EngineLaunched)]
+                time.sleep(0.05)  # poll interval of a wait loop, not a synchronization
+        plan = next(e for e in evs if isinstance(e, E.LaunchPlanned)).plan
+        decode = next(x for x in plan["processes"] if x["name"] == "decode-0")
+        from tests.test_engines_sglang import processes_with
+        starting = processes_with(str(DATA / "fake_server.py"), str(decode["port"]))
+        assert len(starting) == 1
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0
+    assert groups_alive(pids + starting) == []
+    r = run_forge("log", "--json", "--type", "EngineStopped", home=home)
+    reasons = [json.loads(x)["reason"] for x in r.stdout.splitlines()]
+    assert reasons == ["interrupted"] * 3, (reasons, err)

@@ -307,3 +307,20 @@ def test_example_points_plan(name):
     plan = plan_here(point, profile, ws=None, plan_only=True, nvml=FakeNvml(8))
     assert plan.devices_used == point.accelerator.count
     assert plan.device_source.endswith("(NVML)") and plan.processes[-1].role == "router"
+
+
+def test_host_accelerators_fall_back_to_the_node_registry(workspace):
+    """Without NVML now, the registry's last observation of this host is what is checked."""
+    from infer_forge.harness.engines.accelerators import host_accelerators
+    from infer_forge.harness.nodes.identity import local_host
+    from infer_forge.harness.nodes.registry import register_host
+
+    none_now = FakeNvml(8, fail_init="driver not loaded")
+    inv, source = host_accelerators(workspace, nvml=none_now)
+    assert inv is not None and inv.gpus == () and source == f"host {local_host()}"
+    register_host(workspace, local_host(), inventory(FakeNvml(8)))
+    inv, source = host_accelerators(workspace, nvml=none_now)
+    assert inv is not None and len(inv.gpus) == 8 and "(Node Registry," in source
+    assert check_accelerator(acc(count=8), inv, source) == list(range(8))
+    live, source = host_accelerators(workspace, nvml=FakeNvml(2))
+    assert live is not None and len(live.gpus) == 2 and source.endswith("(NVML)")
