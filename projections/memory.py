@@ -223,7 +223,8 @@ def _verified(r: _Builder, ev: E.VerificationRecorded) -> None:
                           "point_hash": ev.point_hash,
                           "gates": [g.to_dict() for g in ev.gates],
                           "steps": [x.model_dump() for x in ev.steps],
-                          "candidate": dict(ev.candidate)}
+                          "candidate": dict(ev.candidate),
+                          "differs": [d.model_dump() for d in ev.differs]}
         _update_best(r.mem, b)
 
 
@@ -369,6 +370,7 @@ def task_summary(ledger: Ledger, task_id: str, on_error: OnError = None) -> dict
                         "candidate": b.candidate, "routing": b.routing, "status": b.status,
                         "measurements": len(b.measurements), "tool_calls": len(b.tool_calls),
                         "verdict": (b.verification or {}).get("verdict"),
+                        "differs": (b.verification or {}).get("differs", []),
                         "decision": b.decision, "outcome": (b.handoff or {}).get("outcome")}
                        for b in mem.execution_record],
             "best_so_far": mem.best_so_far}

@@ -67,13 +67,20 @@ def apply_overrides(config: Mapping[str, Any], overrides: Mapping[str, Any] | No
 def engine_config_of(profile: RuntimeProfile) -> tuple[str, JSON]:
     """(engine name, engine configuration) of a runtime profile: its `config`, plus an
     external endpoint's `base_url` and an sglang framework's `version` when the config does
-    not give them. A profile stored in the ledger is read back with `specs.stored_profile`."""
+    not give them; an sglang profile's image as `image` (`name@sha256:…`; a tag without a
+    digest is refused) and `image_fallback` (harness/engines/image.py). A profile stored in
+    the ledger is read back with `specs.stored_profile`."""
     engine, config = profile.engine, dict(profile.config)
     if engine == "external" and profile.endpoint and "base_url" not in config:
         config["base_url"] = profile.endpoint
     fw = profile.framework
     if engine == "sglang" and fw is not None and fw.kind == "sglang" and fw.version:
         config.setdefault("version", str(fw.version))
+    if engine == "sglang" and profile.image is not None:
+        from .image import image_ref  # refuses a tag without a digest
+
+        config["image"] = image_ref(profile)
+        config["image_fallback"] = profile.image_fallback
     return engine, config
 
 

@@ -5,7 +5,8 @@ Configuration: keys are SGLang ServerArgs field names (`tp_size`, `chunked_prefi
 `version` (else read from the installed sglang), `python`, `launcher` (argv replacing
 `python -m sglang.launch_server`), `use_config_file` (pass options as `--config YAML`),
 `check_flags` (validate every flag against the server's own `--help`), `extra_args`,
-`env`, `startup_timeout_s`.
+`env`, `startup_timeout_s`; `image` (`name@sha256:…`) and `image_fallback` (from the runtime
+profile, `base.engine_config_of`): the server runs in that image by digest (image.py).
 
 Flag mapping (`sglang_options`): booleans are bare flags (false: omitted), lists are nargs,
 mappings are JSON, `chunked_prefill_size: disabled|false` is -1. Renames by version
@@ -16,6 +17,9 @@ mappings are JSON, `chunked_prefill_size: disabled|false` is -1. Renames by vers
 `--enable-metrics` is always added unless `enable_metrics: false` (needed for /metrics).
 
 Running server: ready when `/health_generate` answers 200 (503 while starting);
+At start the server's `/server_info` version must equal `version` (the profile's framework pin:
+checked, not trusted) and every requested argument must resolve as asked (image.check_server);
+a mismatch stops the server and fails the launch naming both values.
 `describe()` reads `/server_info` (resolved args, `launch_command`, version, per-rank
 `internal_states`; `/get_server_info` on older servers) and `/model_info`; `metrics()` parses
 `/metrics`; `start_profile/stop_profile/flush_cache` POST. Malformed answers are one-line
@@ -48,11 +52,21 @@ from .base import (
     request_text,
     start_server,
 )
+from .image import (
+    ImageUse,
+    check_server,
+    container_argv,
+    container_name,
+    ensure_image,
+    image_use_of,
+    model_mounts,
+    remove_container,
+)
 from .metrics import parse_prometheus, summarize
 from .process import free_port
 
 HARNESS_KEYS = {"version", "python", "launcher", "use_config_file", "check_flags", "extra_args",
-                "env", "startup_timeout_s"}
+                "env", "startup_timeout_s", "image", "image_fallback"}
 NEW_NAMES_SINCE = (0, 5, 0)
 KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # ServerArgs fields that are not flags of their own here: set by the harness.
@@ -284,10 +298,19 @@ class SGLangClient:
 
 class SGLangRunning(ManagedEngine, SGLangClient):
     def __init__(self, *args: Any, yaml_text: str | None = None, help_digest: str | None = None,
-                 **kwargs: Any):
+                 image: ImageUse | None = None, container: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.yaml_text = yaml_text
         self.help_digest = help_digest
+        self.image, self.container = image, container
+        self.unreported_args: list[str] = []
+
+    def stop(self, reason: str = "teardown") -> None:
+        try:
+            super().stop(reason)
+        finally:
+            if self.image is not None and self.container is not None:
+                remove_container(self.image, self.container)
 
     def describe(self) -> dict[str, Any]:
         info = self.base_description()
@@ -303,6 +326,11 @@ class SGLangRunning(ManagedEngine, SGLangClient):
             info["config_yaml"] = self.yaml_text
         if self.help_digest:
             info["help_digest"] = self.help_digest
+        if self.image is not None:
+            info["image"] = {"ref": self.image.ref, "digest": self.image.digest,
+                             "runtime": self.image.runtime.kind, "container": self.container}
+        if self.unreported_args:
+            info["unreported_args"] = list(self.unreported_args)
         return info
 
     def metrics(self) -> dict[str, float]:
@@ -337,6 +365,10 @@ class SGLangEngine(Engine):
         if ws is not None and not Path(model_s).exists() and "/" not in model_s:
             model_s = str(model_path(ws.home, model_s))
         python = cfg.get("python") or sys.executable
+        use = image_use_of(cfg, say=lambda m: print(m, file=sys.stderr))
+        if use is not None and not cfg.get("version"):
+            raise HarnessError(f"sglang: image {use.ref} needs the profile's framework.version "
+                               "(the flags are built for it and the server is checked against it)")
         version = str(cfg.get("version") or installed_version(python))
         port = port or free_port(host)
         logs_dir = log_dir(ws, logs)
@@ -354,16 +386,33 @@ class SGLangEngine(Engine):
                 check_flags(cmd[cmd.index("--model-path"):], help_text, version)
         env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
         base_url = f"http://{host}:{port}"
+        container = None
+        if use is not None:  # pulled and its digest checked before anything starts
+            ensure_image(use)
+            container = container_name("sglang", port)
+            cmd = container_argv(use, cmd, name=container, env_names=env,
+                                 mounts=model_mounts(model_s), host_python=python)
         sink = EventSink(ws, stream, event_fields)
-        server = start_server("sglang", cmd, base_url=base_url, health_path="/health_generate",
-                              ws=ws, sink=sink, log_path=logs_dir / f"{stem}.log", env=env,
-                              startup_timeout_s=float(cfg.get("startup_timeout_s", 900)))
+        try:
+            server = start_server("sglang", cmd, base_url=base_url,
+                                  health_path="/health_generate", ws=ws, sink=sink,
+                                  log_path=logs_dir / f"{stem}.log", env=env,
+                                  startup_timeout_s=float(cfg.get("startup_timeout_s", 900)))
+        except BaseException:
+            if use is not None and container is not None:
+                remove_container(use, container)
+            raise
         running = SGLangRunning("sglang", server, base_url=base_url, model=model_s, config=cfg,
                                 sink=sink, versions={"sglang": version},
-                                yaml_text=yaml_text, help_digest=help_digest)
+                                yaml_text=yaml_text, help_digest=help_digest, image=use,
+                                container=container)
         try:
             si = running.server_info()
             sink.launched("sglang", cmd, base_url, server.pid, si)
+            running.unreported_args = check_server(
+                si, version=version, requested=server_options(cfg, version),
+                where=f"sglang server at {base_url}",
+                pinned_by="the runtime profile (framework.version)")
         except BaseException:
             running.stop(reason="error")
             raise

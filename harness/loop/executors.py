@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ...ledger import events as E
+from ...ledger.candidates import applicable
 from ...ledger.specs import (
     CODE_PREFIX,
     DeploymentPoint,
@@ -120,12 +121,22 @@ class SweepExecutor:
         if self.strategy == "halving":
             return self._halving(memory, task)
         tried = set(memory.tried)
-        for cand in self.candidates(task):
-            if effective_digest(point, profile, cand) in tried:
+        impossible: list[str] = []
+        for raw in self.candidates(task):
+            # Role keys of roles the candidate's architecture lacks do not apply to it (a
+            # colocated candidate is tried once, whatever `prefill.tp` says).
+            cand = applicable(raw, point)
+            try:
+                if effective_digest(point, profile, cand) in tried:
+                    continue
+            except SpecError as e:  # an impossible combination: skipped, said at the stop
+                impossible.append(str(e))
                 continue
             return Decision("try", cand, sub_goal=f"try {describe(cand)}")
+        skipped = f"; {len(set(impossible))} impossible combinations skipped (first: " \
+            f"{impossible[0]})" if impossible else ""
         return Decision("stop", reason=f"scope exhausted: {len(tried)} distinct configurations "
-                        "tried")
+                        f"tried{skipped}")
 
 
     def _halving(self, memory: TaskMemory, task: TaskDefinition) -> Decision:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger import numbers as N
+from ...ledger.candidates import shown_differences
 from ...ledger.clock import utcnow
 from ...ledger.errors import ConflictError
 from ...ledger.specs import (
@@ -200,8 +201,12 @@ def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
     if outcome != "delivered" and isinstance(executor, SweepExecutor):
         d = executor.decide(mem, st.lt.task, st.lt.point, st.lt.profile)
         next_goal = d.sub_goal if d.action == "try" else f"stop: {d.reason}"
+    # The comparison states every dimension the candidate's deployment differs in.
+    differs = [f"differs from the baseline: {shown_differences(v['differs'], limit=40)}"] \
+        if v.get("differs") else []
     evs.append(E.LoopBlockHandedOff(outcome=outcome, state_reached=state,
-                                    findings=stopped + reasons, next_sub_goal=next_goal, **c))
+                                    findings=differs + stopped + reasons,
+                                    next_sub_goal=next_goal, **c))
     return evs
 
 

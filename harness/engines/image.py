@@ -1,0 +1,361 @@
+"""Pinned images: a runtime profile's servers run in its image by digest, and what runs is
+checked against the profile (digest, version, resolved arguments).
+
+Contracts:
+- `image_ref(profile)`: `name@sha256:…` of a profile's image, or None without one; an image
+  with a tag and no digest is refused (HarnessError naming the profile, the image and
+  `image.digest`): a tag can move, a digest cannot.
+- `detect_runtime()`: docker, else podman (the first on PATH), or None.
+  `image_use(profile)` decides: the image through that runtime, or None to run the local
+  install: no image, or no container runtime and `image_fallback: local`; no runtime and
+  `image_fallback: refuse` (the default) is a HarnessError saying so.
+- `container_argv(...)` / `wrap_plan(plan, use, model_dir=...)` are pure: the command line
+  that runs an argv in the image (`docker run --rm --gpus "device=0,1"` / `podman run --rm
+  --device nvidia.com/gpu=0`, `--network host` so every URL and bootstrap port of the plan
+  holds, `--ipc host`, the model directory mounted read-only at the same path, `-e NAME`
+  passing the process's environment by name, never by value); the host's python launcher
+  becomes the image's `python3`. Inside the container the granted GPUs are renumbered from
+  0, so CUDA_VISIBLE_DEVICES is not passed.
+- `ensure_image(use)`: the image present (pulled by digest when missing), and the digest
+  the runtime reports (`image inspect --format {{json .RepoDigests}}`) compared with the
+  profile's: a mismatch is a HarnessError naming both.
+- `check_server(info, version=..., requested=...)`: after a server is ready, its
+  `/server_info` version must equal the version the profile pins (or the one the flags were
+  built for), and every requested argument must resolve to the value asked for (`auto`
+  asks the server to choose and is not compared); a mismatch names both values.
+- `remove_container(use, name)`: the container gone after its client stopped (a client
+  killed before it could forward the stop leaves the container running otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ...ledger.specs import IMAGE_DIGEST, RuntimeProfile
+from ..errors import HarnessError
+
+if TYPE_CHECKING:
+    from .plan import LaunchPlan
+
+RuntimeKind = Literal["docker", "podman"]
+RUNTIMES: tuple[RuntimeKind, ...] = ("docker", "podman")
+IMAGE_PYTHON = "python3"  # the interpreter SGLang's images put on PATH
+LABEL = "org.infer-forge.managed=1"
+PULL_TIMEOUT_S = 3600.0  # SGLang images are tens of GB
+# Device visibility is the runtime's job inside a container (devices renumbered from 0).
+VISIBILITY_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"}
+# Arguments the harness sets per process, not the profile: not compared with /server_info.
+NOT_COMPARED = {"model_path", "host", "port", "config"}
+
+
+@dataclass(frozen=True)
+class ContainerRuntime:
+    kind: RuntimeKind
+    exe: str  # the executable's path
+
+
+@dataclass(frozen=True)
+class ImageUse:
+    """A profile's image and the runtime that runs it."""
+
+    runtime: ContainerRuntime
+    ref: str  # name@sha256:…
+    digest: str  # sha256:…
+    profile: str  # "service rev N", for messages
+
+
+def profile_label(profile: RuntimeProfile) -> str:
+    return f"{profile.service} rev {profile.rev}"
+
+
+def image_ref(profile: RuntimeProfile) -> str | None:
+    """`name@sha256:…` of the profile's image (None: no image); a tag alone is refused."""
+    img = profile.image
+    if img is None:
+        return None
+    name, _, embedded = img.name.partition("@")
+    digest = img.digest
+    if embedded:
+        if not IMAGE_DIGEST.fullmatch(embedded) or (digest and digest != embedded):
+            raise HarnessError(f"runtime profile {profile_label(profile)}: image {img.name} "
+                               f"names a digest that is not image.digest ({digest}); give "
+                               "the name in image.name and the digest in image.digest")
+        digest = embedded
+    if not digest:
+        raise HarnessError(f"runtime profile {profile_label(profile)}: image {img.name} has "
+                           "no digest (image.digest: give sha256:… as `docker image inspect` "
+                           "shows it; a tag can move, a digest cannot)")
+    return f"{name}@{digest}"
+
+
+def detect_runtime(which: Callable[[str], str | None] = shutil.which
+                   ) -> ContainerRuntime | None:
+    for kind in RUNTIMES:
+        exe = which(kind)
+        if exe:
+            return ContainerRuntime(kind, exe)
+    return None
+
+
+def image_use(profile: RuntimeProfile, *, which: Callable[[str], str | None] = shutil.which,
+              say: Callable[[str], None] | None = None) -> ImageUse | None:
+    """How the profile's servers run: in its image (an ImageUse) or the local install (None)."""
+    ref = image_ref(profile)
+    if ref is None:
+        return None
+    return _use(ref, profile.image_fallback, profile_label(profile), which, say)
+
+
+def image_use_of(config: Mapping[str, Any], *,
+                 which: Callable[[str], str | None] = shutil.which,
+                 say: Callable[[str], None] | None = None) -> ImageUse | None:
+    """`image_use` for an engine configuration (`image`, `image_fallback`, as
+    `base.engine_config_of` puts them)."""
+    ref = config.get("image")
+    if not ref:
+        return None
+    if not isinstance(ref, str) or not IMAGE_DIGEST.fullmatch(ref.rpartition("@")[2]):
+        raise HarnessError(f"engine config image {ref!r}: expected name@sha256:<64 hex> "
+                           "(a tag without a digest is refused)")
+    fallback = config.get("image_fallback", "refuse")
+    if fallback not in ("local", "refuse"):
+        raise HarnessError(f"engine config image_fallback {fallback!r}: local or refuse")
+    return _use(ref, fallback, None, which, say)
+
+
+def _use(ref: str, fallback: str, label: str | None, which: Callable[[str], str | None],
+         say: Callable[[str], None] | None) -> ImageUse | None:
+    runtime = detect_runtime(which)
+    whose = f"runtime profile {label}: " if label else ""
+    if runtime is None:
+        if fallback == "local":
+            if say is not None:
+                say(f"{whose}no container runtime (docker, podman) on this host; running the "
+                    f"local install instead of image {ref} (image_fallback: local)")
+            return None
+        raise HarnessError(f"{whose}image {ref} needs docker or podman and neither is on PATH "
+                           "(install one, or set the profile's image_fallback: local to run "
+                           "the local install)")
+    return ImageUse(runtime, ref, ref.rpartition("@")[2], label or "")
+
+
+# --- the command line (pure) ------------------------------------------------------------
+
+
+def gpu_args(kind: RuntimeKind, vendor: str, devices: Sequence[int] | None) -> list[str]:
+    """The runtime's GPU pass-through: `devices` None gives every GPU, () none."""
+    if vendor == "amd":
+        return [] if devices == () else ["--device", "/dev/kfd", "--device", "/dev/dri",
+                                          "--group-add", "video"]
+    if vendor != "nvidia" or devices == ():
+        return []
+    if kind == "docker":  # the quotes keep the comma from splitting docker's CSV value
+        return ["--gpus", "all" if devices is None
+                else '"device=' + ",".join(str(d) for d in devices) + '"']
+    if devices is None:
+        return ["--device", "nvidia.com/gpu=all"]
+    return [a for d in devices for a in ("--device", f"nvidia.com/gpu={d}")]
+
+
+def image_launcher(argv: Sequence[str], host_python: str) -> list[str]:
+    """`argv` with the host's python (`python -m sglang…`) replaced by the image's."""
+    out = list(argv)
+    if len(out) > 1 and out[0] == host_python and out[1] == "-m":
+        out[0] = IMAGE_PYTHON
+    return out
+
+
+def container_argv(use: ImageUse, argv: Sequence[str], *, name: str, vendor: str = "nvidia",
+                   devices: Sequence[int] | None = None, env_names: Iterable[str] = (),
+                   mounts: Iterable[str | Path] = (), host_python: str = sys.executable
+                   ) -> list[str]:
+    """The command that runs `argv` in the image, as container `name`."""
+    kind = use.runtime.kind
+    out = [use.runtime.exe, "run", "--rm", "--name", name, "--label", LABEL,
+           "--network", "host", "--ipc", "host", *gpu_args(kind, vendor, devices)]
+    for m in sorted({str(Path(m)) for m in mounts}):
+        out += ["-v", f"{m}:{m}:ro"]
+    for k in sorted(set(env_names) - VISIBILITY_ENV):
+        out += ["-e", k]
+    return out + [use.ref, *image_launcher(argv, host_python)]
+
+
+def container_name(process: str, port: int) -> str:
+    return f"forge-{process}-{port}"
+
+
+def model_mounts(model: str | Path) -> list[str]:
+    """A local model directory is mounted (read-only, same path); a hub id is not a path."""
+    p = Path(model)
+    return [str(p.resolve())] if p.is_dir() else []
+
+
+def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executable,
+              vendor: str = "nvidia") -> LaunchPlan:
+    """The plan with every process run in the image (pure; `forge engine up --plan` shows
+    it). GPUs by the plan's devices; the router (no devices) gets none."""
+    procs = []
+    mounts = model_mounts(plan.model)
+    for p in plan.processes:
+        devices: tuple[int, ...] | None = p.devices if p.devices or p.role == "router" \
+            else None
+        argv = container_argv(use, p.argv, name=container_name(p.name, p.port), vendor=vendor,
+                              devices=devices, env_names=p.env, mounts=mounts,
+                              host_python=host_python)
+        env = {k: v for k, v in p.env.items() if k not in VISIBILITY_ENV}
+        procs.append(p.model_copy(update={"argv": tuple(argv), "env": env}))
+    return plan.model_copy(update={"processes": tuple(procs)})
+
+
+def name_of(argv: Sequence[str]) -> str | None:
+    """The container name a wrapped argv runs (None: not a container command)."""
+    if len(argv) > 3 and argv[1] == "run" and "--name" in argv:
+        return argv[argv.index("--name") + 1]
+    return None
+
+
+# --- talking to the runtime -------------------------------------------------------------
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+
+def _run(use: ImageUse, args: list[str], timeout: float, run: Runner
+         ) -> subprocess.CompletedProcess:
+    cmd = [use.runtime.exe, *args]
+    try:
+        return run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"{use.runtime.kind} {' '.join(args[:2])}: {e}") from None
+
+
+def _last(text: str) -> str:
+    return " ".join((text or "").split())[-300:]
+
+
+def repo_digests(use: ImageUse, run: Runner = subprocess.run) -> list[str] | None:
+    """The digests the runtime knows the image by (None: the image is not present)."""
+    r = _run(use, ["image", "inspect", "--format", "{{json .RepoDigests}}", use.ref], 60, run)
+    if r.returncode != 0:
+        return None
+    try:
+        data = json.loads(r.stdout.strip().splitlines()[0]) if r.stdout.strip() else []
+    except ValueError:
+        raise HarnessError(f"{use.runtime.kind} image inspect {use.ref}: RepoDigests is not "
+                           f"JSON: {_last(r.stdout)}") from None
+    if not isinstance(data, list):
+        raise HarnessError(f"{use.runtime.kind} image inspect {use.ref}: RepoDigests is not "
+                           "a list")
+    return [str(d).rpartition("@")[2] for d in data]
+
+
+def ensure_image(use: ImageUse, run: Runner = subprocess.run,
+                 say: Callable[[str], None] | None = None) -> str:
+    """Pull the image by digest when missing; the digest it has, checked against the pin."""
+    digests = repo_digests(use, run)
+    if digests is None:
+        if say is not None:
+            say(f"pulling {use.ref} with {use.runtime.kind}")
+        r = _run(use, ["pull", use.ref], PULL_TIMEOUT_S, run)
+        if r.returncode != 0:
+            raise HarnessError(f"{use.runtime.kind} pull {use.ref} exited {r.returncode}: "
+                               f"{_last(r.stderr or r.stdout)}")
+        digests = repo_digests(use, run)
+        if digests is None:
+            raise HarnessError(f"{use.runtime.kind}: {use.ref} is not present after its pull")
+    if use.digest not in digests:
+        have = ", ".join(digests) or "no repo digest (a locally built image)"
+        whose = f"runtime profile {use.profile}: " if use.profile else ""
+        raise HarnessError(f"{whose}image.digest pins {use.digest}, {use.runtime.kind} reports "
+                           f"{have} for {use.ref}")
+    return use.digest
+
+
+def remove_container(use: ImageUse, name: str, run: Runner = subprocess.run) -> None:
+    """Best effort: `rm -f` the container (gone already is fine)."""
+    try:
+        run([use.runtime.exe, "rm", "-f", name], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+# --- what runs, against the profile (pure) ----------------------------------------------
+
+
+def argv_options(argv: Sequence[str]) -> dict[str, Any]:
+    """The `--flag value…` options of a server command line, as options_to_args wrote them
+    (a bare flag: True; several values: a list)."""
+    opts: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("--"):
+            i += 1
+            continue
+        vals = []
+        while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            vals.append(argv[i + 1])
+            i += 1
+        opts[a[2:].replace("-", "_")] = True if not vals else vals[0] if len(vals) == 1 \
+            else vals
+        i += 1
+    return opts
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, Mapping):
+        return json.dumps(v, sort_keys=True)
+    if isinstance(v, list | tuple):
+        return [_norm(x) for x in v]
+    s = str(v)
+    if s[:1] in "{[":
+        try:
+            return _norm(json.loads(s))
+        except ValueError:
+            pass
+    if s.lower() in ("true", "false"):
+        return s.lower() == "true"
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+def same_version(pinned: str, reported: str) -> bool:
+    return str(pinned).strip().removeprefix("v") == str(reported).strip().removeprefix("v")
+
+
+def check_server(info: Mapping[str, Any], *, version: str | None,
+                 requested: Mapping[str, Any], where: str, pinned_by: str = "the profile"
+                 ) -> list[str]:
+    """Raise HarnessError when the server is not what was asked for; returns the requested
+    arguments the server did not report (recorded, not failed: older servers list fewer)."""
+    reported = str(info.get("version", ""))
+    if version and not same_version(version, reported):
+        raise HarnessError(f"{where}: {pinned_by} pins sglang {version}, the server reports "
+                           f"{reported or 'no version'} (/server_info version)")
+    unreported, wrong = [], []
+    for key, want in sorted(requested.items()):
+        if key in NOT_COMPARED or want is None or want is False \
+                or (isinstance(want, str) and want.lower() == "auto"):
+            continue
+        if key not in info:
+            unreported.append(key)
+            continue
+        if _norm(want) != _norm(info[key]):
+            wrong.append(f"{key} {json.dumps(want, default=str)} requested, "
+                         f"{json.dumps(info[key], default=str)} resolved")
+    if wrong:
+        raise HarnessError(f"{where}: the server resolved its arguments differently from "
+                           f"{pinned_by}: {'; '.join(wrong)} (/server_info)")
+    return unreported
