@@ -152,19 +152,23 @@ def test_a_failing_model_leaves_the_extractive_answer(forge_home):
     ws, _ = init_workspace(forge_home)
     ids = _demo(ws)
     ws.close()
-    with ScriptedChat([{"status": 503, "body": "down"}]) as chat:
+    nonsense = {"content": "the the llama of of 12 14 [e:zzz] weights weights"}
+    with ScriptedChat([{"status": 503, "body": "down"}, nonsense]) as chat:
         with open(forge_home / "forge.toml", "a") as f:
             f.write(f'\n[models.wiki]\nurl = "{chat.url}"\nmodel = "scripted"\n'
                     'family = "test"\ntimeout_s = 10\n')
         ws = open_workspace(forge_home)
         try:
             a = ask(ws, QUESTION, embeddings=False)
+            b = ask(ws, QUESTION, embeddings=False)  # the tiny model's kind of text
             with pytest.raises(WikiError, match="no \\[models.nope\\]"):
                 ask(ws, QUESTION, tier="nope")
         finally:
             ws.close()
     assert a.mode == "extractive" and "failed" in (a.note or "")
     assert ids["rejection"] in a.cited()
+    assert b.mode == "extractive" and "dropped by the citation check" in (b.note or "")
+    assert b.dropped and ids["rejection"] in b.cited()
 
 
 def test_the_mcp_tool_answers_over_the_mcp_protocol(forge_home):

@@ -119,6 +119,14 @@ def test_planted_stale_claim_is_a_warning(workspace, tmp_path):
     assert run_forge("wiki", "lint", "--strict", home=workspace.home).returncode == 1
 
 
+def test_mentions_rule():
+    got = R.mentions([("e1", 'next: try engine.cb=false, engine.dtype="bfloat16".'),
+                      ("e2", None), ("e3", "xengine.y=2 and engine.z=1.5"),
+                      ("e4", "engine.cb=false again")])
+    assert got == {"flag:engine.cb=false": "e1", "flag:engine.dtype=bfloat16": "e1",
+                   "flag:engine.z=1.5": "e3"}
+
+
 def test_stale_claim_rules():
     f = R.Finding("d1", "t1", "b2", '{"engine.x":true}', {"engine.x": True}, "sha256:p",
                   "svc@1", 1)
@@ -142,11 +150,23 @@ def test_concepts_without_a_page_and_orphaned_concept_pages(workspace):
     _scripted_demo(workspace, ScriptedEvaluator())
     bf16 = concept_path(concept_slug("flag", "engine.dtype=bfloat16"))
     rep = L.lint(workspace)
-    assert {"page": bf16, "concept": "flag:engine.dtype=bfloat16"} in rep.missing_concepts
+    assert {"page": bf16, "concept": "flag:engine.dtype=bfloat16",
+            "mentioned_in": None} in rep.missing_concepts
     assert rep.ok and rep.warnings >= len(rep.missing_concepts)
     compile_wiki(workspace, deterministic=True)
     rep = L.lint(workspace)
     assert rep.missing_concepts == [] and rep.orphaned_concepts == []
+    # A handoff that mentions a setting no page covers: a concept without a page.
+    define_task(workspace, make_task_dir(workspace.home.parent / "specs-m", "mention"))
+    start_block(workspace, "mention", "baseline", {})
+    handoff_block(workspace, "mention", state_reached="baseline only",
+                  next_sub_goal="try engine.attn_implementation=eager next")
+    [m] = L.lint(workspace).missing_concepts
+    assert m["concept"] == "flag:engine.attn_implementation=eager"
+    assert m["page"] == concept_path(concept_slug("flag", "engine.attn_implementation=eager"))
+    hand = [r.event for r in workspace.ledger.stream("task:mention")
+            if r.type == "LoopBlockHandedOff"]
+    assert m["mentioned_in"] == str(hand[0].event_id)
     # A page whose concept the ledger does not show: orphaned (a warning).
     wiki = workspace.home / "wiki"
     cat = load_catalog(wiki)

@@ -15,14 +15,16 @@ profile (`service@rev`), with the effect it measured on each metric its verifica
   when it ran on a point of the same service at that revision, and the profile's config with
   the verified candidate applied holds every `engine.<flag>` value of the finding's candidate
   (so a newer revision that folded the flag in, verified as its baseline, counts).
-- **Concepts without a page** (warnings): concepts the record shows (`concepts_known`) that
-  have no page under `concepts/` in the journal.
+- **Concepts without a page** (warnings): concepts the record shows (`concepts_known`), and
+  flag settings a handoff or a decision's reason mentions (`engine.<flag>=<value>`), that
+  have no page in the concept catalog.
 
 Reads the index (caught up first) and the noise bands (projections); writes nothing.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,15 @@ WHERE m.task_id IN (SELECT unnest($1::VARCHAR[]))
 ORDER BY m.task_id, b.block_index NULLS LAST, m.block_id, m.metric
 """
 REVS_SQL = "SELECT service, rev, config FROM runtime_profiles"
+MENTIONS_SQL = """
+SELECT event_id, concat_ws(' ', state_reached, array_to_string(findings, ' '), next_sub_goal)
+FROM handoffs WHERE event_id IS NOT NULL
+UNION ALL
+SELECT decision_id, reason FROM decisions
+"""
+# `engine.<flag>=<value>` written in a handoff or a decision's reason (values as JSON or bare)
+MENTION = re.compile(r"(?<![\w.])(engine\.[A-Za-z0-9_]+)="
+                     r"(\"[^\"\s]{1,80}\"|[A-Za-z0-9_.+\-]{1,80})")
 VERIFIED_SQL = """
 SELECT v.event_id, v.task_id, v.block_id, v.candidate, t.runtime_profile
 FROM verifications v JOIN tasks t USING (task_id) WHERE v.passed
@@ -210,6 +221,22 @@ def stale_claims(findings: list[Finding], revs: dict[str, dict[int, dict[str, An
     return out
 
 
+def mentions(rows: list[tuple[str, str | None]]) -> dict[str, str]:
+    """Flag concepts (`flag:engine.<flag>=<value>`) written in texts, each with the first
+    event mentioning it. Pure."""
+    out: dict[str, str] = {}
+    for eid, txt in rows:
+        for key, raw in MENTION.findall(txt or ""):
+            raw = raw.rstrip(".")
+            try:
+                v = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                v = raw
+            setting = v if isinstance(v, str) else orjson.dumps(v).decode()
+            out.setdefault(f"flag:{key}={setting}", str(eid))
+    return out
+
+
 def check_record(ws: Workspace, concept_pages: set[str] | None = None,
                  concepts_known: Any = None) -> RecordReport:
     """Contradictions, stale claims and (given the journal's concept page paths and a
@@ -226,6 +253,7 @@ def check_record(ws: Workspace, concept_pages: set[str] | None = None,
                      "candidate": _obj(r[3]), "runtime_profile": r[4]}
                     for r in s.con.execute(VERIFIED_SQL).fetchall()]
         known = concepts_known(s.con) if concepts_known is not None else {}
+        said = mentions(s.con.execute(MENTIONS_SQL).fetchall())
     rep.findings = len(findings)
     wanted: dict[str, set[str]] = defaultdict(set)
     for f in findings:
@@ -240,6 +268,14 @@ def check_record(ws: Workspace, concept_pages: set[str] | None = None,
     rep.stale_claims = stale_claims(findings, revs, verified)
     rep.known_concepts = dict(known)
     if concept_pages is not None:
-        rep.missing_concepts = [{"page": p, "concept": name}
+        from .concepts.model import concept_path, concept_slug
+
+        rep.missing_concepts = [{"page": p, "concept": name, "mentioned_in": None}
                                 for p, name in sorted(known.items()) if p not in concept_pages]
+        shown = set(known) | concept_pages
+        for key, eid in sorted(said.items()):
+            kind, _, value = key.partition(":")
+            path = concept_path(concept_slug(kind, value))
+            if path not in shown:
+                rep.missing_concepts.append({"page": path, "concept": key, "mentioned_in": eid})
     return rep
