@@ -324,3 +324,14 @@ def test_host_accelerators_fall_back_to_the_node_registry(workspace):
     assert check_accelerator(acc(count=8), inv, source) == list(range(8))
     live, source = host_accelerators(workspace, nvml=FakeNvml(2))
     assert live is not None and len(live.gpus) == 2 and source.endswith("(NVML)")
+
+
+def test_printed_plans_never_show_a_secret():
+    cfg = {"env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123", "NCCL_DEBUG": "INFO"}}
+    plan = plan_point(make_point("colocated", [], count=1), make_profile(cfg), None)
+    line = plan.processes[0].command_line()
+    assert "HF_TOKEN=[REDACTED]" in line and "NCCL_DEBUG=INFO" in line
+    assert "hf_abcdef" not in "\n".join(plan.lines())
+    assert plan.processes[0].env["HF_TOKEN"].startswith("hf_")  # the server still gets it
+    assert plan.to_json()["processes"][0]["env"]["HF_TOKEN"] == "[REDACTED]"
+    assert "hf_abcdef" not in json.dumps(plan.to_json())

@@ -83,7 +83,7 @@ class Deployment:
     def start(self) -> Deployment:
         self.sink._record(E.LaunchPlanned(
             point=self.plan.point, architecture=self.plan.architecture,
-            entry_url=self.plan.entry_url, plan=self.plan.model_dump(mode="json"),
+            entry_url=self.plan.entry_url, plan=self.plan.shown(),
             plan_digest=self.plan.digest(), **self.sink.fields))
         self.logs.mkdir(parents=True, exist_ok=True)
         try:

@@ -48,6 +48,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...ledger.clock import digest
+from ...ledger.secret_names import REDACTED, is_secret_name
 from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
 from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of
@@ -90,8 +91,10 @@ class ProcessPlan(BaseModel):
     startup_timeout_s: float = 900.0
 
     def command_line(self) -> str:
-        """The shell line a reader can copy: env assignments, then the command."""
-        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        """The shell line a reader can copy: env assignments, then the command. The value of
+        a secret-named variable (a profile's `env: {HF_TOKEN: ...}`) is never shown."""
+        env = [f"{k}={REDACTED if is_secret_name(k) else shlex.quote(v)}"
+               for k, v in sorted(self.env.items())]
         return " ".join([*env, shlex.join(self.argv)])
 
 
@@ -113,8 +116,16 @@ class LaunchPlan(BaseModel):
     processes: tuple[ProcessPlan, ...]
     entry_url: str
 
+    def shown(self) -> dict[str, Any]:
+        """The plan as recorded and printed: a secret-named env variable's value masked."""
+        data = self.model_dump(mode="json")
+        for proc in data["processes"]:
+            proc["env"] = {k: REDACTED if is_secret_name(k) else v
+                           for k, v in proc["env"].items()}
+        return data
+
     def digest(self) -> str:
-        return digest(self.model_dump(mode="json"))
+        return digest(self.shown())
 
     def process(self, name: str) -> ProcessPlan:
         for p in self.processes:
@@ -144,7 +155,7 @@ class LaunchPlan(BaseModel):
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.model_dump(mode="json"), "digest": self.digest()}
+        return {**self.shown(), "digest": self.digest()}
 
 
 # --- planning -----------------------------------------------------------------------------
