@@ -188,3 +188,19 @@ def test_the_mcp_tool_answers_over_the_mcp_protocol(forge_home):
             assert "no word to look for" in why and "\n" not in why
 
     asyncio.run(session())
+
+
+def test_a_filed_answer_is_redacted_and_replaces_the_same_question(demo):
+    from infer_forge.wiki.answers import file_answer, load_answers
+
+    ws, ids = demo
+    secret = "sk-ant-api03-" + "Q" * 40
+    q = f"why was bfloat16 rejected with key {secret}?"
+    filed = file_answer(ws, ask(ws, q, embeddings=False))
+    raw = (ws.home / "wiki" / "answers" / "_answers.json").read_text()
+    assert secret not in raw and "[REDACTED" in raw
+    assert secret not in (ws.home / "wiki" / f"{filed.path}.md").read_text()
+    assert ids["rejection"] in {s.event_id for s in filed.sources}
+    assert filed.position == ask(ws, q, embeddings=False).position > 0
+    again = file_answer(ws, ask(ws, q, embeddings=False))
+    assert again.slug == filed.slug and len(load_answers(ws.home / "wiki").answers) == 1

@@ -6,6 +6,7 @@ Contract:
   `answers/<slug>.md` at once. The slug comes from the question (`page_name`), so asking the
   same question again and filing it replaces the earlier answer. Only a good answer is
   filed: at least one claim, every claim cited (an answer without one is refused, one line).
+  The question and the claims are redacted (the ledger's redactor) before anything is written.
 - A filed answer records the question, the ledger position it reflects, who phrased it (the
   compiler's extraction or `<tier>:<model>`), its claims with their citations, and each
   cited event's sha256 (type and stored payload, as the concept pages record their sources).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,20 +83,24 @@ def _write(path: Path, data: str) -> None:
     os.replace(tmp, path)
 
 
-def to_filed(answer: Answer, sources: dict[str, tuple[int, str, str]]) -> FiledAnswer:
+def to_filed(answer: Answer, sources: dict[str, tuple[int, str, str]],
+             clean: Callable[[str], str] = str) -> FiledAnswer:
+    """The record of `answer`; `clean` redacts what a person or a model typed."""
     if not answer.claims or any(not c.citations for c in answer.claims):
         raise WikiError(f"question {answer.question[:80]!r}: the journal holds no cited answer "
                         "to it; nothing to file")
-    claims = tuple(Claim(section="Answer", text=c.text, citations=tuple(c.citations),
+    claims = tuple(Claim(section="Answer", text=clean(c.text), citations=tuple(c.citations),
                          author="model" if answer.mode == "model" else "compiler")
                    for c in answer.claims)
+    question = clean(answer.question)
     src = tuple(sorted((SourceEvent(event_id=i, position=p, type=t, sha256=h)
                         for i, (p, t, h) in sources.items()),
                        key=lambda s: (s.position, s.event_id)))
-    return FiledAnswer(slug=page_name(answer.question), question=answer.question,
+    return FiledAnswer(slug=page_name(question), question=question,
                        position=answer.position, mode=answer.mode,
                        author=answer.model or "compiler", claims=claims, sources=src,
-                       dropped=tuple(DroppedClaim(**d) for d in answer.dropped),
+                       dropped=tuple(DroppedClaim(text=clean(d["text"]), reason=d["reason"])
+                                     for d in answer.dropped),
                        consulted=tuple(answer.consulted))
 
 
@@ -102,7 +108,7 @@ def file_answer(ws: Workspace, answer: Answer) -> FiledAnswer:
     """File `answer` as a journal page (module contract); sets `answer.filed`."""
     with open_index(ws) as s:
         sources = lookup(s.con, answer.cited())
-    filed = to_filed(answer, sources)
+    filed = to_filed(answer, sources, ws.ledger.redactor.text)  # nothing secret is written
     wiki_dir = Path(ws.home) / "wiki"
     rec = load_answers(wiki_dir)
     new = AnswerRecord(answers={**rec.answers, filed.slug: filed})
