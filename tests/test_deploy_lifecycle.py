@@ -274,3 +274,17 @@ def test_ctrl_c_while_starting_leaves_no_process(tmp_path):
     r = run_forge("log", "--json", "--type", "EngineStopped", home=home)
     reasons = [json.loads(x)["reason"] for x in r.stdout.splitlines()]
     assert reasons == ["interrupted"] * 3, (reasons, err)
+
+
+def test_flags_checked_against_each_launchers_help(workspace):
+    """check_flags: the servers' flags against the stand-in's recorded --help, before any
+    server starts; a flag the help lacks names the process and starts nothing."""
+    plan = make_plan()
+    with Deployment(plan, ws=workspace, grace_s=5, check_flags=True) as dep:
+        assert len(dep.help_digests) == 1 and len(dep.started) == 4
+    bad = make_plan(role_config={"decode": {"made_up_knob": 3}})
+    dep = Deployment(bad, ws=workspace, grace_s=5, check_flags=True)
+    with pytest.raises(HarnessError, match=r"decode-0 \(decode server\): sglang 0\.5\.23 does "
+                                           r"not accept --made-up-knob"):
+        dep.start()
+    assert dep.started == []

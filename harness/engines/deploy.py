@@ -16,6 +16,9 @@
 - `check()` raises a HarnessError naming the role of a process that died later; `stop()`
   stops router, then decode, prefill, encode (reverse start order), each process group TERM
   then KILL, recording `EngineStopped` for each; idempotent; also on leaving `with`.
+- With `check_flags`, every server's flags are checked against its launcher's own `--help`
+  before any server starts (the help texts become artifacts); an unknown flag names the
+  process.
 - Processes are started on this host only: a plan placing one on another host is refused.
 """
 
@@ -55,7 +58,8 @@ class Deployment:
                  stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
                  logs: Path | None = None, grace_s: float = 10.0,
                  on_ready: OnReady | None = None,
-                 router_view_timeout_s: float = ROUTER_VIEW_TIMEOUT_S):
+                 router_view_timeout_s: float = ROUTER_VIEW_TIMEOUT_S,
+                 check_flags: bool = False):
         local = LOCAL_HOSTS | {socket.gethostname()}
         for p in plan.processes:
             if p.host not in local:
@@ -68,6 +72,8 @@ class Deployment:
         self.grace_s = grace_s
         self.on_ready = on_ready
         self.router_view_timeout_s = router_view_timeout_s
+        self.check_flags = check_flags
+        self.help_digests: dict[str, str] = {}
         self.servers: dict[str, ServerProcess] = {}
         self.started: list[ProcessPlan] = []
         self.server_info: dict[str, dict[str, Any]] = {}
@@ -86,6 +92,8 @@ class Deployment:
             entry_url=self.plan.entry_url, plan=self.plan.shown(),
             plan_digest=self.plan.digest(), **self.sink.fields))
         self.logs.mkdir(parents=True, exist_ok=True)
+        if self.check_flags:
+            self._check_flags()
         try:
             roles = [p for p in self.plan.processes if p.role != "router"]
             for p in roles:
@@ -103,6 +111,26 @@ class Deployment:
                           else exit_reason(type(e)))
             raise
         return self
+
+    def _check_flags(self) -> None:
+        """Every server's flags against its own launcher's `--help` (run once per launcher,
+        so a container-wrapped command asks the image's server), before any server starts."""
+        from .sglang import _server_help, check_flags
+
+        helps: dict[tuple[str, ...], str] = {}
+        for p in self.plan.processes:
+            if p.role == "router":
+                continue
+            i = p.argv.index("--model-path")
+            launcher = tuple(p.argv[:i])
+            if launcher not in helps:
+                helps[launcher] = _server_help(list(p.argv))
+                if self.ws is not None:
+                    self.help_digests[p.name] = self.ws.artifacts.put(helps[launcher])
+            try:
+                check_flags(list(p.argv[i:]), helps[launcher], self.plan.sglang_version)
+            except HarnessError as e:
+                raise HarnessError(f"{_what(p)}: {e}") from None
 
     def _spawn(self, p: ProcessPlan) -> None:
         server = ServerProcess(
@@ -258,6 +286,7 @@ class Deployment:
                 "disaggregation_mode": self.server_info.get(p.name, {}).get(
                     "disaggregation_mode")} for p in self.started],
             "router_workers": self.router_workers,
+            **({"help_digests": dict(self.help_digests)} if self.help_digests else {}),
         }
 
     def __enter__(self) -> Deployment:

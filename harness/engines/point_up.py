@@ -25,6 +25,7 @@ from ...ledger.specs import DeploymentPoint, RuntimeProfile, load_point, load_pr
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .accelerators import check_accelerator, host_accelerators
+from .base import apply_overrides
 from .deploy import Deployment
 from .plan import BOOTSTRAP_OFFSET, LaunchPlan, plan_point
 from .process import free_port
@@ -119,7 +120,9 @@ def point_up(ws: Workspace | None, point_path: str | Path, *,
                      base_port=base_port, plan_only=plan_only, nvml=nvml)
     if plan_only:
         return {"plan": plan.to_json()}
-    with Deployment(plan, ws=ws, stream=stream, event_fields=event_fields) as dep:
+    check = bool(apply_overrides(profile.config, overrides).get("check_flags"))
+    with Deployment(plan, ws=ws, stream=stream, event_fields=event_fields,
+                    check_flags=check) as dep:
         info = dep.describe()
         if not once:
             echo(f"{plan.architecture} deployment of {plan.point or point_path} up at "
