@@ -4,7 +4,10 @@ candidate changed is stated dimension by dimension (ledger/candidates.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 from infer_forge.ledger.candidates import applicable, differences, shown_differences
 from infer_forge.ledger.specs import (
     SpecError,
@@ -137,3 +140,83 @@ def test_scope_with_topology_keys_and_sweep_skips_impossible(qwen):
     assert seen == [{"topology.architecture": "colocated"},
                     {"topology.architecture": "pd", "prefill.tp": 1},
                     {"topology.architecture": "pd", "prefill.tp": 2}]
+
+
+# --- a candidate switching colocated -> PD, deployed and compared by the loop -------------
+
+
+def _pd_task(d, fake, fake_router):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "profile.yaml").write_text(yaml.safe_dump({
+        "service": "stand-in", "rev": 1, "engine": "sglang",
+        "config": {"launcher": fake, "router_launcher": fake_router, "startup_timeout_s": 60},
+        "framework": {"kind": "sglang", "version": "0.5.23"}}))
+    (d / "point.yaml").write_text(yaml.safe_dump({
+        "name": "stand-in-colocated",
+        "model": {"name": "tiny-llama", "source": "forge:tiny-llama", "revision": "1"},
+        "scenario": {"traffic": {"input_len": 16, "output_len": 8, "concurrency": 2,
+                                 "num_prompts": 4}},
+        "topology": {"architecture": "colocated"},
+        "runtime_profile": {"service": "stand-in", "rev": 1, "file": "profile.yaml"},
+        "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}}))
+    (d / "task.yaml").write_text(yaml.safe_dump({
+        "id": "to-pd", "type": "deployment-tuning", "goal": "colocated or PD?",
+        "point": "point.yaml", "profile": "profile.yaml",
+        "scope": {"topology.architecture": ["colocated", "pd"], "prefill.tp": [1]},
+        "contract": {"gates": [
+            {"name": "throughput", "metric": "output_throughput", "vs_baseline": "ratio",
+             "at_least": 0.01},
+            {"name": "correctness", "metric": "token_match", "at_least": 0.99},
+            {"name": "stability", "repeats": 2, "max_cv": 5.0, "max_failed_requests": 0}]},
+        "verification": ["baseline", "measure", "gates", "decide"],
+        "exit": {"when": "all_gates_pass", "max_blocks": 3, "no_progress_blocks": 3},
+        "executor": {"kind": "sweep", "strategy": "grid"}}))
+    return d / "task.yaml"
+
+
+@pytest.mark.slow
+def test_colocated_to_pd_candidate_is_deployed_and_compared(workspace, tmp_path):
+    import sys
+
+    from infer_forge.harness.loop.define import define_task
+    from infer_forge.harness.loop.run import run_task
+    from infer_forge.harness.models.weights import pull
+    from infer_forge.ledger.streams import ENGINES_STREAM, task_stream
+
+    from .conftest import run_forge
+
+    fake = [sys.executable, str(REPO / "tests" / "data" / "sglang" / "fake_server.py")]
+    router = [sys.executable, str(REPO / "harness" / "testing" / "fake_router.py")]
+    pull(workspace, "tiny-llama")
+    define_task(workspace, _pd_task(tmp_path / "spec", fake, router))
+    result = run_task(workspace, "to-pd")
+    assert result.exit_state == "delivered", (result.exit_state, result.exit_reason)
+    base, cand = result.memory.execution_record[:2]
+    assert base.is_baseline and cand.candidate == {"topology.architecture": "pd",
+                                                   "prefill.tp": 1}
+    deployed = [m["meta"]["deployment"] for m in cand.measurements]
+    assert deployed[0]["architecture"] == "pd"
+    assert deployed[0]["processes"] == ["prefill-0", "decode-0", "router"]
+    assert base.measurements[0]["meta"]["deployment"]["processes"] == ["sglang"]
+    assert all(m["success"] and m["metrics"]["completed"] == 4 for m in cand.measurements)
+    # The plan went on the engines stream, naming the task and the block, before its servers.
+    recs = [r.event for r in workspace.ledger.stream(ENGINES_STREAM)]
+    planned = [e for e in recs if e.TYPE == "LaunchPlanned"]
+    assert [(e.architecture, e.task_id, e.block_id) for e in planned] == [
+        ("pd", "to-pd", cand.block_id)]
+    # The comparison states every dimension that differed.
+    ver = [r.event for r in workspace.ledger.stream(task_stream("to-pd"))
+           if r.type == "VerificationRecorded" and r.event.block_id == cand.block_id][0]
+    by = {d.path: d for d in ver.differs}
+    assert by["topology.architecture"].baseline == "colocated"
+    assert by["topology.architecture"].candidate == "pd"
+    assert by["topology.roles.prefill.parallelism.tp"].candidate == 1
+    assert cand.handoff["findings"][0].startswith(
+        'differs from the baseline: topology.architecture "colocated"→"pd"')
+    shown = run_forge("task", "show", "to-pd", home=workspace.home)
+    assert shown.returncode == 0, shown.stderr
+    assert 'differs from the baseline: topology.architecture "colocated"→"pd"' in shown.stdout
+    as_json = run_forge("task", "show", "to-pd", "--json", home=workspace.home)
+    blocks = json.loads(as_json.stdout)["blocks"]
+    assert blocks[0]["differs"] == [] and blocks[1]["differs"][0]["path"] == \
+        "topology.architecture"
