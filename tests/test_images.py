@@ -334,3 +334,26 @@ def test_pd_in_the_image_and_a_role_reporting_another_version(docker, workspace)
             "server reports 0.5.23 (/server_info version)") in str(e.value)
     launched = [r.event for r in workspace.ledger.stream("engines") if r.type == "EngineLaunched"]
     assert not any(group_alive(ev.pid) for ev in launched if ev.pid)
+
+
+def test_cli_refuses_a_tag_without_digest(tmp_path):
+    import yaml
+
+    from .conftest import run_forge
+
+    home = tmp_path / "home"
+    assert run_forge("init", home=home).returncode == 0
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(yaml.safe_dump({"service": "s", "rev": 1, "engine": "sglang",
+                                    "config": {"launcher": FAKE},
+                                    "image": {"name": NAME},
+                                    "framework": {"kind": "sglang", "version": "0.5.23"}}))
+    r = run_forge("engine", "up", str(prof), "--model", "Qwen/Qwen3-8B", "--once", home=home)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"runtime profile s rev 1: image {NAME} has no digest " \
+        "(image.digest:" in lines[0], r.stderr
+    bad = prof.read_text().replace("image_fallback", "x") + "image_fallback: maybe\n"
+    prof.write_text(bad)
+    r = run_forge("engine", "up", str(prof), "--model", "Qwen/Qwen3-8B", "--once", home=home)
+    assert r.returncode == 1 and "image_fallback" in r.stderr, r.stderr
