@@ -30,9 +30,13 @@ from ..jsonl import iter_jsonl
 
 @dataclass(frozen=True)
 class Prompt:
+    """One request's input. `prompt_len` counts the text's tokens; `media` are image data URLs
+    sent after the text as OpenAI chat content parts (harness/bench/media.py)."""
+
     prompt: str
     prompt_len: int
     output_len: int
+    media: tuple[str, ...] = ()
 
 
 def load_tokenizer(path: str | Path):
@@ -78,6 +82,20 @@ def text_of_length(tok, n: int, rng: np.random.Generator, pool: np.ndarray | Non
                 return text
             # Trim to n, or extend with fresh random ids, and try the round trip again.
             ids = got[:n] if len(got) > n else got + rng.choice(pool, size=n - len(got)).tolist()
+    # Rarely a trim cuts a multi-byte character, whose replacement re-encodes longer, round
+    # after round. Only then (so every prompt the rounds above build stays as it was): redraw
+    # the tail when a round's length repeats.
+    for _attempt in range(64):
+        ids, last = rng.choice(pool, size=n).tolist(), -1
+        for _ in range(max_rounds):
+            text = tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            got = _encode(tok, text)
+            if len(got) == n:
+                return text
+            k = min(n, 1 + (len(got) == last) * 2)
+            last = len(got)
+            ids = got[:n - k] + rng.choice(pool, size=k).tolist() if len(got) > n \
+                else got + rng.choice(pool, size=n - len(got)).tolist()
     raise HarnessError(f"could not build a prompt of exactly {n} tokens with this tokenizer")
 
 

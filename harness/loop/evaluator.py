@@ -162,6 +162,6 @@ def make_evaluator(ws: Workspace, task: Any, profile: Any, *, base_dir: str | Pa
                                 sandbox=getattr(task, "sandbox", None))
     engine = getattr(profile, "engine", None)
     if engine in ENGINES:
-        return EngineEvaluator(ws, task)
+        return EngineEvaluator(ws, task, base_dir=base_dir)
     raise HarnessError(f"no evaluator for engine {engine!r}: give the task "
                        "`evaluator: {kind: command, argv: [...]}`")

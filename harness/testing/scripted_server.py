@@ -13,7 +13,10 @@ accumulates. `GET /forge/stats` reports how late the server actually wrote (its 
 with `record_timeline`, `GET /forge/timeline` gives per prompt (keyed by the prompt's crc32)
 the perf_counter times the request was read and each token written — the same system-wide
 monotonic clock a client on this machine reads, so client measurements can be compared with
-what the server actually did. `POST /forge/reset` clears both. With both delays 0
+what the server actually did. With `record_received`, `GET /forge/received` lists a summary
+of each completion request's body in arrival order (received.py: its text, max_tokens, and
+each image part decoded to its format and size), so tests can check what a client sent.
+`POST /forge/reset` clears all three. With both delays 0
 ("instant") the whole response is written at once, so the server costs as little as possible
 and the client is what is measured.
 
@@ -38,6 +41,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from .received import message_text, summarize
+
 MODEL = "scripted"
 
 
@@ -54,6 +59,8 @@ class Script:
     # `GET /metrics`: called with the scrape's number (0, 1, ...) for the Prometheus text to
     # serve, so a test can make a metric move between scrapes; None: 404, as without metrics.
     metrics: Callable[[int], str] | None = None
+    # Keep a summary of each completion request's body (received.py) for /forge/received.
+    record_received: bool = False
 
     @property
     def instant(self) -> bool:
@@ -68,6 +75,7 @@ class Stats:
     cap: int = 500_000
     # prompt seed (crc32 of the prompt) -> {"recv": t, "writes": [t, ...]} (perf_counter)
     timeline: dict[int, dict] = field(default_factory=dict)
+    received: list[dict] = field(default_factory=list)  # received.summarize, in arrival order
 
     def note(self, late: float) -> None:
         if len(self.late_s) < self.cap:
@@ -92,8 +100,7 @@ def token_text(prompt_seed: int, k: int) -> str:
 
 def _prompt_seed(body: dict) -> int:
     if "messages" in body:
-        text = "".join(str(m.get("content", "")) for m in body.get("messages") or []
-                       if isinstance(m, dict))
+        text = message_text(body)
     else:
         p = body.get("prompt", "")
         text = p if isinstance(p, str) else orjson.dumps(p).decode()
@@ -102,8 +109,7 @@ def _prompt_seed(body: dict) -> int:
 
 def _prompt_tokens(body: dict) -> int:
     if "messages" in body:
-        return sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or []
-                   if isinstance(m, dict))
+        return len(message_text(body).split())
     p = body.get("prompt", "")
     return len(p) if isinstance(p, list) else len(str(p).split())
 
@@ -303,6 +309,9 @@ class ScriptedServer:
             body = orjson.dumps({str(k): v for k, v in self.stats.timeline.items()})
             proto._write(plain(200, body, req.close))
             return None
+        if req.method == "GET" and req.path == "/forge/received":
+            proto._write(plain(200, orjson.dumps(self.stats.received), req.close))
+            return None
         if req.method == "POST" and req.path == "/forge/reset":
             self.stats = Stats()
             proto._write(plain(200, b"{}", req.close))
@@ -326,6 +335,8 @@ class ScriptedServer:
             return None
         self._count += 1
         self.stats.requests += 1
+        if self.script.record_received:
+            self.stats.received.append(summarize(req.path, body))
         if self.script.fail_every and self._count % self.script.fail_every == 0:
             proto._write(plain(500, b'{"error":"scripted failure"}', req.close))
             return None
@@ -428,10 +439,12 @@ def main(argv: Iterable[str] | None = None) -> None:
                     help="close keep-alive connections idle this long")
     ap.add_argument("--record-timeline", action="store_true",
                     help="keep per-prompt write times (GET /forge/timeline)")
+    ap.add_argument("--record-received", action="store_true",
+                    help="keep a summary of each request's body (GET /forge/received)")
     a = ap.parse_args(list(argv) if argv is not None else None)
     script = Script(a.first_token_ms, a.itl_ms, a.tokens,
                     frozenset(f for f in a.reject_fields.split(",") if f), a.fail_every, a.model,
-                    a.record_timeline, a.idle_close_ms)
+                    a.record_timeline, a.idle_close_ms, record_received=a.record_received)
     server = ScriptedServer(script, a.host, a.port)
 
     async def run() -> None:
