@@ -437,3 +437,34 @@ def test_the_engine_evaluator_benchmarks_the_points_workload(workspace, tmp_path
     assert not bad.success and bad.error is not None
     assert bad.error.startswith("workload: scenario.modality video")
     assert len(received(url)) == before
+
+
+def test_the_loop_judges_the_points_slo_when_the_contract_leaves_latency_to_it(workspace,
+                                                                                tmp_path):
+    """The same sweep as test_loop's full run, its contract without the TTFT gate: the point's
+    SLO (tiny-cpu: TTFT p50 ≤ 500 ms) rejects the slow candidate in its place."""
+    from infer_forge.harness.loop.define import define_task
+    from infer_forge.harness.loop.run import run_task
+    from infer_forge.projections.memory import task_memory
+
+    from .test_loop import make_task_dir
+
+    path = make_task_dir(tmp_path / "specs")
+    text = path.read_text()
+    gate = "    - {name: ttft-slo, metric: median_ttft_ms, at_most: 500}\n"
+    assert gate in text
+    path.write_text(text.replace(gate, ""))
+    define_task(workspace, path)
+    result = run_task(workspace, "t1")
+    assert (result.exit_state, result.blocks) == ("delivered", 4)
+    mem = task_memory(workspace.ledger, "t1")
+    assert [b.decision for b in mem.execution_record] == [None, "rejected", "rejected",
+                                                          "accepted"]
+    assert "slo.ttft_ms.p50 fail" in mem.rejected[1]["reason"]
+    assert "900" in mem.rejected[1]["reason"] and "500" in mem.rejected[1]["reason"]
+    ver = [r.event for r in workspace.ledger.stream("task:t1")
+           if r.type == "VerificationRecorded"]
+    names = [[g.name for g in v.gates] for v in ver]
+    assert len(names) == 4
+    # The evaluator reports a median TTFT, not a TPOT: only the TTFT bound is judged.
+    assert all(n[-1] == "slo.ttft_ms.p50" and "slo.tpot_ms.p50" not in n for n in names)

@@ -6,7 +6,7 @@ Contracts:
   `conversations: [{"from": "human"|"user"|…, "value": str}, …]` (ShareGPT) or `messages:
   [{"role": …, "content": str}, …]` (OpenAI). The prompt is the first turn's text; the output
   length is the token count of the second turn (the reply), else `default_output_len`.
-- As bench_serving: conversations with fewer than 2 turns are skipped when no default output
+- Like bench_serving: conversations with fewer than 2 turns are skipped when no default output
   length is given; prompts or replies under 4 tokens are pruned (too short to measure); the
   usable ones are shuffled with `seed` and the first `num_prompts` taken. Fewer usable than
   asked is an error naming both counts (a point's request count is not silently lowered).
