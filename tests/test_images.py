@@ -163,6 +163,11 @@ def test_check_server_names_both_values():
         check_server(info, version="0.5.23", requested={"chunked_prefill_size": 4096,
                                                         "tp_size": 2}, where="w")
     assert "chunked_prefill_size 4096 requested, 8192 resolved" in str(e.value)
+    # check_args: false in the engine config checks the version only
+    assert check_server(info, version="0.5.23", requested={"chunked_prefill_size": 4096},
+                        where="w", args=False) == []
+    with pytest.raises(HarnessError, match="pins sglang 0.5.4"):
+        check_server(info, version="0.5.4", requested={}, where="w", args=False)
     assert argv_options(["python3", "-m", "x", "--tp-size", "4", "--enable-metrics",
                          "--cuda-graph-bs", "1", "2", "--chunked-prefill-size", "-1"]) == {
         "tp_size": "4", "enable_metrics": True, "cuda_graph_bs": ["1", "2"],

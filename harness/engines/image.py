@@ -336,16 +336,18 @@ def same_version(pinned: str, reported: str) -> bool:
 
 
 def check_server(info: Mapping[str, Any], *, version: str | None,
-                 requested: Mapping[str, Any], where: str, pinned_by: str = "the profile"
-                 ) -> list[str]:
+                 requested: Mapping[str, Any], where: str, pinned_by: str = "the profile",
+                 args: bool = True) -> list[str]:
     """Raise HarnessError when the server is not what was asked for; returns the requested
-    arguments the server did not report (recorded, not failed: older servers list fewer)."""
+    arguments the server did not report (recorded, not failed: older servers list fewer).
+    `args` False (the engine config's `check_args: false`) checks the version only."""
     reported = str(info.get("version", ""))
     if version and not same_version(version, reported):
         raise HarnessError(f"{where}: {pinned_by} pins sglang {version}, the server reports "
                            f"{reported or 'no version'} (/server_info version)")
-    unreported, wrong = [], []
-    for key, want in sorted(requested.items()):
+    unreported: list[str] = []
+    wrong: list[str] = []
+    for key, want in sorted(requested.items() if args else ()):
         if key in NOT_COMPARED or want is None or want is False \
                 or (isinstance(want, str) and want.lower() == "auto"):
             continue

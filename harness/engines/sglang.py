@@ -6,7 +6,8 @@ Configuration: keys are SGLang ServerArgs field names (`tp_size`, `chunked_prefi
 `python -m sglang.launch_server`), `use_config_file` (pass options as `--config YAML`),
 `check_flags` (validate every flag against the server's own `--help`), `extra_args`,
 `env`, `startup_timeout_s`; `image` (`name@sha256:…`) and `image_fallback` (from the runtime
-profile, `base.engine_config_of`): the server runs in that image by digest (image.py).
+profile, `base.engine_config_of`): the server runs in that image by digest (image.py);
+`check_args: false` skips the resolved-arguments check below (the version is still checked).
 
 Flag mapping (`sglang_options`): booleans are bare flags (false: omitted), lists are nargs,
 mappings are JSON, `chunked_prefill_size: disabled|false` is -1. Renames by version
@@ -66,7 +67,7 @@ from .metrics import parse_prometheus, summarize
 from .process import free_port
 
 HARNESS_KEYS = {"version", "python", "launcher", "use_config_file", "check_flags", "extra_args",
-                "env", "startup_timeout_s", "image", "image_fallback"}
+                "env", "startup_timeout_s", "image", "image_fallback", "check_args"}
 NEW_NAMES_SINCE = (0, 5, 0)
 KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # ServerArgs fields that are not flags of their own here: set by the harness.
@@ -412,7 +413,8 @@ class SGLangEngine(Engine):
             running.unreported_args = check_server(
                 si, version=version, requested=server_options(cfg, version),
                 where=f"sglang server at {base_url}",
-                pinned_by="the runtime profile (framework.version)")
+                pinned_by="the runtime profile (framework.version)",
+                args=cfg.get("check_args", True) is not False)
         except BaseException:
             running.stop(reason="error")
             raise

@@ -76,13 +76,15 @@ class PinnedDeployment(Deployment):
         self.use = use
         self.unreported: dict[str, list[str]] = {}
         pinned_by = f"runtime profile {profile_label(profile)} (framework.version)"
+        check_args = profile.config.get("check_args", True) is not False
 
         def on_ready(p: ProcessPlan, info: dict[str, Any]) -> None:
             if p.role == "router":
                 return
             self.unreported[p.name] = check_server(
                 info, version=plan.sglang_version, requested=requested_of(p, use),
-                where=f"{p.name} ({p.role} server) at {p.url}", pinned_by=pinned_by)
+                where=f"{p.name} ({p.role} server) at {p.url}", pinned_by=pinned_by,
+                args=check_args)
 
         super().__init__(plan, on_ready=on_ready, **kwargs)
 
