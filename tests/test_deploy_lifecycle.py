@@ -75,6 +75,15 @@ def test_pd_deployment_of_stand_ins(workspace):
         out = request_json("POST", plan.entry_url + "/v1/completions",
                            {"model": "m", "prompt": "one two three", "max_tokens": 2})
         assert out["disaggregation_mode"] == "decode" and out["choices"][0]["text"] == "one two"
+        import urllib.request
+        req = urllib.request.Request(
+            plan.entry_url + "/v1/completions", method="POST",
+            data=json.dumps({"prompt": "a b c", "max_tokens": 3, "stream": True}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:  # streamed through the router
+            assert r.headers["Content-Type"] == "text/event-stream"
+            lines = [x for x in r.read().decode().split("\n\n") if x]
+        assert lines[-1] == "data: [DONE]" and len(lines) == 5
     assert groups_alive(pids) == []
     evs = [r.event for r in workspace.ledger.stream(ENGINES_STREAM)]
     kinds = [type(e).__name__ for e in evs]

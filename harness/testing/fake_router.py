@@ -11,8 +11,9 @@ HTTP interface (the gateway's): `GET /health` and `/liveness` (always 200), `/re
 (`{"workers": [{id, url, model_id, worker_type: regular|prefill|decode, is_healthy, load,
 connection_mode, bootstrap_port}], "total", "stats": {prefill_count, decode_count,
 regular_count}}`), the legacy `GET /list_workers` (`{"urls": [...]}`), `GET /v1/models`
-(from a worker), and `POST /v1/completions`, `/v1/chat/completions`, `/generate`: regular mode
-forwards to one worker; PD mode adds `bootstrap_host`, `bootstrap_port`, `bootstrap_room`
+(from a worker), and `POST /v1/completions`, `/v1/chat/completions`, `/generate` (a
+streamed answer is passed on whole, with its content type): regular mode forwards to one
+worker; PD mode adds `bootstrap_host`, `bootstrap_port`, `bootstrap_room`
 and sends the request to a prefill and a decode server at once, answering with the decode
 server's response (as the real router does). FAKE_ROUTER_MODE=crash exits while starting.
 """
@@ -30,6 +31,8 @@ import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+JSON = "application/json"
 
 
 def parse(argv: list[str]) -> dict[str, Any]:
@@ -60,16 +63,17 @@ def parse(argv: list[str]) -> dict[str, Any]:
 
 
 def _call(method: str, url: str, body: bytes | None = None, timeout: float = 60.0
-          ) -> tuple[int, bytes]:
+          ) -> tuple[int, bytes, str]:
+    """(status, body, content type); a connection failure is status 0."""
     req = urllib.request.Request(url, data=body, method=method,
                                  headers={"Content-Type": "application/json"} if body else {})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
+            return r.status, r.read(), r.headers.get("Content-Type", JSON)
     except urllib.error.HTTPError as e:
-        return e.code, e.read() or b""
+        return e.code, e.read() or b"", JSON
     except (urllib.error.URLError, OSError):
-        return 0, b""
+        return 0, b"", JSON
 
 
 def main(argv: list[str]) -> int:
@@ -111,10 +115,10 @@ def main(argv: list[str]) -> int:
         def log_message(self, fmt: str, *args: Any) -> None:
             print("[fake router] " + fmt % args, flush=True)
 
-        def send(self, code: int, body: bytes | str) -> None:
+        def send(self, code: int, body: bytes | str, ctype: str = JSON) -> None:
             data = body.encode() if isinstance(body, str) else body
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -139,8 +143,8 @@ def main(argv: list[str]) -> int:
                 return self.send(200, json.dumps({"urls": [w["url"] for w in workers]}))
             if path == "/v1/models":
                 target = pick("decode" if cfg["pd"] else "regular")
-                code, body = _call("GET", target["url"] + path)
-                return self.send(code or 502, body)
+                code, body, ctype = _call("GET", target["url"] + path)
+                return self.send(code or 502, body, ctype)
             return self.send(404, json.dumps({"detail": "Not Found"}))
 
         def do_POST(self) -> None:
@@ -150,24 +154,24 @@ def main(argv: list[str]) -> int:
             if path not in ("/v1/completions", "/v1/chat/completions", "/generate"):
                 return self.send(404, json.dumps({"detail": "Not Found"}))
             if not cfg["pd"]:
-                code, body = _call("POST", pick("regular")["url"] + path, raw)
-                return self.send(code or 502, body)
+                code, body, ctype = _call("POST", pick("regular")["url"] + path, raw)
+                return self.send(code or 502, body, ctype)
             prefill, decode = pick("prefill"), pick("decode")
             req = json.loads(raw or b"{}")
             host = urllib.parse.urlsplit(prefill["url"]).hostname
             req.update(bootstrap_host=host, bootstrap_port=prefill["bootstrap_port"],
                        bootstrap_room=random.getrandbits(63))
             data = json.dumps(req).encode()
-            got: dict[str, tuple[int, bytes]] = {}
+            got: dict[str, tuple[int, bytes, str]] = {}
             t = threading.Thread(target=lambda: got.update(p=_call("POST", prefill["url"]
                                                                     + path, data)))
             t.start()
-            code, body = _call("POST", decode["url"] + path, data)
+            code, body, ctype = _call("POST", decode["url"] + path, data)
             t.join()
             if got["p"][0] != 200:
                 return self.send(502, json.dumps({"detail": f"prefill {prefill['url']}: "
                                                             f"HTTP {got['p'][0]}"}))
-            return self.send(code or 502, body)
+            return self.send(code or 502, body, ctype)
 
     server = ThreadingHTTPServer((cfg["host"], cfg["port"]), Handler)
     print(f"[fake router] listening on http://{cfg['host']}:{cfg['port']} "
