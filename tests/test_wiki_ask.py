@@ -85,6 +85,20 @@ def test_ask_reads_the_concept_catalog_first_and_follows_its_links(demo):
     assert decision_pages and all("rejected" in p for p in decision_pages)
     assert ids["rejection"] in a.cited()
     assert any(c.source.startswith("concepts/") for c in a.claims)
+    assert a.caveats == []  # the pages are fresh, the rejection is no accepted finding
+    # A newer revision of the demo's profile: the concept pages read are stale now.
+    from infer_forge.harness.loop.define import record_profile
+
+    from tests.conftest import REPO
+
+    rev2 = ws.home.parent / "demo-tiny-cpu-r2.yaml"
+    rev2.write_text((REPO / "examples/profiles/demo-tiny-cpu.yaml").read_text()
+                    .replace("rev: 1", "rev: 2").replace("compile: false", "compile: true"))
+    record_profile(ws, rev2)
+    b = ask(ws, QUESTION, embeddings=False)
+    stale = [c for c in b.claims if c.source.startswith("concepts/")]
+    assert stale and all(any("is stale: runtime profile demo-tiny-cpu@2" in v
+                             for v in c.caveats) for c in stale)
 
 
 def test_cli_ask_json_file_and_build_show_the_answer_page(demo):

@@ -18,6 +18,7 @@ from infer_forge.harness.loop.manual import (
 )
 from infer_forge.wiki import lint as L
 from infer_forge.wiki import record_lint as R
+from infer_forge.wiki.ask import ask
 from infer_forge.wiki.build import build
 from infer_forge.wiki.concepts.compiler import compile_wiki
 from infer_forge.wiki.concepts.model import (
@@ -112,6 +113,11 @@ def test_planted_stale_claim_is_a_warning(workspace, tmp_path):
     [s] = rep.stale_claims
     assert s["decision_id"] == decision and s["latest"] == "tiny-cpu@2"
     assert "accepted on tiny-cpu@1" in s["reason"]
+    # ask says so next to the claims that cite it
+    ans = ask(workspace, "what did continuous batching do?", embeddings=False)
+    assert decision in ans.cited()
+    assert any(v.startswith(f"stale claim {decision}: accepted on tiny-cpu@1")
+               for v in ans.caveats)
     build(workspace, embeddings=False)
     r = run_forge("wiki", "lint", home=workspace.home)
     assert r.returncode == 0, r.stdout + r.stderr  # a warning, not an error

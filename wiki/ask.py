@@ -79,9 +79,11 @@ class AnswerClaim:
     citations: list[Citation]
     source: str  # the page it was read from (a concept or decision page), or "retrieval"
     score: float = 0.0
+    caveats: list[str] = field(default_factory=list)  # a stale claim it cites, a stale page
 
     def as_dict(self) -> dict[str, Any]:
         return {"text": self.text, "source": self.source, "score": round(self.score, 4),
+                "caveats": self.caveats,
                 "citations": [{**c.model_dump(), "url": f"{c.page}.html" if c.page else None}
                               for c in self.citations]}
 
@@ -98,6 +100,7 @@ class Answer:
     route: list[str] = field(default_factory=list)  # catalog, index, retrieval
     note: str | None = None
     filed: str | None = None  # the journal page it was filed as
+    caveats: list[str] = field(default_factory=list)  # of every claim, once each
 
     def cited(self) -> list[str]:
         return list(dict.fromkeys(c.event_id for cl in self.claims for c in cl.citations))
@@ -107,7 +110,7 @@ class Answer:
                 "model": self.model, "answer": self.text(),
                 "claims": [c.as_dict() for c in self.claims], "cited": self.cited(),
                 "dropped": self.dropped, "consulted": self.consulted, "route": self.route,
-                "note": self.note, "filed": self.filed}
+                "caveats": self.caveats, "note": self.note, "filed": self.filed}
 
     def text(self) -> str:
         """The answer as text: one line per claim, its citations as `[e:<id>]`."""
@@ -299,6 +302,31 @@ def _citations(con: Any, docs: list[_Doc]) -> dict[str, Citation]:
                         page=pages.get(i)) for i in ids if i in known}
 
 
+def caveats(con: Any, wiki_dir: Path, answer: Answer) -> None:
+    """What the reader should know about a claim: a finding it cites whose runtime profile
+    moved on without a re-verification (lint's stale claims), a concept page it comes from
+    that is stale or orphaned now."""
+    from .concepts import evidence
+    from .concepts.freshness import page_states
+    from .concepts.model import Catalog
+    from .record_lint import stale_by_decision
+
+    stale = stale_by_decision(con)
+    pages = {p.path: p for p in load_catalog(wiki_dir).pages.values()}
+    used = {c.source: pages[c.source] for c in answer.claims if c.source in pages}
+    states = page_states(evidence.load(con), Catalog(pages={p.slug: p for p in used.values()})
+                         ) if used else {}
+    for c in answer.claims:
+        for x in c.citations:
+            if x.event_id in stale:
+                c.caveats.append(f"stale claim {x.event_id}: {stale[x.event_id]}")
+        page = used.get(c.source)
+        if page is not None and states[page.slug][0] != "fresh":
+            state, why = states[page.slug]
+            c.caveats.append(f"{page.path} is {state}: " + "; ".join(why))
+        answer.caveats += [v for v in c.caveats if v not in answer.caveats]
+
+
 # --- the model tier -------------------------------------------------------------------------
 
 
@@ -363,6 +391,7 @@ def ask(ws: Workspace, question: str, *, tier: str | None = None,
             cs = [cites[i] for i in d.ids if i in cites]
             if cs:  # nothing uncited is answered
                 answer.claims.append(AnswerClaim(d.text, cs, d.source, d.bonus))
+        caveats(s.con, wiki_dir, answer)
         if model is not None and answer.claims:
             phrase(s.con, model[0], model[1], answer)
     return answer

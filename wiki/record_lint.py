@@ -237,6 +237,23 @@ def mentions(rows: list[tuple[str, str | None]]) -> dict[str, str]:
     return out
 
 
+def _revisions(con: Any) -> tuple[dict[str, dict[int, dict[str, Any]]], list[dict[str, Any]]]:
+    revs: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for service, rev, config in con.execute(REVS_SQL).fetchall():
+        revs[service][int(rev)] = _obj(config)
+    verified = [{"event_id": r[0], "task_id": r[1], "block_id": r[2],
+                 "candidate": _obj(r[3]), "runtime_profile": r[4]}
+                for r in con.execute(VERIFIED_SQL).fetchall()]
+    return revs, verified
+
+
+def stale_by_decision(con: Any) -> dict[str, str]:
+    """Decision id -> why it is a stale claim, for every stale finding (on an open index)."""
+    revs, verified = _revisions(con)
+    return {x["decision_id"]: x["reason"]
+            for x in stale_claims(load_findings(con), revs, verified)}
+
+
 def check_record(ws: Workspace, concept_pages: set[str] | None = None,
                  concepts_known: Any = None) -> RecordReport:
     """Contradictions, stale claims and (given the journal's concept page paths and a
@@ -246,12 +263,7 @@ def check_record(ws: Workspace, concept_pages: set[str] | None = None,
     rep = RecordReport()
     with open_index(ws) as s:
         findings = load_findings(s.con)
-        revs: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
-        for service, rev, config in s.con.execute(REVS_SQL).fetchall():
-            revs[service][int(rev)] = _obj(config)
-        verified = [{"event_id": r[0], "task_id": r[1], "block_id": r[2],
-                     "candidate": _obj(r[3]), "runtime_profile": r[4]}
-                    for r in s.con.execute(VERIFIED_SQL).fetchall()]
+        revs, verified = _revisions(s.con)
         known = concepts_known(s.con) if concepts_known is not None else {}
         said = mentions(s.con.execute(MENTIONS_SQL).fetchall())
     rep.findings = len(findings)
