@@ -218,6 +218,11 @@ def test_multimodal_requests_carry_the_points_images(tok, scripted_server):
     im = Image.open(io.BytesIO(base64.b64decode(urls[0].split(",", 1)[1])))
     im.load()
     assert im.size == (96, 40) and im.mode == "RGB"
+    import numpy as np
+
+    px = np.asarray(im)  # 16×16 blocks of random colour: 6 × 3 of them, each one colour
+    assert len(np.unique(px.reshape(-1, 3), axis=0)) == 18
+    assert (px[:16, :16] == px[0, 0]).all() and (px[32:, 80:] == px[39, 95]).all()
     assert image_size(base64.b64decode(urls[-1].split(",", 1)[1])) == ("png", 96, 40)
 
 
