@@ -117,29 +117,48 @@ def test_differences_state_every_dimension(qwen):
                     '"colocated"→"pd" (and 10 more)')
 
 
-def test_scope_with_topology_keys_and_sweep_skips_impossible(qwen):
+def _sweep(task, pt, pr, n=6):
     from infer_forge.harness.loop.executors import SweepExecutor
     from infer_forge.projections.memory import TaskMemory
+
+    mem = TaskMemory(task_id="t")
+    ex = SweepExecutor("grid")
+    seen = []
+    for _ in range(n):
+        d = ex.decide(mem, task, pt, pr)
+        if d.action == "stop":
+            return seen, d.reason
+        seen.append(d.candidate)
+        mem.tried.append(effective_digest(pt, pr, d.candidate))
+    return seen, None
+
+
+def test_scope_with_topology_keys_and_sweep_skips_impossible(qwen):
+    from infer_forge.harness.loop.executors import out_of_scope
 
     pt, pr = qwen
     task = TaskDefinition.model_validate({
         "type": "deployment-tuning", "goal": "g", "point": "p.yaml",
-        "scope": {"topology.architecture": ["colocated", "pd"], "prefill.tp": [1, 2]},
+        "scope": {"topology.architecture": ["colocated", "pd"], "prefill.tp": [1, 2],
+                  "engine.tp_size": [None]},
         "contract": {"gates": [{"name": "t", "metric": "output_throughput",
                                 "vs_baseline": "ratio", "at_least": 1.0}]}})
-    mem = TaskMemory(task_id="t")
-    ex = SweepExecutor("grid")
-    seen = []
-    for _ in range(5):
-        d = ex.decide(mem, task, pt, pr)
-        if d.action == "stop":
-            break
-        seen.append(d.candidate)
-        mem.tried.append(effective_digest(pt, pr, d.candidate))
+    four = pt.model_copy(update={"accelerator": pt.accelerator.model_copy(update={"count": 4})})
+    seen, reason = _sweep(task, four, pr)
     # colocated once (prefill.tp does not apply to it), then PD with each prefill TP
-    assert seen == [{"topology.architecture": "colocated"},
-                    {"topology.architecture": "pd", "prefill.tp": 1},
-                    {"topology.architecture": "pd", "prefill.tp": 2}]
+    assert seen == [{"topology.architecture": "colocated", "engine.tp_size": None},
+                    {"topology.architecture": "pd", "prefill.tp": 1, "engine.tp_size": None},
+                    {"topology.architecture": "pd", "prefill.tp": 2, "engine.tp_size": None}]
+    assert reason is not None and reason.startswith("scope exhausted") and "skipped" not in reason
+    # On the point's one H200, PD (two servers) does not fit: skipped, and the stop says why.
+    seen, reason = _sweep(task, pt, pr)
+    assert seen == [{"topology.architecture": "colocated", "engine.tp_size": None}]
+    assert reason is not None and "2 impossible combinations skipped" in reason
+    assert "topology.architecture=\"pd\"" in reason and "prefill" in reason
+    cand = {"topology.architecture": "pd", "prefill.tp": 1, "engine.tp_size": None}
+    problem = out_of_scope(task, pt, pr, cand)
+    assert problem is not None and "prefill" in problem, problem
+    assert out_of_scope(task, four, pr, cand) is None
 
 
 # --- a candidate switching colocated -> PD, deployed and compared by the loop -------------

@@ -157,6 +157,26 @@ def deployment_meta(point: DeploymentPoint, desc: Mapping[str, Any]) -> dict[str
     return out
 
 
+def placement_problem(point: DeploymentPoint | None, profile: RuntimeProfile | None
+                      ) -> str | None:
+    """Why an sglang point (a candidate applied) cannot be planned on its own accelerator:
+    too few devices for its roles, a profile contradicting its parallelism, … (pure; the
+    launch plan's one-line error), or None. Points of other engines, or without a pinned
+    version (the flags' names depend on it), are not planned here."""
+    if point is None or profile is None or profile.engine != "sglang":
+        return None
+    from ..errors import HarnessError
+    from .plan import plan_point
+
+    try:
+        if not engine_config_of(profile)[1].get("version"):
+            return None
+        plan_point(point, profile, None, model="-")
+    except HarnessError as e:
+        return " ".join(str(e).split())
+    return None
+
+
 def single_server(point: DeploymentPoint, config: Mapping[str, Any]) -> bool:
     """One colocated server (no router): the engine's own launch serves it."""
     if point.topology.architecture != "colocated":

@@ -41,11 +41,13 @@ from ...ledger.specs import (
     RuntimeProfile,
     SpecError,
     TaskDefinition,
+    apply_candidate,
     effective_digest,
     scope_allows,
 )
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
+from ..engines.whole import placement_problem
 from ..errors import HarnessError
 from ..jsonl import last_json_line
 from ..proc import last_line
@@ -129,8 +131,12 @@ class SweepExecutor:
             try:
                 if effective_digest(point, profile, cand) in tried:
                     continue
+                placed = placement_problem(*apply_candidate(point, profile, cand))
             except SpecError as e:  # an impossible combination: skipped, said at the stop
                 impossible.append(str(e))
+                continue
+            if placed is not None:  # it does not fit the point's accelerator
+                impossible.append(f"candidate {describe(cand)}: {placed}")
                 continue
             return Decision("try", cand, sub_goal=f"try {describe(cand)}")
         skipped = f"; {len(set(impossible))} impossible combinations skipped (first: " \
@@ -256,9 +262,9 @@ def out_of_scope(task: TaskDefinition, point: DeploymentPoint | None,
             return f"{k}={json.dumps(v)} is not an allowed value"
     try:
         effective_digest(point, profile, candidate)
+        return placement_problem(*apply_candidate(point, profile, candidate))
     except SpecError as e:
         return str(e)
-    return None
 
 
 def _point_band(ws: Workspace | None) -> Callable[[TaskMemory], float] | None:
