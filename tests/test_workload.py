@@ -142,6 +142,25 @@ def test_a_sharegpt_file_is_a_dataset(tok, tmp_path, form):
         workload_for(point({"num_prompts": 14, "dataset": f"sharegpt:{f}"}), tok)
 
 
+def test_a_custom_jsonl_file_is_a_dataset_and_groups_default_to_eight(tok, tmp_path):
+    (tmp_path / "p.jsonl").write_text(
+        '{"prompt": "the quick brown fox", "output_len": 5}\n\n{"prompt": "lorem ipsum"}\n')
+    w = workload_for(point({"num_prompts": 2, "output_len": 7, "dataset": "custom:p.jsonl"}),
+                     tok, base_dir=tmp_path)
+    assert [(p.prompt, p.output_len) for p in w.prompts] == [("the quick brown fox", 5),
+                                                             ("lorem ipsum", 7)]
+    (tmp_path / "p.jsonl").write_text('{"prompt": ""}\n')
+    with pytest.raises(HarnessError, match=r"p.jsonl:1: field 'prompt' must be a non-empty"):
+        workload_for(point({"num_prompts": 1, "dataset": "custom:p.jsonl"}), tok,
+                     base_dir=tmp_path)
+    with pytest.raises(HarnessError, match="prefix_reuse 0.5: shared prefixes are generated"):
+        workload_for(point({"num_prompts": 1, "dataset": "custom:p.jsonl",
+                            "prefix_reuse": 0.5}), tok, base_dir=tmp_path)
+    w = workload_for(point({"input_len": 8, "output_len": 2, "num_prompts": 17,
+                            "prefix_reuse": 0.5}), tok)
+    assert w.groups is not None and sorted(w.groups.count(g) for g in set(w.groups)) == [1, 8, 8]
+
+
 @pytest.mark.parametrize("text, message", [
     ('{"conversations": [{"from": "human", "value": "a b c d e"}]}\n{"conv": []}\n',
      r"chats.jsonl:2: field 'conversations' \(or 'messages'\) is missing"),
