@@ -205,8 +205,19 @@ def differences(point: DeploymentPoint | None, profile: RuntimeProfile | None,
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
     if point is not None and new_point is not None:
-        a.update(flatten(_point_view(point)))
-        b.update(flatten(_point_view(new_point)))
+        va, vb = _point_view(point), _point_view(new_point)
+        a.update(flatten(va))
+        b.update(flatten(vb))
+        # A role only one side has is one dimension (`topology.roles.decode`: the role, or
+        # None), not a None per leaf.
+        ra, rb = (v["topology"].get("roles") or {} for v in (va, vb))
+        for name in set(ra) ^ set(rb):
+            key = f"topology.roles.{name}"
+            for side, roles in ((a, ra), (b, rb)):
+                for k in [k for k in side if k.startswith(key + ".")]:
+                    del side[k]
+                if name in roles:
+                    side[key] = roles[name]
     if profile is not None and new_profile is not None:
         a.update(flatten(_profile_view(profile)))
         b.update(flatten(_profile_view(new_profile)))

@@ -97,24 +97,24 @@ def test_differences_state_every_dimension(qwen):
     cand = {"topology.architecture": "pd", "prefill.tp": 4, "engine.chunked_prefill_size": 4096}
     diffs = differences(pt, pr, cand)
     paths = [d["path"] for d in diffs]
+    # a role one side lacks is one dimension, not a None per leaf
     assert paths == ["engine.chunked_prefill_size", "topology.architecture",
-                     "topology.roles.decode.count", "topology.roles.decode.parallelism.dp",
-                     "topology.roles.decode.parallelism.ep",
-                     "topology.roles.decode.parallelism.pp",
-                     "topology.roles.decode.parallelism.tp",
-                     "topology.roles.prefill.count", "topology.roles.prefill.parallelism.dp",
-                     "topology.roles.prefill.parallelism.ep",
-                     "topology.roles.prefill.parallelism.pp",
-                     "topology.roles.prefill.parallelism.tp"]
+                     "topology.roles.decode", "topology.roles.prefill"]
     by = {d["path"]: d for d in diffs}
     assert by["topology.architecture"] == {"path": "topology.architecture",
                                            "baseline": "colocated", "candidate": "pd"}
-    assert by["topology.roles.prefill.parallelism.tp"]["candidate"] == 4
+    assert by["topology.roles.prefill"] == {
+        "path": "topology.roles.prefill", "baseline": None,
+        "candidate": {"count": 1, "parallelism": {"tp": 4, "pp": 1, "dp": 1, "ep": 1}}}
     assert by["engine.chunked_prefill_size"]["baseline"] == 8192
+    pd, _ = apply_candidate(pt, pr, cand)
+    assert [(d["path"], d["baseline"], d["candidate"]) for d in differences(
+        pd, pr, {"prefill.tp": 8, "decode.count": 2})] == [
+        ("topology.roles.decode.count", 1, 2), ("topology.roles.prefill.parallelism.tp", 4, 8)]
     assert differences(pt, pr, {}) == []
     line = shown_differences(diffs, limit=2)
     assert line == ('engine.chunked_prefill_size 8192→4096, topology.architecture '
-                    '"colocated"→"pd" (and 10 more)')
+                    '"colocated"→"pd" (and 2 more)')
 
 
 def _sweep(task, pt, pr, n=6):
@@ -229,7 +229,8 @@ def test_colocated_to_pd_candidate_is_deployed_and_compared(workspace, tmp_path)
     by = {d.path: d for d in ver.differs}
     assert by["topology.architecture"].baseline == "colocated"
     assert by["topology.architecture"].candidate == "pd"
-    assert by["topology.roles.prefill.parallelism.tp"].candidate == 1
+    assert by["topology.roles.prefill"].baseline is None
+    assert by["topology.roles.prefill"].candidate["parallelism"]["tp"] == 1
     assert cand.handoff["findings"][0].startswith(
         'differs from the baseline: topology.architecture "colocated"→"pd"')
     shown = run_forge("task", "show", "to-pd", home=workspace.home)
@@ -239,3 +240,20 @@ def test_colocated_to_pd_candidate_is_deployed_and_compared(workspace, tmp_path)
     blocks = json.loads(as_json.stdout)["blocks"]
     assert blocks[0]["differs"] == [] and blocks[1]["differs"][0]["path"] == \
         "topology.architecture"
+
+
+def test_example_topology_task_sweeps_what_fits_the_node():
+    from infer_forge.ledger.specs import load_task
+
+    t = load_task(REPO / "examples/tasks/tune-qwen3-235b-topology.yaml")
+    pt = load_point(EX / "points/qwen3-235b-pd-h200.yaml")
+    pr = load_profile(EX / "profiles/qwen3-235b-pd-sglang.yaml")
+    seen, reason = _sweep(t, pt, pr, 10)
+    assert seen[1:] == [
+        {"topology.architecture": "pd", "prefill.tp": 2, "prefill.count": 1},
+        {"topology.architecture": "pd", "prefill.tp": 2, "prefill.count": 2},
+        {"topology.architecture": "colocated", "colocated.tp": 8}]
+    assert seen[0] == {"topology.architecture": "pd", "prefill.tp": 4, "prefill.count": 1}
+    assert differences(pt, pr, seen[0]) == []  # the baseline: the loop skips it after b1
+    assert reason is not None and "the point needs 12 devices (prefill 8, decode 4) but 8 " \
+        "are available" in reason
