@@ -24,12 +24,14 @@ from infer_forge.wiki.build import build
 from infer_forge.wiki.concepts import claims
 from infer_forge.wiki.concepts.compiler import compile_wiki
 from infer_forge.wiki.concepts.evidence import event_sha
-from infer_forge.wiki.concepts.model import load_catalog
-from infer_forge.wiki.concepts.site import install_schema
-from infer_forge.wiki.lint import lint_dir
+from infer_forge.wiki.concepts.model import load_catalog, save_catalog
+from infer_forge.wiki.graphs import graph_path
+from infer_forge.wiki.lint import forward_links, lint_dir
+from infer_forge.wiki.pages import task_path
 
 from .conftest import need, run_forge
 from .test_demo import ScriptedEvaluator
+from .test_wiki_safety import audit_site
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -299,9 +301,65 @@ def test_the_39_node_graph_compiles_to_cited_concept_pages(forge_home):
         assert {"direction:node:serving-project.kernel-fp8-per-tensor",
                 "direction:node:serving-project.kernel-moe-deepgemm-h20",
                 "flag:engine.kernel_opt=-O1"} <= set(by)
+        # A rejection links to its node's task page, or to the graph's page when the node
+        # never ran (stopped by another node).
         fp8 = by["direction:node:serving-project.kernel-fp8-per-tensor"]
-        assert any(c.type == "NodeRejected" and c.page == "graphs/serving-project"
-                   for cl in fp8.claims for c in cl.citations)
-        install_schema(forge_home / "wiki")
+        assert any(c.type == "NodeRejected" and c.page == task_path(
+            "serving-project.kernel-fp8-per-tensor") for cl in fp8.claims for c in cl.citations)
+        moe = by["direction:node:serving-project.kernel-moe-deepgemm-h20"]
+        assert any(c.type == "NodeRejected" and c.page == graph_path("serving-project")
+                   for cl in moe.claims for c in cl.citations)
+        assert (forge_home / "wiki" / "SCHEMA.md").is_file()
         build(ws, embeddings=False)
         assert lint_dir(forge_home / "wiki").ok
+
+
+def test_planted_markup_in_a_candidate_value_stays_text_on_concept_pages(workspace, tmp_path):
+    evil = "<script>alert(1)</script>[[tasks/x|y]](http://e.vil)"
+    text = DEMO_TASK.read_text().replace("id: demo-tune-tiny-cpu", "id: planted-tiny-cpu")
+    text = text.replace("point: ../points/demo-tiny-cpu.yaml",
+                        f"point: {EXAMPLES / 'points' / 'demo-tiny-cpu.yaml'}")
+    text = re.sub(r"scope:\n(  .*\n)+", f"scope:\n  engine.attn: [{json.dumps(evil)}]\n",
+                  text)
+    (tmp_path / "planted.yaml").write_text(text)
+    tid = define_task(workspace, tmp_path / "planted.yaml")["task_id"]
+    run_task(workspace, tid, evaluator=ScriptedEvaluator())
+    compile_wiki(workspace, deterministic=True)
+    build(workspace, embeddings=False)
+    cat = load_catalog(workspace.home / "wiki")
+    page = cat.by_concept()[f"flag:engine.attn={evil}"]
+    texts = audit_site(workspace.home / "site")  # no script, no link off the site
+    assert evil in texts[f"{page.path}.html"]  # shown as typed
+    md = (workspace.home / "wiki" / f"{page.path}.md").read_text()
+    body = md.split("\n---\n", 1)[1]  # the frontmatter holds it as data, as typed
+    assert "[[tasks/x" not in body and "tasks/x" not in forward_links(md)
+    llms = (workspace.home / "site" / "llms.txt").read_text()
+    from markdown_it import MarkdownIt
+
+    rendered = MarkdownIt("commonmark").render(llms)  # raw HTML allowed: the strictest reader
+    assert "<script" not in rendered
+    hrefs = re.findall(r'href="([^"]*)"', rendered)
+    assert hrefs and all(re.fullmatch(r"[a-z0-9~][a-z0-9._~/-]*\.html", h) for h in hrefs)
+    assert lint_dir(workspace.home / "wiki").ok
+
+
+def test_a_page_whose_concept_left_the_ledger_is_orphaned_then_removed(workspace):
+    run_demo(workspace)
+    compile_wiki(workspace, deterministic=True)
+    wiki = workspace.home / "wiki"
+    cat = load_catalog(wiki)
+    real = cat.by_concept()["flag:engine.dtype=bfloat16"]
+    # A page of a concept no derivation gives (as after an index rebuilt from another ledger)
+    gone = real.model_copy(update={"concept": "flag:engine.dtype=int3",
+                                   "slug": "flag-gone", "title": "gone"})
+    save_catalog(wiki, cat.model_copy(update={"pages": {**cat.pages, "flag-gone": gone}}))
+    (wiki / "concepts" / "flag-gone.md").write_text("---\ntype: concept\n---\n")
+    rep = compile_wiki(workspace, stale=True, deterministic=True)
+    assert rep.states == {"fresh": len(cat.pages), "orphaned": 1} and rep.compiled == []
+    kept = load_catalog(wiki).pages["flag-gone"]
+    assert kept.state == "orphaned" and "no longer shows flag:engine.dtype=int3" in \
+        kept.reasons[0]
+    assert "state: orphaned" in (wiki / "concepts" / "flag-gone.md").read_text()
+    rep = compile_wiki(workspace, deterministic=True)
+    assert rep.removed == ["flag-gone"] and "flag-gone" not in load_catalog(wiki).pages
+    assert not (wiki / "concepts" / "flag-gone.md").exists()

@@ -101,7 +101,8 @@ def compile_draft(d: Draft, ev: Evidence) -> ConceptPage:
     for f in d.findings:
         cs = tuple(c for c in (ev.citation(e) for e in f.cites) if c is not None)
         if cs:
-            out.append(Claim(section=f.section, text=f.text, row=f.row, citations=cs))
+            out.append(Claim(section=f.section, text=f.text, row=f.row, citations=cs,
+                             point=f.point, outcome=f.outcome))
     ids = sorted({c.event_id for cl in out for c in cl.citations},
                  key=lambda e: (ev.events[e][0], e))
     sources = tuple(SourceEvent(event_id=e, position=ev.events[e][0], type=ev.events[e][1],
@@ -267,7 +268,7 @@ def compile_wiki(ws: Workspace, *, stale: bool = False, tier: str | None = None,
     for slug in rep.removed:
         (cdir / f"{slug}.md").unlink(missing_ok=True)
     _write(wiki_dir / f"{INDEX}.md", to_markdown(catalog_page(catalog, st_now)))
-    _write(wiki_dir / "SCHEMA.md", schema_text())
+    _write(wiki_dir / "SCHEMA.md", schema_text())  # the wiki carries its schema
     rep.seconds = round(time.perf_counter() - t0, 3)
     return rep
 

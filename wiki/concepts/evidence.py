@@ -161,6 +161,8 @@ class Finding:
     text: str
     cites: list[str]
     row: tuple[str, ...] | None = None
+    point: str | None = None
+    outcome: str | None = None
 
 
 @dataclass
@@ -189,10 +191,12 @@ class Draft:
             self.sections.append(Section(name=name, columns=tuple(columns)))
 
     def add(self, section: str, text_: str, cites: list[str],
-            row: tuple[str, ...] | None = None) -> None:
+            row: tuple[str, ...] | None = None, point: PointRef | None = None,
+            outcome: str | None = None) -> None:
         cites = list(dict.fromkeys(c for c in cites if c))
         if cites:  # nothing uncited is published
-            self.findings.append(Finding(section, text_, cites, row))
+            self.findings.append(Finding(section, text_, cites, row,
+                                         point.point_hash if point else None, outcome))
 
 
 def _fmt(v: Any) -> str:
@@ -274,7 +278,7 @@ def _flags(ev: Evidence, draft: Any, decided: dict, baseline: dict[str, str]) ->
             f.add("Decisions", f"{setting} was {kind} in task {tid} block {bid} on "
                   f"{_where(p)}: {why}", [d["decision_id"] if d else "",
                                           v["event_id"] if v else "", b["event_id"]],
-                  (tid, bid, _where(p), kind, why))
+                  (tid, bid, _where(p), kind, why), p, kind)
             base = baseline.get(tid)
             got = ev.medians.get((tid, bid), {})
             ref = ev.medians.get((tid, base), {}) if base and base != bid else {}
@@ -289,7 +293,7 @@ def _flags(ev: Evidence, draft: Any, decided: dict, baseline: dict[str, str]) ->
                          f"({change})" if r0 else ""),
                       list(r["ids"]) + (list(r0["ids"]) if r0 else []),
                       (tid, bid, m, _fmt(r["median"]), _fmt(r0["median"]) if r0 else "-",
-                       change))
+                       change), p)
 
 
 def _pairings(ev: Evidence, draft: Any) -> None:
@@ -312,14 +316,14 @@ def _pairings(ev: Evidence, draft: Any) -> None:
               f"{t.get('exit_state') or 'none yet'}, {acc} accepted, {rej} rejected",
               [e for e, _, _ in ev.task_events.get(tid, [])] + [d["decision_id"] for d in ds],
               (tid, str(t.get("task_type")), _where(p), str(t.get("exit_state") or "-"),
-               str(acc), str(rej)))
+               str(acc), str(rej)), p)
         for d in ds:
             sec = "Accepted" if d["kind"] == "accepted" else "Rejected directions"
             if d["kind"] not in ("accepted", "rejected"):
                 continue
             f.section(sec)
             f.add(sec, f"{d['candidate_key']} in {tid}: {d['reason'] or ''}",
-                  [d["decision_id"], d["verification_event_id"] or ""])
+                  [d["decision_id"], d["verification_event_id"] or ""], None, p, d["kind"])
 
 
 def _failures(ev: Evidence, draft: Any) -> None:
@@ -340,7 +344,7 @@ def _failures(ev: Evidence, draft: Any) -> None:
             f.add("Occurrences", f"gate {gate} failed in {g['task_id']} block "
                   f"{g['block_id']}: {g['reason'] or ''}", [g["verification_id"]],
                   (g["task_id"], g["block_id"], _where(p), _fmt(g["observed"]),
-                   _fmt(g["threshold"]), g["reason"] or ""))
+                   _fmt(g["threshold"]), g["reason"] or ""), p, "failed")
     rules: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for dg in ev.diagnoses:
         for r in dg["rules_fired"] or []:
@@ -369,7 +373,7 @@ def _directions(ev: Evidence, draft: Any) -> None:
         f.add("Rejections", f"{d['candidate_key']} rejected in {d['task_id']} block "
               f"{d['block_id']} on {_where(p)}: {d['reason'] or ''}",
               [d["decision_id"], *(d["evidence"] or [])],
-              (d["task_id"], str(d["block_id"]), _where(p), d["reason"] or ""))
+              (d["task_id"], str(d["block_id"]), _where(p), d["reason"] or ""), p, "rejected")
     task_decisions = {(d["task_id"], d["kind"]): d for d in ev.decisions}
     for r in ev.node_rejections:
         node = f"{r['graph']}.{r['node']}"
@@ -378,7 +382,7 @@ def _directions(ev: Evidence, draft: Any) -> None:
         td = task_decisions.get((node, "rejected"))
         f.add("Rejections", f"graph node {r['node']} of {r['graph']} rejected: {r['reason']}",
               [r["event_id"], *r["evidence"], td["decision_id"] if td else ""],
-              (r["graph"], str(r["node"]), r["reason"]))
+              (r["graph"], str(r["node"]), r["reason"]), None, "rejected")
 
 
 def _summary(d: Draft) -> str:

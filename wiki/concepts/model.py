@@ -27,7 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..page import page_name
 
-CATALOG_VERSION = 1  # bump when the record's shape changes: old catalogs recompile whole
+# Bump when the record's shape changes: old catalogs recompile whole (2: claims carry their
+# point and outcome).
+CATALOG_VERSION = 2
 CONCEPTS_DIR = "concepts"
 CATALOG = "_catalog.json"
 
@@ -65,6 +67,10 @@ class Claim(_Frozen):
     row: tuple[str, ...] | None = None
     citations: tuple[Citation, ...] = Field(min_length=1)  # nothing uncited is published
     author: Author = "compiler"
+    point: str | None = None  # the point hash the finding holds for (None: not one point)
+    # what was found there: a decision's kind (accepted, rejected), a verification's verdict,
+    # "measured", "failed" (a failure's occurrence); None for rows that are not a finding
+    outcome: str | None = None
 
 
 class Section(_Frozen):

@@ -27,6 +27,15 @@ def cites(cs: tuple[Citation, ...]) -> Any:
     return join(" ", [cite(c) for c in cs])
 
 
+def outcomes(p: ConceptPage, point_hash: str) -> str:
+    """What was found on one point, e.g. "accepted 1, rejected 2"."""
+    n: dict[str, int] = {}
+    for c in p.claims:
+        if c.point == point_hash and c.outcome:
+            n[c.outcome] = n.get(c.outcome, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(n.items())) or "-"
+
+
 def sources_digest(page: ConceptPage) -> str:
     joined = "\n".join(f"{s.event_id} {s.sha256}" for s in page.sources)
     return "sha256:" + hashlib.sha256(joined.encode()).hexdigest()
@@ -65,10 +74,12 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
             page.add("list", [text(c.text, " ", cites(c.citations)) for c in rows])
     if p.points:
         page.add("h", "Points it holds for")
-        page.add("table", ["point", "model", "accelerator", "engine", "runtime profile"],
+        page.add("table", ["point", "model", "accelerator", "engine", "runtime profile",
+                           "findings"],
                  [(link(point_path(x.point_hash), x.point_hash[:19]), x.model, x.accelerator,
                    x.engine, link(profile_path(x.runtime_profile), x.runtime_profile)
-                   if x.runtime_profile else "-") for x in p.points])
+                   if x.runtime_profile else "-", outcomes(p, x.point_hash))
+                  for x in p.points])
     if p.dropped:
         page.add("h", "Claims dropped")
         page.add("list", [f"{d.reason}: {d.text}" for d in p.dropped])

@@ -1,5 +1,5 @@
 """The concept pages on the site (`forge wiki build`): the compiled catalog's pages with their
-state as of the index now, the catalog page, the wiki's SCHEMA.md, and the site's llms.txt."""
+state as of the index now, the catalog page, and the site's llms.txt."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from .freshness import page_states
 from .model import CATALOG, concepts_dir, load_catalog
 from .render import catalog_page, concept_page
 
-SCHEMA = "SCHEMA.md"
 LLMS = "llms.txt"
 
 
@@ -36,19 +35,6 @@ def site_pages(con: Any, wiki_dir: Path) -> list[Page]:
     states = page_states(evidence.load(con), cat)
     pages = [concept_page(p, *states[slug]) for slug, p in cat.pages.items()]
     return [catalog_page(cat, states), *pages]
-
-
-def install_schema(wiki_dir: Path) -> bool:
-    """Copy the package's SCHEMA.md into the journal; False when it already held it."""
-    from .compiler import schema_text
-
-    path = Path(wiki_dir) / SCHEMA
-    text = schema_text()
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return True
 
 
 def _item(p: Page) -> str:
