@@ -257,3 +257,16 @@ def test_example_topology_task_sweeps_what_fits_the_node():
     assert differences(pt, pr, seen[0]) == []  # the baseline: the loop skips it after b1
     assert reason is not None and "the point needs 12 devices (prefill 8, decode 4) but 8 " \
         "are available" in reason
+
+
+def test_other_engines_deploy_one_colocated_server_only():
+    from infer_forge.harness.engines.whole import placement_problem
+
+    pt = load_point(EX / "points/tiny-cpu.yaml")
+    pr = load_profile(EX / "profiles/tiny-cpu.yaml")
+    assert placement_problem(pt, pr) is None
+    pd, _ = apply_candidate(pt, pr, {"topology.architecture": "pd"})
+    assert placement_problem(pd, pr) == ("engine hf serves one colocated server; architecture "
+                                         "pd with 2 servers is deployed for sglang only")
+    two, _ = apply_candidate(pt, pr, {"colocated.count": 2})
+    assert "with 2 servers" in (placement_problem(two, pr) or "")

@@ -10,6 +10,11 @@ Contracts:
   report the pinned SGLang version and resolve its command line's arguments as asked
   (`image.check_server`: a mismatch fails the deploy naming the process and both values, and
   tears every process down), and whose containers are removed after their clients stop.
+- `placement_problem(point, profile)` (pure): why a point cannot be deployed as it is, or
+  None: for sglang (with a pinned version), the launch plan's refusal on the point's own
+  accelerator (too few devices, a profile contradicting the point's parallelism); for the
+  other engines, anything but one colocated server. The sweep skips such candidates and
+  `out_of_scope` refuses them.
 - `deploy_whole(ws, point, profile, ...)`: a point served by one colocated server starts
   through its engine (`Engine.launch`, which checks image, version and arguments alike);
   any other sglang point (PD, EPD, replicas behind the router) is planned for this host
@@ -27,6 +32,7 @@ from typing import Any
 
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
 from ...ledger.workspace import Workspace
+from ..errors import HarnessError
 from . import engine_for
 from .base import RunningEngine, engine_config_of
 from .deploy import Deployment
@@ -163,9 +169,15 @@ def placement_problem(point: DeploymentPoint | None, profile: RuntimeProfile | N
     too few devices for its roles, a profile contradicting its parallelism, … (pure; the
     launch plan's one-line error), or None. Points of other engines, or without a pinned
     version (the flags' names depend on it), are not planned here."""
-    if point is None or profile is None or profile.engine != "sglang":
+    if point is None or profile is None:
         return None
-    from ..errors import HarnessError
+    if profile.engine != "sglang":
+        servers = sum(r.count for r in point.topology.roles) or 1
+        if point.topology.architecture != "colocated" or servers > 1:
+            return (f"engine {profile.engine} serves one colocated server; architecture "
+                    f"{point.topology.architecture} with {servers} servers is deployed for "
+                    "sglang only")
+        return None
     from .plan import plan_point
 
     try:
@@ -209,6 +221,8 @@ def deploy_whole(ws: Workspace | None, point: DeploymentPoint, profile: RuntimeP
     """Start the point as its topology says (see the module docstring); ready when returned."""
     name, config = engine_config_of(profile)
     if name != "sglang":
+        if (problem := placement_problem(point, profile)) is not None:
+            raise HarnessError(problem)
         return engine_for(name).launch(config, model=model, ws=ws, event_fields=event_fields)
     if single_server(point, config):
         return engine_for(name).launch(config, model=model, ws=ws, event_fields=event_fields,
