@@ -75,6 +75,19 @@ def test_ask_on_the_hand_built_ledger(workspace):
     assert ids["decisions"]["deepgemm-moe-h20"] in {c.event_id for c in first.citations}
 
 
+def test_ask_falls_back_to_retrieval_when_no_word_matches(workspace):
+    from tests.index_ledger import build as build_ledger
+
+    build_ledger(workspace)
+    a = ask(workspace, "numerical precision drift")  # no word of it is in the record
+    assert a.route == ["index", "retrieval"] and a.claims
+    held = {str(r.event.event_id) for r in workspace.ledger.log()}
+    for c in a.claims:
+        assert c.source == "retrieval" and c.score >= 0.2
+        assert c.citations and {x.event_id for x in c.citations} <= held
+    assert ask(workspace, "numerical precision drift", embeddings=False).claims == []
+
+
 def test_ask_reads_the_concept_catalog_first_and_follows_its_links(demo):
     ws, ids = demo
     compile_wiki(ws, deterministic=True)

@@ -43,6 +43,7 @@ MAX_CLAIMS = 8
 MAX_CONCEPTS = 3
 KEEP = 0.35  # a claim scoring under this share of the best one is left out
 CONCEPT_BONUS = 0.5  # a claim on a matched concept page gets this share of the page's score
+MIN_SIMILARITY = 0.2  # retrieval hits less similar (cosine) than this are left out
 PAYLOAD_CHARS = 1200  # of each cited event shown to the model
 STOP = frozenset("""a about after again all also am an and any are as at be been before being
 but by can could did do does doing for from had has have how i if in into is it its just me
@@ -273,11 +274,16 @@ def _rank(scored: list[tuple[float, _Doc]]) -> list[tuple[float, _Doc]]:
 
 
 def _retrieval_docs(ws: Workspace, question: str, con: Any) -> list[_Doc]:
-    from .retrieve import Retriever
+    from .embed import EmbeddingCache
+    from .retrieve import Retriever, corpus_docs
 
-    model = (ws.config.raw.get("wiki", {}) or {}).get("embedding_model")
-    r = Retriever.from_index(ws, model)
-    hits = r.search(question, k=MAX_CLAIMS)
+    # The retriever of `forge retrieve`, on this session's connection (the index is locked)
+    model = ws.config.settings.wiki.embedding_model
+    corpus = corpus_docs(con)
+    cache = EmbeddingCache(Path(ws.home) / "wiki" / "_embeddings.npz", model)
+    vecs = cache.embed([d.text for d in corpus])
+    cache.save()
+    hits = Retriever(corpus, vecs, model).search(question, k=MAX_CLAIMS)
     by_id = {d.ids[0]: d for d in index_docs(con)}
     out = []
     for h in hits:
@@ -285,7 +291,7 @@ def _retrieval_docs(ws: Workspace, question: str, con: Any) -> list[_Doc]:
         if d is None and h["kind"] == "task":
             d = next((x for x in by_id.values() if x.source == task_path(str(h["id"]))
                       and x.text.startswith("Task ")), None)
-        if d is not None and h["score"] > 0:
+        if d is not None and h["score"] >= MIN_SIMILARITY:
             d.source, d.bonus = "retrieval", float(h["score"])
             out.append(d)
     return out
