@@ -362,3 +362,54 @@ def test_cli_refuses_a_tag_without_digest(tmp_path):
     prof.write_text(bad)
     r = run_forge("engine", "up", str(prof), "--model", "Qwen/Qwen3-8B", "--once", home=home)
     assert r.returncode == 1 and "image_fallback" in r.stderr, r.stderr
+
+
+def _point_files(d: Path, **prof) -> Path:
+    import yaml
+
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "profile.yaml").write_text(yaml.safe_dump({
+        "service": "qwen-h200", "rev": 3, "engine": "sglang",
+        "config": {"startup_timeout_s": 60}, "image": {"name": NAME, "digest": DIGEST},
+        "framework": {"kind": "sglang", "version": "0.5.23"}, **prof}))
+    spec = stand_in_point().model_dump(mode="json")
+    spec["topology"] = {"architecture": "pd", "roles": [{"role": "prefill"},
+                                                        {"role": "decode"}]}
+    spec["runtime_profile"]["file"] = "profile.yaml"
+    (d / "point.yaml").write_text(yaml.safe_dump(spec))
+    return d / "point.yaml"
+
+
+@pytest.mark.slow
+def test_engine_up_point_runs_in_the_image(docker, tmp_path, workspace):
+    from infer_forge.harness.engines.point_up import point_up
+
+    point = _point_files(tmp_path / "spec")
+    shown = point_up(workspace, point, plan_only=True)["plan"]
+    assert all(p["argv"][:2] == [str(tmp_path / "bin" / "docker"), "run"]
+               for p in shown["processes"])
+    assert not (docker / "calls.jsonl").exists()  # --plan pulls nothing
+    said: list[str] = []
+    out = point_up(workspace, point, once=True, echo=said.append)
+    assert out["deployment"]["image"]["ref"] == REF
+    planned = [r.event for r in workspace.ledger.stream("engines")
+               if r.type == "LaunchPlanned"][-1]
+    # what was recorded before anything started is what ran: the wrapped command lines
+    assert all(REF in p["argv"] for p in planned.plan["processes"])
+    assert [c[:2] for c in calls(docker)][:3] == [["image", "inspect"], ["pull", REF],
+                                                  ["image", "inspect"]]
+    assert sum(c[:2] == ["rm", "-f"] for c in calls(docker)) == 3
+
+
+def test_engine_up_plan_without_a_runtime_shows_what_would_run(tmp_path, monkeypatch):
+    from infer_forge.harness.engines.point_up import point_up
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    point = _point_files(tmp_path / "spec")
+    shown = point_up(None, point, plan_only=True)["plan"]
+    assert [p["argv"][:2] for p in shown["processes"]] == [["docker", "run"]] * 3
+    with pytest.raises(HarnessError, match="needs docker or podman and neither is on PATH"):
+        point_up(None, point, once=True)
+    local = _point_files(tmp_path / "local", image_fallback="local")
+    shown = point_up(None, local, plan_only=True)["plan"]
+    assert shown["processes"][0]["argv"][1:3] == ["-m", "sglang.launch_server"]

@@ -9,8 +9,13 @@
    plan's `device_source` says why it could not deploy here;
 3. plans (`plan.py`) on ports from `base_port` (default: 30000 for a printed plan; a free
    block of ports for a deploy; a given base whose ports are taken is refused);
-4. unless `plan_only`, starts the `Deployment` (the plan is recorded first) and keeps it up
-   until Ctrl-C (or stops at once with `once`), returning the plan and what ran.
+4. with an image in the profile, wraps every process to run in it by digest (whole.py,
+   image.py: `--plan` shows the wrapped lines and pulls nothing; a deploy pulls and checks
+   the digest first);
+5. unless `plan_only`, starts the deployment (the plan is recorded first; each server's
+   version and resolved arguments checked against the profile: `whole.PinnedDeployment`)
+   and keeps it up until Ctrl-C (or stops at once with `once`), returning the plan and
+   what ran.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .accelerators import check_accelerator, host_accelerators
 from .base import apply_overrides
-from .deploy import Deployment
 from .plan import BOOTSTRAP_OFFSET, LaunchPlan, plan_point
 from .process import free_port
+from .whole import PinnedDeployment, pin_plan, shown_in_image
 
 PLAN_BASE_PORT = 30000
 
@@ -118,11 +123,13 @@ def point_up(ws: Workspace | None, point_path: str | Path, *,
     point, profile = point_and_profile(point_path, profile_path)
     plan = plan_here(point, profile, ws=ws, model=model, overrides=overrides,
                      base_port=base_port, plan_only=plan_only, nvml=nvml)
-    if plan_only:
-        return {"plan": plan.to_json()}
+    vendor = point.accelerator.vendor
+    if plan_only:  # in the profile's image as it would run; nothing pulled
+        return {"plan": shown_in_image(plan, profile, vendor=vendor).to_json()}
+    plan, use = pin_plan(plan, profile, vendor=vendor, say=echo)
     check = bool(apply_overrides(profile.config, overrides).get("check_flags"))
-    with Deployment(plan, ws=ws, stream=stream, event_fields=event_fields,
-                    check_flags=check) as dep:
+    with PinnedDeployment(plan, profile, use, ws=ws, stream=stream, event_fields=event_fields,
+                          check_flags=check) as dep:
         info = dep.describe()
         if not once:
             echo(f"{plan.architecture} deployment of {plan.point or point_path} up at "

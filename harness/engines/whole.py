@@ -66,6 +66,28 @@ def pin_plan(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "nvidia
     return wrap_plan(plan, use, host_python=host_python, vendor=vendor), use
 
 
+def shown_in_image(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "nvidia"
+                   ) -> LaunchPlan:
+    """The plan as it would run in the profile's image (pure but for finding the runtime;
+    nothing pulled): wrapped for the runtime found, for `docker` when there is none and the
+    profile refuses the local install; as planned without an image or with the local
+    fallback on a host without a runtime."""
+    from .image import ContainerRuntime, ImageUse, image_ref
+
+    ref = image_ref(profile)
+    if ref is None:
+        return plan
+    try:
+        use = image_use(profile)
+    except HarnessError:  # no runtime here; the deploy would refuse: show what would run
+        use = ImageUse(ContainerRuntime("docker", "docker"), ref, ref.rpartition("@")[2],
+                       profile_label(profile))
+    if use is None:
+        return plan
+    host_python = str(profile.config.get("python") or sys.executable)
+    return wrap_plan(plan, use, host_python=host_python, vendor=vendor)
+
+
 def requested_of(p: ProcessPlan, use: ImageUse | None) -> dict[str, Any]:
     """The server arguments a (possibly wrapped) process's command line asks for."""
     argv = list(p.argv)
@@ -233,6 +255,7 @@ def deploy_whole(ws: Workspace | None, point: DeploymentPoint, profile: RuntimeP
     plan, use = pin_plan(plan, profile, vendor=point.accelerator.vendor, say=say)
     say(f"deploying {plan.architecture}: {len(plan.processes)} processes "
         f"({', '.join(p.name for p in plan.processes)})")
-    dep = PinnedDeployment(plan, profile, use, ws=ws, event_fields=event_fields)
+    dep = PinnedDeployment(plan, profile, use, ws=ws, event_fields=event_fields,
+                           check_flags=bool(config.get("check_flags")))
     dep.start()
     return RunningPoint(dep)
