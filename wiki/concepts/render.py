@@ -80,9 +80,11 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
                    x.engine, link(profile_path(x.runtime_profile), x.runtime_profile)
                    if x.runtime_profile else "-", outcomes(p, x.point_hash))
                   for x in p.points])
-    if p.dropped:
+    if p.dropped:  # why, never the dropped text: nothing uncited is published
         page.add("h", "Claims dropped")
-        page.add("list", [f"{d.reason}: {d.text}" for d in p.dropped])
+        page.add("p", f"{len(p.dropped)} generated sentence(s) failed the citation check "
+                      "and are not shown (forge wiki compile --json lists them):")
+        page.add("list", [d.reason for d in p.dropped])
     page.add("p", text("Part of ", link(INDEX, "the concept catalog"), "."))
     return page
 
