@@ -180,6 +180,7 @@ class EngineUpArgs(Args):
 def _engine_up(session: AgentSession, ctx: ToolContext, a: EngineUpArgs) -> Any:
     from ..engines import engine_for
     from ..engines.base import engine_config_of
+    from ..engines.whole import deploy_whole
     from ..loop.executors import out_of_scope
     from ..record import task_append
 
@@ -227,8 +228,12 @@ def _engine_up(session: AgentSession, ctx: ToolContext, a: EngineUpArgs) -> Any:
     source = a.model or (point.model.source if point is not None else None)
     model_dir = _model_dir(ctx.ws, source) if source and name != "external" else None
     ctx.progress(f"launching {name} engine" + (f" for task {task_id}" if task_id else ""))
-    running = engine_for(name).launch(config, model=model_dir, ws=ctx.ws, stream=stream,
-                                      event_fields=fields)
+    if point is not None and name != "external":  # the point as a whole: PD, EPD, replicas
+        running = deploy_whole(ctx.ws, point, profile, model=model_dir, stream=stream,
+                               event_fields=fields)
+    else:
+        running = engine_for(name).launch(config, model=model_dir, ws=ctx.ws, stream=stream,
+                                          event_fields=fields)
     traffic = point.scenario.traffic if point is not None else None
     h = session.add(running, task_id, candidate, model_dir, traffic)
     return {**h.info(), "describe": running.describe()}

@@ -239,15 +239,18 @@ def point_parallelism(point: DeploymentPoint, profile: RuntimeProfile,
 
 def deploy_whole(ws: Workspace | None, point: DeploymentPoint, profile: RuntimeProfile, *,
                  model: str | Path | None, event_fields: Mapping[str, Any] | None = None,
-                 say: Say = _quiet) -> RunningEngine:
-    """Start the point as its topology says (see the module docstring); ready when returned."""
+                 stream: str | None = None, say: Say = _quiet) -> RunningEngine:
+    """Start the point as its topology says (see the module docstring); ready when returned.
+    Engine events go on `stream` (default `engines`) with `event_fields`."""
     name, config = engine_config_of(profile)
     if name != "sglang":
         if (problem := placement_problem(point, profile)) is not None:
             raise HarnessError(problem)
-        return engine_for(name).launch(config, model=model, ws=ws, event_fields=event_fields)
+        return engine_for(name).launch(config, model=model, ws=ws, stream=stream,
+                                       event_fields=event_fields)
     if single_server(point, config):
-        return engine_for(name).launch(config, model=model, ws=ws, event_fields=event_fields,
+        return engine_for(name).launch(config, model=model, ws=ws, stream=stream,
+                                       event_fields=event_fields,
                                        overrides=point_parallelism(point, profile, config))
     from .point_up import plan_here
 
@@ -255,7 +258,8 @@ def deploy_whole(ws: Workspace | None, point: DeploymentPoint, profile: RuntimeP
     plan, use = pin_plan(plan, profile, vendor=point.accelerator.vendor, say=say)
     say(f"deploying {plan.architecture}: {len(plan.processes)} processes "
         f"({', '.join(p.name for p in plan.processes)})")
-    dep = PinnedDeployment(plan, profile, use, ws=ws, event_fields=event_fields,
+    dep = PinnedDeployment(plan, profile, use, ws=ws, stream=stream,
+                           event_fields=event_fields,
                            check_flags=bool(config.get("check_flags")))
     dep.start()
     return RunningPoint(dep)
