@@ -413,3 +413,25 @@ def test_engine_up_plan_without_a_runtime_shows_what_would_run(tmp_path, monkeyp
     local = _point_files(tmp_path / "local", image_fallback="local")
     shown = point_up(None, local, plan_only=True)["plan"]
     assert shown["processes"][0]["argv"][1:3] == ["-m", "sglang.launch_server"]
+
+
+def test_a_runtime_that_cannot_answer_is_not_a_missing_image(tmp_path, monkeypatch):
+    """Recorded from docker 28.2.2 on a host without its daemon: inspect exits 1 with
+    `Cannot connect to the Docker daemon …` on stderr; that is said as it is, no pull tried."""
+    import subprocess
+
+    from infer_forge.harness.engines.image import ensure_image
+
+    seen: list[list[str]] = []
+
+    def run(cmd, **_kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "Cannot connect to the Docker daemon at "
+                                           "unix:///var/run/docker.sock. Is the docker daemon "
+                                           "running?\n")
+
+    with pytest.raises(HarnessError) as e:
+        ensure_image(use(), run=run)
+    assert str(e.value).startswith(f"docker image inspect {REF} exited 1: Cannot connect to "
+                                   "the Docker daemon")
+    assert len(seen) == 1

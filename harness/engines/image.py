@@ -30,6 +30,7 @@ Contracts:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,9 @@ RUNTIMES: tuple[RuntimeKind, ...] = ("docker", "podman")
 IMAGE_PYTHON = "python3"  # the interpreter SGLang's images put on PATH
 LABEL = "org.infer-forge.managed=1"
 PULL_TIMEOUT_S = 3600.0  # SGLang images are tens of GB
+# How the runtimes say an image is not there (docker: "No such image: REF", podman:
+# "REF: image not known"); any other failure of `image inspect` is the runtime's own.
+MISSING_IMAGE = re.compile(r"no such image|image not known", re.IGNORECASE)
 # Device visibility is the runtime's job inside a container (devices renumbered from 0).
 VISIBILITY_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"}
 # Arguments the harness sets per process, not the profile: not compared with /server_info.
@@ -243,7 +247,11 @@ def repo_digests(use: ImageUse, run: Runner = subprocess.run) -> list[str] | Non
     """The digests the runtime knows the image by (None: the image is not present)."""
     r = _run(use, ["image", "inspect", "--format", "{{json .RepoDigests}}", use.ref], 60, run)
     if r.returncode != 0:
-        return None
+        if MISSING_IMAGE.search(r.stderr or ""):
+            return None
+        # Not "no such image": the runtime itself cannot answer (a daemon not running, …).
+        raise HarnessError(f"{use.runtime.kind} image inspect {use.ref} exited "
+                           f"{r.returncode}: {_last(r.stderr or r.stdout)}")
     try:
         data = json.loads(r.stdout.strip().splitlines()[0]) if r.stdout.strip() else []
     except ValueError:
