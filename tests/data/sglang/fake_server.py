@@ -3,7 +3,7 @@
 It parses the launch flags (and `--config YAML`) the way the real server does, then serves
 the recorded 0.5.x responses beside this file over the real HTTP protocol: /health,
 /health_generate, /server_info (+ /get_server_info), /model_info, /metrics, /v1/models,
-/start_profile, /stop_profile, /flush_cache, and non-streamed /v1/completions,
+/start_profile, /stop_profile, /flush_cache, and /v1/completions (`stream: true`: SSE),
 /v1/chat/completions and /generate that echo the prompt and name the server's
 `--disaggregation-mode` (an `--encoder-only` server refuses them, as an encoder serves no
 text). `--help` prints the recorded help text.
@@ -136,6 +136,14 @@ def main():
             usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
             if path == "/generate":
                 out = {"text": text, "meta_info": {**usage, "disaggregation_mode": role}}
+            elif req.get("stream"):  # SSE as SGLang streams it: a chunk per word, usage last
+                chat = path.endswith("chat/completions")
+                chunks = [{"choices": [{"index": 0, "delta": {"content": " " + w}} if chat
+                                       else {"index": 0, "text": " " + w}]}
+                          for w in text.split()]
+                chunks.append({"choices": [], "usage": usage, "disaggregation_mode": role})
+                sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+                return self.send(200, sse + "data: [DONE]\n\n", "text/event-stream")
             else:
                 chat = path.endswith("chat/completions")
                 choice = ({"index": 0, "message": {"role": "assistant", "content": text}}
