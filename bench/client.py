@@ -6,9 +6,12 @@
    PyPI in its own venv (same request count, concurrency, output tokens, server-reported
    token counts). Runs alternate ours/peer `--repeats` times; medians are compared.
 2. Precision: against the scripted server with first token after D ms and a token every I ms,
-   the error of TTFT, TPOT and ITL at concurrency 1 and 64 versus the script, next to the
-   server's own lateness (how late it actually wrote, from `/forge/stats`).
-   Goal: within 1 ms + 2 % of the truth.
+   the error of TTFT, TPOT and ITL at concurrency 1 and 64 against the times the server
+   actually wrote each token (`/forge/timeline`) and against the script, next to the
+   server's own lateness (`/forge/stats`). Goal: every mean and p99 |error| against the
+   server within 1 ms + 2 % of the truth; printed as PASS/FAIL with the load average. Each
+   level runs with kernel receive timestamps (the client's default since issue 16) and, in
+   the same run, with the time each read returned (the client before).
 
 Run: .venv/bin/python bench/client.py [--quick] [--peer-bin /tmp/peer-venv/bin/aiperf]
 Peer venv: python3.11 -m venv /tmp/peer-venv && /tmp/peer-venv/bin/pip install aiperf
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -30,7 +34,8 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from infer_forge.harness.bench.client import BenchConfig, run_bench
+from infer_forge.harness.bench import sse_client
+from infer_forge.harness.bench.client import BenchConfig, parse_workers, run_bench
 from infer_forge.harness.bench.datasets import (
     Prompt,
     load_tokenizer,
@@ -70,12 +75,15 @@ class Server:
         self.proc.wait(10)
 
 
-def ours(url: str, prompts: list[Prompt], concurrency: int, transport: str = "auto") -> dict:
+def ours(url: str, prompts: list[Prompt], concurrency: int, transport: str = "auto",
+         workers: int | str = "auto") -> dict:
     cpu0 = time.process_time()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)  # worker processes, when any
     res = run_bench(BenchConfig(url=url, model="scripted", engine="scripted",
-                                max_concurrency=concurrency, warmup=1, transport=transport),
-                    prompts)
-    cpu = time.process_time() - cpu0
+                                max_concurrency=concurrency, warmup=1, transport=transport,
+                                workers=workers), prompts)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = time.process_time() - cpu0 + (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     m = res.metrics
     assert m["failed"] == 0, [r.error for r in res.records if not r.success][:3]
     return {"req_s": m["request_throughput"], "tok_s": m["output_throughput"],
@@ -119,23 +127,25 @@ def overhead(a, tok_dir: Path, tmp: Path) -> dict:
         peer_error = f"aiperf not found (looked for {a.peer_bin})"
     try:
         for i in range(a.repeats):
-            runs["ours"].append(ours(server.url, prompts, a.concurrency))
+            runs["ours"].append(ours(server.url, prompts, a.concurrency, workers=a.workers))
             print(f"  ours   run {i + 1}: {runs['ours'][-1]['req_s']:9.1f} req/s "
                   f"{runs['ours'][-1]['tok_s']:10.1f} tok/s "
-                  f"{runs['ours'][-1]['cpu_ms_per_req']:.2f} CPU-ms/req", flush=True)
+                  f"{runs['ours'][-1]['cpu_ms_per_req']:.2f} CPU-ms/req  "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
             runs["ours_aiohttp"].append(ours(server.url, prompts, a.concurrency, "aiohttp"))
             print(f"  ours (aiohttp transport) run {i + 1}: "
                   f"{runs['ours_aiohttp'][-1]['req_s']:9.1f} req/s "
                   f"{runs['ours_aiohttp'][-1]['tok_s']:10.1f} tok/s "
-                  f"{runs['ours_aiohttp'][-1]['cpu_ms_per_req']:.2f} CPU-ms/req", flush=True)
+                  f"{runs['ours_aiohttp'][-1]['cpu_ms_per_req']:.2f} CPU-ms/req  "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
             if peer and peer_error is None:
                 try:
                     r = aiperf(peer, server.url, tok_dir, a.requests, a.concurrency,
                                a.input_len, a.output_len, tmp / f"aiperf-{i}")
                     runs["aiperf"].append(r)
                     print(f"  aiperf run {i + 1}: {r['req_s']:9.1f} req/s "
-                          f"{r['tok_s']:10.1f} tok/s {r['cpu_ms_per_req']:.2f} CPU-ms/req",
-                          flush=True)
+                          f"{r['tok_s']:10.1f} tok/s {r['cpu_ms_per_req']:.2f} CPU-ms/req  "
+                          f"load {os.getloadavg()[0]:.2f}", flush=True)
                 except (RuntimeError, subprocess.TimeoutExpired, KeyError) as e:
                     peer_error = " ".join(str(e).split())[:400]
     finally:
@@ -171,52 +181,98 @@ def _summary(errs: list[float], truth: float) -> dict:
             "p99_within_goal": p99 <= tol}
 
 
+def _level(server: Server, conc: int, n: int, d_ms: float, i_ms: float, n_tok: int,
+           stamps: bool, workers: int | str = "auto") -> dict:
+    """One precision run at concurrency `conc`: the client's errors against the script and
+    against what the server actually did. `stamps`: kernel receive times (the default) or,
+    for comparison, the time each read returned."""
+    prompts = [Prompt(f"precision prompt {k}", 3, n_tok) for k in range(n)]
+    server.reset()
+    sse_client.KERNEL_STAMPS = stamps
+    try:
+        # Warmup = concurrency: every connection is open before the clock runs, so the
+        # figures are steady-state (a cold start adds TCP connects to the first TTFTs).
+        res = run_bench(BenchConfig(url=server.url, model="scripted", engine="scripted",
+                                    max_concurrency=conc, warmup=conc, workers=workers),
+                        prompts)
+    finally:
+        sse_client.KERNEL_STAMPS = True
+    load = os.getloadavg()[0]
+    stats = server.get("/forge/stats")  # (its lateness includes the warmup's writes)
+    timeline = server.get("/forge/timeline")
+    recs = [r for r in res.records if r.success]
+    assert len(recs) == n, [r.error for r in res.records if not r.success][:3]
+    vs_script: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": []}
+    vs_server: dict[str, list[float]] = {"ttft": [], "tpot": [], "itl": []}
+    for p, r in zip(prompts, res.records, strict=True):
+        w = timeline[str(zlib.crc32(p.prompt.encode()))]["writes"]
+        tpot = (r.e2e - r.ttft) / (r.output_len - 1)
+        vs_script["ttft"].append(r.ttft * 1000 - d_ms)
+        vs_script["tpot"].append(tpot * 1000 - i_ms)
+        vs_script["itl"] += [g * 1000 - i_ms for g in r.itl]
+        vs_server["ttft"].append((r.ttft - (w[0] - r.start_time)) * 1000)
+        vs_server["tpot"].append((tpot - (w[-1] - w[0]) / (len(w) - 1)) * 1000)
+        vs_server["itl"] += [(g - (b - a_)) * 1000
+                             for g, a_, b in zip(r.itl, w[:-1], w[1:], strict=True)]
+    truth = {"ttft": d_ms, "tpot": i_ms, "itl": i_ms}
+    vs = {k: _summary(v, truth[k]) for k, v in vs_server.items()}
+    # Gaps of exactly 0: tokens the server wrote apart that arrived in one read (the client
+    # was late by more than a gap) — where a kernel-stamped client's error comes from.
+    shared = sum(1 for r in res.records for g in r.itl if g == 0.0)
+    return {"concurrency": conc, "requests": n, "stamps": "kernel" if stamps else "read",
+            "workers_used": res.config["workers_used"],
+            "gaps": len(vs_server["itl"]), "gaps_in_one_read": shared,
+            "load_avg_1m": load,
+            "passed": all(v["mean_within_goal"] and v["p99_within_goal"] for v in vs.values()),
+            "vs_server_actual": vs,
+            "vs_script": {k: _summary(v, truth[k]) for k, v in vs_script.items()},
+            "server_late_ms": {k: stats[k] for k in
+                               ("mean_late_ms", "p50_late_ms", "p99_late_ms")}}
+
+
+def _print_level(lv: dict) -> None:
+    vs = lv["vs_server_actual"]
+    parts = [f"{k.upper()} {v['mean_err_ms']:+.3f}/{v['p99_abs_err_ms']:.3f} "
+             f"(goal {v['tolerance_ms']:.1f})" for k, v in vs.items()]
+    failed = [f"{k.upper()} {w}" for k, v in vs.items() for w, ok in
+              (("mean", v["mean_within_goal"]), ("p99", v["p99_within_goal"])) if not ok]
+    verdict = "PASS" if lv["passed"] else "FAIL: " + ", ".join(failed)
+    w = f"w={lv['workers_used']} " if lv["workers_used"] > 1 else ""
+    print(f"  c={lv['concurrency']:<3} {w}{lv['stamps']:<6} vs server mean/p99|err| ms: "
+          + "; ".join(parts) + f"  {verdict}  load {lv['load_avg_1m']:.2f}; "
+          f"{lv['gaps_in_one_read']}/{lv['gaps']} gaps in one read", flush=True)
+    sc = lv["vs_script"]
+    print(f"  {'':5} {'':6} vs script: " + "; ".join(
+        f"{k.upper()} {v['mean_err_ms']:+.3f}/{v['p99_abs_err_ms']:.3f}" for k, v in sc.items())
+        + f"; server late mean {lv['server_late_ms']['mean_late_ms']:.3f} "
+          f"p99 {lv['server_late_ms']['p99_late_ms']:.3f}", flush=True)
+
+
 def precision(a) -> dict:
     """Errors of the client's TTFT/TPOT/ITL against (a) the script and (b) what the server
-    actually did (its write times, same monotonic clock): (a) = server lateness + (b)."""
+    actually did (its write times, same monotonic clock): (a) = server lateness + (b).
+    Per level, with kernel receive times (the client's default) and, in the same run, with
+    the time each read returned (what the client did before issue 16)."""
     d_ms, i_ms, n_tok = a.first_token_ms, a.itl_ms, a.tokens
     server = Server("--first-token-ms", str(d_ms), "--itl-ms", str(i_ms), "--tokens", str(n_tok),
                     "--record-timeline")
-    out = {"first_token_ms": d_ms, "itl_ms": i_ms, "tokens": n_tok, "levels": []}
+    out: dict = {"first_token_ms": d_ms, "itl_ms": i_ms, "tokens": n_tok,
+                 "goal": "every TTFT/TPOT/ITL mean and p99 |error| vs the server's actual "
+                         "writes within 1 ms + 2 % of the truth", "levels": []}
+    counts = {1: a.precision_requests_c1, 64: a.precision_requests_c64}
     try:
-        for conc, n in ((1, a.precision_requests_c1), (64, a.precision_requests_c64)):
-            prompts = [Prompt(f"precision prompt {k}", 3, n_tok) for k in range(n)]
-            server.reset()
-            # Warmup = concurrency: every connection is open before the clock runs, so the
-            # figures are steady-state (a cold start adds TCP connects to the first TTFTs).
-            res = run_bench(BenchConfig(url=server.url, model="scripted", engine="scripted",
-                                        max_concurrency=conc, warmup=conc), prompts)
-            stats = server.get("/forge/stats")  # (its lateness includes the warmup's writes)
-            timeline = server.get("/forge/timeline")
-            recs = [r for r in res.records if r.success]
-            assert len(recs) == n, [r.error for r in res.records if not r.success][:3]
-            vs_script = {"ttft": [], "tpot": [], "itl": []}
-            vs_server = {"ttft": [], "tpot": [], "itl": []}
-            for p, r in zip(prompts, res.records, strict=True):
-                w = timeline[str(zlib.crc32(p.prompt.encode()))]["writes"]
-                tpot = (r.e2e - r.ttft) / (r.output_len - 1)
-                vs_script["ttft"].append(r.ttft * 1000 - d_ms)
-                vs_script["tpot"].append(tpot * 1000 - i_ms)
-                vs_script["itl"] += [g * 1000 - i_ms for g in r.itl]
-                vs_server["ttft"].append((r.ttft - (w[0] - r.start_time)) * 1000)
-                vs_server["tpot"].append((tpot - (w[-1] - w[0]) / (len(w) - 1)) * 1000)
-                vs_server["itl"] += [(g - (b - a_)) * 1000
-                                     for g, a_, b in zip(r.itl, w[:-1], w[1:], strict=True)]
-            truth = {"ttft": d_ms, "tpot": i_ms, "itl": i_ms}
-            level = {"concurrency": conc, "requests": n,
-                     "vs_script": {k: _summary(v, truth[k]) for k, v in vs_script.items()},
-                     "vs_server_actual": {k: _summary(v, truth[k]) for k, v in vs_server.items()},
-                     "server_late_ms": {k: stats[k] for k in
-                                        ("mean_late_ms", "p50_late_ms", "p99_late_ms")}}
-            out["levels"].append(level)
-            for name in ("vs_script", "vs_server_actual"):
-                parts = [f"{k.upper()} mean {v['mean_err_ms']:+.3f} p99|{v['p99_abs_err_ms']:.3f}|"
-                         for k, v in level[name].items()]
-                print(f"  c={conc:<3} {name:<17} " + "; ".join(parts) + " ms", flush=True)
-            print(f"  c={conc:<3} server late mean {stats['mean_late_ms']:.3f} ms, "
-                  f"p99 {stats['p99_late_ms']:.3f} ms", flush=True)
+        for conc in a.levels:
+            n = counts.get(conc, 4 * conc)
+            for stamps in (True, False) if a.compare_read_time else (True,):
+                lv = _level(server, conc, n, d_ms, i_ms, n_tok, stamps, a.workers)
+                out["levels"].append(lv)
+                _print_level(lv)
     finally:
         server.close()
+    kernel = [lv for lv in out["levels"] if lv["stamps"] == "kernel"]
+    out["passed"] = all(lv["passed"] for lv in kernel)
+    print(f"  goal (kernel stamps, every level): {'PASS' if out['passed'] else 'FAIL'}",
+          flush=True)
     return out
 
 
@@ -234,12 +290,20 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--precision-requests-c1", type=int, default=30)
     ap.add_argument("--precision-requests-c64", type=int, default=256)
+    ap.add_argument("--levels", default="1,64",
+                    help="concurrency levels for precision (others: 4 × concurrency requests)")
+    ap.add_argument("--workers", default="auto",
+                    help="our client's worker processes: auto (1 here for c ≤ 64) or N")
+    ap.add_argument("--no-compare-read-time", dest="compare_read_time", action="store_false",
+                    help="skip the same-run comparison with read-return timestamps")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-precision", action="store_true")
     a = ap.parse_args()
+    a.levels = [int(x) for x in a.levels.split(",") if x.strip()]
+    a.workers = parse_workers(a.workers)
     if a.quick:
         a.requests, a.repeats = 400, 1
-        a.precision_requests_c1, a.precision_requests_c64 = 5, 64
+        a.precision_requests_c1, a.precision_requests_c64 = 10, 128
     summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -250,7 +314,8 @@ def main() -> None:
             o = summary["overhead"]
             if o.get("ratio_req_s"):
                 print(f"  ratio ours/aiperf: {o['ratio_req_s']:.2f}x req/s, "
-                      f"{o['ratio_tok_s']:.2f}x tok/s")
+                      f"{o['ratio_tok_s']:.2f}x tok/s  (goal ≥ 1: "
+                      f"{'PASS' if o['ratio_req_s'] >= 1 else 'FAIL'})", flush=True)
             else:
                 print(f"  peer: {o['peer_error']}")
         if not a.skip_precision:

@@ -27,7 +27,7 @@ from infer_forge.harness.testing.scripted_server import token_text
 
 from tests.helpers.tasks import measurements, open_task
 
-from .conftest import run_forge
+from .conftest import need, run_forge
 from .test_loop import make_task_dir
 
 D_MS, I_MS, TOKENS = 60.0, 8.0, 12
@@ -282,10 +282,10 @@ def _feed_response(raw: bytes, sizes) -> tuple:
         for n in sizes:
             if pos >= len(raw):
                 break
-            conn.data_received(raw[pos:pos + n])
+            conn.data_received(raw[pos:pos + n], 1.0 + pos)
             pos += n
         if pos < len(raw):
-            conn.data_received(raw[pos:])
+            conn.data_received(raw[pos:], 1.0 + pos)
         if not fut.done():
             conn.connection_lost(None)
         try:
@@ -339,3 +339,213 @@ def test_server_closing_idle_connections_is_not_a_failure(scripted_server, trans
     assert all(r.success for r in res.records), [r.error for r in res.records]
     with urllib.request.urlopen(url + "/forge/stats") as r:
         assert json.loads(r.read())["idle_closed"] >= 3
+
+
+# --- kernel receive timestamps and worker processes (issue 16) ------------------------------
+
+
+def test_raw_transport_dates_a_read_by_its_arrival_not_by_when_it_was_read():
+    import asyncio
+    import socket
+    import sys
+    import time
+
+    from infer_forge.harness.bench import sse_client
+
+    need(sys.platform == "linux", "kernel receive timestamps are Linux's SO_TIMESTAMPNS")
+
+    class _Parser:  # records what the socket reader hands the HTTP parser
+        def __init__(self):
+            self.reads = []
+            self.lost = None
+
+        def connection_made(self, transport):
+            pass
+
+        def data_received(self, data, now):
+            self.reads.append((data, now))
+
+        def connection_lost(self, exc):
+            self.lost = exc
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        with socket.create_server(("127.0.0.1", 0)) as listener:  # real TCP, as the client
+            ours = socket.create_connection(listener.getsockname())
+            theirs, _ = listener.accept()
+        theirs.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ours.setblocking(False)
+        parser = _Parser()
+        sock = sse_client._Sock(loop, ours, parser)
+        assert sock.stamped
+        before = time.perf_counter()
+        theirs.send(b"token")
+        sent = time.perf_counter()
+        time.sleep(0.05)  # a busy client: the loop reads late (this *is* the scenario)
+        await asyncio.sleep(0)  # let the loop read
+        while not parser.reads:
+            await asyncio.sleep(0)
+        data, at = parser.reads[0]
+        read_after = time.perf_counter()
+        theirs.close()
+        while parser.lost is None and not sock.closed:
+            await asyncio.sleep(0)
+        sock.close()
+        return data, before, sent, at, read_after
+
+    data, before, sent, at, read_after = asyncio.run(go())
+    assert data == b"token"
+    # Dated when the bytes reached the socket (during send), not when the late loop read them.
+    assert before <= at <= sent
+    assert read_after - sent >= 0.05  # read late, yet dated early
+
+
+def test_workers_merge_records_in_order_with_counts_and_errors(scripted_server):
+    # Every 7th POST fails: failures stay data, each record stays with its prompt.
+    url = scripted_server("--first-token-ms", "5", "--itl-ms", "2", "--tokens", "6",
+                          "--fail-every", "7")
+    ps = prompts(20, out=6)
+    res = run_bench(cfg(url, max_concurrency=4, warmup=2, workers=2), ps)
+    assert res.config["workers_used"] == 2
+    assert [r.index for r in res.records] == list(range(20))
+    assert [r.index for r in res.warmup_records] == [-1, -2]
+    assert all(r.warmup for r in res.warmup_records)
+    everything = res.warmup_records + res.records
+    failed = [r for r in everything if not r.success]
+    assert len(failed) == len(everything) // 7  # the server counted every POST once
+    assert all(r.error.startswith("HTTP 500") for r in failed)
+    for p, r in zip(ps, res.records, strict=True):
+        assert r.prompt_len == p.prompt_len
+        if r.success:  # the worker kept each stream's text with its own request
+            seed = zlib.crc32(p.prompt.encode())
+            assert r.generated_text == "".join(token_text(seed, k) for k in range(6))
+            assert r.output_len == 6 and len(r.itl) == 5 and r.ttft > 0
+    m = res.metrics
+    assert m["completed"] == sum(r.success for r in res.records)
+    assert m["failed"] == 20 - m["completed"]
+    assert m["total_output_tokens"] == 6 * m["completed"]
+    assert res.duration_s > 0
+
+
+def test_workers_option_is_checked():
+    for bad in (0, -1, "two", 1.5, True):
+        with pytest.raises(HarnessError, match="workers"):
+            cfg("http://127.0.0.1:9", max_concurrency=4, workers=bad).validate()
+    with pytest.raises(HarnessError, match="needs a closed loop"):
+        cfg("http://127.0.0.1:9", workers=2, request_rate=5.0, max_concurrency=4).validate()
+    with pytest.raises(HarnessError, match="needs a closed loop"):
+        cfg("http://127.0.0.1:9", workers=2).validate()  # no max_concurrency
+    # One process for small or open-loop runs; never more workers than requests or streams.
+    assert cfg("http://x", max_concurrency=64).worker_count(1000) == 1
+    assert cfg("http://x", request_rate=5.0).worker_count(1000) == 1
+    assert cfg("http://x", max_concurrency=3, workers=8).worker_count(1000) == 3
+    assert cfg("http://x", max_concurrency=64, workers=8).worker_count(2) == 2
+    import os
+    want = max(1, min((os.cpu_count() or 1) // 2, 4))
+    assert cfg("http://x", max_concurrency=256).worker_count(1000) == want
+    r = run_forge("bench", "--url", "http://127.0.0.1:9", "--model", "m", "--tokenizer", "x",
+                  "--workers", "two")
+    assert r.returncode != 0 and "workers 'two'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def _stats(url: str) -> dict:
+    with urllib.request.urlopen(url + "/forge/stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _wait_for_requests(url: str, n: int, proc=None) -> None:
+    """Until the server has seen `n` POSTs (a condition, polled with a deadline)."""
+    import time
+
+    deadline = time.monotonic() + 60
+    while _stats(url)["requests"] < n:
+        assert proc is None or proc.poll() is None, "the client exited early"
+        assert time.monotonic() < deadline, "the workers never sent"
+        time.sleep(0.05)
+
+
+def test_cancelled_worker_run_leaves_no_process(scripted_server):
+    import asyncio
+    import multiprocessing as mp
+    import os
+
+    from infer_forge.harness.bench.client import run_bench_async
+
+    url = scripted_server("--first-token-ms", "600000")  # every request hangs
+    pids: list[int] = []
+
+    async def go():
+        task = asyncio.ensure_future(
+            run_bench_async(cfg(url, max_concurrency=4, warmup=0, workers=2), prompts(8)))
+        await asyncio.to_thread(_wait_for_requests, url, 4)
+        pids.extend(p.pid for p in mp.active_children())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert len(pids) == 2
+    assert mp.active_children() == []  # stopped and joined
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}")
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """Processes of process group `pgid` that are not zombies (read from /proc)."""
+    import os
+
+    live = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(name))
+    return live
+
+
+_CLIENT = """
+import sys
+from infer_forge.harness.bench.client import BenchConfig, run_bench
+from infer_forge.harness.bench.datasets import Prompt
+run_bench(BenchConfig(url=sys.argv[1], model="scripted", engine="scripted", max_concurrency=4,
+                      warmup=0, workers=2), [Prompt(f"p {i}", 3, 4) for i in range(8)])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_interrupted_or_killed_client_leaves_no_worker(scripted_server, how):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    need(sys.platform == "linux", "reads process groups from /proc")
+    url = scripted_server("--first-token-ms", "600000")  # every request hangs
+    p = subprocess.Popen([sys.executable, "-c", _CLIENT, url], start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_requests(url, 4, p)  # both workers are sending
+        assert len(_live_in_group(p.pid)) >= 3  # the client and its two workers
+        # Ctrl-C's SIGINT to the client alone (its workers ignore SIGINT anyway), or kill -9.
+        os.kill(p.pid, getattr(signal, how))
+        p.wait(60)
+        assert p.returncode != 0
+        deadline = time.monotonic() + 30
+        while _live_in_group(p.pid):  # a worker notices its parent's pipe close
+            assert time.monotonic() < deadline, f"orphans: {_live_in_group(p.pid)}"
+            time.sleep(0.05)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(10)

@@ -1,10 +1,10 @@
 """The benchmark client: async, streaming, OpenAI-compatible; sglang.bench_serving's metrics.
 
 Contracts:
-- Transport: for `http://` URLs the lean asyncio-protocol client of `sse_client` (parses and
-  timestamps in `data_received`, once per socket read); otherwise (or `transport="aiohttp"`)
-  one `aiohttp` session, connection limit ≥ concurrency. Either way, each request POSTs
-  `/v1/completions` (or `/v1/chat/completions`) with `stream: true`,
+- Transport: for `http://` URLs the lean asyncio client of `sse_client` (parses once per
+  socket read, each read dated by the kernel's receive time on Linux); otherwise (or
+  `transport="aiohttp"`) one `aiohttp` session, connection limit ≥ concurrency. Either way,
+  each request POSTs `/v1/completions` (or `/v1/chat/completions`) with `stream: true`,
   `stream_options.include_usage`, `temperature: 0` (greedy) and `max_tokens` = the prompt's
   output length, plus the engine's extra body fields (`ENGINE_EXTRA_BODY`: `ignore_eos` only
   for sglang, since `transformers serve` answers 422 to it) and any `extra_body`.
@@ -18,6 +18,10 @@ Contracts:
   prompt, at most 32 output tokens, sent together) run first and are excluded; if every warmup
   request fails, `HarnessError` names the first error (a broken setup, not a measurement).
 - Failures are data: a request that fails is a record with `success=False` and `error`.
+- Workers (`workers`, see `workers.py`): a closed loop may spread its streams over worker
+  processes, each with its own event loop; records come back with the same shape and order.
+  `auto` = one per 64 streams, at most half the CPUs (1 on a 2-core machine); 1 = this
+  process only. More than one needs a closed loop and no probe limits.
 - `run_bench` returns a `BenchResult` (records, duration, `compute_metrics` output);
   `record_measurement` stores the records as a JSONL artifact and appends one
   `MeasurementRecorded` (to the task stream when a task is given, else `measurements`).
@@ -36,7 +40,9 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
+import os
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -83,6 +89,7 @@ class BenchConfig:
     slo: dict[str, float] | None = None
     timeout_s: float = 6 * 3600
     transport: str = "auto"  # auto (raw for http://, else aiohttp) | raw | aiohttp
+    workers: int | str = "auto"  # processes sending the closed loop: "auto" | n ≥ 1
     # Set by the production guard (`guarded`): pacing and caps for probe traffic.
     probe: production.ProbeLimits | None = None
 
@@ -106,7 +113,25 @@ class BenchConfig:
             raise HarnessError(f"warmup {self.warmup} must be ≥ 0")
         if self.transport not in ("auto", "raw", "aiohttp"):
             raise HarnessError(f"transport {self.transport!r} is not auto, raw or aiohttp")
+        parse_workers(self.workers)
+        if isinstance(self.workers, int) and self.workers > 1 and not self.closed_loop():
+            raise HarnessError(f"workers {self.workers} needs a closed loop "
+                               "(max_concurrency set, request_rate inf)")
         self.api_url()
+
+    def closed_loop(self) -> bool:
+        return math.isinf(self.request_rate) and bool(self.max_concurrency)
+
+    def worker_count(self, n: int) -> int:
+        """Processes to send `n` requests with (see module contract)."""
+        if self.workers == "auto":
+            if not self.closed_loop() or self.probe is not None:
+                return 1
+            assert self.max_concurrency is not None  # closed_loop
+            want = min((os.cpu_count() or 1) // 2, math.ceil(self.max_concurrency / 64))
+        else:
+            want = int(self.workers)
+        return max(1, min(want, n, self.max_concurrency or 1))
 
     def use_raw(self) -> bool:
         return self.transport == "raw" or (self.transport == "auto"
@@ -131,6 +156,37 @@ class BenchResult:
 
     def summary(self) -> dict[str, Any]:
         return {"config": self.config, "metrics": self.metrics}
+
+
+def freeze_gc() -> bool:
+    """Before a measured run: every object alive now (modules, prompts, payloads) leaves the
+    cyclic collector's view, so its collections scan only the run's own objects. A full
+    collection over all that was imported paused the loop 10–100 ms on the 2-core machine,
+    long enough for every stream's next tokens to arrive in one read (bench/RESULTS.md,
+    issue 16). True when this call froze (and `thaw_gc` must undo it)."""
+    if gc.get_freeze_count():
+        return False  # frozen by someone else (another run, a forking server): theirs
+    gc.freeze()
+    return True
+
+
+def thaw_gc(frozen: bool) -> None:
+    if frozen:
+        gc.unfreeze()
+
+
+def parse_workers(value: int | str) -> int | str:
+    """`auto` or a count ≥ 1 (a CLI string too); HarnessError naming the value otherwise."""
+    if isinstance(value, str) and value.strip().lower() != "auto":
+        try:
+            value = int(value)
+        except ValueError:
+            raise HarnessError(f"workers {value!r} is not 'auto' or an integer ≥ 1") from None
+    elif isinstance(value, str):
+        value = "auto"
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise HarnessError(f"workers {value!r} is not 'auto' or an integer ≥ 1")
+    return value
 
 
 def _payload(cfg: BenchConfig, p: Prompt, max_tokens: int, extra: Mapping[str, Any]) -> bytes:
@@ -244,6 +300,15 @@ async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt], *,
     if not prompts:
         raise HarnessError("no prompts to send")
     cfg = guarded(cfg, len(prompts), guard)  # before anything is sent
+    nw = cfg.worker_count(len(prompts))
+    if nw > 1:
+        if cfg.probe is not None:
+            raise HarnessError(f"workers {cfg.workers} cannot hold a production endpoint's "
+                               "probe limits (one process paces them): use workers 1")
+        from .workers import run_in_workers  # it imports this module
+
+        warm_w, records_w, duration_w = await run_in_workers(cfg, prompts, nw)
+        return _result(cfg, records_w, warm_w, duration_w, nw)
     pacer = _Pacer(cfg.probe) if cfg.probe is not None else None
     url = cfg.api_url()
     chat = cfg.endpoint == "chat"
@@ -273,6 +338,7 @@ async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt], *,
             rec.error = (f"cut off at the probe budget's max_duration_s "
                          f"({pacer.limits.max_duration_s:g} s)")
 
+    frozen = False
     try:
         warm: list[RequestRecord] = []
         if cfg.warmup:
@@ -286,6 +352,7 @@ async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt], *,
         records = [RequestRecord(prompt_len=p.prompt_len, output_len=p.output_len, index=i)
                    for i, p in enumerate(prompts)]
         payloads = [_payload(cfg, p, p.output_len, extra) for p in prompts]
+        frozen = freeze_gc()
         start = time.perf_counter()
         if math.isinf(cfg.request_rate) and cfg.max_concurrency:
             # Closed loop: `max_concurrency` workers pull requests in order (FIFO, as a
@@ -316,15 +383,22 @@ async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt], *,
             await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
     finally:
+        thaw_gc(frozen)
         if raw is not None:
             raw.close()
         if session is not None:
             await session.close()
+    return _result(cfg, records, warm, duration, 1)
+
+
+def _result(cfg: BenchConfig, records: list[RequestRecord], warm: list[RequestRecord],
+            duration: float, workers: int) -> BenchResult:
     metrics = compute_metrics(records, duration, cfg.slo)
     conf = asdict(cfg)
     conf["request_rate"] = "inf" if math.isinf(cfg.request_rate) else cfg.request_rate
-    conf["num_prompts"] = n
-    conf["extra_body_sent"] = extra
+    conf["num_prompts"] = len(records)
+    conf["extra_body_sent"] = cfg.body_extra()
+    conf["workers_used"] = workers
     return BenchResult(conf, records, warm, duration, metrics)
 
 
@@ -419,7 +493,8 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
                   request_rate: float = math.inf, warmup: int = 1, seed: int = 42,
                   engine: str = "hf", endpoint: str = "completions",
                   extra_body: Mapping[str, Any] | None = None, goodput: Sequence[str] = (),
-                  transport: str = "auto", gsp: Mapping[str, int] | None = None,
+                  transport: str = "auto", workers: int | str = "auto",
+                  gsp: Mapping[str, int] | None = None,
                   ws: Workspace | None = None, task_id: str | None = None,
                   block_id: str | None = None, records_out: str | None = None,
                   candidate: Mapping[str, Any] | None = None, actor: E.Actor | None = None,
@@ -436,7 +511,7 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
     cfg = BenchConfig(url=url, model=model, endpoint=endpoint, max_concurrency=max_concurrency,
                       request_rate=request_rate, warmup=warmup, seed=seed, engine=engine,
                       extra_body=dict(extra_body or {}), slo=parse_slo(list(goodput)),
-                      transport=transport)
+                      transport=transport, workers=parse_workers(workers))
     cfg.validate()
     with ExitStack() as stack:
         gws = ws or guard_ws

@@ -1,12 +1,19 @@
 """Streaming OpenAI SSE over HTTP/1.1: the parsing both bench transports share, and a lean
-asyncio-protocol transport.
+asyncio transport.
 
 Why a second transport: aiohttp wakes a task and runs its flow control once per HTTP chunk —
 servers send one chunk per token — which costs tens of microseconds per token and delays the
-reading of other streams under load. `RawClient` parses the response inside the protocol's
-`data_received`, once per socket read, and takes each timestamp there: the moment the bytes
-reached Python. It speaks plain `http://` with keep-alive (Content-Length, chunked, or
-close-delimited bodies); anything else uses aiohttp.
+reading of other streams under load. `RawClient` reads each socket itself (`recvmsg` on the
+event loop's readiness callback) and parses the response there, once per socket read. It
+speaks plain `http://` with keep-alive (Content-Length, chunked, or close-delimited bodies);
+anything else uses aiohttp.
+
+Timestamps: on Linux each read carries the kernel's receive time of its data (SO_TIMESTAMPNS:
+when the last segment in the read reached the socket, converted to the perf_counter clock), so
+a client that is scheduled late — 64 streams on a busy 2-core machine — still dates each
+token when it arrived, not when Python got to it. Tokens that arrive in one read share that
+time (the last segment's). Elsewhere, or when the kernel gives no timestamp, the time the read
+returned is used.
 
 `StreamState.feed(data, now)` implements bench_serving's timing on SSE bytes: TTFT at the first
 `data:` event with non-empty text (completions `text` or chat `delta.content`), ITL between
@@ -16,6 +23,9 @@ consecutive non-empty events, E2E at the last `data:` line, output_len from usag
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
+import sys
 import time
 from urllib.parse import urlsplit
 
@@ -98,11 +108,12 @@ class StreamState:
 _HEAD, _BODY_LEN, _BODY_CHUNKED, _BODY_CLOSE, _IDLE = range(5)
 
 
-class _Conn(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection carrying one request at a time."""
+class _Conn:
+    """One keep-alive HTTP/1.1 connection carrying one request at a time (the parser; its
+    `_Sock` reads and writes)."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.transport: _Sock | None = None
         self.closed = False
         self.reused = False
         self._reset()
@@ -119,7 +130,7 @@ class _Conn(asyncio.Protocol):
         self.err_body = b""
         self.got_bytes = False
 
-    # asyncio.Protocol ------------------------------------------------------------------------
+    # called by _Sock -------------------------------------------------------------------------
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -133,8 +144,7 @@ class _Conn(asyncio.Protocol):
                 reason = f"{type(exc).__name__}: {exc}" if exc else "connection closed by server"
                 self.fut.set_exception(ConnectionError(reason))
 
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+    def data_received(self, data: bytes, now: float) -> None:
         self.got_bytes = True
         if self.state == _HEAD:
             self.raw += data
@@ -267,6 +277,138 @@ class _Conn(asyncio.Protocol):
         self.transport.write(request)
 
 
+# Linux's SO_TIMESTAMPNS (socket does not name it): each recvmsg carries a struct timespec
+# (CLOCK_REALTIME) of when the read's last segment reached the socket.
+_SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
+# False: date each read when it returned (bench/client.py's comparison; read at connect).
+KERNEL_STAMPS = True
+_TIMESPEC = struct.Struct("@ll")
+_READ_SIZE = 256 * 1024  # as asyncio's socket transport
+_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+class _Sock:
+    """A connected non-blocking socket read on the event loop with `recvmsg`, so each read
+    is dated by the kernel (see module doc); what asyncio's socket transport does for this
+    client, minus flow control (requests are small, responses are read as they come)."""
+
+    __slots__ = ("loop", "sock", "conn", "fd", "pending", "closed", "stamped")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, conn: _Conn):
+        self.loop, self.sock, self.conn = loop, sock, conn
+        self.fd = sock.fileno()
+        self.pending = b""  # unsent request bytes (a full send buffer)
+        self.closed = False
+        self.stamped = _stamp(sock)
+        conn.connection_made(self)
+        loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(_READ_SIZE, _ANC_SIZE if self.stamped else 0)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        now = time.perf_counter()
+        if not data:
+            self._lost(None)
+            return
+        for level, kind, raw in anc:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= 16:
+                sec, ns = _TIMESPEC.unpack_from(raw)
+                # realtime → perf_counter (CLOCK_MONOTONIC): the offset read now, so a step of
+                # the wall clock between reads does not matter. Never later than now.
+                at = (sec * 1_000_000_000 + ns - time.time_ns() + time.perf_counter_ns()) / 1e9
+                if at < now:
+                    now = at
+        self.conn.data_received(data, now)
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.pending:
+            self.pending += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as e:
+            self._lost(e)
+            return
+        if sent < len(data):
+            self.pending = data[sent:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self.pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        self.pending = self.pending[sent:]
+        if not self.pending:
+            self.loop.remove_writer(self.fd)
+
+    def _lost(self, exc: BaseException | None) -> None:
+        if not self.closed:
+            self._shut()
+            self.conn.connection_lost(exc)
+
+    def _shut(self) -> None:
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        if self.pending:
+            self.loop.remove_writer(self.fd)
+        self.sock.close()
+
+    def close(self) -> None:
+        """Close now; the parser hears of it on the next loop turn (as asyncio's close)."""
+        if not self.closed:
+            self._shut()
+            self.loop.call_soon(self.conn.connection_lost, None)
+
+
+def _stamp(sock: socket.socket) -> bool:
+    """Ask the kernel to date each read; False where it cannot."""
+    if _SO_TIMESTAMPNS is None or not KERNEL_STAMPS:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+async def _open(loop: asyncio.AbstractEventLoop, host: str, port: int) -> _Conn:
+    """A connected `_Conn` (TCP_NODELAY, as asyncio sets it), trying each address in turn."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    if not infos:
+        raise ConnectionError(f"no address for {host}:{port}")
+    err: BaseException | None = None
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+        except BaseException as e:  # closed on cancel too
+            sock.close()
+            if not isinstance(e, OSError):
+                raise
+            err = e
+            continue
+        conn = _Conn()
+        _Sock(loop, sock, conn)
+        return conn
+    assert err is not None
+    raise err
+
+
 class RawClient:
     """Keep-alive connections to one `http://host:port`; `request()` never raises."""
 
@@ -286,8 +428,7 @@ class RawClient:
                        "Content-Length: ").encode()
 
     async def _connect(self) -> _Conn:
-        loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(_Conn, self.host, self.port)
+        conn = await _open(asyncio.get_running_loop(), self.host, self.port)
         self.all.append(conn)
         return conn
 
