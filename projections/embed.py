@@ -124,8 +124,18 @@ class EmbeddingCache:
 
 
 def encode_query(text: str, model_name: str | None = None) -> np.ndarray:
+    """One text on one intra-op thread: a query is too small to split, and on a busy machine
+    the threads' waits for each other cost ~10x (57 vs 372 ms p50 at load 5 on 2 cores;
+    bench/RESULTS.md, issue 16). The process's thread count is restored after."""
     import numpy as np
+    import torch
 
     model = load_model(model_name)
-    return model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
-                        show_progress_bar=False)[0].astype(np.float32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        vec = model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
+                           show_progress_bar=False)[0]
+    finally:
+        torch.set_num_threads(threads)
+    return vec.astype(np.float32)

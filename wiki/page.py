@@ -197,12 +197,21 @@ class Page:
         return {s.path for b in self.blocks for t in _texts(b) for s in _segments(t)
                 if isinstance(s, Link)}
 
-    def text(self) -> str:
-        """Plain text of the page (search index)."""
-        parts = [self.title, self.summary]
+    def text(self, limit: int | None = None) -> str:
+        """Plain text of the page (search index); `limit`: its first `limit` characters,
+        made of the blocks they need only."""
+        parts = [x for x in (self.title, self.summary) if x]
+        size = sum(len(x) + 1 for x in parts)
         for b in self.blocks:
-            parts.extend(plain(t) for t in _texts(b))
-        return " ".join(p for p in parts if p)
+            if limit is not None and size > limit:
+                break
+            for t in _texts(b):
+                x = plain(t)
+                if x:
+                    parts.append(x)
+                    size += len(x) + 1
+        out = " ".join(parts)
+        return out if limit is None else out[:limit]
 
 
 def _texts(b: tuple) -> list[Any]:

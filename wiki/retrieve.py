@@ -2,7 +2,10 @@
 
 The corpus comes from the index (caught up first); vectors come from the embedding cache
 that `forge wiki build` fills, so after a build only the query is embedded. A `Retriever`
-holds the corpus matrix in memory: `forge wiki serve` keeps one warm.
+holds the corpus as one float32 matrix (rows L2-normalized: a query is one matrix-vector
+product and an argpartition). `forge wiki serve` keeps one warm; `retrieve()` keeps the last
+one per (workspace, index position, model) in the process, so a long-lived caller (the MCP
+server's journal_retrieve) loads the corpus once and again only after the ledger moved.
 """
 
 from __future__ import annotations
@@ -78,7 +81,11 @@ def corpus_docs(con: Any) -> list[Doc]:
 
 class Retriever:
     def __init__(self, docs: list[Doc], vecs: np.ndarray, model: str | None = None):
-        self.docs, self.vecs, self.model = docs, vecs, model
+        import numpy as np
+
+        self.docs, self.model = docs, model
+        self.vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        self.kinds = np.array([d.kind for d in docs], dtype=object)
 
     @classmethod
     def from_index(cls, ws: Workspace, model: str | None = None) -> Retriever:
@@ -98,8 +105,7 @@ class Retriever:
         q = encode_query(query, self.model)
         scores = self.vecs @ q
         if kinds:
-            mask = np.array([d.kind in kinds for d in self.docs])
-            scores = np.where(mask, scores, -np.inf)
+            scores = np.where(np.isin(self.kinds, list(kinds)), scores, -np.inf)
         k = min(k, len(self.docs))
         top = np.argpartition(-scores, k - 1)[:k]
         ranked = sorted(top, key=lambda i: (-scores[i], i))
@@ -110,11 +116,26 @@ class Retriever:
                 for i in ranked if np.isfinite(scores[i])]
 
 
+_WARM: dict[tuple[str, str | None], tuple[int, Retriever]] = {}
+
+
+def warm_retriever(ws: Workspace, model: str | None = None) -> Retriever:
+    """The process's Retriever for this workspace and model, loaded again only when the
+    index moved past the position it was loaded at."""
+    with open_index(ws) as s:
+        position = s.caught_up.position if s.caught_up else 0
+    key = (str(Path(ws.home).resolve()), model)
+    kept = _WARM.get(key)
+    if kept is None or kept[0] != position:
+        _WARM[key] = kept = (position, Retriever.from_index(ws, model))
+    return kept[1]
+
+
 def retrieve(ws: Workspace, query: str, k: int = 10, kinds: tuple[str, ...] = (),
              model: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     model = model or (ws.config.raw.get("wiki", {}) or {}).get("embedding_model")
-    r = Retriever.from_index(ws, model)
+    r = warm_retriever(ws, model)
     t1 = time.perf_counter()
     results = r.search(query, k, kinds)
     return {"query": query, "results": results, "corpus": len(r.docs),
