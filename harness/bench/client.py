@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import multiprocessing
 import os
 import random
 import time
@@ -125,7 +126,9 @@ class BenchConfig:
     def worker_count(self, n: int) -> int:
         """Processes to send `n` requests with (see module contract)."""
         if self.workers == "auto":
-            if not self.closed_loop() or self.probe is not None:
+            # A daemonic process (a multiprocessing pool's worker) may not start children.
+            if (not self.closed_loop() or self.probe is not None
+                    or multiprocessing.current_process().daemon):
                 return 1
             assert self.max_concurrency is not None  # closed_loop
             want = min((os.cpu_count() or 1) // 2, math.ceil(self.max_concurrency / 64))
