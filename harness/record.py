@@ -39,11 +39,11 @@ from .errors import HarnessError
 
 # Events that belong to the open block when they name one, and to the task when they do not.
 _IN_BLOCK = (E.ToolInvoked, E.MeasurementRecorded, E.MeasurementInvalidated,
-             E.EngineLaunched, E.EngineStopped)
+             E.EngineLaunched, E.EngineStopped, E.LaunchPlanned)
 # A tool call without a block: the executor's own call that decided to stop the task (saved
 # with its TaskExited, when no block is open).
 _TASK_LEVEL = (E.MeasurementRecorded, E.MeasurementInvalidated, E.EngineLaunched,
-               E.EngineStopped, E.ToolInvoked)
+               E.EngineStopped, E.ToolInvoked, E.LaunchPlanned)
 
 
 def check_events(task_id: str, mem: TaskMemory, events: Sequence[E.Event]) -> None:

@@ -30,7 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 from .clock import utcnow
 from .errors import NonFiniteError
 from .numbers import check_finite, field_path, number_problem
-from .payloads import GateResult, MemberState, StepResult, SyncConflict, gates_from_stored
+from .payloads import (
+    Difference,
+    GateResult,
+    MemberState,
+    StepResult,
+    SyncConflict,
+    gates_from_stored,
+)
 
 JSON = dict[str, Any]
 
@@ -279,6 +286,17 @@ class EngineStopped(Event):
     log_digest: str | None = None
 
 
+class LaunchPlanned(Event):
+    """A deployment point's launch plan (harness/engines/plan.py), recorded before any of
+    its processes starts: every command line, port, bootstrap port and device assignment."""
+
+    point: str | None = None
+    architecture: str
+    entry_url: str
+    plan: JSON
+    plan_digest: str
+
+
 class ProfileOp(BaseModel):
     """One entry of a profile's top list: an operator, kernel or function, its time over
     the capture (ms), its share of the ranked total and how many events or samples it had."""
@@ -341,6 +359,10 @@ class VerificationRecorded(Event):
     gates: list[GateResult] = Field(default_factory=list)  # one per gate, with the numbers
     steps: list[StepResult] = Field(default_factory=list)  # the verification path, in order
     evidence: list[str] = Field(default_factory=list)  # event ids / artifact digests
+    # Every dimension the block's deployment differs in from the baseline's (topology, roles,
+    # parallelism, engine flags, profile fields, code); [] for the baseline and for
+    # verifications recorded before it was stated.
+    differs: list[Difference] = Field(default_factory=list)
 
 
 @upcaster("VerificationRecorded", 1)

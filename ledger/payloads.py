@@ -162,6 +162,19 @@ class StepResult(BaseModel):
     output_tail: str = ""  # the last lines of its output, redacted
 
 
+class Difference(BaseModel):
+    """One dimension in which a candidate's deployment differs from the baseline's
+    (ledger/candidates.py `differences`): its path (`topology.architecture`,
+    `topology.roles.prefill.parallelism.tp`, `engine.<flag>`, `profile.<field>`,
+    `code.<member>`) and both values (None: that side does not have it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    baseline: Any = None
+    candidate: Any = None
+
+
 class UntrackedFile(BaseModel):
     """An untracked (not ignored) file of a snapshot: its path, mode and content digest (a
     symbolic link: the digest of its target)."""

@@ -240,11 +240,15 @@ class VersionedPart(Spec):
 
 
 class RuntimeProfile(Spec):
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"image_fallback": "refuse"}
     service: str
     rev: int = Field(ge=1)
     engine: Literal["sglang", "hf", "external"]
     config: dict[str, Any] = Field(default_factory=dict)  # the server flags, as a mapping
     image: Image | None = None
+    # With an image and no container runtime on the host (docker, podman): `refuse` the
+    # deploy, or run the `local` install instead (harness/engines/image.py).
+    image_fallback: Literal["local", "refuse"] = "refuse"
     framework: VersionedPart | None = None  # e.g. {kind: sglang, version: 0.5.23}
     device_runtime: VersionedPart = Field(
         default_factory=lambda: VersionedPart(kind="cpu"))  # cuda | rocm | cpu
@@ -876,8 +880,13 @@ def apply_candidate(point: DeploymentPoint | None, profile: RuntimeProfile | Non
                     candidate: dict[str, Any]) -> tuple[DeploymentPoint | None,
                                                         RuntimeProfile | None]:
     """The point and profile a candidate asks for (pure). Keys: `engine.<flag>` sets a server
-    flag in the profile's config, `profile.<field…>` a profile field, anything else a dotted
-    path into the deployment point (e.g. `topology.parallelism.tp`)."""
+    flag in the profile's config, `profile.<field…>` a profile field, `<role>.<field>` a
+    role's count or parallelism (`prefill.tp`, `decode.count`; ledger/candidates.py, which
+    also reshapes the roles when `topology.architecture` switches), anything else a dotted
+    path into the deployment point (e.g. `topology.parallelism.tp`). An impossible
+    combination is a SpecError naming the dimension."""
+    from .candidates import apply_point_keys
+
     pdata = point.model_dump(mode="json") if point is not None else None
     rdata = profile.model_dump(mode="json") if profile is not None else None
     for key, value in sorted(candidate.items()):
@@ -888,15 +897,19 @@ def apply_candidate(point: DeploymentPoint | None, profile: RuntimeProfile | Non
             rdata.setdefault("config", {})[rest] = value
         elif head == "profile" and rdata is not None:
             _set_path(rdata, rest.split("."), value)
-        elif pdata is not None:
-            _set_path(pdata, key.split("."), value)
+    if pdata is not None:  # topology keys, role keys (`prefill.tp`), other point paths
+        pdata = apply_point_keys(pdata, candidate, _set_path)
     try:
         new_point = DeploymentPoint.model_validate(pdata) if pdata is not None else None
         new_profile = RuntimeProfile.model_validate(rdata) if rdata is not None else None
     except ValidationError as e:
+        from .candidates import dimension_of
+
         first = e.errors()[0]
-        raise SpecError([f"candidate {candidate}: {dotted_path(tuple(first['loc']))}: "
-                         f"{first['msg']}"]) from None
+        loc = tuple(first["loc"])
+        dim = dimension_of(loc, pdata) if e.title == "DeploymentPoint" else None
+        raise SpecError([f"candidate {candidate}: {dotted_path(loc)}"
+                         + (f" ({dim})" if dim else "") + f": {first['msg']}"]) from None
     return new_point, new_profile
 
 

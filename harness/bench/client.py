@@ -62,6 +62,7 @@ from ..errors import HarnessError
 from ..guard import data_policy, production
 from ..record import check_measurement_target, record_measurements
 from .datasets import Prompt, build_prompts
+from .media import image_part
 from .metrics import RequestRecord, compute_metrics, numeric_metrics, parse_slo
 from .sse_client import RawClient, StreamState
 
@@ -196,7 +197,12 @@ def _payload(cfg: BenchConfig, p: Prompt, max_tokens: int, extra: Mapping[str, A
     body: dict[str, Any] = {"model": cfg.model, "max_tokens": max_tokens, "temperature": 0.0,
                             "stream": True, "stream_options": {"include_usage": True}}
     if cfg.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": p.prompt}]
+        # Images (bench/media.py) follow the text as OpenAI image_url parts of one message.
+        content: Any = [{"type": "text", "text": p.prompt}, *map(image_part, p.media)] \
+            if p.media else p.prompt
+        body["messages"] = [{"role": "user", "content": content}]
+    elif p.media:
+        raise HarnessError("prompts with images need the chat endpoint (endpoint='chat')")
     else:
         body["prompt"] = p.prompt
     body.update(extra)
@@ -502,11 +508,13 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
                   block_id: str | None = None, records_out: str | None = None,
                   candidate: Mapping[str, Any] | None = None, actor: E.Actor | None = None,
                   guard_ws: Workspace | None = None, guard_home: str | None = None,
+                  prompts: Sequence[Prompt] | None = None,
                   ) -> dict[str, Any]:
     """`forge bench`: build the prompts, run, optionally record; returns a JSON-able summary
     (`metrics`, `config`, and `measurement` when recorded). The production guard and the
     data policy read `ws`, else `guard_ws`, else the workspace at `guard_home` (FORGE_HOME
-    when None) when it has a forge.toml."""
+    when None) when it has a forge.toml. `prompts` (a point's workload, bench/workload.py)
+    replace the ones `dataset` would build."""
     check_optional_id(task_id, "task id")  # before the run, not after it
     check_optional_id(block_id, "block id")
     if ws is not None:
@@ -529,10 +537,11 @@ def bench_command(*, url: str, model: str, dataset: str = "random",
             cfg = guarded(cfg, num_prompts, BenchGuard(
                 gws, actor or E.Actor.tool("forge-bench"), task_id, block_id))
             cls = data_policy.class_of(gws, url=url, dataset=dataset, dataset_path=dataset_path)
-        prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir, dataset_path=dataset_path,
-                                num_prompts=num_prompts, input_len=input_len,
-                                output_len=output_len, range_ratio=range_ratio, seed=seed,
-                                **dict(gsp or {}))
+        if prompts is None:
+            prompts = build_prompts(dataset, tokenizer_dir=tokenizer_dir,
+                                    dataset_path=dataset_path, num_prompts=num_prompts,
+                                    input_len=input_len, output_len=output_len,
+                                    range_ratio=range_ratio, seed=seed, **dict(gsp or {}))
         result = run_bench(cfg, prompts)
         result.scrub = gws is not None and not data_policy.stores_text(gws, cls)
     result.config.update(dataset=dataset, input_len=input_len, output_len=output_len,

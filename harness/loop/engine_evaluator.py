@@ -1,13 +1,19 @@
 """Evaluating a candidate on a real engine: launch, check outputs, benchmark, tear down.
 
 Contract (an `Evaluator`, see evaluation.py):
-- One engine launch per candidate: exactly `ctx.profile`'s engine configuration (the loop has
-  applied the candidate's `engine.<key>` values to it), on `ctx.point`'s model (a `forge:`
-  recipe is pulled if missing). Other scope dimensions are not this evaluator's to change: a
-  candidate naming one is a failed run saying so.
+- One deployment per candidate: the whole of `ctx.point` served by `ctx.profile` (the loop
+  has applied the candidate: `engine.<key>`, `profile.<field>`, `topology.<path>` and role
+  keys such as `prefill.tp`), through `engines.whole.deploy_whole` (one colocated server
+  through its engine; PD, EPD and replicas as a planned deployment behind the router; in the
+  profile's pinned image, version and arguments checked), on the point's model (a `forge:`
+  recipe is pulled if missing). The scenario, model and accelerator are the experiment, not
+  the deployment: a candidate naming them (or code) is a failed run saying so. The runs'
+  `meta.deployment` says what was deployed (architecture, processes, plan digest, image).
 - Per launch: greedy outputs on the fixed prompt set (stored as an artifact; the baseline's
   digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
-  traffic (seeded prompts of exact token lengths, the point's concurrency or request rate).
+  workload (bench/workload.py: its dataset, lengths, shared-prefix groups, images, concurrency
+  or request rate, and its SLO as the goodput definition; described in `meta.workload`; a
+  point whose workload cannot be built is a failed run saying why, with nothing launched).
   Each run's metrics carry `token_match` against the baseline's outputs (1.0 for the baseline
   itself) and `failed` (requests that failed). When the task's contract has accuracy gates,
   each one's lm_eval task runs once per launch after the greedy outputs, before the
@@ -23,7 +29,6 @@ Contract (an `Evaluator`, see evaluation.py):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ import orjson
 
 from ...ledger import events as E
 from ...ledger.workspace import Workspace
-from ..bench.client import BenchConfig, BenchGuard, run_bench
+from ..bench.client import BenchGuard, run_bench
 from ..bench.correctness import (
     GreedyOutput,
     collect_greedy_outputs,
@@ -40,10 +45,11 @@ from ..bench.correctness import (
     is_scrubbed,
     outputs_jsonl,
 )
-from ..bench.datasets import Prompt, load_tokenizer, random_prompts
+from ..bench.datasets import load_tokenizer
 from ..bench.metrics import numeric_metrics
-from ..engines import engine_for
+from ..bench.workload import Workload, workload_for
 from ..engines.base import engine_config_of
+from ..engines.whole import deploy_whole, deployable, deployment_meta
 from ..errors import HarnessError
 from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
@@ -57,12 +63,18 @@ def _length(value: Any) -> int:
     return int(round(value if isinstance(value, int | float) else value.mean))
 
 
+class WorkloadError(HarnessError):
+    """The point's traffic cannot be turned into a workload (bench/workload.py)."""
+
+
 class EngineEvaluator:
-    def __init__(self, ws: Workspace, task: Any, *, greedy_max_tokens: int = GREEDY_MAX_TOKENS):
+    def __init__(self, ws: Workspace, task: Any, *, greedy_max_tokens: int = GREEDY_MAX_TOKENS,
+                 base_dir: str | Path | None = None):
         self.ws = ws
         self.task = task
         self.greedy_max_tokens = greedy_max_tokens
-        self._prompts: list[Prompt] | None = None
+        self.base_dir = base_dir  # the task file's directory
+        self._workload: Workload | None = None
         self._tokenizer = None
         self._model_dir: Path | None = None
 
@@ -79,16 +91,24 @@ class EngineEvaluator:
                 self._model_dir = Path(pull(self.ws, source).path)
         return self._model_dir
 
-    def _setup(self, point: Any) -> list[Prompt]:
-        """The fixed prompt set (built, with the tokenizer, on first use)."""
-        if self._prompts is None:
+    def _point_dir(self) -> Path | None:
+        """The point file's directory (a relative dataset file is found there), when known."""
+        rel = getattr(self.task, "point", None)
+        if self.base_dir is None:
+            return None
+        return Path(self.base_dir) / Path(rel).parent if isinstance(rel, str) else \
+            Path(self.base_dir)
+
+    def _setup(self, point: Any) -> Workload:
+        """The point's workload (bench/workload.py; built, with the tokenizer, on first use)."""
+        if self._workload is None:
             model_dir = self._model(point)
             self._tokenizer = load_tokenizer(model_dir)
-            t = point.scenario.traffic
-            self._prompts = random_prompts(self._tokenizer, t.num_prompts,
-                                           _length(t.input_len), _length(t.output_len),
-                                           t.range_ratio, 42)
-        return self._prompts
+            try:
+                self._workload = workload_for(point, self._tokenizer, base_dir=self._point_dir())
+            except HarnessError as e:  # the point's fault, not the run's: said as one
+                raise WorkloadError(" ".join(str(e).split())) from None
+        return self._workload
 
     # --- one candidate ---------------------------------------------------------------------
 
@@ -98,33 +118,39 @@ class EngineEvaluator:
         if point is None or profile is None:
             raise HarnessError(f"task {ctx.task_id}: the engine evaluator needs a deployment "
                                "point and a runtime profile")
-        others = [k for k in candidate if not k.startswith("engine.")]
+        others = [k for k in candidate if not deployable(k)]
         if others:
-            return [RunResult({}, success=False, error=f"the engine evaluator can only change "
-                              f"engine.* keys, not {', '.join(sorted(others))}")]
-        prompts = self._setup(point)
+            return [RunResult({}, success=False, error=f"the engine evaluator deploys engine.*, "
+                              f"profile.*, topology.* and role (prefill.tp, …) candidates, not "
+                              f"{', '.join(sorted(others))}")]
+        try:
+            work = self._setup(point)
+        except WorkloadError as e:  # a workload the point cannot have: no launch
+            return [RunResult({}, success=False, error=f"workload: {e}")]
+        prompts = work.prompts
         name, config = engine_config_of(profile)  # the candidate is applied already
         t = point.scenario.traffic
         say = ctx.progress
         fields = {"task_id": ctx.task_id, "block_id": ctx.block_id}
         guard = BenchGuard(self.ws, E.Actor.tool("forge-evaluator"), ctx.task_id,
                            ctx.block_id, in_step=True)
-        meta: dict[str, Any] = {"source": "forge-bench", "engine": name}
+        meta: dict[str, Any] = {"source": "forge-bench", "engine": name,
+                                "workload": work.describe()}
         results: list[RunResult] = []
         try:
             say(f"launching {name} engine with {dict(candidate) or 'the profile as is'}")
-            with engine_for(name).launch(config, model=self._model_dir, ws=self.ws,
-                                         event_fields=fields) as eng:
+            with deploy_whole(self.ws, point, profile, model=self._model_dir,
+                              event_fields=fields, say=say) as eng:
                 desc = eng.describe()
                 meta["launch_command"] = desc.get("launch_command")
+                meta["deployment"] = deployment_meta(point, desc)
                 meta["server_info_digest"] = self.ws.artifacts.put(
                     orjson.dumps(desc, default=str, option=orjson.OPT_SORT_KEYS))
-                cfg = BenchConfig(url=eng.base_url, model=eng.model, engine=name,
-                                  max_concurrency=t.concurrency,
-                                  request_rate=t.request_rate or math.inf, warmup=0)
+                cfg = work.bench_config(eng.base_url, eng.model, name, warmup=0)
                 # A warm-up pass at the measured concurrency: the first batches pay one-off
                 # costs (allocation, kernel selection) that would inflate run 1.
-                cls = data_policy.class_of(self.ws, url=eng.base_url, dataset="random")
+                cls = data_policy.class_of(self.ws, url=eng.base_url, dataset=work.dataset,
+                                           dataset_path=work.dataset_path)
                 scrub = not data_policy.stores_text(self.ws, cls)
                 meta["data_class"] = cls
                 say(f"engine ready in {desc.get('startup_s', 0):.1f}s; warming up")

@@ -4,7 +4,8 @@ in order, each step recorded with its outcome in the one `VerificationRecorded`.
 Steps:
 - The loop's phases. `baseline`: a measured baseline to compare against (the baseline block
   is its own); `measure`: the block has runs and at least one succeeded; `gates`: the
-  contract's gates judged on the block's runs against the baseline (`gates.judge`): pass,
+  contract's gates (plus the point's SLO gates when the contract has no latency gate of its
+  own, bench/slo.py) judged on the block's runs against the baseline (`gates.judge`): pass,
   fail or inconclusive as their verdict (with `contract.noise: learned`, against the point's
   noise bands learned from history, projections/noise.py); with `contract.review`, a
   non-baseline block whose gates pass is then reviewed by another model family
@@ -43,10 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
-from ...ledger.payloads import StepResult
+from ...ledger.candidates import differences
+from ...ledger.errors import SpecError
+from ...ledger.payloads import Difference, StepResult
 from ...ledger.specs import VERIFICATION_PHASES, VerificationStep, step_name
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
+from ..bench.slo import with_slo_gates
 from ..tools.calls import run_tool
 from .gates import Verdict, judge
 from .task import LoadedTask
@@ -136,8 +140,10 @@ def _phase(name: str, blk: BlockRecord, mem: TaskMemory, lt: LoadedTask,
             else "no measurements"
         return StepResult(name=name, kind="phase", outcome="fail", detail=detail), None
     if name == "gates":
-        verdict = judge(lt.task.contract, blk.runs(), base.runs() if base else None,
-                        skip_relative=blk.is_baseline, bands=bands)
+        runs, base_runs = blk.runs(), base.runs() if base else None
+        # The point's SLO gates the contract leaves to it (bench/slo.py: with_slo_gates).
+        contract = with_slo_gates(lt.task.contract, lt.point, runs, base_runs)
+        verdict = judge(contract, runs, base_runs, skip_relative=blk.is_baseline, bands=bands)
         bad = [g for g in verdict.gates if g.verdict != "pass"]
         detail = (", ".join(f"{g.name} {g.verdict}" for g in bad) if bad
                   else f"{len(verdict.gates)} gates pass")
@@ -258,6 +264,7 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
         contract_hash=lt.contract_hash, point_hash=lt.point_hash, candidate=blk.candidate,
         passed=verdict == "pass", verdict=verdict,
         gates=list(gates.gates) if gates else [], steps=results,
+        differs=_differs(lt, blk),
         evidence=[m["event_id"] for m in blk.measurements] +
                  ([m["event_id"] for m in base.measurements] if base and base is not blk
                   else []) + [str(t.event_id) for t in tools]
@@ -265,5 +272,16 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
                  + [str(d.event_id) for d in diagnoses],
         **common)
     return BlockVerification(tools, ev, gates, review, diagnoses)
+
+
+def _differs(lt: LoadedTask, blk: BlockRecord) -> list[Difference]:
+    """What the block's deployment changed from the baseline's, dimension by dimension (a
+    candidate the specs refuse was never measured: nothing to state)."""
+    if blk.is_baseline:
+        return []
+    try:
+        return [Difference(**d) for d in differences(lt.point, lt.profile, blk.candidate)]
+    except SpecError:
+        return []
 
 
