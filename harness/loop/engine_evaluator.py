@@ -59,10 +59,6 @@ from .evaluation import EvalContext, RunResult
 GREEDY_MAX_TOKENS = 32
 
 
-def _length(value: Any) -> int:
-    return int(round(value if isinstance(value, int | float) else value.mean))
-
-
 class WorkloadError(HarnessError):
     """The point's traffic cannot be turned into a workload (bench/workload.py)."""
 
