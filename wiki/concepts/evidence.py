@@ -31,6 +31,21 @@ from .model import Citation, PointRef, Section, concept_slug
 
 RECURRING = 2  # a failure is recurring from its second occurrence
 METRICS_SHOWN = 6  # metrics per block on a flag page (the gated ones first)
+# After the gated metrics, the ones an engineer reads first; settings echoed back as metrics
+# (the goodput thresholds) and run bookkeeping are never findings.
+HEADLINE = ("output_throughput", "request_throughput", "median_ttft_ms", "median_tpot_ms",
+            "median_itl_ms", "p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "goodput",
+            "token_match", "failed")
+NOT_FINDINGS = ("goodput_slos_ms.", "completed", "concurrency", "duration")
+
+
+def shown_metrics(got: Any, ref: Any, gated: Any) -> list[str]:
+    """Which of a block's metrics its flag page shows (pure): gated, then headline, then
+    the rest, each present in the baseline first; never an echoed setting."""
+    order = {m: i for i, m in enumerate(HEADLINE)}
+    keep = [m for m in got if not m.startswith(NOT_FINDINGS)]
+    return sorted(keep, key=lambda m: (m not in gated, order.get(m, len(order)),
+                                       m not in ref, m))[:METRICS_SHOWN]
 
 
 def _rows(con: Any, sql: str, *args: Any) -> list[dict[str, Any]]:
@@ -48,6 +63,7 @@ class Evidence:
     verifications: dict[tuple[str, str], dict[str, Any]]  # (task, block) -> the latest
     failures: list[dict[str, Any]]  # failing gate verdicts
     medians: dict[tuple[str, str], dict[str, dict[str, Any]]]  # (task, block) -> metric -> row
+    gated: dict[tuple[str, str], set[str]]  # (task, block) -> the metrics its gates judged
     node_rejections: list[dict[str, Any]]
     diagnoses: list[dict[str, Any]]
     latest_revs: dict[str, int]  # service -> its newest runtime profile revision
@@ -84,6 +100,11 @@ def load(con: Any) -> Evidence:
                                     g.gate, g.metric, g.observed, g.threshold, g.reason
                              FROM gate_verdicts g WHERE g.verdict = 'fail'
                              ORDER BY g.position, g.gate""")
+    gated: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for tid, bid, metric in con.execute(
+            """SELECT DISTINCT task_id, block_id, metric FROM gate_verdicts
+               WHERE metric IS NOT NULL AND task_id IS NOT NULL""").fetchall():
+        gated[(tid, bid)].add(metric)
     medians: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     for r in _rows(con, """SELECT task_id, block_id, metric, median(value) AS median,
                                   count(*) AS n, list(DISTINCT event_id ORDER BY event_id) AS ids
@@ -111,6 +132,7 @@ def load(con: Any) -> Evidence:
                ORDER BY position""").fetchall():
         task_events[tid].append((eid, p, typ))
     ev = Evidence(pos, tasks, blocks, decisions, verifications, failures, dict(medians),
+                  dict(gated),
                   node_rejections, diagnoses, latest_revs, dict(task_events))
     wanted: set[str] = {b["event_id"] for b in blocks}
     wanted |= {d["decision_id"] for d in decisions} | {f["verification_id"] for f in failures}
@@ -282,7 +304,7 @@ def _flags(ev: Evidence, draft: Any, decided: dict, baseline: dict[str, str]) ->
             base = baseline.get(tid)
             got = ev.medians.get((tid, bid), {})
             ref = ev.medians.get((tid, base), {}) if base and base != bid else {}
-            shown = sorted(got, key=lambda m: (m not in ref, m))[:METRICS_SHOWN]
+            shown = shown_metrics(got, ref, ev.gated.get((tid, bid), set()))
             for m in shown:
                 r, r0 = got[m], ref.get(m)
                 change = (f"{(r['median'] / r0['median'] - 1) * 100:+.1f}%"
