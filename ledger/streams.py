@@ -75,6 +75,11 @@ def task_of(stream: str) -> str | None:
     return stream[len(TASK_PREFIX):] if stream.startswith(TASK_PREFIX) else None
 
 
+def graph_of(stream: str) -> str | None:
+    """The graph id of a graph stream's name; None for any other stream."""
+    return stream[len(GRAPH_PREFIX):] if stream.startswith(GRAPH_PREFIX) else None
+
+
 def is_task_stream(stream: str) -> bool:
     return stream.startswith(TASK_PREFIX)
 

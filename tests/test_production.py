@@ -255,7 +255,6 @@ def test_a_loop_evaluation_of_a_production_profile_sends_no_load(forge_home, tmp
     engine evaluator's runs are refused before a request is sent, as failed runs; the refusal
     names the task and block but goes on the `guard` stream (the step's save owns the
     task's)."""
-    from infer_forge.harness.bench.datasets import Prompt, load_tokenizer
     from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
     from infer_forge.harness.loop.evaluation import EvalContext
     from infer_forge.ledger.specs import RuntimeProfile, load_point
@@ -270,9 +269,7 @@ def test_a_loop_evaluation_of_a_production_profile_sends_no_load(forge_home, tmp
         ws = open_workspace(forge_home)
         try:
             ev = EngineEvaluator(ws, None)
-            ev._prompts = [Prompt("hello there", 2, 2)] * 4  # the set a point would build
-            ev._tokenizer = load_tokenizer(tiny_tokenizer_dir)
-            ev._model_dir = tmp_path
+            ev._model_dir = tiny_tokenizer_dir  # the point's workload is built with it
             runs = ev.evaluate({}, repeats=2, ctx=EvalContext(
                 workspace=ws, task_id="prodt", block_id="b1", point=point, profile=profile))
             got = refusals(ws)

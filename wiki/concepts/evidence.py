@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from ...ledger.streams import graph_of
 from ...projections.index import tracked_position
 from ..graphs import graph_path
 from ..pages import decision_path, task_path
@@ -117,7 +118,7 @@ def load(con: Any) -> Evidence:
     for r in rejected:
         x = orjson.loads(r["payload"]) if r["payload"] else {}
         node_rejections.append({"event_id": r["event_id"], "position": r["position"],
-                                "graph": str(r["stream"]).removeprefix("graph:"),
+                                "graph": graph_of(str(r["stream"])) or str(r["stream"]),
                                 "node": x.get("node"), "reason": x.get("reason") or "",
                                 "evidence": [str(e) for e in x.get("evidence") or []]})
     diagnoses = _rows(con, """SELECT event_id, position, task_id, url, rules_fired
@@ -151,8 +152,8 @@ def load(con: Any) -> Evidence:
             continue
         if tid is not None and tid in tasks:
             pages[eid] = task_path(tid)
-        elif str(stream).startswith("graph:"):
-            pages[eid] = graph_path(str(stream).removeprefix("graph:"))
+        elif (gid := graph_of(str(stream))) is not None:
+            pages[eid] = graph_path(gid)
     ev._pages = pages
     return ev
 
