@@ -218,6 +218,11 @@ def main() -> None:
     ap.add_argument("--no-embeddings", action="store_true")
     ap.add_argument("--reuse-index", action="store_true",
                     help="Keep an index built by an earlier run (time the queries only).")
+    ap.add_argument("--python-path", action="store_true",
+                    help="Also catch up a second fresh index with every event through the "
+                         "projector's Python handlers (catch_up(sql_path=False), the SQL "
+                         "path's reference) and print the speed-up and whether the rows are "
+                         "the same, in the same run.")
     args = ap.parse_args()
     home = args.keep or Path(tempfile.mkdtemp(prefix="forge-bench-index-"))
     if not args.keep:  # a ledger made for this run only goes with it
@@ -255,6 +260,21 @@ def main() -> None:
           f"{r.rate:,.0f} events/s; {r.rate / (n / raw_s):.2f}x of the raw notification read "
           f"rate, {r.rate / (nr / rows_s):.2f}x of the raw row read rate; load average "
           f"{os.getloadavg()[0]:.1f}")
+    if args.python_path:
+        ref_path = Path(str(I.index_path(home)) + ".python-path")
+        for p in (ref_path, Path(str(ref_path) + ".wal")):
+            p.unlink(missing_ok=True)
+        ref = I.connect(ref_path)
+        ref.execute("SET threads = 2")
+        rp = I.catch_up(ref, ws.ledger, batch=args.batch, sql_path=False)
+        same = I.fingerprint(ref) == I.fingerprint(con)
+        ref.close()
+        for p in (ref_path, Path(str(ref_path) + ".wal")):
+            p.unlink(missing_ok=True)
+        print(f"catch-up, every event projected in Python: {rp.seconds:.2f}s = "
+              f"{rp.rate:,.0f} events/s ({rp.rate / (nr / rows_s):.2f}x of the raw row read); "
+              f"SQL path {r.rate / rp.rate:.2f}x faster; same rows: {same}; load average "
+              f"{os.getloadavg()[0]:.1f}")
     counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
               for t in ("measurements", "tasks", "decisions", "handoffs")}
     print(f"rows: {counts}")

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     import duckdb
 
 _POINT_HASH_AT = DIM_NAMES.index("point_hash")
+# High-volume types whose rows DuckDB extracts from the payload when they pass the check
+# (`catchup.SQL_INSERTS`); their handlers below stay for every other row of them.
+SQL_TOPICS = frozenset({"ToolInvoked", "MeasurementRecorded", "LoopBlockHandedOff"})
 
 
 class _Rows:
@@ -113,7 +116,11 @@ class Projector:
     # --- per batch ----------------------------------------------------------------------
 
     def _reset_batch(self) -> None:
-        self.b_events: list[tuple] = []  # the stored rows themselves (payload included)
+        self.b_keep: list[bool] = []  # per row of the batch: kept in `events`
+        self.b_sql: list[bool] = []  # per row: projected in SQL (`catchup.SQL_TOPICS`)
+        self.b_kept = 0
+        # Runs projected in SQL: position, dimension index, candidate key, repo snapshot.
+        self.b_mx: tuple[list[int], list[int], list[str], list[Any]] = ([], [], [], [])
         self.b_points: dict[str, dict[str, Any]] = {}
         self.b_profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.b_tasks: dict[str, dict[str, Any]] = {}
@@ -145,7 +152,8 @@ class Projector:
         self.b_skipped: list[tuple] = []  # (position, stream, version, type, error)
         self.b_endpoints = EndpointBatch()  # forge monitor / diagnose (endpoints.py)
 
-    def project(self, rows: list[tuple]) -> int:
+    def project(self, rows: list[tuple], counts: Sequence[Any] = (),
+                metric_counts: Sequence[Any] = ()) -> int:
         """Add one batch of stored rows `(position, stream, version, type, state)` (as
         `Ledger.rows` gives them) to the pending rows. Returns events kept.
 
@@ -155,16 +163,26 @@ class Projector:
         it (unknown type, corrupt JSON, invalid fields), left out of every table and recorded
         in `skipped`: the position still advances with the batch, so it is read once. The
         envelope columns of `events` are extracted by DuckDB's vectorized JSON reader at
-        insert time (see `catchup.batch_ops`)."""
+        insert time (see `catchup.batch_ops`).
+
+        SQL path: a row of `SQL_TOPICS` that passes the check, whose payload has exactly as
+        many top-level keys as DuckDB counted (`counts[i]`; and `metric_counts[i]` in its
+        metrics; so no duplicate key where DuckDB would read the first and orjson the last)
+        is only marked in `b_sql`: DuckDB extracts its columns from the payload
+        (`catchup.SQL_INSERTS`); Python adds what depends on earlier events or needs
+        Python's JSON (a run's dimensions, candidate keys)."""
         self._reset_batch()
         loads = orjson.loads
-        keep = self.b_events.append
+        keep, sql = self.b_keep, self.b_sql
         handlers = _HANDLERS
         bookkeeping = BOOKKEEPING_TYPES
         checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
-        for row in rows:
+        counted = bool(counts)
+        for i, row in enumerate(rows):
             topic = row[3]
             if topic in bookkeeping:
+                keep.append(False)
+                sql.append(False)
                 continue
             check = checks.get(topic)
             if check is None:
@@ -176,19 +194,40 @@ class Projector:
                 d = None
             if type(d) is not dict or not check(d):
                 # Not exactly current: the ledger's own codec upcasts, coerces, or refuses.
+                sql.append(False)
                 try:
                     ev_obj = codec.decode(str(row[1]), row[2], topic, bytes(state))
                 except LedgerError as e:
                     self.b_skipped.append((pos, str(row[1]), row[2], topic, str(e)))
-                    if type(d) is dict:
-                        keep(row)  # a JSON object (e.g. a newer type): kept raw in `events`
+                    keep.append(type(d) is dict)  # a JSON object (e.g. a newer type): raw
                     continue
                 d = ev_obj.model_dump(mode="json")
-            keep(row)
+            elif counted and topic in SQL_TOPICS and counts[i] == len(d) and (
+                    topic != "MeasurementRecorded"
+                    or metric_counts[i] == len(d.get("metrics") or ())):
+                keep.append(True)
+                sql.append(True)
+                if topic == "MeasurementRecorded":
+                    self._sql_measurement(pos, d)
+                continue
+            else:
+                sql.append(False)
+            keep.append(True)
             h = handlers.get(topic)
             if h is not None:
                 h(self, pos, d)
-        return len(self.b_events)
+        self.b_kept = sum(keep)
+        return self.b_kept
+
+    def _sql_measurement(self, pos: int, d: dict[str, Any]) -> None:
+        """What Python adds to a run DuckDB projects: its dimensions, its candidate key."""
+        get = d.get
+        digests = get("input_digests") or {}
+        mx = self.b_mx
+        mx[0].append(pos)
+        mx[1].append(self._run_dims(get("task_id"), digests.get(Digest.POINT)))
+        mx[2].append(candidate_key(get("candidate")))
+        mx[3].append(digests.get(Digest.REPO_SNAPSHOT))
 
     # --- handlers -----------------------------------------------------------------------
 
@@ -325,24 +364,29 @@ class Projector:
             _int(get("exit_code")), _float(get("duration_s")), get("error"),
             get("repo_digest"), get("stdout_digest"), get("stderr_digest")))
 
-    def _on_measurement(self, pos: int, d: dict[str, Any]) -> None:
-        get = d.get
-        tid = get("task_id")
+    def _run_dims(self, tid: Any, ref: Any) -> int:
+        """The index (into the batch's distinct dimension tuples) of a run's dimensions: its
+        task's, or those of the point `ref` (`input_digests`) it ran on when not the task's."""
         dims = self._dims_row(tid)
-        digests = get("input_digests") or {}
-        ref = digests.get(Digest.POINT)  # the point it ran on, when not the task's
         if ref and ref != dims[_POINT_HASH_AT] and ref in self.points:
             pd = self._fill_engine(self._dims_of_point_row(self.points[ref]))
             pd["task_type"] = self._dims(tid).get("task_type")
             dims = tuple(pd.get(n) for n in DIM_NAMES)
+        i = self.b_dims_index.get(dims)
+        if i is None:
+            i = self.b_dims_index[dims] = len(self.b_dims_index)
+        return i
+
+    def _on_measurement(self, pos: int, d: dict[str, Any]) -> None:
+        get = d.get
+        tid = get("task_id")
+        digests = get("input_digests") or {}
+        i = self._run_dims(tid, digests.get(Digest.POINT))
         ckey = candidate_key(get("candidate"))
         self.b_meas.append((pos, get("event_id"), get("occurred_at"), tid, get("block_id"),
                             get("run_id"), get("source"), _int(get("repeat")),
                             bool(get("success", True)), ckey, ckey,
                             digests.get(Digest.REPO_SNAPSHOT)))
-        i = self.b_dims_index.get(dims)
-        if i is None:
-            i = self.b_dims_index[dims] = len(self.b_dims_index)
         self.b_meas_dims.append(i)
         self.b_moff.append(len(self.b_metric))
         metrics = get("metrics") or {}
