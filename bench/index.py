@@ -222,7 +222,7 @@ def main() -> None:
                     help="Also catch up a second fresh index with every event through the "
                          "projector's Python handlers (catch_up(sql_path=False), the SQL "
                          "path's reference) and print the speed-up and whether the rows are "
-                         "the same, in the same run.")
+                         "the same, in the same run (both paths warmed up first).")
     args = ap.parse_args()
     home = args.keep or Path(tempfile.mkdtemp(prefix="forge-bench-index-"))
     if not args.keep:  # a ledger made for this run only goes with it
@@ -253,6 +253,13 @@ def main() -> None:
     for p in (I.index_path(home), Path(str(I.index_path(home)) + ".wal")):
         if p.exists() and not args.reuse_index:
             p.unlink()
+    if args.python_path:  # both paths warm (imports, kernels) before either is timed
+        for sql_path in (True, False):
+            warm = Path(tempfile.mkdtemp(prefix="forge-bench-warm-"))
+            wc = I.connect(warm / "index.duckdb")
+            I.catch_up(wc, ws.ledger, stop=min(n_notes, 5000), sql_path=sql_path)
+            wc.close()
+            shutil.rmtree(warm, ignore_errors=True)
     con = I.connect(I.index_path(home))
     con.execute("SET threads = 2")
     r = I.catch_up(con, ws.ledger, batch=args.batch)
