@@ -131,9 +131,9 @@ def wiki(ws, home: Path, embeddings: bool, full: bool = True) -> None:
             for f in list((home / d).iterdir()) if (home / d).is_dir() else []:
                 if f.name not in keep:
                     shutil.rmtree(f) if f.is_dir() else f.unlink()
-    rep = build(ws, embeddings=embeddings)
+    rep = build(ws, embeddings=embeddings, force=True)  # forced: a changed build settles here
     full_s = rep.seconds
-    print(f"wiki build ({'full: no pages, drawing/embedding caches kept' if full else 'first'}"
+    print(f"wiki build ({'full: no pages, drawing/embedding caches kept' if full else 'forced'}"
           f"): {rep.pages} pages, {rep.written} written in {rep.seconds:.1f}s {rep.timings}; "
           f"{load()}")
     rep = build(ws, embeddings=embeddings)
@@ -188,7 +188,8 @@ def main() -> None:
     ap.add_argument("--no-embeddings", action="store_true",
                     help="Builds without embeddings; no retrieve figures.")
     ap.add_argument("--no-browser", action="store_true")
-    ap.add_argument("--skip", action="append", default=[], choices=["queries", "wiki", "full"],
+    ap.add_argument("--skip", action="append", default=[],
+                    choices=["queries", "wiki", "full", "retrieve"],
                     help="Leave a part out: `wiki` (time retrieve and search on the site "
                          "an earlier run built), `full` (no full build: the incremental ones "
                          "on that site).")
@@ -215,7 +216,7 @@ def main() -> None:
         queries(ws, args.queries)
     if "wiki" not in args.skip:
         wiki(ws, home, not args.no_embeddings, full="full" not in args.skip)
-    if not args.no_embeddings:
+    if not args.no_embeddings and "retrieve" not in args.skip:
         retrieve(ws, home, args.queries, cli=not args.quick)
     if not args.no_browser:
         from browser_search import search_in_browser
