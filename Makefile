@@ -40,12 +40,16 @@ bench: $(STAMP)
 	$(BIN)/python bench/client.py --quick
 	$(BIN)/python bench/engine_lifecycle.py --starts 1
 	$(BIN)/python bench/graph.py --skip-example
-	$(BIN)/python bench/index.py --events 200000 --no-wiki
+	$(BIN)/python bench/index.py --events 200000 --no-wiki --queries 10 --python-path
+	$(BIN)/python bench/journal.py --quick
 	$(BIN)/python bench/bench_import_memory.py --lines 100000
 	$(BIN)/python bench/demo.py
 	$(BIN)/python bench/nodes.py --quick
 	$(BIN)/python bench/perf_profile.py --quick
 	$(BIN)/python bench/graph_ray.py --chain 10 --fan 10 --repeats 1 --skip-example
+	$(BIN)/python bench/deploy.py --plans 50 --rounds 2
+	$(BIN)/python bench/wiki_compile.py --repeats 2
+	$(BIN)/python bench/workload_gen.py --rounds 1 --prompts 64
 
 clean:
 	rm -rf $(VENV) .forge .pytest_cache .mypy_cache

@@ -53,6 +53,7 @@ from .harness.loop.run import run_task
 from .harness.models.weights import list_models, pull
 from .harness.nodes import claims as node_claims
 from .harness.nodes.observe import observe as observe_host
+from .ledger.candidates import shown_differences
 from .ledger.check import check_home
 from .ledger.errors import LedgerError
 from .ledger.graphspec import load_graph_yaml
@@ -81,7 +82,10 @@ from .repos import commands as repo_commands
 from .repos import hooks as repo_hooks
 from .repos import push as repo_push
 from .repos.errors import RepoError
+from .wiki.answers import file_answer
+from .wiki.ask import ask as ask_question
 from .wiki.build import build
+from .wiki.concepts.compiler import compile_wiki
 from .wiki.errors import WikiError
 from .wiki.lint import lint
 from .wiki.retrieve import retrieve
@@ -626,6 +630,8 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
         cand = json.dumps(b["candidate"], sort_keys=True) if b["candidate"] else "baseline"
         click.echo(f"    {b['block_id']:<5} {b['status']:<11} verdict={b['verdict'] or '-':<12} "
                    f"{b['decision'] or '-':<9} {cand}")
+        if b.get("differs"):
+            click.echo(f"          differs from the baseline: {shown_differences(b['differs'])}")
     if s["best_so_far"]:
         click.echo(f"  best so far: {json.dumps(s['best_so_far'], sort_keys=True)}")
 
@@ -1003,7 +1009,16 @@ def engine() -> None:
 
 
 @engine.command("up")
-@click.argument("profile", type=click.Path(dir_okay=False, exists=True))
+@click.argument("profile", required=False, type=click.Path(dir_okay=False, exists=True))
+@click.option("--point", "point", type=click.Path(dir_okay=False, exists=True),
+              help="Deploy a whole deployment point (its topology: colocated, PD or EPD with "
+                   "the router); PROFILE defaults to the point's runtime_profile.file.")
+@click.option("--plan", "plan_only", is_flag=True,
+              help="With --point: print the launch plan (every command line, port and device) "
+                   "and start nothing.")
+@click.option("--base-port", type=click.IntRange(1, 65535),
+              help="With --point: the entry's port; servers count up from it, bootstrap "
+                   "ports from +1000 (default: a free block; 30000 for --plan).")
 @click.option("--model", help="A pulled model name, a model directory, or a hub id.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override an engine config key (repeatable), e.g. engine.dtype=bfloat16.")
@@ -1011,14 +1026,43 @@ def engine() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 @click.pass_context
 @fail_cleanly
-def engine_up_cmd(ctx, profile: str, model: str | None, sets: tuple[str, ...], once: bool,
+def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
+                  base_port: int | None, model: str | None, sets: tuple[str, ...], once: bool,
                   as_json: bool) -> None:
     """Launch a runtime profile's engine, print what runs, keep it up until Ctrl-C.
 
     \b
-    Example:
+    Examples:
       forge engine up examples/profiles/tiny-cpu.yaml --model tiny-llama --once
+      forge engine up --point examples/points/qwen3-235b-pd-h200.yaml --plan
     """
+    if point is not None:
+        from .harness.engines.point_up import point_up
+        ws = None
+        try:
+            ws = open_ws(ctx)
+        except LedgerError:
+            if not plan_only:  # a printed plan needs no workspace (no registry: NVML only)
+                raise
+        out = point_up(ws, point, profile_path=profile,
+                       model=model, overrides=parse_assignments(sets, "--set"),
+                       base_port=base_port, plan_only=plan_only, once=once,
+                       echo=lambda s: click.echo(s, err=True))
+        if as_json:
+            emit_json(out)
+        else:
+            from .harness.engines.plan import LaunchPlan
+            plan = LaunchPlan.model_validate({k: v for k, v in out["plan"].items()
+                                              if k != "digest"})
+            click.echo("\n".join(plan.lines()))
+            click.echo(f"  plan digest {out['plan']['digest']}")
+            for p in (out.get("deployment") or {}).get("processes", []):
+                click.echo(f"  ran {p['name']}: pid {p['pid']}, ready in {p['startup_s']:.1f}s, "
+                           f"sglang {p['version'] or '-'}, log {p['log_path']}")
+        return
+    if profile is None or plan_only or base_port is not None:
+        raise click.UsageError("give a PROFILE, or --point POINT (--plan and --base-port "
+                               "need --point)")
     info = engine_up(open_ws(ctx), profile, model=model,
                      overrides=parse_assignments(sets, "--set"), once=once,
                      echo=lambda s: click.echo(s, err=True))
@@ -1138,6 +1182,9 @@ def perf_compare(ctx, a: str, b: str, as_json: bool) -> None:
 @click.option("--extra-body", help="JSON object merged into every request body.")
 @click.option("--transport", type=click.Choice(["auto", "raw", "aiohttp"]), default="auto",
               show_default=True, help="auto: the lean asyncio client for http://, else aiohttp.")
+@click.option("--workers", default="auto", show_default=True,
+              help="Processes sending a closed loop: auto (one per 64 streams, ≤ half the "
+                   "CPUs) or N.")
 @click.option("--goodput", multiple=True, help="SLO KEY:MS (ttft, tpot, e2el), repeatable.")
 @click.option("--gsp-num-groups", type=int, default=4, show_default=True)
 @click.option("--gsp-prompts-per-group", type=int, default=16, show_default=True)
@@ -1148,13 +1195,16 @@ def perf_compare(ctx, a: str, b: str, as_json: bool) -> None:
 @click.option("--task", "task_id", help="With --record: the task (else stream 'measurements').")
 @click.option("--block", "block_id", help="With --record: the loop block.")
 @click.option("--json", "as_json", is_flag=True, help="Print config and metrics as JSON.")
+@click.option("--point", "point_file", type=click.Path(dir_okay=False, exists=True),
+              help="Send this deployment point's workload: its dataset, lengths, prefix "
+                   "reuse, images, load and SLO as goodput (docs/workload.md).")
 @click.pass_context
 @fail_cleanly
 def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, output_len,
           range_ratio, num_prompts, max_concurrency, request_rate, warmup, seed, engine,
-          endpoint, extra_body, transport, goodput, gsp_num_groups, gsp_prompts_per_group,
+          endpoint, extra_body, transport, workers, goodput, gsp_num_groups, gsp_prompts_per_group,
           gsp_system_prompt_len, gsp_question_len, records_out, record, task_id, block_id,
-          as_json) -> None:
+          as_json, point_file) -> None:
     """Benchmark an OpenAI-compatible server with sglang.bench_serving's metrics.
 
     \b
@@ -1162,6 +1212,7 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
       forge bench --url http://127.0.0.1:8000 --model tiny-llama --tokenizer DIR \\
         --dataset random --input-len 128 --output-len 64 --num-prompts 64 \\
         --max-concurrency 8 --goodput ttft:500 --record --task tune-tiny-cpu
+      forge bench --point examples/points/tiny-cpu.yaml --url URL --model M --tokenizer DIR
       forge bench import results.jsonl --task tune-tiny-cpu
     """
     if ctx.invoked_subcommand is not None:
@@ -1176,17 +1227,34 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
         raise click.BadParameter(f"not JSON: {e.msg}", param_hint="--extra-body") from None
     if not isinstance(extra, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--extra-body")
-    out = bench_command(
-        url=url, model=model, dataset=dataset, tokenizer_dir=tokenizer_dir,
-        dataset_path=dataset_path, num_prompts=num_prompts, input_len=input_len,
-        output_len=output_len, range_ratio=range_ratio, max_concurrency=max_concurrency,
-        request_rate=request_rate, warmup=warmup, seed=seed, engine=engine, endpoint=endpoint,
-        extra_body=extra, goodput=goodput, transport=transport,
-        gsp={"gsp_num_groups": gsp_num_groups, "gsp_prompts_per_group": gsp_prompts_per_group,
-             "gsp_system_prompt_len": gsp_system_prompt_len,
-             "gsp_question_len": gsp_question_len},
-        ws=open_ws(ctx) if record else None, task_id=task_id, block_id=block_id,
-        records_out=records_out, guard_home=ctx.obj.get("home"))
+    if point_file:
+        from click.core import ParameterSource
+
+        from .harness.bench.workload import POINT_SETS, bench_point
+
+        given = [n for n in POINT_SETS
+                 if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError(f"--point sets the workload; drop --"
+                                   f"{given[0].replace('_', '-')}")
+        out = bench_point(point_file, url=url, model=model, tokenizer_dir=tokenizer_dir,
+                          seed=seed, warmup=warmup, engine=engine, extra_body=extra,
+                          transport=transport, workers=workers,
+                          ws=open_ws(ctx) if record else None,
+                          task_id=task_id, block_id=block_id, records_out=records_out,
+                          guard_home=ctx.obj.get("home"))
+    else:
+        out = bench_command(
+            url=url, model=model, dataset=dataset, tokenizer_dir=tokenizer_dir,
+            dataset_path=dataset_path, num_prompts=num_prompts, input_len=input_len,
+            output_len=output_len, range_ratio=range_ratio, max_concurrency=max_concurrency,
+            request_rate=request_rate, warmup=warmup, seed=seed, engine=engine, endpoint=endpoint,
+            extra_body=extra, goodput=goodput, transport=transport, workers=workers,
+            gsp={"gsp_num_groups": gsp_num_groups, "gsp_prompts_per_group": gsp_prompts_per_group,
+                 "gsp_system_prompt_len": gsp_system_prompt_len,
+                 "gsp_question_len": gsp_question_len},
+            ws=open_ws(ctx) if record else None, task_id=task_id, block_id=block_id,
+            records_out=records_out, guard_home=ctx.obj.get("home"))
     if as_json:
         emit_json(out)
         return
@@ -1247,16 +1315,18 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
         if not no_wiki:
             t = time.monotonic()
             click.echo("building the index and the wiki …")
+            concepts = compile_wiki(ws, stale=True, deterministic=True)  # concept pages
             report = build(ws)
             result["timings"]["wiki_s"] = time.monotonic() - t
             click.echo(f"  {report.pages} wiki pages at ledger position {report.position}, "
                        f"site in {report.site_dir} ({result['timings']['wiki_s']:.1f}s)")
+            click.echo(f"  {concepts.pages} concept pages (forge wiki compile) among them")
             home = ws.home
             for cmd in (
                 f'forge --home {home} sql "SELECT block_id, metric, round(median(value), 2) '
                 f"AS median FROM measurements WHERE metric IN ('output_throughput', "
                 f"'median_ttft_ms') GROUP BY ALL ORDER BY ALL\"",
-                f'forge --home {home} retrieve "why was bfloat16 rejected"',
+                f'forge --home {home} wiki ask "why was bfloat16 rejected?"',
                 f"forge --home {home} wiki serve",
             ):
                 click.echo(f"  {cmd}")
@@ -1528,19 +1598,63 @@ def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
     click.echo(f"  journal {rep.wiki_dir}\n  site    {rep.site_dir}/index.html")
 
 
-@wiki_group.command("lint")
+@wiki_group.command("compile")
+@click.option("--stale", is_flag=True,
+              help="Recompile only pages that are not fresh, and concepts without a page.")
+@click.option("--tier", default=None,
+              help="The [models.TIER] that writes each page's synthesis (default: "
+                   "[models.wiki] when configured).")
+@click.option("--deterministic", is_flag=True,
+              help="Tables and lists only, even with a model tier configured.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @fail_cleanly
-def wiki_lint(ctx, as_json: bool) -> None:
-    """Check the journal: broken links, orphan pages, untyped pages, staleness.
-    Exits 1 when it finds a problem.
+def wiki_compile(ctx, stale: bool, tier: str | None, deterministic: bool,
+                 as_json: bool) -> None:
+    """Compile concept pages across tasks (flags, model × accelerator pairings, recurring
+    failures, rejected directions), every claim citing its ledger events.
+
+    \b
+    Example:
+      forge wiki compile --stale && forge wiki build
+    """
+    rep = compile_wiki(open_ws(ctx), stale=stale, tier=tier, deterministic=deterministic)
+    if as_json:
+        emit_json(rep.as_dict())
+        return
+    click.echo(f"concepts at ledger position {rep.position}: {rep.pages} pages, "
+               f"{len(rep.compiled)} compiled, {rep.written} written, "
+               f"{len(rep.removed)} removed in {rep.seconds:.1f}s")
+    if rep.states:
+        before = sorted(rep.states.items())
+        click.echo("  pages before: " + ", ".join(f"{n} {s}" for s, n in before))
+    if rep.model:
+        m = rep.model
+        click.echo(f"  model {m['tier']}:{m['model']}: {m['asked']} asked, {m['cached']} "
+                   f"cached, {m['failed']} failed" + (f" ({m['error']})" if m["error"] else ""))
+    for d in rep.dropped:
+        click.echo(f"  dropped ({d['page']}): {d['reason']}: {d['text'][:120]}")
+    click.echo(f"  journal {rep.wiki_dir}/concepts")
+
+
+@wiki_group.command("lint")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too (stale claims, "
+              "concepts without a page, a journal behind the ledger).")
+@click.option("--files-only", is_flag=True, help="Check the journal's files only (not the "
+              "record: no contradictions, stale claims or missing concepts).")
+@click.pass_context
+@fail_cleanly
+def wiki_lint(ctx, as_json: bool, strict: bool, files_only: bool) -> None:
+    """Check the journal: broken links, orphan pages, untyped pages, staleness; and the
+    whole record: contradictions (errors), stale claims, concepts without a page
+    (warnings). Exits 1 on an error (with --strict, on a warning too).
 
     \b
     Example:
       forge wiki lint --json
     """
-    rep = lint(open_ws(ctx))
+    rep = lint(open_ws(ctx), record=not files_only)
     if as_json:
         emit_json(rep.as_dict())
     else:
@@ -1551,13 +1665,85 @@ def wiki_lint(ctx, as_json: bool) -> None:
             click.echo(f"orphan: {o}")
         for u in rep.untyped:
             click.echo(f"no typed frontmatter: {u}")
+        for c in rep.contradictions:
+            click.echo(f"contradiction: {c['what']} on point "
+                       f"{c['point_hash'][7:19]}: {c['metric']} {c['a']['effect']:+.1%} "
+                       f"({c['a']['task_id']}, {c['a']['decision_id']}) vs "
+                       f"{c['b']['effect']:+.1%} ({c['b']['task_id']}, "
+                       f"{c['b']['decision_id']}), beyond ±{c['tolerance']:.1%} "
+                       f"({c['band']} band)")
+        for x in rep.stale_claims:
+            click.echo(f"stale claim: {x['decision_id']} ({x['task_id']}): {x['reason']}")
+        for m in rep.missing_concepts[:20]:
+            click.echo(f"concept without a page: {m['concept']} ({m['page']})")
+        if len(rep.missing_concepts) > 20:
+            click.echo(f"… and {len(rep.missing_concepts) - 20} more concepts without a page")
+        if rep.missing_concepts:
+            click.echo("  (forge wiki compile writes them)")
+        for oc in rep.orphaned_concepts:
+            click.echo(f"orphaned concept page: {oc['page']} ({oc['concept']} is no longer "
+                       "in the ledger)")
         if rep.stale:
             click.echo(f"stale: wiki reflects position {rep.wiki_position}, ledger is at "
                        f"{rep.ledger_position} (run forge wiki build)")
         if rep.ok:
-            click.echo("ok")
-    if not rep.ok:
+            click.echo("ok" + (f" ({rep.warnings} warnings)" if rep.warnings else ""))
+    if not rep.ok or (strict and rep.warnings):
         raise SystemExit(1)
+
+
+@wiki_group.command("ask")
+@click.argument("question")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@click.option("--file", "file_it", is_flag=True,
+              help="File the answer back as a journal page (answers/; on the site after the "
+              "next forge wiki build).")
+@click.option("--tier", help="The [models.<tier>] that phrases the answer (default: "
+              "[models.wiki] when forge.toml has it).")
+@click.option("--deterministic", is_flag=True,
+              help="No model: the extractive answer (the matching claims).")
+@click.option("--no-embeddings", is_flag=True, help="Never fall back to retrieval.")
+@click.pass_context
+@fail_cleanly
+def wiki_ask(ctx, question: str, as_json: bool, file_it: bool, tier: str | None,
+             deterministic: bool, no_embeddings: bool) -> None:
+    """Answer a question from the journal: the concept catalog first, the pages it links,
+    the index, then retrieval; every claim cites its ledger events.
+
+    \b
+    Example:
+      forge wiki ask "why was bfloat16 rejected?"
+      forge wiki ask "what do we know about FlashInfer MoE on H200?" --file
+    """
+    ws = open_ws(ctx)
+    ans = ask_question(ws, question, tier=tier, deterministic=deterministic,
+                       embeddings=not no_embeddings)
+    if file_it:
+        file_answer(ws, ans)
+    if as_json:
+        emit_json(ans.as_dict())
+        return
+    site = ws.home / "site"
+    if not ans.claims:
+        click.echo("The journal holds nothing that answers this.")
+    for i, c in enumerate(ans.claims, 1):
+        click.echo(f"{i}. {c.text}")
+        for x in c.citations:
+            where = f" -> {site / x.page}.html" if x.page else ""
+            click.echo(f"   [e:{x.event_id}] {x.type} at position {x.position}{where}")
+        for v in c.caveats:
+            click.echo(f"   caveat: {v}")
+    for d in ans.dropped:
+        click.echo(f"dropped: {d['text'][:160]} ({d['reason']})")
+    if ans.mode == "model":
+        for v in ans.caveats:
+            click.echo(f"caveat: {v}")
+    if ans.note:
+        click.echo(f"note: {ans.note}")
+    how = ans.model or "extractive"
+    click.echo(f"({how}; ledger position {ans.position}; read: "
+               f"{', '.join(ans.route)}"
+               + (f"; filed as {ans.filed}" if ans.filed else "") + ")")
 
 
 @wiki_group.command("serve")
@@ -2194,7 +2380,17 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
     """
     ws = open_ws(ctx)
     serve_mcp(ws, http=http, allow_remote=allow_remote, task_id=task_id,
-          retrieve=lambda query, k: retrieve(ws, query, k))
+          retrieve=lambda query, k: retrieve(ws, query, k),
+          ask=lambda question: journal_ask(ws, question))
+
+
+def journal_ask(ws: Workspace, question: str) -> dict[str, Any]:
+    """`forge wiki ask` for the MCP tool journal_ask: a WikiError is the tool's one-line error
+    (the harness, which runs the tool, does not import the wiki)."""
+    try:
+        return ask_question(ws, question).as_dict()
+    except WikiError as e:
+        raise HarnessError(str(e)) from None
 
 
 # --- agents: skills (forge skills list|show|lint) ----------------------------------------

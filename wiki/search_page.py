@@ -1,6 +1,7 @@
 # ruff: noqa: E501  (an HTML/JS page kept verbatim)
-"""The search page of the static site (text search over search.json, merged with
-`/api/search` semantic results when served by `forge wiki serve`)."""
+"""The search page of the static site (text search over the sharded index under `search/`,
+search_index.py, merged with `/api/search` semantic results when served by
+`forge wiki serve`)."""
 
 SEARCH_HTML = r"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Search · infer-forge journal</title>
 <style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}
@@ -12,24 +13,41 @@ nav a{margin-right:1em}.kind{color:#888;font-size:12px;margin-left:.5em}
 <button id="go" type="submit">Search</button></form>
 <p id="status"></p><ul id="results"></ul>
 <script>
-// Text search over the prebuilt search.json; when served by `forge wiki serve`,
+// Text search over the prebuilt index; when served by `forge wiki serve`,
 // semantic results from /api/search are merged in (marked "semantic").
-let entries = null;
+// The text index is sharded (wiki/search_index.py): meta.json, then one token shard per
+// query term and the doc shards of the results shown; each file is fetched once.
+let meta = null, shardNames = null;
+const files = new Map();
 function esc(s){return String(s).replace(/[&<>"']/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));}
 // Results link only to pages of this site: a relative page path (no scheme, no //, no ..).
 const PAGE = /^(?:[a-z0-9~][a-z0-9._~-]*\/)*[a-z0-9~][a-z0-9._~-]*\.html$/;
-async function loadIndex(){ if(!entries){ entries = await (await fetch('search.json')).json(); } return entries; }
-function textSearch(q, es){
-  const terms = q.toLowerCase().split(/\s+/).filter(Boolean);
-  const out = [];
-  for (const e of es){
-    const hay = (e.t + ' ' + e.s).toLowerCase();
-    let score = 0;
-    for (const t of terms){ if (hay.includes(t)) score += (e.t.toLowerCase().includes(t) ? 2 : 1); }
-    if (score > 0) out.push({u:e.u, t:e.t, k:e.k, s:e.s, score:score/terms.length, how:'text'});
-  }
-  out.sort((a,b)=>b.score-a.score || a.u.localeCompare(b.u));
-  return out.slice(0, 30);
+function getJSON(u){
+  if (!files.has(u)) files.set(u, fetch(u).then(r=>{ if(!r.ok) throw new Error(u+': '+r.status); return r.json(); })
+    .catch(e=>{ files.delete(u); throw e; }));  // a failed fetch is tried again next time
+  return files.get(u);
+}
+function hex(s){ return Array.from(new TextEncoder().encode(s), b=>b.toString(16).padStart(2,'0')).join(''); }
+async function textSearch(q){
+  if (!meta){ meta = await getJSON('search/meta.json'); shardNames = new Set(meta.shards); }
+  const terms = [...new Set(q.toLowerCase().split(/[^\p{L}\p{N}]+/u).filter(Boolean))];
+  const score = new Map();
+  await Promise.all(terms.map(async t=>{
+    const cps = Array.from(t), name = hex(cps.slice(0,2).join(''));
+    if (!shardNames.has(name)) return;
+    const shard = await getJSON('search/t/'+name+'.json'), best = new Map();
+    for (const tok of Object.keys(shard)){
+      if (cps.length < 2 ? tok !== t : !tok.startsWith(t)) continue;
+      for (const c of shard[tok]){ const d = Math.floor(c/2), w = (c%2) ? 2 : 1; if ((best.get(d)||0) < w) best.set(d, w); }
+    }
+    for (const [d,w] of best) score.set(d, (score.get(d)||0) + w);
+  }));
+  const top = [...score].sort((a,b)=>b[1]-a[1] || a[0]-b[0]).slice(0, 30);
+  const shards = await Promise.all([...new Set(top.map(([d])=>Math.floor(d/meta.per)))]
+    .map(async n=>[n, await getJSON('search/d/'+n+'.json')]));
+  const docs = new Map(shards);
+  return top.map(([d,s])=>{ const e = docs.get(Math.floor(d/meta.per))[d%meta.per];
+    return {u:e[0], t:e[1], k:e[2], s:e[3], score:s/terms.length, how:'text'}; });
 }
 async function semantic(q){
   try { const r = await fetch('/api/search?k=10&q=' + encodeURIComponent(q));
@@ -40,12 +58,13 @@ async function semantic(q){
 async function run(q){
   const st = document.getElementById('status'), ul = document.getElementById('results');
   st.textContent = 'searching…'; ul.innerHTML = '';
-  const [es, sem] = await Promise.all([loadIndex(), semantic(q)]);
+  let err = null;
+  const [texts, sem] = await Promise.all([textSearch(q).catch(e=>{ err = e; return []; }), semantic(q)]);
   const seen = new Set(), rows = [];
-  for (const r of sem.concat(textSearch(q, es))){ if(PAGE.test(String(r.u)) && !seen.has(r.u)){ seen.add(r.u); rows.push(r);} }
+  for (const r of sem.concat(texts)){ if(PAGE.test(String(r.u)) && !seen.has(r.u)){ seen.add(r.u); rows.push(r);} }
   ul.innerHTML = rows.map(r=>'<li><a href="'+esc(r.u)+'">'+esc(r.t)+'</a><span class="kind">'+esc(r.k)+' · '+r.how+'</span><div class="snip">'+esc(String(r.s).slice(0,200))+'</div></li>').join('');
-  st.textContent = rows.length + ' results for "' + q + '"';
-  st.setAttribute('data-done', '1');
+  st.textContent = rows.length + ' results for "' + q + '"' + (err ? ' (text index unavailable: ' + err.message + ')' : '');
+  st.setAttribute('data-done', String(Math.round(performance.now())));  // ms since navigation
 }
 document.getElementById('f').addEventListener('submit', ev=>{ev.preventDefault(); const q=document.getElementById('q').value; history.replaceState(null,'','?q='+encodeURIComponent(q)); run(q);});
 const q0 = new URLSearchParams(location.search).get('q');
