@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from infer_forge.harness.engines.base import request_json
-from infer_forge.harness.engines.process import ServerProcess, free_port
+from infer_forge.harness.engines.process import ServerProcess, free_port, http_get
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.proc import group_alive
 
@@ -143,3 +143,30 @@ def test_ctrl_c_with_a_real_hf_server(tmp_path, tiny_model):
     p.wait(timeout=60)
     assert wait_gone(server_pid)
     assert "[forge] stopped (interrupted)" in next(tmp_path.glob("hf-*.log")).read_text()
+
+
+def test_a_health_poll_answered_by_something_not_http_is_not_ready(tmp_path):
+    """A health poll that reads something other than an HTTP status line (its own request,
+    when the socket connected to itself on a port nobody listens on yet) is "not ready",
+    never an exception out of the poll."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+
+    t = threading.Thread(target=answer)
+    t.start()
+    try:
+        assert http_get(f"http://127.0.0.1:{port}/health", timeout=5) == (0, b"")
+    finally:
+        t.join(10)
+        srv.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import http.client
 import os
 import shlex
 import signal
@@ -52,13 +53,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """GET -> (status, body); a connection failure is status 0 (not an exception)."""
+    """GET -> (status, body); a connection failure, or an answer that is not HTTP, is status
+    0 (not an exception). The second happens while a server is starting: polling a port in
+    the ephemeral range before anything listens on it can connect the socket to itself, and
+    the poll then reads its own request back (`BadStatusLine: GET /health HTTP/1.1`)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read() or b""
-    except (urllib.error.URLError, OSError, TimeoutError):
+    except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException):
         return 0, b""
 
 
