@@ -18,7 +18,6 @@ Contract:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from .concepts.evidence import lookup
 from .concepts.model import Claim, DroppedClaim, SourceEvent
 from .concepts.render import cites
 from .errors import WikiError
+from .files import write_if_changed
 from .page import Page, code, link, page_name, strong, text, to_markdown
 
 ANSWERS_DIR = "answers"
@@ -76,11 +76,6 @@ def load_answers(wiki_dir: Path) -> AnswerRecord:
     return rec if rec.version == RECORD_VERSION else AnswerRecord()
 
 
-def _write(path: Path, data: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def to_filed(answer: Answer, sources: dict[str, tuple[int, str, str]],
@@ -112,15 +107,15 @@ def file_answer(ws: Workspace, answer: Answer) -> FiledAnswer:
     wiki_dir = Path(ws.home) / "wiki"
     rec = load_answers(wiki_dir)
     new = AnswerRecord(answers={**rec.answers, filed.slug: filed})
-    _write(wiki_dir / ANSWERS_DIR / RECORD,
+    write_if_changed(wiki_dir / ANSWERS_DIR / RECORD,
            json.dumps(new.model_dump(mode="json"), sort_keys=True, indent=1,
                       ensure_ascii=False))
-    _write(wiki_dir / f"{filed.path}.md", to_markdown(answer_page(filed)))
+    write_if_changed(wiki_dir / f"{filed.path}.md", to_markdown(answer_page(filed)))
     state = wiki_dir / "_state.json"  # the next build renders the new page (build.STATE)
     try:
         st = json.loads(state.read_text())
         st.pop("position", None)
-        _write(state, json.dumps(st, indent=1))
+        write_if_changed(state, json.dumps(st, indent=1))
     except (OSError, ValueError, AttributeError):
         pass
     answer.filed = filed.path

@@ -19,7 +19,6 @@ import functools
 import hashlib
 import importlib.metadata
 import json
-import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from .concepts.site import catalog_digest, llms_txt, site_pages
 from .concurrency import concurrency_page
 from .endpoints import endpoints_page
 from .errors import WikiError
+from .files import write_if_changed
 from .graphs import GRAPH_INDEX, graph_pages
 from .page import Page, link, text, to_html, to_markdown
 from .pages import FACETS, NAV, make_pages
@@ -185,18 +185,6 @@ def search_entries(pages: list[Page]) -> list[dict[str, str]]:
             for p in sorted(pages, key=lambda p: p.path)]
 
 
-def _write(path: Path, text: str) -> bool:
-    data = text.encode("utf-8")
-    if path.exists() and path.read_bytes() == data:
-        return False
-    if not path.exists():  # a new file: nobody can be reading a half-written one
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        return True
-    tmp = path.with_name(path.name + ".tmp")  # a changed file: replace atomically
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return True
 
 
 def _sha256(data: bytes) -> str:
@@ -261,7 +249,7 @@ class Rendered:
 
     def save(self) -> None:
         if self.now != self.kept:
-            _write(self.path, json.dumps(self.now, sort_keys=True, separators=(",", ":")))
+            write_if_changed(self.path, json.dumps(self.now, sort_keys=True, separators=(",", ":")))
 
 
 def _prune(root: Path, keep: set[Path], ext: str) -> int:
@@ -371,22 +359,22 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
             report.unchanged += 1
             continue
         texts = (to_markdown(p), to_html(p, NAV, known))
-        changed = _write(md, texts[0])
-        changed = _write(html, texts[1]) or changed
+        changed = write_if_changed(md, texts[0])
+        changed = write_if_changed(html, texts[1]) or changed
         rendered.record(p, source, texts)
         report.written += changed
         report.unchanged += not changed
     rendered.save()
     report.removed = _prune(wiki_dir, keep_md, ".md") + _prune(site_dir, keep_html, ".html")
     entries = search_entries(pages)
-    _write(site_dir / "search.json",
+    write_if_changed(site_dir / "search.json",
            json.dumps(entries, ensure_ascii=False, separators=(",", ":")))
-    write_search_index(site_dir, entries, _write)
-    _write(site_dir / "search.html", SEARCH_HTML)
-    _write(site_dir / "llms.txt", llms_txt(pages))
+    write_search_index(site_dir, entries, write_if_changed)
+    write_if_changed(site_dir / "search.html", SEARCH_HTML)
+    write_if_changed(site_dir / "llms.txt", llms_txt(pages))
     timings["write_s"] = time.perf_counter() - t
     report.pages = len(pages)
-    _write(wiki_dir / STATE, json.dumps({"position": snap.position, "pages": len(pages),
+    write_if_changed(wiki_dir / STATE, json.dumps({"position": snap.position, "pages": len(pages),
                                          "settings": settings.key(),
                                          "concepts": catalog_digest(wiki_dir)}, indent=1))
     report.timings = {k: round(v, 3) for k, v in timings.items()}

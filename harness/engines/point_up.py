@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from .accelerators import check_accelerator, host_accelerators
 from .base import apply_overrides
 from .plan import BOOTSTRAP_OFFSET, LaunchPlan, plan_point
 from .process import free_port
+from .up import watch
 from .whole import PinnedDeployment, pin_plan, shown_in_image
 
 PLAN_BASE_PORT = 30000
@@ -134,10 +134,5 @@ def point_up(ws: Workspace | None, point_path: str | Path, *,
         if not once:
             echo(f"{plan.architecture} deployment of {plan.point or point_path} up at "
                  f"{plan.entry_url} ({len(plan.processes)} processes); Ctrl-C to stop")
-            try:
-                while True:
-                    dep.check()
-                    time.sleep(1.0)  # a watch loop for an interactive command
-            except KeyboardInterrupt:
-                echo("stopping")
+            watch(dep.check, echo)
     return {"plan": plan.to_json(), "deployment": info}

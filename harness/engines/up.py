@@ -26,10 +26,16 @@ def engine_up(ws: Workspace, profile_path: str | Path, *, model: str | None,
         if not once:
             echo(f"{name} engine up at {running.base_url} (model {running.model}); "
                  "Ctrl-C to stop")
-            try:
-                while True:
-                    running.check()
-                    time.sleep(1.0)  # a watch loop for an interactive command
-            except KeyboardInterrupt:
-                echo("stopping")
+            watch(running.check, echo)
     return info
+
+
+def watch(check: Callable[[], None], echo: Callable[[str], None]) -> None:
+    """Until Ctrl-C: `check` the running processes once a second (it raises when one died).
+    The interactive commands' watch loop; the caller's `with` block tears down."""
+    try:
+        while True:
+            check()
+            time.sleep(1.0)  # a watch loop for an interactive command, not synchronisation
+    except KeyboardInterrupt:
+        echo("stopping")

@@ -30,6 +30,7 @@ from ...ledger.config import ModelSettings
 from ...ledger.workspace import Workspace
 from ...projections.index import open_index
 from ..errors import WikiError
+from ..files import write_if_changed
 from ..page import to_markdown
 from . import claims as claims_module
 from . import evidence
@@ -209,15 +210,6 @@ def with_synthesis(page: ConceptPage, answer: str, payloads: dict[str, str],
 # --- the compile ------------------------------------------------------------------------
 
 
-def _write(path: Path, data: str) -> bool:
-    b = data.encode("utf-8")
-    if path.exists() and path.read_bytes() == b:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b)
-    os.replace(tmp, path)
-    return True
 
 
 def compile_wiki(ws: Workspace, *, stale: bool = False, tier: str | None = None,
@@ -262,13 +254,13 @@ def compile_wiki(ws: Workspace, *, stale: bool = False, tier: str | None = None,
                 p.state, p.reasons) and (wiki_dir / f"{p.path}.md").exists():
             rep.unchanged += 1  # as the last compile or build wrote it (builds add backlinks)
             continue
-        changed = _write(wiki_dir / f"{p.path}.md", to_markdown(concept_page(p)))
+        changed = write_if_changed(wiki_dir / f"{p.path}.md", to_markdown(concept_page(p)))
         rep.written += changed
         rep.unchanged += not changed
     for slug in rep.removed:
         (cdir / f"{slug}.md").unlink(missing_ok=True)
-    _write(wiki_dir / f"{INDEX}.md", to_markdown(catalog_page(catalog, st_now)))
-    _write(wiki_dir / "SCHEMA.md", schema_text())  # the wiki carries its schema
+    write_if_changed(wiki_dir / f"{INDEX}.md", to_markdown(catalog_page(catalog, st_now)))
+    write_if_changed(wiki_dir / "SCHEMA.md", schema_text())  # the wiki carries its schema
     rep.seconds = round(time.perf_counter() - t0, 3)
     return rep
 

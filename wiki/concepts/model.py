@@ -19,12 +19,12 @@ page path is `concepts/<slug>` and the site's file `concepts/<slug>.html`.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..files import write_if_changed
 from ..page import page_name
 
 # Bump when the record's shape changes: old catalogs recompile whole (2: claims carry their
@@ -187,10 +187,4 @@ def save_catalog(wiki_dir: Path, catalog: Catalog) -> bool:
     path = concepts_dir(wiki_dir) / CATALOG
     data = json.dumps(catalog.model_dump(mode="json"), sort_keys=True, indent=1,
                       ensure_ascii=False).encode("utf-8")
-    if path.exists() and path.read_bytes() == data:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return True
+    return write_if_changed(path, data)
