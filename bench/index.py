@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from uuid import UUID
 
-import orjson
 from eventsourcing.persistence import StoredEvent
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
@@ -52,17 +51,21 @@ METRICS = ["output_throughput", "request_throughput", "input_throughput", "media
 BLOCKS, REPEATS, TOOLS = 8, 3, 3
 
 
-def payload(ev_type: type[E.Event], fields: dict, rnd: random.Random, ts: str) -> bytes:
-    d = {"event_id": str(UUID(int=rnd.getrandbits(128), version=4)), "occurred_at": ts,
-         "actor": {"kind": "tool", "name": "bench", "model": None}, "task_id": None,
-         "block_id": None, "command_id": None, "causation_id": None, "input_digests": {},
-         **fields, "_v": ev_type.SCHEMA_VERSION}
-    return orjson.dumps(d)
+def stored(ev_type: type[E.Event], stream: str, version: int, fields: dict,
+           rnd: random.Random, ts: str, cid: str | None = None) -> StoredEvent:
+    """The event as `Ledger.save` stores it: validated, then the codec's own `encode` (so
+    every field is present in its stored form, the command id filled in, as in a real
+    ledger; the fast check sees the form it sees there)."""
+    ev = ev_type.model_validate({
+        "event_id": UUID(int=rnd.getrandbits(128), version=4), "occurred_at": ts,
+        "actor": {"kind": "tool", "name": "bench", "model": None}, **fields})
+    return codec.encode(stream, version, ev, None, cid)
 
 
 def synth(ws, n_events: int, seed: int = 0) -> dict:
-    """Append ~n_events (plus one CommandHandled per save) with raw recorder inserts in
-    the codec's exact stored form; a sample is decoded back through the codec."""
+    """Append ~n_events (plus one CommandHandled per save): each event validated and
+    encoded by the codec as `Ledger.save` does, inserted by the recorder in large batches
+    (no lock or version read per save); a sample is decoded back through the codec."""
     rnd = random.Random(seed)
     rec = ws.ledger.recorder
     ts = "2026-11-29T12:00:00.000000+00:00"
@@ -77,11 +80,9 @@ def synth(ws, n_events: int, seed: int = 0) -> dict:
                 "config": {"tp_size": 1 + i % 4, "chunked_prefill_size": 8192}}
         ph = digest(prof)
         profiles.append((service, rev))
-        ws_events.append(StoredEvent("workspace", v0 + len(ws_events) + 1, "RuntimeProfileRevised",
-                                     payload(E.RuntimeProfileRevised, {
-                                         "service": service, "rev": rev, "profile_hash": ph,
-                                         "profile": prof, "previous_hash": None,
-                                         "changes": {}}, rnd, ts)))
+        ws_events.append(stored(E.RuntimeProfileRevised, "workspace", v0 + len(ws_events) + 1, {
+            "service": service, "rev": rev, "profile_hash": ph, "profile": prof,
+            "previous_hash": None, "changes": {}}, rnd, ts))
         point = {"model": {"name": MODELS[i % len(MODELS)], "source": MODELS[i % len(MODELS)],
                            "revision": "main"},
                  "scenario": {"modality": "text", "traffic": {
@@ -93,21 +94,21 @@ def synth(ws, n_events: int, seed: int = 0) -> dict:
                  "accelerator": {"vendor": vendor, "model": acc, "count": 8}}
         pth = digest(point)
         points.append(pth)
-        ws_events.append(StoredEvent("workspace", v0 + len(ws_events) + 1, "DeploymentPointPinned",
-                                     payload(E.DeploymentPointPinned, {
-                                         "name": f"point-{i}", "point_hash": pth,
-                                         "point": point, "source": None}, rnd, ts)))
+        ws_events.append(stored(E.DeploymentPointPinned, "workspace", v0 + len(ws_events) + 1, {
+            "name": f"point-{i}", "point_hash": pth, "point": point, "source": None}, rnd, ts))
     rec.insert_events(ws_events)
     total, tasks, batch = len(ws_events), 0, []
 
     def save(stream: str, version: int, evs: list[tuple[type[E.Event], dict]]) -> int:
         nonlocal total
-        for k, (cls, f) in enumerate(evs):
-            batch.append(StoredEvent(stream, version + k, cls.TYPE, payload(cls, f, rnd, ts)))
         cid = f"{stream}:{version}"
-        batch.append(StoredEvent("command:" + cid, 1, "CommandHandled", payload(
-            E.CommandHandled, {"appended": {stream: [version, version + len(evs) - 1]},
-                               "positions": []}, rnd, ts)))
+        saved = [stored(cls, stream, version + k, f, rnd, ts, cid)
+                 for k, (cls, f) in enumerate(evs)]
+        batch.extend(saved)
+        batch.append(stored(E.CommandHandled, "command:" + cid, 1, {
+            "appended": {stream: [version, version + len(evs) - 1]},
+            "seal": codec.seal([e.topic for e in saved], [e.state for e in saved])},
+            rnd, ts, cid))
         total += len(evs)
         if len(batch) >= 2000:
             rec.insert_events(batch)
@@ -203,6 +204,97 @@ def synth(ws, n_events: int, seed: int = 0) -> dict:
     return {"events": total, "notifications": ws.ledger.max_position(), "tasks": tasks}
 
 
+def stages(ws, home: Path, n_notes: int, rows_rate: float, batch: int) -> None:
+    """Each side of the catch-up pipeline alone, on the same batches: the reading thread's
+    work (read, Arrow columns, key counts, check and projection, Arrow tables of the rows)
+    and the writer's (DuckDB inserts, commits, the final CHECKPOINT, one DuckDB thread as
+    in catch-up, no other thread). Their sum is the catch-up's CPU work: two cores cannot
+    run it faster than half of it, nor faster than its longer side. Then the GIL effect:
+    the writer's first three batches beside a Python thread that only counts, at Python's
+    default switch interval and at catch-up's."""
+    import gc
+    import sys
+    import threading
+
+    from infer_forge.projections.index import catchup as C
+    from infer_forge.projections.index.projector import Projector
+
+    work = Path(tempfile.mkdtemp(prefix="forge-bench-stages-"))
+    try:
+        con = I.connect(work / "index.duckdb")
+        gc.disable()
+        t0, c0 = time.perf_counter(), time.process_time()
+        proj, cur = Projector(con), con.cursor()
+        batches, pos = [], 1
+        while pos <= n_notes:
+            rows = list(ws.ledger.rows(pos, min(n_notes, pos + batch - 1), page=batch))
+            raw = C.raw_table(rows)
+            sealed = proj.sealed_rows(rows)
+            proj.project(rows, C.key_counts(cur, raw, sealed), sealed)
+            batches.append((C.batch_ops(proj, raw), pos, rows[-1][0]))
+            pos = rows[-1][0] + 1
+            del rows, raw
+        reader_s, reader_cpu = time.perf_counter() - t0, time.process_time() - c0
+        cur.close()
+        gc.enable()
+
+        def write(into: Path, todo: list, busy: float | None = None,
+                  checkpoint: bool = False) -> float:
+            """Seconds to commit `todo` into a fresh index (then CHECKPOINT, as catch-up
+            does at its end); `busy`: beside a counting Python thread, at that switch
+            interval."""
+            wc = I.connect(into)
+            wc.execute(f"SET checkpoint_threshold = '{C.CATCH_UP_CHECKPOINT_THRESHOLD}'")
+            wc.execute("SET threads = 1")
+            stop, old = [False], sys.getswitchinterval()
+
+            def count() -> None:
+                n = 0
+                while not stop[0]:
+                    n += 1
+
+            spinner = threading.Thread(target=count) if busy is not None else None
+            if spinner is not None:
+                sys.setswitchinterval(busy)  # type: ignore[arg-type]
+                spinner.start()
+            t = time.perf_counter()
+            try:
+                for ops, first, last in todo:
+                    C._commit_batch(wc, ops, first, last, None)
+                if checkpoint:
+                    wc.execute("SET threads = 2")  # as catch-up's final CHECKPOINT
+                    wc.execute("CHECKPOINT")
+                return time.perf_counter() - t
+            finally:
+                stop[0] = True
+                if spinner is not None:
+                    spinner.join()
+                sys.setswitchinterval(old)
+                wc.close()
+
+        writer_s = write(work / "w.duckdb", batches, checkpoint=True)
+        total = reader_cpu + writer_s
+        goal_s = n_notes / (0.3 * rows_rate)
+        bound = max(reader_s, writer_s, total / 2)
+        print(f"stages: reading thread alone {reader_s:.2f}s ({reader_cpu:.2f} CPU s), writer "
+              f"alone {writer_s:.2f}s ({n_notes / writer_s:,.0f}/s = "
+              f"{n_notes / writer_s / rows_rate:.2f}x of the raw row read); CPU work "
+              f"{total:.2f}s: on 2 cores at best {bound:.2f}s = {n_notes / bound:,.0f}/s = "
+              f"{n_notes / bound / rows_rate:.2f}x; 0.3x needs {goal_s:.2f}s "
+              f"({goal_s * 2:.2f} CPU s on 2 cores)")
+        three = batches[:3]
+        alone = write(work / "a.duckdb", three)
+        slow = write(work / "d.duckdb", three, busy=0.005)
+        fast = write(work / "f.duckdb", three, busy=C.CATCH_UP_SWITCH_INTERVAL)
+        print(f"GIL: the writer's first {len(three)} batches alone {alone:.2f}s, beside a "
+              f"busy Python thread {slow:.2f}s at the default 5 ms "
+              f"switch interval, {fast:.2f}s at catch-up's "
+              f"{C.CATCH_UP_SWITCH_INTERVAL * 1e3:g} ms")
+        con.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -218,6 +310,10 @@ def main() -> None:
     ap.add_argument("--no-embeddings", action="store_true")
     ap.add_argument("--reuse-index", action="store_true",
                     help="Keep an index built by an earlier run (time the queries only).")
+    ap.add_argument("--stages", action="store_true",
+                    help="Also time the reading thread's work and the writer's work alone on "
+                         "the same batches (the CPU budget of catch-up on this machine), and "
+                         "the writer beside a busy Python thread (the GIL's share).")
     ap.add_argument("--python-path", action="store_true",
                     help="Also catch up a second fresh index with every event through the "
                          "projector's Python handlers (catch_up(sql_path=False), the SQL "
@@ -282,6 +378,8 @@ def main() -> None:
               f"{rp.rate:,.0f} events/s ({rp.rate / (nr / rows_s):.2f}x of the raw row read); "
               f"SQL path {r.rate / rp.rate:.2f}x faster; same rows: {same}; load average "
               f"{os.getloadavg()[0]:.1f}")
+    if args.stages:
+        stages(ws, home, n_notes, nr / rows_s, args.batch)
     counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
               for t in ("measurements", "tasks", "decisions", "handoffs")}
     print(f"rows: {counts}")

@@ -5,7 +5,7 @@ positions (on PostgreSQL a rolled-back insert leaves a gap in the sequence: a no
 problem), every stream's versions contiguous from 1, every event decodes (known type, valid
 payload, upcastable) and every task stream replays (with the one task fold of `state`, as
 `forge replay` and Task Memory fold it), every save is whole (its events match its
-CommandHandled marker), every artifact hashes to its digest.
+CommandHandled marker, and the seal the marker carries), every artifact hashes to its digest.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ def _scan_rows(ledger, sqlite: bool, report: CheckReport,
                tasks: dict[str, TaskState], saved: dict[str, list[tuple[int, int, str]]]
                ) -> None:
     expected_pos = 1
+    since_marker: list[tuple[str, bytes]] = []  # a save's events precede its marker
     for pos, stream, version, topic, state in ledger.rows(1):
         if pos != expected_pos:
             if sqlite:
@@ -124,6 +125,8 @@ def _scan_rows(ledger, sqlite: bool, report: CheckReport,
             report.problems.append(f"stream {stream!r}: version {version} follows {prev}")
         versions[stream] = version
         report.events += 1
+        if topic != CommandHandled.TYPE:
+            since_marker.append((topic, state))
         try:
             event = codec.decode(stream, version, topic, state)
         except LedgerError as e:
@@ -133,10 +136,21 @@ def _scan_rows(ledger, sqlite: bool, report: CheckReport,
             cid = stream[len(COMMAND_PREFIX):]
             for st, (first, last) in event.appended.items():
                 saved.setdefault(st, []).append((first, last, cid))
+            n = sum(last - first + 1 for first, last in event.appended.values())
+            if event.seal is not None and len(since_marker) >= n and codec.seal(
+                    *_columns(since_marker[len(since_marker) - n:])) != event.seal:
+                report.problems.append(
+                    f"save {cid!r} (positions {pos - n}..{pos - 1}): its events no longer "
+                    "match the seal written with them (a type or payload changed since)")
+            since_marker.clear()
         if is_task_stream(stream):
             apply(tasks.setdefault(stream, TaskState()), event)
         if progress is not None and report.events % 10000 == 0:
             progress(report.events)
+
+
+def _columns(rows: list[tuple[str, bytes]]) -> tuple[list[str], list[bytes]]:
+    return [t for t, _ in rows], [s for _, s in rows]
 
 
 def _untiled(stream: str, top: int, ranges: list[tuple[int, int, str]]) -> list[str]:

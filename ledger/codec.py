@@ -8,8 +8,9 @@ as a valid, current domain event or rejected with an error naming stream and ver
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from itertools import product
 from math import prod
@@ -63,6 +64,17 @@ def encode(
         topic=event.TYPE,
         state=state,
     )
+
+
+def seal(topics: Sequence[str], states: Sequence[bytes]) -> str:
+    """The seal a save's marker carries (`CommandHandled.seal`): sha256 over its events'
+    types, then their stored payloads, in the order stored. Newlines separate both: no type
+    name holds one and orjson never writes one, so no other split of the same rows gives
+    the same bytes."""
+    h = hashlib.sha256("\n".join(topics).encode())
+    h.update(b"\0")
+    h.update(b"\n".join(states))
+    return "sha256:" + h.hexdigest()
 
 
 def _unencodable(topic: str, payload: Any, error: Exception) -> str:

@@ -617,10 +617,22 @@ class RepoSynced(Event):
 
 class CommandHandled(Event):
     """Marks a save as done, under stream `command:<id>`: a retried save with the same
-    command id finds it and adds nothing. `appended` maps stream -> [first, last] version."""
+    command id finds it and adds nothing. `appended` maps stream -> [first, last] version.
+    `seal` (`codec.seal`) is the sha256 of the save's events as stored, their types and
+    payloads in order: `forge check` finds a payload or type changed after the save, and
+    the index reads a sealed payload of the current version without checking it again."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: seal
 
     appended: dict[str, list[int]]
     positions: list[int] = Field(default_factory=list)
+    seal: str | None = None
+
+
+@upcaster("CommandHandled", 1)
+def _command_handled_v1(payload: JSON) -> JSON:
+    """v1 markers carry no seal: their saves are checked event by event."""
+    return {**payload, "seal": None}
 
 
 # --- task graph -------------------------------------------------------------------------

@@ -268,7 +268,8 @@ class Ledger:
                     stored.append(codec.encode(a.stream, base + 1 + i, ev, self.redactor, cid))
                 if a.events:
                     appended[a.stream] = [base + 1, base + len(a.events)]
-            marker = CommandHandled(appended=appended, command_id=cid)
+            marker = CommandHandled(appended=appended, command_id=cid, seal=codec.seal(
+                [e.topic for e in stored], [e.state for e in stored]))
             stored.append(codec.encode(marker_stream, 1, marker, None, cid))
             try:
                 ids = self.recorder.insert_events(stored)

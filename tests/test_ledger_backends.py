@@ -227,7 +227,8 @@ def history(ws: Workspace) -> list[tuple[Any, ...]]:
     random or a clock reading by design made comparable: a UUID (event ids, generated command
     ids, in payloads and stream names) becomes its order of first appearance, so the same id
     stays the same token; a timestamp becomes `<time>`; the home's path `<home>`; the
-    backend's own name (WorkspaceInitialized.ledger_backend) `<backend>`."""
+    backend's own name (WorkspaceInitialized.ledger_backend) `<backend>`; a save's seal (a
+    hash of its payloads, ids and times included) `<sha256>`."""
     ids: dict[str, str] = {}
 
     def token(m: re.Match[str]) -> str:
@@ -242,6 +243,9 @@ def history(ws: Workspace) -> list[tuple[Any, ...]]:
         payload = r.event.model_dump(mode="json")
         if isinstance(r.event, E.WorkspaceInitialized):
             payload["ledger_backend"] = "<backend>"
+        if isinstance(r.event, E.CommandHandled) and r.event.seal is not None:
+            # The seal hashes the save's payloads as stored, ids and times included.
+            payload["seal"] = "<sha256>" if len(r.event.seal) == 71 else r.event.seal
         out.append((norm(r.stream), r.version, r.type,
                     norm(json.dumps(payload, sort_keys=True))))
     return out

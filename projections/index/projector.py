@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ...ledger import codec
 from ...ledger.errors import LedgerError
+from ...ledger.events import EVENT_TYPES, CommandHandled
 from ...ledger.payloads import Digest
 from ...ledger.samples import decode_samples
 from ...ledger.specs import stored_point, stored_profile
@@ -119,8 +120,13 @@ class Projector:
         self.b_keep: list[bool] = []  # per row of the batch: kept in `events`
         self.b_sql: list[bool] = []  # per row: projected in SQL (`catchup.SQL_TOPICS`)
         self.b_kept = 0
-        # Runs projected in SQL: position, dimension index, candidate key, repo snapshot.
+        # Runs projected in SQL: position, dimension index, candidate key, repo snapshot;
+        # their metrics as flat names and values with each run's offset (one MAP per run,
+        # built by Arrow: DuckDB's JSON-to-MAP cast costs ~4 us a run, this ~0.3 us).
         self.b_mx: tuple[list[int], list[int], list[str], list[Any]] = ([], [], [], [])
+        self.b_mx_metric: list[str] = []
+        self.b_mx_value: list[float] = []
+        self.b_mx_off: list[int] = []
         self.b_points: dict[str, dict[str, Any]] = {}
         self.b_profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.b_tasks: dict[str, dict[str, Any]] = {}
@@ -153,7 +159,7 @@ class Projector:
         self.b_endpoints = EndpointBatch()  # forge monitor / diagnose (endpoints.py)
 
     def project(self, rows: list[tuple], counts: Sequence[Any] = (),
-                metric_counts: Sequence[Any] = ()) -> int:
+                sealed: bytes | bytearray = b"") -> int:
         """Add one batch of stored rows `(position, stream, version, type, state)` (as
         `Ledger.rows` gives them) to the pending rows. Returns events kept.
 
@@ -166,17 +172,23 @@ class Projector:
         insert time (see `catchup.batch_ops`).
 
         SQL path: a row of `SQL_TOPICS` that passes the check, whose payload has exactly as
-        many top-level keys as DuckDB counted (`counts[i]`; and `metric_counts[i]` in its
-        metrics; so no duplicate key where DuckDB would read the first and orjson the last)
-        is only marked in `b_sql`: DuckDB extracts its columns from the payload
-        (`catchup.SQL_INSERTS`); Python adds what depends on earlier events or needs
-        Python's JSON (a run's dimensions, candidate keys)."""
+        many top-level keys as DuckDB counted (`counts[i]`: no duplicate key where DuckDB
+        would read the first and orjson the last) is only marked in `b_sql`: DuckDB extracts
+        its columns from the payload (`catchup.SQL_INSERTS`); Python adds what depends on
+        earlier events or is already parsed here (a run's dimensions, candidate key and
+        metrics).
+
+        Sealed rows (`sealed[i]`, from `sealed_rows`): the payload is exactly what the
+        codec's `encode` wrote. One that ends in its type's current version (`encode` writes
+        `"_v"` last) is what the check passes, so it is not checked again; of `SQL_TOPICS`
+        (given `counts`: the SQL path) it is not even parsed here, unless a run's."""
         self._reset_batch()
         loads = orjson.loads
         keep, sql = self.b_keep, self.b_sql
         handlers = _HANDLERS
         bookkeeping = BOOKKEEPING_TYPES
-        checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
+        never = codec.never
+        checks: dict[str, tuple[Callable[[dict[str, Any]], bool], bytes | None]] = {}
         counted = bool(counts)
         for i, row in enumerate(rows):
             topic = row[3]
@@ -184,10 +196,28 @@ class Projector:
                 keep.append(False)
                 sql.append(False)
                 continue
-            check = checks.get(topic)
+            check, current = checks.get(topic) or (None, None)
             if check is None:
-                check = checks[topic] = codec.current_check(topic) or codec.never
+                check = codec.current_check(topic) or never
+                cls = EVENT_TYPES.get(topic)
+                # A type the check cannot express (`never`) is always decoded in full.
+                current = None if check is never or cls is None else (
+                    b',"%s":%d}' % (codec.VERSION_KEY.encode(), cls.SCHEMA_VERSION))
+                checks[topic] = (check, current)
             pos, state = row[0], row[4]
+            if current is not None and sealed and sealed[i] and type(state) is bytes \
+                    and state.endswith(current):
+                keep.append(True)
+                if counted and topic in SQL_TOPICS:
+                    sql.append(True)
+                    if topic == "MeasurementRecorded":
+                        self._sql_measurement(pos, loads(state))
+                    continue
+                sql.append(False)
+                h = handlers.get(topic)
+                if h is not None:
+                    h(self, pos, loads(state))
+                continue
             try:
                 d = loads(state)
             except orjson.JSONDecodeError:
@@ -202,9 +232,7 @@ class Projector:
                     keep.append(type(d) is dict)  # a JSON object (e.g. a newer type): raw
                     continue
                 d = ev_obj.model_dump(mode="json")
-            elif counted and topic in SQL_TOPICS and counts[i] == len(d) and (
-                    topic != "MeasurementRecorded"
-                    or metric_counts[i] == len(d.get("metrics") or ())):
+            elif counted and topic in SQL_TOPICS and counts[i] == len(d):
                 keep.append(True)
                 sql.append(True)
                 if topic == "MeasurementRecorded":
@@ -219,8 +247,33 @@ class Projector:
         self.b_kept = sum(keep)
         return self.b_kept
 
+    @staticmethod
+    def sealed_rows(rows: list[tuple]) -> bytearray:
+        """Per row of the batch, 1 when its save's marker (`CommandHandled`, after the
+        save's events) is in the batch and carries a seal equal to `codec.seal` of the rows
+        just before it: their types and payloads are exactly what the codec wrote. Anything
+        else (no seal, a save across batches, rows changed or moved since) stays 0."""
+        marks = bytearray(len(rows))
+        marker = CommandHandled.TYPE
+        at = [i for i, r in enumerate(rows) if r[3] == marker]
+        if not at:
+            return marks
+        _, _, _, types, states = zip(*rows, strict=True)
+        for i in at:
+            try:
+                d = orjson.loads(states[i])
+                n = sum(last - first + 1 for first, last in d["appended"].values())
+                seal = d["seal"]
+            except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
+                continue  # an unsealed (v1) or malformed marker: its save is checked
+            if type(seal) is str and type(n) is int and 0 < n <= i and codec.seal(
+                    types[i - n:i], states[i - n:i]) == seal:
+                marks[i - n:i] = b"\x01" * n
+        return marks
+
     def _sql_measurement(self, pos: int, d: dict[str, Any]) -> None:
-        """What Python adds to a run DuckDB projects: its dimensions, its candidate key."""
+        """What Python adds to a run DuckDB projects: its dimensions, candidate key, repo
+        snapshot and metrics (the check passed: a dict of floats)."""
         get = d.get
         digests = get("input_digests") or {}
         mx = self.b_mx
@@ -228,6 +281,10 @@ class Projector:
         mx[1].append(self._run_dims(get("task_id"), digests.get(Digest.POINT)))
         mx[2].append(candidate_key(get("candidate")))
         mx[3].append(digests.get(Digest.REPO_SNAPSHOT))
+        metrics = d["metrics"]
+        self.b_mx_off.append(len(self.b_mx_metric))
+        self.b_mx_metric.extend(metrics)
+        self.b_mx_value.extend(metrics.values())
 
     # --- handlers -----------------------------------------------------------------------
 
