@@ -111,7 +111,7 @@ def _scan_rows(ledger, sqlite: bool, report: CheckReport,
                tasks: dict[str, TaskState], saved: dict[str, list[tuple[int, int, str]]]
                ) -> None:
     expected_pos = 1
-    since_marker: list[tuple[str, bytes]] = []  # a save's events precede its marker
+    since_marker: list[tuple[int, str, bytes]] = []  # a save's events precede its marker
     for pos, stream, version, topic, state in ledger.rows(1):
         if pos != expected_pos:
             if sqlite:
@@ -126,7 +126,7 @@ def _scan_rows(ledger, sqlite: bool, report: CheckReport,
         versions[stream] = version
         report.events += 1
         if topic != CommandHandled.TYPE:
-            since_marker.append((topic, state))
+            since_marker.append((pos, topic, state))
         try:
             event = codec.decode(stream, version, topic, state)
         except LedgerError as e:
@@ -137,20 +137,18 @@ def _scan_rows(ledger, sqlite: bool, report: CheckReport,
             for st, (first, last) in event.appended.items():
                 saved.setdefault(st, []).append((first, last, cid))
             n = sum(last - first + 1 for first, last in event.appended.values())
-            if event.seal is not None and len(since_marker) >= n and codec.seal(
-                    *_columns(since_marker[len(since_marker) - n:])) != event.seal:
+            own = since_marker[len(since_marker) - n:]
+            if event.seal is not None and 0 < n <= len(since_marker) and codec.seal(
+                    [t for _, t, _ in own], [st for _, _, st in own]) != event.seal:
                 report.problems.append(
-                    f"save {cid!r} (positions {pos - n}..{pos - 1}): its events no longer "
-                    "match the seal written with them (a type or payload changed since)")
+                    f"save {cid!r} (positions {own[0][0]}..{own[-1][0]}): its events no "
+                    "longer match the seal written with them (a type or payload changed "
+                    "since)")
             since_marker.clear()
         if is_task_stream(stream):
             apply(tasks.setdefault(stream, TaskState()), event)
         if progress is not None and report.events % 10000 == 0:
             progress(report.events)
-
-
-def _columns(rows: list[tuple[str, bytes]]) -> tuple[list[str], list[bytes]]:
-    return [t for t, _ in rows], [s for _, s in rows]
 
 
 def _untiled(stream: str, top: int, ranges: list[tuple[int, int, str]]) -> list[str]:

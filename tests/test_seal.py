@@ -154,3 +154,32 @@ def test_an_unsealed_v1_marker_still_reads_and_checks(workspace):
     assert not any(Projector.sealed_rows(rows)[len(rows) - 2:])
     report = check_workspace(workspace)
     assert report.ok, report.problems
+
+
+def test_saves_are_sealed_and_read_sealed_on_both_backends(backend_home, tmp_path):
+    from infer_forge.ledger.workspace import open_workspace
+
+    with open_workspace(backend_home) as ws:
+        saves = [_tool_save(ws, f"t{i}", exit_code=i) for i in range(3)]
+        rows = _rows(ws)
+        assert all(type(r[4]) is bytes for r in rows)  # what the sealed path reads
+        marks = Projector.sealed_rows(rows)
+        for res in saves:
+            assert all(marks[i] for i, r in enumerate(rows) if r[0] in res.positions)
+        assert not any(m for r, m in zip(rows, marks, strict=True) if r[3] == "CommandHandled")
+        assert _catch_up(ws, tmp_path / "a.duckdb") == _catch_up(
+            ws, tmp_path / "b.duckdb", sql_path=False)
+        assert check_workspace(ws).ok
+
+
+def test_forge_check_names_the_save_whose_seal_broke(workspace):
+    from tests.conftest import run_forge
+
+    res = _tool_save(workspace, "t1")
+    state = workspace.ledger.raw_state(res.positions[1])
+    _tamper(workspace, res.positions[1], state=state.replace(b'"source":"manual"',
+                                                             b'"source":"edited"'))
+    out = run_forge("check", home=workspace.home)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    (line,) = [ln for ln in out.stdout.splitlines() if "seal" in ln]
+    assert repr(res.command_id) in line and f"{res.positions[0]}..{res.positions[1]}" in line
