@@ -129,9 +129,12 @@ def test_layered_graph_on_ray_equals_the_local_backend(ray_address, tmp_path, mo
 KILL_PARENT = r'''
 import os, pathlib, signal
 if os.environ["FORGE_ATTEMPT"] == "1":
-    # The Ray worker running this node is our parent: note its pid, then kill it.
-    pathlib.Path("killed.pid").write_text(str(os.getppid()))
-    os.kill(os.getppid(), signal.SIGKILL)
+    # The Ray worker running this node is our grandparent (our parent is the leader of the
+    # command's session, proc.session_launch): note its pid, then kill it.
+    stat = pathlib.Path(f"/proc/{os.getppid()}/stat").read_text()
+    worker = int(stat[stat.rfind(")") + 2:].split()[1])
+    pathlib.Path("killed.pid").write_text(str(worker))
+    os.kill(worker, signal.SIGKILL)
 print('{"value": 1}')
 '''
 

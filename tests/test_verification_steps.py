@@ -30,6 +30,7 @@ from infer_forge.harness.loop.manual import (
 from infer_forge.harness.loop.run import run_task
 from infer_forge.harness.loop.task import LOOP_ACTOR, load_task_from_ledger
 from infer_forge.harness.loop.verify import verify
+from infer_forge.harness.proc import group_alive, group_members
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.codec import decode
@@ -289,13 +290,15 @@ def test_kill_9_while_a_step_runs_then_resume(tmp_path):
         assert time.monotonic() < deadline, "the wait step never started"
         time.sleep(0.02)
     step_pid = int(pidfile.read_text())
+    session = os.getpgid(step_pid)  # the step's own session: its shell and the shell's `cat`
+    assert session != os.getpgid(proc.pid)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
-    # The step dies with the loop (its own session, parent-death signal).
+    # The step dies with the loop, its children too (the session's leader kills the group).
     deadline = time.monotonic() + 30
-    while os.path.exists(f"/proc/{step_pid}") and \
-            Path(f"/proc/{step_pid}/stat").read_text().split()[2] != "Z":
-        assert time.monotonic() < deadline, "the step outlived the killed loop"
+    while group_alive(session):
+        assert time.monotonic() < deadline, \
+            f"the step's session outlived the killed loop: {group_members(session)}"
         time.sleep(0.02)
     types = [r.type for r in ws.ledger.stream(task_stream("t1"))]
     assert types.count("VerificationRecorded") == 1  # b1's only; b2's was never saved

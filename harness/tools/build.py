@@ -20,12 +20,10 @@ Contract:
   A `kill -9` mid-build leaves no entry (the lock dies with the process); a temp file left by
   a writer killed between write and rename is swept by the next holder of that key's lock.
 - The command runs through `calls.run_tool` (outputs redacted and stored as artifacts) in
-  its own session under a small supervisor that holds the group: when forge dies (even by
-  `kill -9`) the supervisor gets SIGTERM (parent-death signal) and kills the whole process
-  group, grandchildren included (the parent-death signal of `proc.session_launch` reaches
-  only the direct child; a shell's children would outlive it).
+  its own session (`proc.session_launch`): when forge dies (even by `kill -9`) the session's
+  leader kills the whole process group, grandchildren included.
 - The build command itself runs in the Safety Guard's sandbox (`guard.sandbox.prepare`: an
-  allowlisted environment, bubblewrap where the host has it; the supervisor, outside it,
+  allowlisted environment, bubblewrap where the host has it; the session's leader, outside it,
   holds the group); the profile is the event's `sandbox`. The key takes forge's own
   environment (a superset of what the sandbox passes: a change can only miss) and the
   sandbox's settings (`settings_key`: mode, bwrap or not, forge.toml's and the task's
@@ -41,7 +39,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -72,32 +69,6 @@ CACHE_DIR = "build-cache"
 ENTRY_VERSION = 1
 # Where and how forge was started, not what the build is: a key must not change with them.
 _SHELL_BOOKKEEPING = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
-
-# Runs as the session leader of the build's process group (argv: forge's pid, the command).
-# SIGTERM on forge's death (PR_SET_PDEATHSIG, replacing setpriv's SIGKILL, which could not be
-# handled) kills the whole group; a child killed by a signal is reported as that signal.
-_SUPERVISOR = """\
-import ctypes, os, signal, subprocess, sys
-def down(*_):
-    os.killpg(0, signal.SIGKILL)
-signal.signal(signal.SIGTERM, down)
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
-except (OSError, AttributeError):
-    pass
-if os.getppid() != int(sys.argv[1]):
-    down()
-try:
-    p = subprocess.Popen(sys.argv[2:])
-except OSError as e:
-    sys.stderr.write("cannot start %s: %s\\n" % (sys.argv[2], e.strerror or e))
-    sys.exit(127)
-code = p.wait()
-if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
-    os.kill(os.getpid(), -code)
-sys.exit(code)
-"""
 
 
 @dataclass(frozen=True)
@@ -259,11 +230,10 @@ def build(ws: Workspace, mono: MonoRepo, member: str, workdir: Path, *, force: b
                                 entry["stderr_digest"], entry["error"], str(workdir), ev)
         say(f"building {member} in {workdir} (key {_hex(key)[:12]})")
         launch, child_env, profile = prepare(ws, argv, cwd=workdir, task=task, spec=sandbox)
-        run = run_tool(ws, [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()),
-                            *launch], tool="build", cwd=workdir, tee=tee, own_session=True,
+        run = run_tool(ws, launch, tool="build", cwd=workdir, tee=tee, own_session=True,
                        env=child_env, prepared=profile,
                        event_fields={"input_digests": inputs})
-        ev = run.event.model_copy(update={"argv": shown_argv})  # not the supervisor's argv
+        ev = run.event.model_copy(update={"argv": shown_argv})  # not the sandbox's argv
         code = run.returncode
         error = _failure(member, code, ev.error, run.stderr)
         took = time.monotonic() - t0
