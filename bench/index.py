@@ -228,12 +228,9 @@ def stages(ws, home: Path, n_notes: int, rows_rate: float, batch: int) -> None:
         batches, pos = [], 1
         while pos <= n_notes:
             rows = list(ws.ledger.rows(pos, min(n_notes, pos + batch - 1), page=batch))
-            raw = C.raw_table(rows)
-            sealed = proj.sealed_rows(rows)
-            proj.project(rows, C.key_counts(cur, raw, sealed), sealed)
-            batches.append((C.batch_ops(proj, raw), pos, rows[-1][0]))
+            batches.append((C.prepare_batch(proj, cur, rows), pos, rows[-1][0]))
             pos = rows[-1][0] + 1
-            del rows, raw
+            del rows
         reader_s, reader_cpu = time.perf_counter() - t0, time.process_time() - c0
         cur.close()
         gc.enable()

@@ -186,18 +186,25 @@ def batch_ops(p: Projector, raw: pa.Table) -> list[tuple]:
                 (pa.int64(), pa.string(), pa.int64(), pa.string(), pa.string()),
                 strict=True)})))
     if len(p.b_meas):
-        # Metrics as one MAP per run, built from flat arrays (no per-value Python work).
-        offsets = pa.array(p.b_moff + [len(p.b_metric)], pa.int32())
-        metrics = pa.MapArray.from_arrays(offsets, pa.array(p.b_metric, pa.string()),
-                                          pa.array(p.b_value, pa.float64()))
-        tbl = _table(p.b_meas)
-        distinct = _Rows(DIM_NAMES)
-        distinct.rows.extend(p.b_dims_index)  # insertion order = index order
-        take = pa.array(p.b_meas_dims, pa.int32())
-        for name, arr in zip(DIM_NAMES, _table(distinct).columns, strict=True):
-            tbl = tbl.append_column(name, arr.take(take))
-        ops.append(("insert", "measurement_runs", tbl.append_column("metrics", metrics)))
+        tbl = _with_dims(_table(p.b_meas), p, p.b_meas_dims)
+        ops.append(("insert", "measurement_runs", tbl.append_column(
+            "metrics", _metrics_map(p.b_moff, p.b_metric, p.b_value))))
     return ops
+
+
+def prepare_batch(proj: Projector, cur: duckdb.DuckDBPyConnection, rows: list[tuple],
+                  sql_path: bool = True) -> list[tuple]:
+    """The reading thread's whole work on one batch of stored rows: Arrow columns, seals,
+    DuckDB's key counts (on `cur`), the check and projection, and the database operations
+    (`batch_ops`) the writer applies. `sql_path=False`: every row checked and projected in
+    Python (the reference). The projector keeps the batch's counts (`b_kept`, `b_skipped`)."""
+    raw = raw_table(rows)
+    if sql_path:
+        sealed = proj.sealed_rows(rows)
+        proj.project(rows, key_counts(cur, raw, sealed), sealed)
+    else:
+        proj.project(rows)
+    return batch_ops(proj, raw)
 
 
 def apply(con: duckdb.DuckDBPyConnection, ops: list[tuple]) -> None:
@@ -237,14 +244,28 @@ def _runs_table(p: Projector) -> pa.Table | None:
     pos, dims, ckey, repo = p.b_mx
     if not pos:
         return None
-    offsets = pa.array(p.b_mx_off + [len(p.b_mx_metric)], pa.int32())
-    tbl = pa.table({"position": pa.array(pos, pa.int64()),
-                    "candidate": pa.array(ckey, pa.string()),
-                    "candidate_key": pa.array(ckey, pa.string()),
-                    "repo_snapshot": pa.array(repo, pa.string()),
-                    "metrics": pa.MapArray.from_arrays(
-                        offsets, pa.array(p.b_mx_metric, pa.string()),
-                        pa.array(p.b_mx_value, pa.float64()))})
+    return _with_dims(pa.table({
+        "position": pa.array(pos, pa.int64()), "candidate": pa.array(ckey, pa.string()),
+        "candidate_key": pa.array(ckey, pa.string()),
+        "repo_snapshot": pa.array(repo, pa.string()),
+        "metrics": _metrics_map(p.b_mx_off, p.b_mx_metric, p.b_mx_value)}), p, dims)
+
+
+def _metrics_map(offsets: list[int], names: list[str], values: list) -> pa.Array:
+    """Runs' metrics as one MAP per run, from flat names and values and each run's offset
+    into them (no per-value Python work)."""
+    import pyarrow as pa
+
+    return pa.MapArray.from_arrays(pa.array(offsets + [len(names)], pa.int32()),
+                                   pa.array(names, pa.string()),
+                                   pa.array(values, pa.float64()))
+
+
+def _with_dims(tbl: pa.Table, p: Projector, dims: list[int]) -> pa.Table:
+    """`tbl` with the dimension columns of each row's distinct dimension set (`dims`: an
+    index into the projector's `b_dims_index`)."""
+    import pyarrow as pa
+
     distinct = _Rows(DIM_NAMES)
     distinct.rows.extend(p.b_dims_index)  # insertion order = index order
     take = pa.array(dims, pa.int32())
@@ -463,15 +484,11 @@ def catch_up(
             rows = list(ledger.rows(pos, hi, page=batch))  # plain tuples: no object per row
             if not rows:
                 break
-            raw = raw_table(rows)
-            if sql_path:
-                sealed = proj.sealed_rows(rows)
-                kept += proj.project(rows, key_counts(cur, raw, sealed), sealed)
-            else:  # the reference: every row checked and projected in Python
-                kept += proj.project(rows)
+            ops = prepare_batch(proj, cur, rows, sql_path)
+            kept += proj.b_kept
             skipped.extend(proj.b_skipped)
             last = rows[-1][0]
-            work.put((batch_ops(proj, raw), pos, last))
+            work.put((ops, pos, last))
             read += len(rows)
             pos = last + 1
     finally:

@@ -258,17 +258,17 @@ class Projector:
         at = [i for i, r in enumerate(rows) if r[3] == marker]
         if not at:
             return marks
-        _, _, _, types, states = zip(*rows, strict=True)
         for i in at:
             try:
-                d = orjson.loads(states[i])
+                d = orjson.loads(rows[i][4])
                 n = sum(last - first + 1 for first, last in d["appended"].values())
                 seal = d["seal"]
             except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
                 continue  # an unsealed (v1) or malformed marker: its save is checked
-            if type(seal) is str and type(n) is int and 0 < n <= i and codec.seal(
-                    types[i - n:i], states[i - n:i]) == seal:
-                marks[i - n:i] = b"\x01" * n
+            if type(seal) is str and type(n) is int and 0 < n <= i:
+                save = rows[i - n:i]  # a few rows: no transpose of the whole batch
+                if codec.seal([r[3] for r in save], [r[4] for r in save]) == seal:
+                    marks[i - n:i] = b"\x01" * n
         return marks
 
     def _sql_measurement(self, pos: int, d: dict[str, Any]) -> None:
