@@ -22,6 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .atomic import write_atomic
 from .errors import ConfigError
 from .redact import DEFAULT_SECRET_ENV
 from .textfile import TextFileError, read_text
@@ -506,13 +507,8 @@ def write_credentials(home: Path, password: str) -> Path:
     import json
 
     path = home / CREDENTIALS_NAME
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("# The ledger's PostgreSQL password (kept out of forge.toml). Mode 0600.\n"
-                f"[ledger]\npassword = {json.dumps(password)}\n")
-    os.replace(tmp, path)
+    write_atomic(path, "# The ledger's PostgreSQL password (kept out of forge.toml). Mode "
+                       f"0600.\n[ledger]\npassword = {json.dumps(password)}\n", mode=0o600)
     return path
 
 
@@ -528,7 +524,5 @@ def write_default_config(home: Path, ledger_url: str | None = None) -> Path:
             write_credentials(home, password)
         text = text.replace('url = "sqlite:///ledger.sqlite"', f"url = {json.dumps(url)}")
     path = home / CONFIG_NAME
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text)
     return path

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..ledger.atomic import replacing
 from .errors import ProjectionError
 
 if TYPE_CHECKING:  # imported where used: importing this module (every forge command) stays fast
@@ -116,10 +117,9 @@ class EmbeddingCache:
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         keys = sorted(self.vectors)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp.npz")  # a writer of its own
-        np.savez(tmp, model=np.array(self.model_name or DEFAULT_MODEL),
-                 keys=np.array(keys), vecs=np.stack([self.vectors[k] for k in keys]))
-        os.replace(tmp, self.path)
+        with replacing(self.path) as f:
+            np.savez(f, model=np.array(self.model_name or DEFAULT_MODEL),
+                     keys=np.array(keys), vecs=np.stack([self.vectors[k] for k in keys]))
         self.dirty = False
 
 

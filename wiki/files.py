@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from ..ledger.atomic import write_atomic
 
 
 def write_if_changed(path: Path, data: str | bytes) -> bool:
@@ -14,9 +15,7 @@ def write_if_changed(path: Path, data: str | bytes) -> bool:
     if path.exists():
         if path.read_bytes() == b:
             return False
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(b)
-        os.replace(tmp, path)
+        write_atomic(path, b)
         return True
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b)

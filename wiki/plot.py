@@ -24,7 +24,6 @@ import importlib.metadata
 import io
 import json
 import math
-import os
 import re
 import threading
 import unicodedata
@@ -34,6 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from ..ledger.atomic import write_atomic
 
 VERDICT_STYLE = {  # verdict -> (colour, marker), in legend order
     "accepted": ("#2b8a3e", "^"),
@@ -379,6 +380,4 @@ class PlotCache:
         if self.path is None or self.used == self.kept:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.used, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(self.used, sort_keys=True))

@@ -12,12 +12,12 @@ is ignored (every decision traced again).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from ..ledger.atomic import write_atomic
 from ..ledger.workspace import Workspace
 from .snapshot import Snapshot
 
@@ -63,7 +63,5 @@ def traces(ws: Workspace, snap: Snapshot, wiki_dir: Path, graph_pos: int
     record = {did: [keys[did], chain] for did, chain in out.items()}
     if record.keys() != kept.keys() or todo:
         wiki_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(orjson.dumps(record))
-        os.replace(tmp, path)
+        write_atomic(path, orjson.dumps(record))
     return out, len(todo)

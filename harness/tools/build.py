@@ -39,7 +39,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
+from ...ledger.atomic import write_atomic
 from ...ledger.clock import digest, utcnow
 from ...ledger.errors import NotFoundError
 from ...ledger.payloads import Digest, MemberState
@@ -168,18 +168,9 @@ def _read_entry(ws: Workspace, d: Path, key: str, say: Progress) -> dict[str, An
 
 
 def _write_entry(d: Path, key: str, entry: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{_hex(key)}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600: an entry is as readable as the lock beside it
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(entry, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, d / f"{_hex(key)}.json")
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    # Named `.<hex>.json.<random>.tmp`: `_sweep` finds what a killed writer left.
+    write_atomic(d / f"{_hex(key)}.json", json.dumps(entry, indent=2, sort_keys=True),
+                 mode=0o644, fsync=True)
     dfd = os.open(d, os.O_RDONLY)  # the rename itself survives a crash
     try:
         os.fsync(dfd)
