@@ -169,8 +169,13 @@ if sys.argv[2] == "1":
         pass
 if os.getppid() != parent:  # forge died before the parent-death signal was set
     down()
+try:  # the environment as given: Python's own start may have added LC_CTYPE (PEP 538)
+    with open("/proc/self/environ", "rb") as f:
+        env = dict(e.split(b"=", 1) for e in f.read().split(b"\\0") if b"=" in e)
+except OSError:
+    env = os.environ
 try:
-    pid = os.posix_spawnp(sys.argv[3], sys.argv[3:], os.environ, setsigdef=reset)
+    pid = os.posix_spawnp(sys.argv[3], sys.argv[3:], env, setsigdef=reset)
 except OSError as e:
     sys.stderr.write("cannot start %s: %s\\n" % (sys.argv[3], e.strerror or e))
     sys.exit(127)

@@ -103,3 +103,13 @@ def test_a_kill_9_of_forge_takes_the_whole_session(tmp_path):
 def test_session_launch_starts_a_new_session():
     launch, guard = session_launch(["true"])
     assert guard["start_new_session"] is True and launch[-1] == "true"
+
+
+def test_the_command_sees_exactly_the_environment_given(tmp_path):
+    """Not one variable more: the leader's own Python start must not leak into it (PEP 538
+    adds LC_CTYPE=C.UTF-8 to a Python started in the C locale)."""
+    env = {"PATH": os.environ["PATH"], "FORGE_TASK_ID": "t1", "ODD": "a=b c\tü"}
+    out = run_in_session(["env", "-0"], tmp_path, env, 30)
+    assert out.exit_code == 0, out.stderr
+    seen = dict(e.split("=", 1) for e in out.stdout.split("\0") if e)
+    assert seen == env
