@@ -1,5 +1,7 @@
-"""Replacing a file atomically: the one writer behind every file forge rewrites in place
-(artifacts, the build cache, forge.toml and credentials, the journal's pages and caches).
+"""Replacing a file atomically: the one writer behind the files forge rewrites in place
+(forge.toml and credentials, the build cache, the journal's pages and caches, embeddings).
+The artifact store keeps its own: it names a file after the digest of what it wrote, so it
+writes before it knows the name (`artifacts.put_stream`).
 
 A reader sees the old bytes or the new, never a part; a writer that fails or is killed
 leaves the old file as it was and, unless killed outright, no temporary file behind. The
