@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/graph_ray.py --chain 10 --fan 10 --repeats 1 --skip-example
 	$(BIN)/python bench/deploy.py --plans 50 --rounds 2
 	$(BIN)/python bench/wiki_compile.py --repeats 2
+	$(BIN)/python bench/session_leader.py --calls 40
 	$(BIN)/python bench/workload_gen.py --rounds 1 --prompts 64
 
 clean:
