@@ -5,6 +5,7 @@ rate; only forge.toml plus an approval lifts a refusal."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -205,6 +206,29 @@ def test_bench_within_budget_runs_and_never_exceeds_max_rps(forge_home, tmp_path
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
     assert min(gaps) >= 0.9 / 5.0, gaps  # the server's own clock (0.9: its scheduling jitter)
     assert (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]) <= 5.0 * 1.02
+
+
+def test_the_pacer_holds_the_gap_on_the_clock_after_a_late_wake_up():
+    """Slots are 0.1 s apart; the event loop is then blocked past one slot (a loaded
+    machine): the late sender and the next on-time one must still start 0.1 s apart."""
+    from infer_forge.harness.bench.client import _Pacer
+
+    pacer = _Pacer(production.ProbeLimits(max_rps=10.0, max_duration_s=30.0, max_requests=10))
+    starts: list[float] = []
+
+    async def send() -> None:
+        assert await pacer.slot() is None
+        starts.append(time.perf_counter())
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(send()) for _ in range(4)]  # slots at 0, .1, .2, .3 s
+        await asyncio.sleep(0.15)
+        time.sleep(0.12)  # the loop blocked: the .2 s sender wakes at ~.27 s, the next at .3
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert len(starts) == 4 and min(gaps) >= 0.1 - 0.002, gaps
 
 
 def test_a_probe_still_running_at_max_duration_is_cut_off(forge_home, tmp_path):

@@ -262,12 +262,15 @@ def guarded(cfg: BenchConfig, n: int, guard: BenchGuard | None) -> BenchConfig:
 
 class _Pacer:
     """Probe limits held while sending (see production.ProbeLimits): a start slot is taken
-    before sleeping, so concurrent senders on the event loop get distinct slots."""
+    before sleeping, so concurrent senders on the event loop get distinct slots; the gap
+    holds on the clock too (`last`: the latest actual start), so a sender that woke late
+    does not start nearer the next one than 1/max_rps."""
 
     def __init__(self, limits: production.ProbeLimits):
         self.gap = 1.0 / limits.max_rps if math.isfinite(limits.max_rps) else 0.0
         self.limits = limits
         self.next = 0.0
+        self.last = -math.inf
         self.deadline: float | None = None
         self.started = 0
 
@@ -285,6 +288,15 @@ class _Pacer:
         self.next, self.started = at + self.gap, self.started + 1
         if at > now:
             await asyncio.sleep(at - now)
+        # A late wake-up (a loaded machine) leaves less than the gap to the next slot: wait
+        # it out against the last actual start, not only the slots' schedule.
+        while (wait := self.last + self.gap - time.perf_counter()) > 0:
+            await asyncio.sleep(wait)
+        now = time.perf_counter()
+        if now >= self.deadline:
+            return (f"not sent: past the probe budget's max_duration_s "
+                    f"({self.limits.max_duration_s:g} s)")
+        self.last = now
         return None
 
     def remaining(self) -> float:
