@@ -8,6 +8,9 @@ server, as the image would run SGLang)."""
 from __future__ import annotations
 
 import json
+import re
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,14 +22,16 @@ from infer_forge.harness.engines.image import (
     ImageUse,
     argv_options,
     check_server,
+    clear_stale_container,
     container_argv,
     detect_runtime,
     image_ref,
     image_use,
+    owner_tag,
     wrap_plan,
 )
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.proc import group_alive
+from infer_forge.harness.proc import group_alive, start_time
 from infer_forge.ledger.specs import RuntimeProfile
 
 from .helpers import fake_docker
@@ -192,6 +197,48 @@ def calls(state: Path) -> list[list[str]]:
     return [json.loads(x) for x in (state / "calls.jsonl").read_text().splitlines()]
 
 
+def held(state: Path, name: str, owner: str | None) -> None:
+    """The runtime holds container `name`, as a forge process `owner` started it."""
+    labels = {"org.infer-forge.managed": "1"} | ({"org.infer-forge.owner": owner} if owner
+                                                 else {})
+    (state / "containers.json").write_text(json.dumps({name: {"labels": labels}}))
+
+
+def fake_use(state: Path) -> ImageUse:
+    """The profile's image through the stand-in docker of the `docker` fixture."""
+    return ImageUse(ContainerRuntime("docker", str(state.parent / "bin" / "docker")), REF,
+                    DIGEST, "qwen-h200 rev 3")
+
+
+def test_a_container_a_killed_forge_left_is_removed_before_the_start(docker):
+    gone = subprocess.Popen(["sleep", "30"])
+    owner = f"{socket.gethostname()}:{gone.pid}:{start_time(gone.pid)}"
+    gone.kill()
+    gone.wait()
+    held(docker, "forge-sglang-30001", owner)
+    said: list[str] = []
+    clear_stale_container(fake_use(docker), "forge-sglang-30001", say=said.append)
+    assert [c[:2] for c in calls(docker)] == [["container", "inspect"], ["rm", "-f"]]
+    assert json.loads((docker / "containers.json").read_text()) == {}
+    assert said == [f"removed container forge-sglang-30001: forge process {gone.pid}, which "
+                    "started it, is gone"]
+
+
+def test_a_container_of_a_running_forge_or_not_forges_is_left(docker):
+    runtime = fake_use(docker)
+    held(docker, "forge-sglang-30001", owner_tag())  # this process: alive
+    with pytest.raises(HarnessError) as e:
+        clear_stale_container(runtime, "forge-sglang-30001")
+    assert str(e.value).startswith("container forge-sglang-30001 is running for forge "
+                                   f"process {owner_tag().split(':')[1]} on this host")
+    for owner in (None, "other-host:1:1"):  # not labelled by forge, or another host's
+        held(docker, "forge-sglang-30001", owner)
+        clear_stale_container(runtime, "forge-sglang-30001")
+    clear_stale_container(runtime, "forge-sglang-30002")  # none of that name
+    assert ["rm", "-f"] not in [c[:2] for c in calls(docker)]
+    assert "forge-sglang-30001" in json.loads((docker / "containers.json").read_text())
+
+
 def launch(p: RuntimeProfile, workspace, **cfg):
     name, config = engine_config_of(p)
     return engine_for(name).launch({**config, **cfg}, model="Qwen/Qwen3-8B", ws=workspace)
@@ -214,7 +261,9 @@ def test_server_runs_in_the_image_by_digest_and_is_checked(docker, workspace):
     seen = [c[:2] for c in calls(docker)]
     # inspect (missing), pull by digest, inspect again, run, and the container removed after
     assert seen == [["image", "inspect"], ["pull", REF], ["image", "inspect"],
-                    ["run", "--rm"], ["rm", "-f"]]
+                    ["container", "inspect"], ["run", "--rm"], ["rm", "-f"]]
+    run_argv = next(c for c in calls(docker) if c[0] == "run")
+    assert f"org.infer-forge.owner={owner_tag()}" in run_argv  # whose container it is
     assert calls(docker)[-1] == ["rm", "-f", info["image"]["container"]]
 
 
@@ -253,8 +302,8 @@ def test_podman_and_the_local_fallback(tmp_path, monkeypatch, workspace):
     with launch(profile(), workspace) as running:
         cmd = running.describe()["launch_command"]
         assert cmd[0].endswith("/podman") and "nvidia.com/gpu=all" in cmd
-    assert [c[:2] for c in calls(state)] == [["image", "inspect"], ["run", "--rm"],
-                                             ["rm", "-f"]]
+    assert [c[:2] for c in calls(state)] == [["image", "inspect"], ["container", "inspect"],
+                                             ["run", "--rm"], ["rm", "-f"]]
     # No container runtime at all: refused, unless the profile allows the local install.
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(HarnessError, match="needs docker or podman and neither is on PATH"):
@@ -322,19 +371,23 @@ def test_pd_in_the_image_and_a_role_reporting_another_version(docker, workspace)
         desc = eng.describe()
         assert desc["image"] == {"ref": REF, "digest": DIGEST, "runtime": "docker"}
         runs = [c for c in calls(docker) if c[:1] == ["run"]]
-        assert [c[c.index("--name") + 1].rsplit("-", 1)[0] for c in runs] == [
-            "forge-prefill-0", "forge-decode-0", "forge-router"]
+        names = [c[c.index("--name") + 1].rsplit("-", 1)[0] for c in runs]
+        # the servers start together (which client logs first is a race), the router after
+        assert sorted(names[:2]) == ["forge-decode-0", "forge-prefill-0"] and \
+            names[2:] == ["forge-router"]
         assert all(c[c.index(REF) + 1] == "python3" for c in runs)
     removed = [c[2] for c in calls(docker) if c[:2] == ["rm", "-f"]]
     assert [r.rsplit("-", 1)[0] for r in removed] == ["forge-router", "forge-decode-0",
                                                       "forge-prefill-0"]
-    # The profile pins 0.5.22; the image's server says 0.5.23: the first role refuses it and
-    # nothing is left running.
+    # The profile pins 0.5.22; the image's servers say 0.5.23: the first role found ready
+    # refuses it (prefill and decode start together: either may be first) and nothing is
+    # left running.
     bad = profile(config={"startup_timeout_s": 60},
                   framework={"kind": "sglang", "version": "0.5.22"})
     with pytest.raises(HarnessError) as e:
         deploy_whole(workspace, pd, bad, model="Qwen/Qwen3-8B")
-    assert "prefill-0 (prefill server) at http://" in str(e.value)
+    assert re.match(r"(prefill-0 \(prefill server\)|decode-0 \(decode server\)) at "
+                    r"http://127\.0\.0\.1:\d+: ", str(e.value)), str(e.value)
     assert ("runtime profile qwen-h200 rev 3 (framework.version) pins sglang 0.5.22, the "
             "server reports 0.5.23 (/server_info version)") in str(e.value)
     launched = [r.event for r in workspace.ledger.stream("engines") if r.type == "EngineLaunched"]

@@ -25,13 +25,20 @@ Contracts:
   asks the server to choose and is not compared); a mismatch names both values.
 - `remove_container(use, name)`: the container gone after its client stopped (a client
   killed before it could forward the stop leaves the container running otherwise).
+- `clear_stale_container(use, name)`: before a start, a container of that name that forge
+  started for a process now gone (killed by `kill -9`: the runtime keeps a container its
+  client lost, holding the port and the GPUs) is removed and said; one whose forge process
+  still runs on this host is refused naming it; one that is not forge's is left alone.
+  Containers carry their owner (`owner_tag`: host, pid, the pid's start time) as a label.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...ledger.specs import IMAGE_DIGEST, RuntimeProfile
 from ..errors import HarnessError
+from ..proc import alive, start_time
 
 if TYPE_CHECKING:
     from .plan import LaunchPlan
@@ -49,6 +57,7 @@ RuntimeKind = Literal["docker", "podman"]
 RUNTIMES: tuple[RuntimeKind, ...] = ("docker", "podman")
 IMAGE_PYTHON = "python3"  # the interpreter SGLang's images put on PATH
 LABEL = "org.infer-forge.managed=1"
+OWNER_LABEL = "org.infer-forge.owner"  # host:pid:start of the forge process that started it
 PULL_TIMEOUT_S = 3600.0  # SGLang images are tens of GB
 # How the runtimes say an image is not there (docker: "No such image: REF", podman:
 # "REF: image not known"); any other failure of `image inspect` is the runtime's own.
@@ -178,11 +187,13 @@ def image_launcher(argv: Sequence[str], host_python: str) -> list[str]:
 
 def container_argv(use: ImageUse, argv: Sequence[str], *, name: str, vendor: str = "nvidia",
                    devices: Sequence[int] | None = None, env_names: Iterable[str] = (),
-                   mounts: Iterable[str | Path] = (), host_python: str = sys.executable
-                   ) -> list[str]:
-    """The command that runs `argv` in the image, as container `name`."""
+                   mounts: Iterable[str | Path] = (), host_python: str = sys.executable,
+                   owner: str | None = None) -> list[str]:
+    """The command that runs `argv` in the image, as container `name`; `owner`
+    (`owner_tag()`) labels it with the forge process that starts it."""
     kind = use.runtime.kind
     out = [use.runtime.exe, "run", "--rm", "--name", name, "--label", LABEL,
+           *(["--label", f"{OWNER_LABEL}={owner}"] if owner else []),
            "--network", "host", "--ipc", "host", *gpu_args(kind, vendor, devices)]
     for m in sorted({str(Path(m)) for m in mounts}):
         out += ["-v", f"{m}:{m}:ro"]
@@ -202,7 +213,7 @@ def model_mounts(model: str | Path) -> list[str]:
 
 
 def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executable,
-              vendor: str = "nvidia") -> LaunchPlan:
+              vendor: str = "nvidia", owner: str | None = None) -> LaunchPlan:
     """The plan with every process run in the image (pure; `forge engine up --plan` shows
     it). GPUs by the plan's devices; the router (no devices) gets none."""
     procs = []
@@ -212,7 +223,7 @@ def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executa
             else None
         argv = container_argv(use, p.argv, name=container_name(p.name, p.port), vendor=vendor,
                               devices=devices, env_names=p.env, mounts=mounts,
-                              host_python=host_python)
+                              host_python=host_python, owner=owner)
         env = {k: v for k, v in p.env.items() if k not in VISIBILITY_ENV}
         procs.append(p.model_copy(update={"argv": tuple(argv), "env": env}))
     return plan.model_copy(update={"processes": tuple(procs)})
@@ -291,6 +302,37 @@ def remove_container(use: ImageUse, name: str, run: Runner = subprocess.run) -> 
         run([use.runtime.exe, "rm", "-f", name], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         pass
+
+
+def owner_tag() -> str:
+    """This process as a container's owner: host, pid and the pid's start time (so a reused
+    pid is not taken for the owner)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{start_time(os.getpid())}"
+
+
+def clear_stale_container(use: ImageUse, name: str, *, say: Callable[[str], None] | None = None,
+                          run: Runner = subprocess.run) -> None:
+    """Before starting container `name` (module contract): remove one of that name whose
+    forge owner is gone; refuse (HarnessError) while its owner still runs here. Anything the
+    runtime cannot answer, or a container that is not forge's, is left to the start."""
+    fmt = "{{index .Config.Labels " + f'"{OWNER_LABEL}"' + "}}"
+    try:
+        p = run([use.runtime.exe, "container", "inspect", "--format", fmt, name],
+                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if p.returncode != 0:  # none of that name (or the runtime's own trouble: the start says)
+        return
+    host, _, rest = p.stdout.strip().partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return  # another host's, or not started by forge: not ours to remove
+    if alive(int(pid), started):
+        raise HarnessError(f"container {name} is running for forge process {pid} on this "
+                           "host: stop that deployment first, or use another port")
+    remove_container(use, name, run=run)
+    if say is not None:
+        say(f"removed container {name}: forge process {pid}, which started it, is gone")
 
 
 # --- what runs, against the profile (pure) ----------------------------------------------

@@ -56,11 +56,13 @@ from .base import (
 from .image import (
     ImageUse,
     check_server,
+    clear_stale_container,
     container_argv,
     container_name,
     ensure_image,
     image_use_of,
     model_mounts,
+    owner_tag,
     remove_container,
 )
 from .metrics import parse_prometheus, summarize
@@ -391,8 +393,10 @@ class SGLangEngine(Engine):
         if use is not None:  # pulled and its digest checked before anything starts
             ensure_image(use)
             container = container_name("sglang", port)
+            clear_stale_container(use, container, say=lambda m: print(m, file=sys.stderr))
             cmd = container_argv(use, cmd, name=container, env_names=env,
-                                 mounts=model_mounts(model_s), host_python=python)
+                                 mounts=model_mounts(model_s), host_python=python,
+                                 owner=owner_tag())
         sink = EventSink(ws, stream, event_fields)
         try:
             server = start_server("sglang", cmd, base_url=base_url,

@@ -40,9 +40,12 @@ from .image import (
     ImageUse,
     argv_options,
     check_server,
+    clear_stale_container,
+    container_name,
     ensure_image,
     image_use,
     name_of,
+    owner_tag,
     profile_label,
     remove_container,
     wrap_plan,
@@ -62,8 +65,11 @@ def pin_plan(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "nvidia
     if use is None:
         return plan, None
     ensure_image(use, say=say)
+    for p in plan.processes:  # what a killed forge left on these names goes first
+        clear_stale_container(use, container_name(p.name, p.port), say=say)
     host_python = str(profile.config.get("python") or sys.executable)
-    return wrap_plan(plan, use, host_python=host_python, vendor=vendor), use
+    return wrap_plan(plan, use, host_python=host_python, vendor=vendor,
+                     owner=owner_tag()), use
 
 
 def shown_in_image(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "nvidia"

@@ -17,6 +17,13 @@ Shapes, as the real CLIs print them (docker 27, podman 5):
   pull REF  ->  "REF: Pulling from lmsysorg/sglang" … "Digest: sha256:…",
                 "Status: Downloaded newer image for REF", "docker.io/REF"
   rm -f NAME  ->  NAME (docker prints the name even when it was already gone)
+  container inspect --format '{{index .Config.Labels "KEY"}}' NAME  ->  the label's value,
+                "<no value>" without it
+  (missing, docker)  stderr "Error response from daemon: No such container: NAME", exit 1
+  (missing, podman)  stderr "Error: no such container NAME", exit 125
+- `containers.json`: {"NAME": {"labels": {…}}}: containers the runtime holds. `run` adds its
+  `--name` (with its `--label`s) and `rm -f` removes it; a client killed before `rm -f`
+  leaves it, as the real daemon keeps a container whose client died.
 `run … REF python3 -m sglang.launch_server ARGS` execs the stand-in SGLang server with ARGS
 (`python3 -m sglang_router.launch_router` the stand-in router); `-e NAME` options must name
 variables the client has, as the real CLI passes them on.
@@ -24,8 +31,11 @@ variables the client has, as the real CLI passes them on.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -43,6 +53,15 @@ def _load(name: str) -> dict:
 
 def _save(name: str, data: dict) -> None:
     (STATE / name).write_text(json.dumps(data, sort_keys=True))
+
+
+@contextlib.contextmanager
+def _locked():
+    """The state's lock: the runtime serves concurrent clients (a deploy starts its servers
+    together), and a read-modify-write of a state file must not lose one of them."""
+    with open(STATE / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def _no_image(ref: str) -> int:
@@ -63,6 +82,24 @@ def inspect(args: list[str]) -> int:
         print(f"fake {KIND}: unsupported --format {fmt!r}", file=sys.stderr)
         return 2
     print(json.dumps([f"{repository(ref)}@{d}" for d in images[ref]]))
+    return 0
+
+
+def container_inspect(args: list[str]) -> int:
+    name = args[-1]
+    fmt = args[args.index("--format") + 1] if "--format" in args else ""
+    containers = _load("containers.json")
+    if name not in containers:
+        if KIND == "podman":
+            print(f"Error: no such container {name}", file=sys.stderr)
+            return 125
+        print(f"Error response from daemon: No such container: {name}", file=sys.stderr)
+        return 1
+    m = re.fullmatch(r'\{\{index \.Config\.Labels "([^"]+)"\}\}', fmt)
+    if m is None:
+        print(f"fake {KIND}: unsupported --format {fmt!r}", file=sys.stderr)
+        return 2
+    print(containers[name]["labels"].get(m.group(1), "<no value>"))
     return 0
 
 
@@ -93,12 +130,18 @@ def pull(ref: str) -> int:
 
 def run(args: list[str]) -> int:
     images = _load("images.json")
+    name, labels = None, {}
     i = 0
     while i < len(args) and "@sha256:" not in args[i]:
         a = args[i]
         if a == "-e" and args[i + 1] not in os.environ:  # passes the client's variable on
             print(f"fake {KIND}: -e {args[i + 1]}: not set in the client", file=sys.stderr)
             return 125
+        if a == "--name":
+            name = args[i + 1]
+        elif a == "--label":
+            k, _, v = args[i + 1].partition("=")
+            labels[k] = v
         i += 2 if a in ("--name", "--label", "--network", "--ipc", "--gpus", "--device",
                         "-v", "-e", "--group-add") else 1
     if i >= len(args):
@@ -114,6 +157,15 @@ def run(args: list[str]) -> int:
         argv = [sys.executable, str(FAKE_ROUTER), *inner[3:]]
     else:
         argv = inner
+    if name is not None:
+        with _locked():
+            containers = _load("containers.json")
+            if name in containers:
+                print(f"docker: Error response from daemon: Conflict. The container name "
+                      f'"/{name}" is already in use.', file=sys.stderr)
+                return 125
+            containers[name] = {"labels": labels}
+            _save("containers.json", containers)
     sys.stdout.flush()
     os.execv(argv[0], argv)
     return 127  # not reached
@@ -131,8 +183,14 @@ def main() -> int:
     if argv[:1] == ["run"]:
         return run(argv[1:])
     if argv[:2] == ["rm", "-f"]:
+        with _locked():
+            containers = _load("containers.json")
+            containers.pop(argv[2], None)
+            _save("containers.json", containers)
         print(argv[2])
         return 0
+    if argv[:2] == ["container", "inspect"]:
+        return container_inspect(argv[2:])
     print(f"fake {KIND}: unsupported command {' '.join(argv[:2])}", file=sys.stderr)
     return 2
 
