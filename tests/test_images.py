@@ -376,6 +376,12 @@ def test_pd_in_the_image_and_a_role_reporting_another_version(docker, workspace)
         assert sorted(names[:2]) == ["forge-decode-0", "forge-prefill-0"] and \
             names[2:] == ["forge-router"]
         assert all(c[c.index(REF) + 1] == "python3" for c in runs)
+        # each container names its owner as it starts; the recorded plan does not (its
+        # digest names what runs, the same on every deploy)
+        assert all(f"org.infer-forge.owner={owner_tag()}" in c for c in runs)
+        planned = [r.event for r in workspace.ledger.stream("engines")
+                   if r.type == "LaunchPlanned"][-1]
+        assert "org.infer-forge.owner" not in json.dumps(planned.plan)
     removed = [c[2] for c in calls(docker) if c[:2] == ["rm", "-f"]]
     assert [r.rsplit("-", 1)[0] for r in removed] == ["forge-router", "forge-decode-0",
                                                       "forge-prefill-0"]

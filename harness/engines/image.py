@@ -187,13 +187,11 @@ def image_launcher(argv: Sequence[str], host_python: str) -> list[str]:
 
 def container_argv(use: ImageUse, argv: Sequence[str], *, name: str, vendor: str = "nvidia",
                    devices: Sequence[int] | None = None, env_names: Iterable[str] = (),
-                   mounts: Iterable[str | Path] = (), host_python: str = sys.executable,
-                   owner: str | None = None) -> list[str]:
-    """The command that runs `argv` in the image, as container `name`; `owner`
-    (`owner_tag()`) labels it with the forge process that starts it."""
+                   mounts: Iterable[str | Path] = (), host_python: str = sys.executable
+                   ) -> list[str]:
+    """The command that runs `argv` in the image, as container `name`."""
     kind = use.runtime.kind
     out = [use.runtime.exe, "run", "--rm", "--name", name, "--label", LABEL,
-           *(["--label", f"{OWNER_LABEL}={owner}"] if owner else []),
            "--network", "host", "--ipc", "host", *gpu_args(kind, vendor, devices)]
     for m in sorted({str(Path(m)) for m in mounts}):
         out += ["-v", f"{m}:{m}:ro"]
@@ -213,7 +211,7 @@ def model_mounts(model: str | Path) -> list[str]:
 
 
 def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executable,
-              vendor: str = "nvidia", owner: str | None = None) -> LaunchPlan:
+              vendor: str = "nvidia") -> LaunchPlan:
     """The plan with every process run in the image (pure; `forge engine up --plan` shows
     it). GPUs by the plan's devices; the router (no devices) gets none."""
     procs = []
@@ -223,7 +221,7 @@ def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executa
             else None
         argv = container_argv(use, p.argv, name=container_name(p.name, p.port), vendor=vendor,
                               devices=devices, env_names=p.env, mounts=mounts,
-                              host_python=host_python, owner=owner)
+                              host_python=host_python)
         env = {k: v for k, v in p.env.items() if k not in VISIBILITY_ENV}
         procs.append(p.model_copy(update={"argv": tuple(argv), "env": env}))
     return plan.model_copy(update={"processes": tuple(procs)})
@@ -302,6 +300,14 @@ def remove_container(use: ImageUse, name: str, run: Runner = subprocess.run) -> 
         run([use.runtime.exe, "rm", "-f", name], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         pass
+
+
+def owned(argv: Sequence[str]) -> list[str]:
+    """A container command (`container_argv`) labelled with its owner, this process
+    (`owner_tag`), as it is started: not part of a plan, whose digest names what runs, not
+    who ran it."""
+    i = list(argv).index(LABEL) + 1
+    return [*argv[:i], "--label", f"{OWNER_LABEL}={owner_tag()}", *argv[i:]]
 
 
 def owner_tag() -> str:

@@ -62,7 +62,7 @@ from .image import (
     ensure_image,
     image_use_of,
     model_mounts,
-    owner_tag,
+    owned,
     remove_container,
 )
 from .metrics import parse_prometheus, summarize
@@ -394,9 +394,8 @@ class SGLangEngine(Engine):
             ensure_image(use)
             container = container_name("sglang", port)
             clear_stale_container(use, container, say=lambda m: print(m, file=sys.stderr))
-            cmd = container_argv(use, cmd, name=container, env_names=env,
-                                 mounts=model_mounts(model_s), host_python=python,
-                                 owner=owner_tag())
+            cmd = owned(container_argv(use, cmd, name=container, env_names=env,
+                                       mounts=model_mounts(model_s), host_python=python))
         sink = EventSink(ws, stream, event_fields)
         try:
             server = start_server("sglang", cmd, base_url=base_url,

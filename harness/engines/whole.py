@@ -45,7 +45,7 @@ from .image import (
     ensure_image,
     image_use,
     name_of,
-    owner_tag,
+    owned,
     profile_label,
     remove_container,
     wrap_plan,
@@ -68,8 +68,7 @@ def pin_plan(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "nvidia
     for p in plan.processes:  # what a killed forge left on these names goes first
         clear_stale_container(use, container_name(p.name, p.port), say=say)
     host_python = str(profile.config.get("python") or sys.executable)
-    return wrap_plan(plan, use, host_python=host_python, vendor=vendor,
-                     owner=owner_tag()), use
+    return wrap_plan(plan, use, host_python=host_python, vendor=vendor), use
 
 
 def shown_in_image(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "nvidia"
@@ -121,6 +120,11 @@ class PinnedDeployment(Deployment):
                 args=check_args)
 
         super().__init__(plan, on_ready=on_ready, **kwargs)
+
+    def _spawn(self, p: ProcessPlan) -> None:
+        if self.use is not None and name_of(p.argv) is not None:
+            p = p.model_copy(update={"argv": tuple(owned(p.argv))})
+        super()._spawn(p)
 
     def stop(self, reason: str = "teardown") -> None:
         try:
