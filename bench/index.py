@@ -211,7 +211,10 @@ def stages(ws, home: Path, n_notes: int, rows_rate: float, batch: int) -> None:
     in catch-up, no other thread). Their sum is the catch-up's CPU work: two cores cannot
     run it faster than half of it, nor faster than its longer side. Then the GIL effect:
     the writer's first three batches beside a Python thread that only counts, at Python's
-    default switch interval and at catch-up's."""
+    default switch interval and at catch-up's. Last, DuckDB's floor: `events` (payloads
+    included) and the SQL path's tool calls and handoffs alone, straight from the batches'
+    stored rows with no other table and no Python per row, on one DuckDB thread and on two:
+    what storing those rows costs this machine before any projecting."""
     import gc
     import sys
     import threading
@@ -236,13 +239,13 @@ def stages(ws, home: Path, n_notes: int, rows_rate: float, batch: int) -> None:
         gc.enable()
 
         def write(into: Path, todo: list, busy: float | None = None,
-                  checkpoint: bool = False) -> float:
+                  checkpoint: bool = False, threads: int = 1) -> float:
             """Seconds to commit `todo` into a fresh index (then CHECKPOINT, as catch-up
             does at its end); `busy`: beside a counting Python thread, at that switch
             interval."""
             wc = I.connect(into)
             wc.execute(f"SET checkpoint_threshold = '{C.CATCH_UP_CHECKPOINT_THRESHOLD}'")
-            wc.execute("SET threads = 1")
+            wc.execute(f"SET threads = {threads}")
             stop, old = [False], sys.getswitchinterval()
 
             def count() -> None:
@@ -287,6 +290,14 @@ def stages(ws, home: Path, n_notes: int, rows_rate: float, batch: int) -> None:
               f"busy Python thread {slow:.2f}s at the default 5 ms "
               f"switch interval, {fast:.2f}s at catch-up's "
               f"{C.CATCH_UP_SWITCH_INTERVAL * 1e3:g} ms")
+        floor_todo = [([(op[0], op[1], None) for op in ops if op[0] == "raw"], first, last)
+                      for ops, first, last in batches]
+        one = write(work / "floor1.duckdb", floor_todo, checkpoint=True)
+        two = write(work / "floor2.duckdb", floor_todo, checkpoint=True, threads=2)
+        print(f"DuckDB's floor (events with payloads, tool calls, handoffs; no Python, no "
+              f"other table): {one:.2f}s on one DuckDB thread = "
+              f"{n_notes / one / rows_rate:.2f}x of the raw row read at best, {two:.2f}s "
+              f"on two; 0.3x needs all of catch-up in {goal_s:.2f}s")
         con.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
