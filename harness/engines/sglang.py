@@ -368,7 +368,10 @@ class SGLangEngine(Engine):
         if ws is not None and not Path(model_s).exists() and "/" not in model_s:
             model_s = str(model_path(ws.home, model_s))
         python = cfg.get("python") or sys.executable
-        use = image_use_of(cfg, say=lambda m: print(m, file=sys.stderr))
+        def say(m: str) -> None:  # what the image steps tell the user, as they happen
+            print(m, file=sys.stderr)
+
+        use = image_use_of(cfg, say=say)
         if use is not None and not cfg.get("version"):
             raise HarnessError(f"sglang: image {use.ref} needs the profile's framework.version "
                                "(the flags are built for it and the server is checked against it)")
@@ -393,7 +396,7 @@ class SGLangEngine(Engine):
         if use is not None:  # pulled and its digest checked before anything starts
             ensure_image(use)
             container = container_name("sglang", port)
-            clear_stale_container(use, container, say=lambda m: print(m, file=sys.stderr))
+            clear_stale_container(use, container, say=say)
             cmd = owned(container_argv(use, cmd, name=container, env_names=env,
                                        mounts=model_mounts(model_s), host_python=python))
         sink = EventSink(ws, stream, event_fields)
