@@ -20,7 +20,6 @@ Run: `python -m infer_forge.harness.testing.scripted_profiler --port 0 --trace T
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gzip
 import os
 import time
@@ -95,21 +94,9 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=0.0)
     ap.add_argument("--model", default=MODEL)
     a = ap.parse_args(list(argv) if argv is not None else None)
-    server = ProfilingServer(Path(a.trace).read_bytes(), a.ranks,
-                             script=Script(itl_ms=a.itl_ms, model=a.model), host=a.host,
-                             port=a.port)
-
-    async def run() -> None:
-        await server.start()
-        print(f"listening on {server.url}", flush=True)
-        assert server._server is not None
-        async with server._server:
-            await server._server.serve_forever()
-
-    try:
-        asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
+    ProfilingServer(Path(a.trace).read_bytes(), a.ranks,
+                    script=Script(itl_ms=a.itl_ms, model=a.model), host=a.host,
+                    port=a.port).serve_until_interrupted()
 
 
 if __name__ == "__main__":

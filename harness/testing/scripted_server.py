@@ -239,11 +239,21 @@ class ScriptedServer:
             lambda: _Protocol(self), self.host, self.port, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
 
-    async def serve_forever(self) -> None:
-        await self.start()
-        assert self._server is not None
-        async with self._server:
-            await self._server.serve_forever()
+    def serve_until_interrupted(self) -> None:
+        """Serve on this thread until Ctrl-C, saying `listening on URL` once bound (the line
+        a launcher waits for)."""
+
+        async def run() -> None:
+            await self.start()
+            print(f"listening on {self.url}", flush=True)
+            assert self._server is not None
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            asyncio.run(run())
+        except KeyboardInterrupt:
+            pass
 
     def start_in_thread(self) -> ScriptedServer:
         ready = threading.Event()
@@ -445,19 +455,7 @@ def main(argv: Iterable[str] | None = None) -> None:
     script = Script(a.first_token_ms, a.itl_ms, a.tokens,
                     frozenset(f for f in a.reject_fields.split(",") if f), a.fail_every, a.model,
                     a.record_timeline, a.idle_close_ms, record_received=a.record_received)
-    server = ScriptedServer(script, a.host, a.port)
-
-    async def run() -> None:
-        await server.start()
-        print(f"listening on {server.url}", flush=True)
-        assert server._server is not None
-        async with server._server:
-            await server._server.serve_forever()
-
-    try:
-        asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
+    ScriptedServer(script, a.host, a.port).serve_until_interrupted()
 
 
 if __name__ == "__main__":
