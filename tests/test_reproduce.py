@@ -1,6 +1,10 @@
 """`forge reproduce`: a block measured on the real embedded engine (the tiny model, the demo's
-profile, small traffic) reproduces; the same block with its figures planted 3x too high does
-not; points that cannot be rebuilt here are refused with one line (exit 2)."""
+profile, small traffic) reproduces; the same block with its figures planted 5x too high does
+not; points that cannot be rebuilt here are refused with one line (exit 2).
+
+The real runs give an explicit band: on this shared 2-core machine the same block, relaunched
+minutes apart, measured 0.88-1.47x its recorded throughput (10 reproductions, 2026-12-01), wider
+than a CPU point's default floor; the default band's terms are tested on figures below."""
 
 from __future__ import annotations
 
@@ -93,7 +97,8 @@ def test_the_accepted_block_reproduces(measured):
     ws, result = measured
     assert result.exit_state == "delivered", (result.exit_state, result.exit_reason)
     (acc,) = result.memory.accepted
-    r = run_forge("reproduce", acc["event_id"], "--json", home=ws.home, timeout=300)
+    r = run_forge("reproduce", acc["event_id"], "--json", "--band", "0.75", home=ws.home,
+                  timeout=300)
     assert r.returncode == 0, (r.stdout, r.stderr)
     out = json.loads(r.stdout)
     assert out["verdict"] == "reproduced" and out["block_id"] == acc["block_id"]
@@ -104,6 +109,8 @@ def test_the_accepted_block_reproduces(measured):
     assert out["recorded_runs"] == [m["event_id"] for m in blk.measurements]
     assert figs["output_throughput"]["recorded"] == blk.median("output_throughput")
     assert len(figs["output_throughput"]["new_runs"]) == 3
+    assert (figs["output_throughput"]["band"], figs["output_throughput"]["band_from"]) == \
+        (0.75, "given")
     assert out["profile"] == "demo-tiny-cpu@1" and out["model_digest"].startswith("sha256:")
     (stored,) = [x.event for x in ws.ledger.stream(REPRODUCTIONS_STREAM)
                  if x.event.target == acc["event_id"]]
@@ -111,10 +118,11 @@ def test_the_accepted_block_reproduces(measured):
 
 
 @pytest.mark.slow
-def test_a_block_planted_three_times_too_high_is_not_reproduced(measured):
+def test_a_block_planted_five_times_too_high_is_not_reproduced(measured):
     ws, result = measured
     (acc,) = result.memory.accepted
-    bid = plant_block(ws, "repro", result.memory.block(acc["block_id"]), 3.0)
+    # 5x: even a relaunch 1.5x faster than the recording stays far outside the 0.5 cap.
+    bid = plant_block(ws, "repro", result.memory.block(acc["block_id"]), 5.0)
     r = run_forge("reproduce", f"repro:{bid}", "--repeats", "2", home=ws.home, timeout=300)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert r.stdout.startswith(f"repro:{bid}: NOT reproduced"), r.stdout
