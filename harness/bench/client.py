@@ -283,8 +283,7 @@ class _Pacer:
             return f"not sent: the probe budget's max_requests ({self.limits.max_requests})"
         at = max(now, self.next)
         if at >= self.deadline:
-            return (f"not sent: past the probe budget's max_duration_s "
-                    f"({self.limits.max_duration_s:g} s)")
+            return self._past_duration()
         self.next, self.started = at + self.gap, self.started + 1
         if at > now:
             await asyncio.sleep(at - now)
@@ -294,10 +293,13 @@ class _Pacer:
             await asyncio.sleep(wait)
         now = time.perf_counter()
         if now >= self.deadline:
-            return (f"not sent: past the probe budget's max_duration_s "
-                    f"({self.limits.max_duration_s:g} s)")
+            return self._past_duration()
         self.last = now
         return None
+
+    def _past_duration(self) -> str:
+        return (f"not sent: past the probe budget's max_duration_s "
+                f"({self.limits.max_duration_s:g} s)")
 
     def remaining(self) -> float:
         return max(0.0, (self.deadline or 0.0) - time.perf_counter())
