@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import socket
+import time
 import urllib.request
 import zlib
 
@@ -344,15 +346,37 @@ def test_server_closing_idle_connections_is_not_a_failure(scripted_server, trans
 # --- kernel receive timestamps and worker processes (issue 16) ------------------------------
 
 
+def _until_the_kernel_stamps():
+    """A stamped loopback pair, returned once a read through it carries the kernel's stamp.
+
+    Linux turns receive stamps on machine-wide through a deferred work item when the first
+    socket asks (net_enable_timestamp), so on a loaded machine segments sent right after that
+    setsockopt can arrive unstamped. Holding this pair open keeps stamping on; close it after.
+    """
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    a.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        b.send(b"?")
+        _, anc, _, _ = a.recvmsg(16, socket.CMSG_SPACE(16))
+        if any(kind == 35 for _, kind, _ in anc):
+            return a, b
+        time.sleep(0.005)  # polling a condition: give the kernel's worker the CPU
+    a.close()
+    b.close()
+    pytest.fail("the kernel gave no receive stamp within 30 s of SO_TIMESTAMPNS")
+
+
 def test_raw_transport_dates_a_read_by_its_arrival_not_by_when_it_was_read():
     import asyncio
-    import socket
     import sys
-    import time
 
     from infer_forge.harness.bench import sse_client
 
     need(sys.platform == "linux", "kernel receive timestamps are Linux's SO_TIMESTAMPNS")
+    probe = _until_the_kernel_stamps()
 
     class _Parser:  # records what the socket reader hands the HTTP parser
         def __init__(self):
@@ -393,7 +417,11 @@ def test_raw_transport_dates_a_read_by_its_arrival_not_by_when_it_was_read():
         sock.close()
         return data, before, sent, at, read_after
 
-    data, before, sent, at, read_after = asyncio.run(go())
+    try:
+        data, before, sent, at, read_after = asyncio.run(go())
+    finally:
+        for end in probe:
+            end.close()
     assert data == b"token"
     # Dated when the bytes reached the socket (during send), not when the late loop read them.
     # Slack for a loaded machine: loopback delivery can be deferred to ksoftirqd, and the
@@ -459,8 +487,6 @@ def _stats(url: str) -> dict:
 
 def _wait_for_requests(url: str, n: int, proc=None) -> None:
     """Until the server has seen `n` POSTs (a condition, polled with a deadline)."""
-    import time
-
     deadline = time.monotonic() + 60
     while _stats(url)["requests"] < n:
         assert proc is None or proc.poll() is None, "the client exited early"

@@ -13,7 +13,8 @@ when the last segment in the read reached the socket, converted to the perf_coun
 a client that is scheduled late — 64 streams on a busy 2-core machine — still dates each
 token when it arrived, not when Python got to it. Tokens that arrive in one read share that
 time (the last segment's). Elsewhere, or when the kernel gives no timestamp, the time the read
-returned is used.
+returned is used: the first socket to ask on a machine where none had turns stamping on through
+a deferred kernel work item, so reads just after it can come unstamped (warm-up absorbs them).
 
 `StreamState.feed(data, now)` implements bench_serving's timing on SSE bytes: TTFT at the first
 `data:` event with non-empty text (completions `text` or chat `delta.content`), ITL between
