@@ -19,40 +19,7 @@ from typing import Any
 import click
 import yaml
 
-from .harness.agents.mcp_server import serve as serve_mcp
-from .harness.bench.client import bench_command, format_table
-from .harness.bench.importer import import_results, metrics_from_json
-from .harness.demo import run_demo
-from .harness.engines.up import engine_up
 from .harness.errors import HarnessError
-from .harness.graph.commands import (
-    add_edge,
-    add_node,
-    define_graph,
-    format_plan,
-    hand_off,
-    invalidate,
-    request_rework,
-)
-from .harness.graph.commands import reject as reject_node
-from .harness.graph.run import run_graph
-from .harness.guard import approvals as gate
-from .harness.loop.define import define_task, record_profile
-from .harness.loop.manual import (
-    accept,
-    exit_task,
-    handoff_block,
-    record_measurement,
-    reopen_task,
-    run_command,
-    start_block,
-    verify_block,
-)
-from .harness.loop.manual import reject as reject_direction
-from .harness.loop.run import run_task
-from .harness.models.weights import list_models, pull
-from .harness.nodes import claims as node_claims
-from .harness.nodes.observe import observe as observe_host
 from .ledger.candidates import shown_differences
 from .ledger.check import check_home
 from .ledger.errors import LedgerError
@@ -72,24 +39,8 @@ from .ledger.state import fingerprint
 from .ledger.workspace import Workspace, init_workspace, open_workspace
 from .ledger.yamlio import load_yaml
 from .projections.errors import ProjectionError
-from .projections.graph import load_graph, resolve_graph_id
-from .projections.graph_views import summary, to_dot, to_mermaid, tree_lines
-from .projections.index import rebuild, status, update
-from .projections.memory import list_tasks, task_memory, task_summary
-from .projections.nodes import host_listing
-from .projections.queries import compare_ws, filter_ws, sql_ws
-from .repos import commands as repo_commands
-from .repos import hooks as repo_hooks
-from .repos import push as repo_push
 from .repos.errors import RepoError
-from .wiki.answers import file_answer
-from .wiki.ask import ask as ask_question
-from .wiki.build import build
-from .wiki.concepts.compiler import compile_wiki
 from .wiki.errors import WikiError
-from .wiki.lint import lint
-from .wiki.retrieve import retrieve
-from .wiki.serve import serve
 
 # --- shared helpers ---------------------------------------------------------------------
 
@@ -545,6 +496,7 @@ def profile_record(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge profile record examples/profiles/tiny-cpu.yaml
     """
+    from .harness.loop.define import record_profile
     info = record_profile(open_ws(ctx), file)
     if as_json:
         emit_json(info)
@@ -572,6 +524,7 @@ def task_new(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge task new examples/tasks/tune-tiny-cpu.yaml
     """
+    from .harness.loop.define import define_task
     ws = open_ws(ctx)
     try:
         info = define_task(ws, file)
@@ -595,6 +548,7 @@ def task_list(ctx, as_json: bool) -> None:
     Example:
       forge task list --json
     """
+    from .projections.memory import list_tasks
     rows = list_tasks(open_ws(ctx).ledger, on_error=warn_undecodable)
     if as_json:
         emit_json(rows)
@@ -617,6 +571,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
+    from .projections.memory import task_summary
     s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
     if as_json:
         emit_json(s)
@@ -637,6 +592,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
 
 
 def _run_loop(ctx, task_id: str, as_json: bool) -> None:
+    from .harness.loop.run import run_task
     ws = open_ws(ctx)
 
     def say(line: str) -> None:
@@ -695,6 +651,7 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task memory tune-tiny-cpu --json
     """
+    from .projections.memory import task_memory
     mem = task_memory(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
     if as_json:
         emit_json(mem.model_dump(mode="json"))
@@ -761,6 +718,7 @@ def task_accept(ctx, task_id: str, block: str | None, summary: str, as_json: boo
     Example:
       forge task accept tune-tiny-cpu --block b4 --summary "eager + continuous batching"
     """
+    from .harness.loop.manual import accept
     info = accept(open_ws(ctx), task_id, block=block, summary=summary)
     emit_json(info) if as_json else click.echo(f"accepted {task_id}/{info['block_id']}")
 
@@ -779,6 +737,7 @@ def task_reject(ctx, task_id: str, reason: str, block: str | None, as_json: bool
     Example:
       forge task reject tune-tiny-cpu --reason "bf16 breaks token match"
     """
+    from .harness.loop.manual import reject as reject_direction
     info = reject_direction(open_ws(ctx), task_id, reason, block=block)
     emit_json(info) if as_json else click.echo(f"rejected {task_id}/{info['block_id']}")
 
@@ -801,6 +760,7 @@ def task_exit(ctx, task_id: str, state: str, reason: str, handoff: str | None,
     Example:
       forge task exit tune-tiny-cpu --state aborted-by-human --reason "superseded"
     """
+    from .harness.loop.manual import exit_task
     info = exit_task(open_ws(ctx), task_id, state, reason, handoff=handoff)
     emit_json(info) if as_json else click.echo(f"task {task_id} exited: {state}")
 
@@ -821,6 +781,7 @@ def task_reopen(ctx, task_id: str, reason: str, as_json: bool) -> None:
     Example:
       forge task reopen tune-tiny-cpu --reason "the engine image is fixed"
     """
+    from .harness.loop.manual import reopen_task
     info = reopen_task(open_ws(ctx), task_id, reason)
     emit_json(info) if as_json else click.echo(
         f"task {task_id} reopened (was {info['reopened']})")
@@ -845,6 +806,7 @@ def block_start(ctx, task_id: str, sub_goal: str, sets: tuple[str, ...], as_json
     Example:
       forge block start tune-tiny-cpu --sub-goal "try eager" --set engine.attn_implementation=eager
     """
+    from .harness.loop.manual import start_block
     info = start_block(open_ws(ctx), task_id, sub_goal, parse_assignments(sets, "--set"))
     emit_json(info) if as_json else click.echo(f"started {task_id}/{info['block_id']}")
 
@@ -862,6 +824,7 @@ def block_verify(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge block verify tune-tiny-cpu
     """
+    from .harness.loop.manual import verify_block
     info = verify_block(open_ws(ctx), task_id)
     if as_json:
         emit_json(info)
@@ -890,6 +853,7 @@ def block_handoff(ctx, task_id, state_reached, findings, next_sub_goal, outcome,
     Example:
       forge block handoff tune-tiny-cpu --state-reached "eager: +2%" --next "try cb"
     """
+    from .harness.loop.manual import handoff_block
     info = handoff_block(open_ws(ctx), task_id, state_reached=state_reached,
                          findings=list(findings), next_sub_goal=next_sub_goal, outcome=outcome)
     emit_json(info) if as_json else click.echo(f"handed off {task_id}/{info['block_id']}")
@@ -909,6 +873,7 @@ def run_cmd(ctx, task_id: str, as_json: bool, argv: tuple[str, ...]) -> None:
     Example:
       forge run --task tune-tiny-cpu -- python bench.py --concurrency 8
     """
+    from .harness.loop.manual import run_command
     info = run_command(open_ws(ctx), task_id, list(argv), tee=not as_json)
     if as_json:
         emit_json(info)
@@ -937,6 +902,8 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
     Example:
       forge measure tune-tiny-cpu --metric output_throughput=512 --metric median_ttft_ms=80
     """
+    from .harness.bench.importer import metrics_from_json
+    from .harness.loop.manual import record_measurement
     values = parse_assignments(metrics, "--metric", numbers=True)
     if from_json:
         values = {**metrics_from_json(from_json), **values}
@@ -976,6 +943,7 @@ def weights_pull(ctx, name: str, as_json: bool) -> None:
     Example:
       forge weights pull tiny-llama
     """
+    from .harness.models.weights import pull
     pulled = pull(open_ws(ctx), name).as_dict()
     if as_json:
         emit_json(pulled)
@@ -995,6 +963,7 @@ def weights_list(ctx, as_json: bool) -> None:
     Example:
       forge weights list --json
     """
+    from .harness.models.weights import list_models
     models = list_models(open_ws(ctx).home)
     if as_json:
         emit_json(models)
@@ -1036,6 +1005,7 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
       forge engine up examples/profiles/tiny-cpu.yaml --model tiny-llama --once
       forge engine up --point examples/points/qwen3-235b-pd-h200.yaml --plan
     """
+    from .harness.engines.up import engine_up
     if point is not None:
         from .harness.engines.point_up import point_up
         ws = None
@@ -1215,6 +1185,7 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
       forge bench --point examples/points/tiny-cpu.yaml --url URL --model M --tokenizer DIR
       forge bench import results.jsonl --task tune-tiny-cpu
     """
+    from .harness.bench.client import bench_command, format_table
     if ctx.invoked_subcommand is not None:
         return
     if not url or not model:
@@ -1278,6 +1249,7 @@ def bench_import(ctx, file: Path, task_id, block_id, as_json) -> None:
     Example:
       forge bench import sglang_1129_1000_1024_1024.jsonl --task tune-qwen --block b3
     """
+    from .harness.bench.importer import import_results
     out = import_results(open_ws(ctx), file, task_id=task_id, block_id=block_id)
     if as_json:
         emit_json(out)
@@ -1309,6 +1281,9 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
     Example:
       FORGE_HOME=/tmp/forge-demo forge demo
     """
+    from .harness.demo import run_demo
+    from .wiki.build import build
+    from .wiki.concepts.compiler import compile_wiki
     ws, _ = init_workspace(ctx.obj.get("home"))
     with ws:
         result = run_demo(ws, echo=click.echo)
@@ -1404,6 +1379,7 @@ def index_update(ctx, as_json: bool) -> None:
     Example:
       forge index update
     """
+    from .projections.index import update
     _index_report(update(open_ws(ctx)), as_json)
 
 
@@ -1418,6 +1394,7 @@ def index_rebuild(ctx, as_json: bool) -> None:
     Example:
       forge index rebuild --json
     """
+    from .projections.index import rebuild
     _index_report(rebuild(open_ws(ctx)), as_json)
 
 
@@ -1432,6 +1409,7 @@ def index_status(ctx, as_json: bool) -> None:
     Example:
       forge index status
     """
+    from .projections.index import status
     _index_report(status(open_ws(ctx)), as_json)
 
 
@@ -1461,6 +1439,7 @@ def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool, max_rows: int | None,
     Example:
       forge sql "SELECT task_id, kind, reason FROM decisions WHERE kind = 'rejected'"
     """
+    from .projections.queries import sql_ws
     t = sql_ws(open_ws(ctx), query, max_rows=max_rows, timeout_s=timeout_s)
     emit_rows(t.columns, t.rows, as_json, as_csv)
     if t.truncated:
@@ -1484,6 +1463,7 @@ def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
       forge compare qwen-h200@1 qwen-h200@2
       forge compare tune-tiny-cpu/b1 tune-tiny-cpu/b2 --json
     """
+    from .projections.queries import compare_ws
     r = compare_ws(open_ws(ctx), a, b)
     if as_json:
         emit_json(r)
@@ -1536,6 +1516,7 @@ def filter_cmd(ctx, model, task_type, gpu, engine, metric, task, profile, archit
     Example:
       forge filter --model Qwen3-30B-A3B --gpu H200 --gpu H20 --metric output_throughput
     """
+    from .projections.queries import filter_ws
     t = filter_ws(open_ws(ctx), limit=limit, model=model, task_type=task_type, gpu=gpu,
                   engine=engine, metric=metric, task=task, profile=profile,
                   architecture=architecture)
@@ -1556,6 +1537,7 @@ def retrieve_cmd(ctx, text: str, k: int, kinds: tuple[str, ...], as_json: bool) 
     Example:
       forge retrieve "why was the DeepGEMM MoE path rejected on H20?" -k 3
     """
+    from .wiki.retrieve import retrieve
     r = retrieve(open_ws(ctx), text, k, kinds)
     if as_json:
         emit_json(r)
@@ -1585,6 +1567,7 @@ def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
     Example:
       forge wiki build && forge wiki lint
     """
+    from .wiki.build import build
     rep = build(open_ws(ctx), embeddings=not no_embeddings, force=force)
     if as_json:
         emit_json(rep.__dict__)
@@ -1618,6 +1601,7 @@ def wiki_compile(ctx, stale: bool, tier: str | None, deterministic: bool,
     Example:
       forge wiki compile --stale && forge wiki build
     """
+    from .wiki.concepts.compiler import compile_wiki
     rep = compile_wiki(open_ws(ctx), stale=stale, tier=tier, deterministic=deterministic)
     if as_json:
         emit_json(rep.as_dict())
@@ -1654,6 +1638,7 @@ def wiki_lint(ctx, as_json: bool, strict: bool, files_only: bool) -> None:
     Example:
       forge wiki lint --json
     """
+    from .wiki.lint import lint
     rep = lint(open_ws(ctx), record=not files_only)
     if as_json:
         emit_json(rep.as_dict())
@@ -1715,6 +1700,8 @@ def wiki_ask(ctx, question: str, as_json: bool, file_it: bool, tier: str | None,
       forge wiki ask "why was bfloat16 rejected?"
       forge wiki ask "what do we know about FlashInfer MoE on H200?" --file
     """
+    from .wiki.answers import file_answer
+    from .wiki.ask import ask as ask_question
     ws = open_ws(ctx)
     ans = ask_question(ws, question, tier=tier, deterministic=deterministic,
                        embeddings=not no_embeddings)
@@ -1760,6 +1747,7 @@ def wiki_serve(ctx, port: int, no_build: bool, no_embeddings: bool) -> None:
     Example:
       forge wiki serve --port 8765   # then open http://127.0.0.1:8765/
     """
+    from .wiki.serve import serve
     def echo(line: str) -> None:
         click.echo(line)
         sys.stdout.flush()
@@ -1784,6 +1772,7 @@ def graph() -> None:
 
 
 def _graph_id(ws: Workspace, graph_id: str | None) -> str:
+    from .projections.graph import resolve_graph_id
     return resolve_graph_id(ws.ledger, graph_id)
 
 
@@ -1805,6 +1794,8 @@ def graph_new(ctx, file: Path, as_json: bool) -> None:
     Example:
       forge graph new examples/graphs/serving-project.yaml
     """
+    from .harness.graph.commands import define_graph
+    from .projections.graph_views import summary
     ws = open_ws(ctx)
     view, created = define_graph(ws, file)
     if as_json:
@@ -1833,6 +1824,8 @@ def graph_show(ctx, graph_id, as_json, tree, mermaid, dot) -> None:
       forge graph show --tree
       forge graph show --mermaid > graph.mmd
     """
+    from .projections.graph import load_graph
+    from .projections.graph_views import summary, to_dot, to_mermaid, tree_lines
     ws = open_ws(ctx)
     view = load_graph(ws.ledger, _graph_id(ws, graph_id))
     if mermaid:
@@ -1884,6 +1877,7 @@ def graph_add_node(ctx, graph_id, node_file, node_id, kind, task_type, title, sh
     Example:
       forge graph add-node --id kernel-rope --type kernel --sh 'make rope' --verify './check'
     """
+    from .harness.graph.commands import add_node
     if node_file:
         data = load_graph_yaml(node_file)
     else:
@@ -1918,6 +1912,7 @@ def graph_add_edge(ctx, graph_id, src, dst, kind, action, deliverable, access, r
     Example:
       forge graph add-edge kernel-rope eval-accuracy --kind handoff --deliverable rope.so
     """
+    from .harness.graph.commands import add_edge
     data: dict[str, Any] = {"from": src, "to": dst, "kind": kind, "access": access,
                             "deliverable": deliverable}
     if action:
@@ -1974,6 +1969,7 @@ def graph_run(ctx, graph_id, jobs, backend, address, as_json) -> None:
       forge graph run -j 4
       forge graph run --backend ray --address 10.0.0.5:6379
     """
+    from .harness.graph.run import run_graph
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, backend=backend, address=address,
                   echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
@@ -1994,6 +1990,7 @@ def graph_resume(ctx, graph_id, jobs, backend, address, as_json) -> None:
     Example:
       forge graph resume -j 2
     """
+    from .harness.graph.run import run_graph
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, resume=True, backend=backend,
                   address=address,
@@ -2002,6 +1999,7 @@ def graph_resume(ctx, graph_id, jobs, backend, address, as_json) -> None:
 
 
 def _print_plan(plan: dict[str, list[str]], as_json: bool) -> None:
+    from .harness.graph.commands import format_plan
     if as_json:
         emit_json(plan)
         return
@@ -2023,6 +2021,7 @@ def graph_rework(ctx, graph_id, node, reason, as_json) -> None:
     Example:
       forge graph rework kernel-rmsnorm --reason "epsilon handling wrong for fp16"
     """
+    from .harness.graph.commands import request_rework
     ws = open_ws(ctx)
     _print_plan(request_rework(ws, _graph_id(ws, graph_id), node, reason), as_json)
 
@@ -2042,6 +2041,7 @@ def graph_invalidate(ctx, graph_id, node, reason, evidence, as_json) -> None:
     Example:
       forge graph invalidate bench-baseline --reason "measured on the wrong image"
     """
+    from .harness.graph.commands import invalidate
     ws = open_ws(ctx)
     _print_plan(invalidate(ws, _graph_id(ws, graph_id), node, reason, evidence), as_json)
 
@@ -2060,6 +2060,7 @@ def graph_reject(ctx, graph_id, node, reason, evidence) -> None:
     Example:
       forge graph reject kernel-moe-deepgemm --reason "slower than triton on H20" --evidence E1
     """
+    from .harness.graph.commands import reject as reject_node
     ws = open_ws(ctx)
     gid = _graph_id(ws, graph_id)
     reject_node(ws, gid, node, reason, evidence)
@@ -2079,6 +2080,7 @@ def graph_handoff(ctx, graph_id, src, dst) -> None:
     Example:
       forge graph handoff kernel-rmsnorm engine-integrate-rmsnorm
     """
+    from .harness.graph.commands import hand_off
     ws = open_ws(ctx)
     gid = _graph_id(ws, graph_id)
     ev = hand_off(ws, gid, src, dst)
@@ -2105,6 +2107,7 @@ def repos_init(ctx, manifest: str, as_json: bool) -> None:
     Example:
       forge repos init examples/monorepo/local.yaml
     """
+    from .repos import commands as repo_commands
     out = repo_commands.init(open_ws(ctx), manifest,
                              None if as_json else lambda s: click.echo(s, err=True))
     if as_json:
@@ -2127,6 +2130,7 @@ def repos_snapshot(ctx, reason: str, as_json: bool) -> None:
     Example:
       forge repos snapshot --json
     """
+    from .repos import commands as repo_commands
     ev = repo_commands.take_snapshot(open_ws(ctx), reason)
     if as_json:
         emit_json({"snapshot_id": ev.snapshot_id, "root": ev.root,
@@ -2153,6 +2157,7 @@ def repos_restore(ctx, snapshot_id: str, as_json: bool) -> None:
     Example:
       forge repos restore snap-3f2a9c0d1e2b
     """
+    from .repos import commands as repo_commands
     out = repo_commands.restore(open_ws(ctx), snapshot_id)
     if as_json:
         emit_json(out)
@@ -2172,6 +2177,7 @@ def repos_status(ctx, as_json: bool) -> None:
     Example:
       forge repos status
     """
+    from .repos import commands as repo_commands
     out = repo_commands.status(open_ws(ctx))
     if as_json:
         emit_json(out)
@@ -2201,6 +2207,7 @@ def repos_sync(ctx, member: str | None, as_json: bool) -> None:
     Example:
       forge repos sync --member sglang
     """
+    from .repos import commands as repo_commands
     events = repo_commands.sync(open_ws(ctx), member,
                                 None if as_json else lambda s: click.echo(s, err=True))
     if as_json:
@@ -2265,6 +2272,7 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
 @fail_cleanly
 def repos_pre_push(ctx, member: str, remote: str, url: str) -> None:
     """The push guard's check, run by the pre-push hook with git's input on stdin."""
+    from .repos import push as repo_push
     refusals = repo_push.hook_check(open_ws(ctx), member, remote, url,
                                     sys.stdin.read())
     for line in refusals:
@@ -2295,6 +2303,7 @@ def repos_approve(ctx, member: str, ref: str, span: str, remote: str, reason: st
     Example:
       forge repos approve sglang --ref main --range 1a2b3c..HEAD --reason "hotfix" --by ana
     """
+    from .harness.guard import approvals as gate
     old, sep, new = span.partition("..")
     if not sep or new.startswith(".") or not old or not new:
         raise click.BadParameter(f"{span!r} is not OLD..NEW", param_hint="--range")
@@ -2325,6 +2334,7 @@ def repos_push(ctx, member: str, remote: str, refspec: str | None, as_json: bool
     Example:
       forge repos push sglang origin HEAD:main
     """
+    from .repos import push as repo_push
     out = repo_push.push(open_ws(ctx), member, remote, refspec)
     if as_json:
         emit_json(out)
@@ -2348,6 +2358,7 @@ def repos_hooks(ctx, as_json: bool) -> None:
     Example:
       forge repos hooks
     """
+    from .repos import hooks as repo_hooks
     rows = repo_hooks.refresh_hooks(open_ws(ctx))
     if as_json:
         emit_json(rows)
@@ -2378,6 +2389,8 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
       claude mcp add --env FORGE_HOME=$FORGE_HOME forge -- forge mcp --task tune-tiny-cpu
       forge mcp --http 127.0.0.1:8765
     """
+    from .harness.agents.mcp_server import serve as serve_mcp
+    from .wiki.retrieve import retrieve
     ws = open_ws(ctx)
     serve_mcp(ws, http=http, allow_remote=allow_remote, task_id=task_id,
           retrieve=lambda query, k: retrieve(ws, query, k),
@@ -2387,6 +2400,7 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
 def journal_ask(ws: Workspace, question: str) -> dict[str, Any]:
     """`forge wiki ask` for the MCP tool journal_ask: a WikiError is the tool's one-line error
     (the harness, which runs the tool, does not import the wiki)."""
+    from .wiki.ask import ask as ask_question
     try:
         return ask_question(ws, question).as_dict()
     except WikiError as e:
@@ -2492,6 +2506,7 @@ def approvals_cmd(ctx, everything: bool, as_json: bool) -> None:
     Example:
       forge approvals --all
     """
+    from .harness.guard import approvals as gate
     rows = gate.listing(open_ws(ctx), everything)
     if as_json:
         emit_json(rows)
@@ -2509,6 +2524,7 @@ def approvals_cmd(ctx, everything: bool, as_json: bool) -> None:
 
 def _decide_cmd(ctx, approval_id: str, grant: bool, reason: str, by: str | None,
                 as_json: bool) -> None:
+    from .harness.guard import approvals as gate
     a = gate.decide(open_ws(ctx), approval_id, grant, reason, gate.person(by))
     if as_json:
         emit_json(a)
@@ -2672,6 +2688,7 @@ def nodes_observe(ctx, interval_s: float, window_s: float, count: int | None,
     Example:
       forge nodes observe --interval 10 --for 3600
     """
+    from .harness.nodes.observe import observe as observe_host
     res = observe_host(open_ws(ctx), interval_s=interval_s, window_s=window_s, count=count,
                        duration_s=duration_s, echo=lambda m: click.echo(m, err=True))
     if as_json:
@@ -2687,6 +2704,7 @@ def nodes_observe(ctx, interval_s: float, window_s: float, count: int | None,
 @fail_cleanly
 def nodes_list(ctx, as_json: bool) -> None:
     """Registered hosts: CPUs, memory, GPUs and what was last observed on them."""
+    from .projections.nodes import host_listing
     rows = host_listing(open_ws(ctx).ledger)
     if as_json:
         emit_json(rows)
@@ -2711,6 +2729,7 @@ def nodes_list(ctx, as_json: bool) -> None:
 @fail_cleanly
 def nodes_claims(ctx, everything: bool, as_json: bool) -> None:
     """Claims on resources, with their lease (live or expired) and holder."""
+    from .harness.nodes import claims as node_claims
     rows = node_claims.listing(open_ws(ctx), everything)
     if as_json:
         emit_json(rows)
@@ -2747,6 +2766,8 @@ def nodes_claim(ctx, resources: tuple[str, ...], heartbeat_s: float, purpose: st
     Example:
       forge nodes claim gpu:GPU-8f2c... port:30000 --purpose "bench tp8" --heartbeat 30
     """
+    from .harness.guard import approvals as gate
+    from .harness.nodes import claims as node_claims
     c = node_claims.claim_for(open_ws(ctx), list(resources), heartbeat_s=heartbeat_s,
                               purpose=purpose, task=task, pid=pid, actor=gate.person(None))
     if as_json:
@@ -2763,6 +2784,7 @@ def nodes_claim(ctx, resources: tuple[str, ...], heartbeat_s: float, purpose: st
 @fail_cleanly
 def nodes_heartbeat(ctx, claim_id: str) -> None:
     """Renew a claim's lease (fails once the claim was released or cleaned up)."""
+    from .harness.nodes import claims as node_claims
     node_claims.heartbeat(open_ws(ctx), claim_id)
     click.echo(f"renewed {claim_id}")
 
@@ -2774,6 +2796,8 @@ def nodes_heartbeat(ctx, claim_id: str) -> None:
 @fail_cleanly
 def nodes_release(ctx, claim_id: str, reason: str) -> None:
     """Give a claim back."""
+    from .harness.guard import approvals as gate
+    from .harness.nodes import claims as node_claims
     node_claims.release(open_ws(ctx), claim_id, reason, gate.person(None))
     click.echo(f"released {claim_id}")
 
@@ -2789,6 +2813,8 @@ def nodes_cleanup(ctx, claim_id: str | None, dry_run: bool, as_json: bool) -> No
     3 intervals and its GPUs showed no compute process for 3 fresh observations. Killing
     leftover processes waits for a person: forge approve ID.
     """
+    from .harness.guard import approvals as gate
+    from .harness.nodes import claims as node_claims
     verdicts = node_claims.cleanup(open_ws(ctx), claim_id, dry_run=dry_run,
                                    actor=gate.person(None))
     if as_json:
@@ -2843,6 +2869,7 @@ def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: i
       forge diagnose http://127.0.0.1:30000 --log server.log --slo ttft_ms=500,tpot_ms=50
     """
     from .harness.diagnose import collect
+    from .harness.guard import approvals as gate
 
     try:
         objective = (collect.parse_slo(slo) if slo is not None else
@@ -2982,6 +3009,7 @@ def monitor_cmd(ctx, url: str, interval_s: float, window_s: float, duration_s: f
     """
     from .harness.diagnose.collect import parse_slo, slo_of_point
     from .harness.diagnose.monitor import monitor
+    from .harness.guard import approvals as gate
 
     objective = (parse_slo(slo) if slo is not None else
                  slo_of_point(point_file) if point_file else {})

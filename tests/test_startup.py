@@ -30,6 +30,40 @@ def test_importing_the_cli_loads_no_heavy_library():
     assert loaded == []
 
 
+def test_importing_the_cli_loads_only_the_ledger_and_the_error_bases():
+    # Each command imports the harness, projections, wiki or repos module it calls: importing
+    # the CLI (what every `forge` call pays) loads none of them but their errors.
+    loaded = _loaded_after(
+        "import infer_forge.cli, sys, json\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('infer_forge.'))))")
+    upper = [m for m in loaded
+             if m.split(".")[1] in ("harness", "projections", "wiki", "repos")
+             and m.count(".") > 1 and not m.endswith(".errors")]
+    assert upper == []
+    assert "infer_forge.ledger.workspace" in loaded  # the walk saw the modules
+
+
+def test_a_command_loads_what_it_calls_not_every_command():
+    # `forge task list` reads Task Memory: the loop, graph, bench, engines and wiki stay
+    # unloaded. Run in-process through click, as the console script runs it.
+    loaded = _loaded_after(
+        "import json, sys, tempfile\n"
+        "from click.testing import CliRunner\n"
+        "from infer_forge.cli import main\n"
+        "from infer_forge.ledger.workspace import init_workspace\n"
+        "home = tempfile.mkdtemp()\n"
+        "init_workspace(home)[0].close()\n"
+        "r = CliRunner().invoke(main, ['--home', home, 'task', 'list', '--json'])\n"
+        "import shutil; shutil.rmtree(home)\n"
+        "print(json.dumps({'exit': r.exit_code, 'output': r.output,\n"
+        "  'mods': sorted(m for m in sys.modules if m.startswith('infer_forge.'))}))")
+    assert loaded["exit"] == 0, loaded["output"]
+    assert "infer_forge.projections.memory" in loaded["mods"]
+    for pkg in ("harness.loop", "harness.graph", "harness.bench", "harness.engines",
+                "harness.agents", "wiki.build", "projections.index"):
+        assert not any(m.startswith(f"infer_forge.{pkg}") for m in loaded["mods"]), pkg
+
+
 def test_the_help_of_every_command_loads_no_heavy_library():
     # Every command and group, at every depth, renders its --help (each one's parameters,
     # defaults and choices are built): none of that may import a heavy library.
