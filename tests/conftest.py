@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import subprocess
@@ -13,6 +14,16 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent
 FORGE = [sys.executable, "-m", "infer_forge.cli"]
+
+
+def pytest_sessionstart(session) -> None:
+    """Byte-compile the package once, as installing it would. Where PYTHONDONTWRITEBYTECODE
+    is set (this build machine sets it) no interpreter writes bytecode, so every `forge` and
+    server subprocess the tests start compiled the sources it imports again (~0.1-0.25 s of
+    CPU each). Unchanged files are skipped by their mtime."""
+    compileall.compile_dir(str(REPO), maxlevels=0, quiet=1)  # cli.py, __init__.py
+    for sub in ("harness", "ledger", "projections", "repos", "wiki"):
+        compileall.compile_dir(str(REPO / sub), quiet=1)
 
 
 def need(condition: bool, reason: str) -> None:
