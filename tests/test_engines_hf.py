@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from infer_forge.harness.engines import engine_for
 from infer_forge.harness.engines.base import NotSupported, request_json
-from infer_forge.harness.engines.hf import hf_command, resolve_config
+from infer_forge.harness.engines.hf import CPU_CB_NUM_BLOCKS, hf_command, resolve_config
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.proc import group_alive
 
@@ -61,6 +61,19 @@ def test_knobs_become_flags():
     off = hf_command(resolve_config({"continuous_batching": False, "cb_block_size": 32}),
                      model="/m", port=1)
     assert "--no-continuous-batching" in off and "--cb-block-size" not in off
+
+
+def test_a_cpu_server_with_continuous_batching_gets_a_bounded_kv_cache():
+    # Unsized, transformers takes 60% of the host's free memory for the cache on the CPU.
+    cb = hf_command(resolve_config({"continuous_batching": True}), model="/m", port=1)
+    assert cb[cb.index("--cb-num-blocks") + 1] == str(CPU_CB_NUM_BLOCKS)
+    for sized in ({"cb_num_blocks": 8}, {"cb_max_memory_percent": 0.1}):
+        cmd = hf_command(resolve_config({"continuous_batching": True, **sized}), model="/m",
+                         port=1)
+        assert cmd.count("--cb-num-blocks") == ("cb_num_blocks" in sized)  # the profile's own
+    for other in ({"continuous_batching": False}, {"continuous_batching": True,
+                                                   "device": "cuda"}):
+        assert "--cb-num-blocks" not in hf_command(resolve_config(other), model="/m", port=1)
 
 
 @pytest.mark.parametrize("cfg, match", [
