@@ -353,15 +353,17 @@ def _until_the_kernel_stamps():
     socket asks (net_enable_timestamp), so on a loaded machine segments sent right after that
     setsockopt can arrive unstamped. Holding this pair open keeps stamping on; close it after.
     """
+    from infer_forge.harness.bench.sse_client import _SO_TIMESTAMPNS as STAMPS
+
     with socket.create_server(("127.0.0.1", 0)) as listener:
         a = socket.create_connection(listener.getsockname())
         b, _ = listener.accept()
-    a.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS
+    a.setsockopt(socket.SOL_SOCKET, STAMPS, 1)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         b.send(b"?")
         _, anc, _, _ = a.recvmsg(16, socket.CMSG_SPACE(16))
-        if any(kind == 35 for _, kind, _ in anc):
+        if any(kind == STAMPS for _, kind, _ in anc):
             return a, b
         time.sleep(0.005)  # polling a condition: give the kernel's worker the CPU
     a.close()
