@@ -22,8 +22,9 @@ def pytest_sessionstart(session) -> None:
     server subprocess the tests start compiled the sources it imports again (~0.1-0.25 s of
     CPU each). Unchanged files are skipped by their mtime."""
     compileall.compile_dir(str(REPO), maxlevels=0, quiet=1)  # cli.py, __init__.py
-    for sub in ("harness", "ledger", "projections", "repos", "wiki"):
-        compileall.compile_dir(str(REPO / sub), quiet=1)
+    for sub in REPO.iterdir():  # the subpackages, whatever they are named
+        if (sub / "__init__.py").is_file() and sub.name != "tests":
+            compileall.compile_dir(str(sub), quiet=1)
 
 
 def need(condition: bool, reason: str) -> None:
