@@ -13,6 +13,10 @@ as it is; two different ids never name the same file, even on a case-insensitive
 `check_id(value, what)` is the one check, applied wherever an id enters: task files (the
 `id:` field or the file name), graph and node definitions, `--task` / `--block` options that
 create records. It raises `InvalidIdError` naming the field and the value (repr, truncated).
+
+Namespaces: `graph_namespace(task_id)` names the (graph, node) whose naming produces a task
+id (`<graph>.<node>` or `<graph>.<node>.a<n>`). Such an id belongs to that graph's node once
+the graph is defined; `harness/loop/define.py` keeps one owner per task stream with it.
 """
 
 from __future__ import annotations
@@ -66,6 +70,18 @@ def check_id(value: Any, what: str, *, part: bool = False) -> str:
     else:
         problem = "not a valid id"
     raise InvalidIdError(f"{what} {shown(value)} is {problem}: {rule}")
+
+
+_NODE_TASK = re.compile(rf"({PART_ID_PATTERN})\.({PART_ID_PATTERN})(?:\.a[1-9][0-9]*)?")
+
+
+def graph_namespace(task_id: str) -> tuple[str, str] | None:
+    """(graph, node) when `task_id` is what graph `graph`'s node `node` names its task stream
+    (`<graph>.<node>`) or one of its loop attempts (`<graph>.<node>.a<n>`); else None."""
+    m = _NODE_TASK.fullmatch(task_id) if is_id(task_id) else None
+    if m is None or len(m[1]) > MAX_PART_ID or len(m[2]) > MAX_PART_ID:
+        return None
+    return m[1], m[2]
 
 
 def check_optional_id(value: str | None, what: str) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.errors import ConflictError
 from ...ledger.graphspec import (
+    NodeSpec,
     check_graph,
     load_graph_spec,
     parse_edge,
@@ -21,11 +22,21 @@ from ...ledger.workspace import Workspace
 from ...projections.graph import (
     GraphView,
     load_graph,
+    node_task_id,
     rework_plan,
 )
 from ..errors import HarnessError
+from ..loop.define import GRAPH_RUNNER, check_owner
 
-ACTOR = E.Actor.tool("graph-runner")
+ACTOR = GRAPH_RUNNER
+
+
+def check_node_streams(ws: Workspace, graph_id: str, nodes: Iterable[NodeSpec]) -> None:
+    """Refuse a graph whose task node's stream `<graph>.<node>` a standalone task holds
+    (`check_owner`: one owner per task stream; the graph never takes one over)."""
+    for n in nodes:
+        if n.kind == "task":
+            check_owner(ws, node_task_id(graph_id, n.id), graph_node=(graph_id, n.id))
 
 # --- definition and evolution -------------------------------------------------------------
 
@@ -44,6 +55,7 @@ def define_graph(ws: Workspace, path: str | Path) -> tuple[GraphView, bool]:
             return view, False
         raise HarnessError(f"graph {spec.name!r} is already defined with another spec; evolve it "
                            "with forge graph add-node/add-edge or give the new graph another name")
+    check_node_streams(ws, spec.name, spec.nodes)
     defined = E.GraphDefined(
         graph_id=spec.name, title=spec.title, description=spec.description, source=str(p),
         graph_dir=str(p.parent), spec_hash=h, actor=ACTOR,
@@ -57,6 +69,7 @@ def add_node(ws: Workspace, graph_id: str, data: dict[str, Any], reason: str = "
     view = load_graph(ws.ledger, graph_id)
     node = parse_node(data, f"graph {graph_id}: new node")
     check_graph([*view.node_specs(), node], view.edge_specs(), f"graph {graph_id}")
+    check_node_streams(ws, graph_id, [node])
     ws.ledger.append(graph_stream(graph_id), [E.NodeAdded(node=node.model_dump(mode="json"),
                                                           reason=reason)],
                      expected_version=view.version)

@@ -30,6 +30,7 @@ from ..errors import HarnessError
 from ..nodes.identity import local_host
 from ..proc import alive, die_with_parent, start_time
 from . import lease
+from .commands import check_node_streams
 from .repos import member_nodes, pin_members
 from .work import repo_dir, workdir
 
@@ -99,6 +100,9 @@ def start_run(ws: Workspace, graph_id: str, jobs: int, resume: bool, echo: Echo)
         if r.outcome is None and alive(r.pid, r.pid_start) and r.pid != os.getpid():
             raise HarnessError(f"graph {graph_id!r} is being run by pid {r.pid} (run {r.run_id})"
                                "; wait for it, or stop it and run: forge graph resume")
+    # One owner per task stream: a node's stream a standalone task holds is refused before
+    # anything is recorded (it was defined after the graph, or before the rule).
+    check_node_streams(ws, graph_id, (n.spec for n in view.tasks()))
     stale = view.running()
     if stale and not resume:
         raise HarnessError(

@@ -27,7 +27,7 @@ from ...projections.graph import GraphView, catch_up, node_task_id
 from ...projections.memory import TaskMemory, read_memory
 from ..errors import HarnessError
 from ..jsonl import last_json_line
-from ..loop.define import define_task_spec
+from ..loop.define import check_owner, define_task_spec
 from ..loop.run import run_task
 from ..nodes.identity import local_host
 from ..proc import CommandOutcome, last_line, run_in_session
@@ -229,7 +229,7 @@ def run_loop_work(ctx: NodeContext, work: LoopWork, cwd: Path) -> WorkResult:
         task = parse_spec("task", data, path=src, node=node)
         assert isinstance(task, TaskDefinition)
         t0 = time.monotonic()
-        define_task_spec(ctx.ws, task, src, actor=ACTOR)
+        define_task_spec(ctx.ws, task, src, graph_node=(ctx.graph_id, ctx.node))
     except SpecError as e:
         raise HarnessError(f"node {ctx.node}: loop task {e.problems[0]}") from None
     out = run_task(ctx.ws, tid)
@@ -259,6 +259,10 @@ def _execute_node(ctx: NodeContext) -> str:
         mem: TaskMemory | None = read_memory(ctx.ws.ledger, ctx.task_id)[0]
     except NotFoundError:
         mem = None
+    try:  # one owner per task stream: a standalone task's stream is never entered
+        check_owner(ctx.ws, ctx.task_id, graph_node=(ctx.graph_id, ctx.node))
+    except HarnessError as e:
+        return _refuse_node(ctx, str(e), time.monotonic() - t0)
     if mem is None:
         begin.append(E.TaskDefined(
             title=spec.title or spec.id, task_type=spec.type or "", goal=spec.goal,
@@ -305,6 +309,29 @@ def _execute_node(ctx: NodeContext) -> str:
         deliverable_digest=ddig, task_id=ctx.task_id, actor=ACTOR)])],
         command_id=ctx.cid("verified"))
     return _conclude(ctx, res, time.monotonic() - t0, ver)
+
+
+def _refuse_node(ctx: NodeContext, reason: str, elapsed: float) -> str:
+    """Reject the attempt on the graph stream alone (its claim released): the task stream it
+    would have entered belongs to another owner and gets nothing."""
+    for _ in range(200):
+        view = ctx.view
+        catch_up(ctx.ws.ledger, view)
+        n = view.nodes[ctx.node]
+        if n.attempt != ctx.attempt or n.state not in ("running", "verified"):
+            return "abandoned"
+        events: list[E.Event] = [E.NodeRejected(
+            node=ctx.node, attempt=ctx.attempt, reason=reason, duration_s=round(elapsed, 4),
+            actor=ACTOR)]
+        try:
+            ctx.ws.ledger.save(Append(graph_stream(ctx.graph_id), events,
+                                      expected_version=view.version),
+                               *lease.releases_for(ctx.graph_id, events),
+                               command_id=ctx.cid("refused"))
+            return "rejected"
+        except ConflictError:
+            continue
+    raise HarnessError(f"graph {ctx.graph_id!r}: could not conclude {ctx.node} (stream busy)")
 
 
 def _closing(ctx: NodeContext, res: WorkResult, ver: E.VerificationRecorded,

@@ -1,5 +1,13 @@
 """Spec registration: `forge profile record` and `forge task new` (the task, its deployment
 point and runtime profile, recorded in one save; idempotent for the same content).
+
+Contract (one owner per task stream): a task stream is owned by a standalone definition
+(`forge task new`, the demo) or by a graph's node, and the owner is what its TaskDefined
+records: actor `GRAPH_RUNNER` (the one actor graph runs write with) means the node named by
+the id's namespace (`ids.graph_namespace`); any other actor, a standalone task. `check_owner`
+is the one check, run at every entry: a standalone definition refuses an id in a defined
+graph's namespace, and a graph (defining, starting a run, starting a node, defining a loop
+node's task) refuses a stream a standalone definition holds. The stream is left untouched.
 """
 
 from __future__ import annotations
@@ -10,7 +18,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.clock import digest
 from ...ledger.errors import ConflictError
-from ...ledger.ids import check_id
+from ...ledger.ids import check_id, graph_namespace
 from ...ledger.payloads import Digest
 from ...ledger.specs import (
     RuntimeProfile,
@@ -25,7 +33,7 @@ from ...ledger.specs import (
     stored_profile,
 )
 from ...ledger.store import Append
-from ...ledger.streams import WORKSPACE_STREAM, task_stream
+from ...ledger.streams import WORKSPACE_STREAM, graph_stream, task_stream
 from ...ledger.workspace import Workspace
 from ...repos.commands import maybe_monorepo
 from ...repos.errors import RepoError
@@ -33,6 +41,30 @@ from ..errors import HarnessError
 from ..record import task_append
 from .code import snapshot as code_snapshot
 from .task import _workspace_specs, human_actor
+
+GRAPH_RUNNER = E.Actor.tool("graph-runner")  # the actor of every graph run's events
+
+
+def check_owner(ws: Workspace, task_id: str, *, graph_node: tuple[str, str] | None) -> None:
+    """Refuse (HarnessError, one line) an entry into task stream `task_id` by a writer that is
+    not its owner: `graph_node` (graph, node) for a graph run, None for a standalone task."""
+    ns = graph_namespace(task_id)
+    if graph_node is not None and ns != graph_node:
+        raise HarnessError(f"task {task_id!r} is not in graph {graph_node[0]!r} node "
+                           f"{graph_node[1]!r}'s namespace")
+    first = ws.ledger.stream(task_stream(task_id), until_version=1)
+    ev = first[0].event if first else None
+    by_graph = isinstance(ev, E.TaskDefined) and ev.actor == GRAPH_RUNNER and ns is not None
+    if graph_node is None:
+        if by_graph or (ns is not None and ws.ledger.version(graph_stream(ns[0]))):
+            assert ns is not None
+            raise HarnessError(f"task id {task_id!r} belongs to graph {ns[0]!r} (its node "
+                               f"{ns[1]!r}'s task stream); give the task another id")
+    elif ev is not None and not by_graph:
+        who = ev.actor.name if isinstance(ev, E.TaskDefined) else "another writer"
+        raise HarnessError(f"graph {graph_node[0]!r} node {graph_node[1]!r}: task {task_id!r} "
+                           f"is already defined outside the graph (by {who}); the graph does "
+                           "not take it over: rename the node or the graph")
 
 
 def _profile_event(ws: Workspace, profile: RuntimeProfile, source: str | None,
@@ -77,7 +109,8 @@ def record_profile(ws: Workspace, path: str | Path, actor: E.Actor | None = None
 def define_task(ws: Workspace, path: str | Path, actor: E.Actor | None = None, *,
                 task_id: str | None = None) -> dict[str, Any]:
     """`forge task new`: validate the task, its point and profile; record the profile revision
-    and the point pin if new, and TaskDefined — in one save. Idempotent for the same content."""
+    and the point pin if new, and TaskDefined — in one save. Idempotent for the same content.
+    A standalone task: an id in a defined graph's namespace is refused (`check_owner`)."""
     path = Path(path).resolve()
     return define_task_spec(ws, load_task(path), path, actor, task_id=task_id)
 
@@ -86,11 +119,12 @@ _DEFINE_RETRIES = 20  # optimistic-concurrency retries of one definition
 
 
 def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
-                     actor: E.Actor | None = None, *, task_id: str | None = None
-                     ) -> dict[str, Any]:
+                     actor: E.Actor | None = None, *, task_id: str | None = None,
+                     graph_node: tuple[str, str] | None = None) -> dict[str, Any]:
     """`define_task` for a task already validated (a graph node's loop task, its argv filled
-    in). `path` is the YAML file it came from: its directory resolves the point and profile,
-    its name is the id when the task has none, and it is recorded as the source.
+    in: `graph_node` names the node, and the task is recorded by `GRAPH_RUNNER`). `path` is
+    the YAML file it came from: its directory resolves the point and profile, its name is
+    the id when the task has none, and it is recorded as the source.
 
     Processes defining tasks at once (several hosts on one ledger) pin a shared point or
     profile once: the pins are saved under the workspace stream's version read, and a save
@@ -98,15 +132,19 @@ def define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
     definition of the same id is then found)."""
     for _ in range(_DEFINE_RETRIES):
         try:
-            return _define_task_spec(ws, task, path, actor, task_id=task_id)
+            return _define_task_spec(ws, task, path, actor, task_id=task_id,
+                                     graph_node=graph_node)
         except ConflictError:
             continue
     raise HarnessError("task definition: the workspace stream kept moving; try again")
 
 
 def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
-                      actor: E.Actor | None, *, task_id: str | None) -> dict[str, Any]:
-    actor = actor or human_actor()
+                      actor: E.Actor | None, *, task_id: str | None,
+                      graph_node: tuple[str, str] | None) -> dict[str, Any]:
+    actor = GRAPH_RUNNER if graph_node is not None else actor or human_actor()
+    if graph_node is None and actor == GRAPH_RUNNER:
+        raise HarnessError("a standalone task is not recorded as the graph runner")
     path = Path(path).resolve()
     # The one id rule, whichever way the id comes: given, the file's `id:` (checked when the
     # file loaded) or the file name.
@@ -116,7 +154,8 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
         where = str(path) if str(path).isprintable() else repr(str(path))
         task_id = task.id or check_id(
             path.stem, f"{where}: task id taken from the file name (the task has no id:)")
-    if task.contract.review is not None:  # before anything is recorded
+    check_owner(ws, task_id, graph_node=graph_node)  # before anything is recorded
+    if task.contract.review is not None:
         from ..agents.review import check_reviewer
 
         check_reviewer(ws, task, str(path))
