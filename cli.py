@@ -24,7 +24,7 @@ from .ledger.candidates import shown_differences
 from .ledger.check import check_home
 from .ledger.errors import LedgerError
 from .ledger.graphspec import load_graph_yaml
-from .ledger.numbers import check_finite, finite_float
+from .ledger.numbers import check_finite, finite_float, json_safe
 from .ledger.redact import redact_message
 from .ledger.replay import replay_task
 from .ledger.specs import (
@@ -70,8 +70,15 @@ def fail_cleanly(fn):
     return wrapper
 
 
+def to_json(value: Any, indent: int | None = None) -> str:
+    """JSON text of `value`, always valid: a NaN or an infinity (from SQL or a computation)
+    is written `null` (ledger.numbers.json_safe), other types by their str()."""
+    return json.dumps(json_safe(value), indent=indent, default=str, ensure_ascii=False,
+                      allow_nan=False)
+
+
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+    click.echo(to_json(value, indent=2))
 
 
 def open_ws(ctx: click.Context) -> Workspace:
@@ -214,10 +221,10 @@ def log_cmd(ctx, task, types, since, until_time, limit, as_json) -> None:
         if not hasattr(r, "event"):
             warn_undecodable(r)
             if as_json:
-                click.echo(json.dumps(r.as_dict(), ensure_ascii=False))
+                click.echo(to_json(r.as_dict()))
             continue
         if as_json:
-            click.echo(json.dumps(event_row(r), default=str, ensure_ascii=False))
+            click.echo(to_json(event_row(r)))
         else:
             ev = r.event
             where = ev.task_id or r.stream
@@ -304,13 +311,12 @@ def events_export(ctx, output: Path | None, include_bookkeeping: bool) -> None:
         bad += 1
         warn_undecodable(u)
         raw = ws.ledger.raw_state(u.position)
-        out.write(json.dumps({**u.as_dict(), "raw": raw.decode("utf-8", "replace")},
-                             ensure_ascii=False) + "\n")
+        out.write(to_json({**u.as_dict(), "raw": raw.decode("utf-8", "replace")}) + "\n")
 
     try:
         n = 0
         for r in ws.ledger.log(include_bookkeeping=include_bookkeeping, on_error=undecodable):
-            out.write(json.dumps(event_row(r), default=str, ensure_ascii=False) + "\n")
+            out.write(to_json(event_row(r)) + "\n")
             n += 1
     finally:
         if output:

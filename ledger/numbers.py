@@ -145,3 +145,18 @@ def without_non_finite(value: Any, where: str = "") -> tuple[Any, dict[str, str]
         return None
 
     return clean(value, ()), dropped
+
+
+def json_safe(value: Any) -> Any:
+    """`value` for JSON output: every float that is not finite (a NaN or an infinity from
+    SQL, a computation or stored data) becomes None, so `json.dumps(..., allow_nan=False)`
+    always writes valid JSON (`null` there); dicts, lists and tuples copied as needed,
+    everything else as it is. The one rule of every `--json` printer (cli.py `to_json`)."""
+    t = type(value)
+    if t is float or isinstance(value, float):
+        return value if value - value == 0.0 else None
+    if t is dict or isinstance(value, Mapping):
+        return {k: json_safe(x) for k, x in value.items()}
+    if t is list or t is tuple or isinstance(value, list | tuple):
+        return [json_safe(x) for x in value]
+    return value

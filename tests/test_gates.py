@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from infer_forge.harness.loop.gates import bootstrap_ci, judge, judge_gate
 from infer_forge.ledger.specs import Contract, Gate
 
@@ -92,3 +94,43 @@ def test_overall_verdict_and_reason_and_determinism():
     a = bootstrap_ci([1, 2, 3, 4], seed=3)
     assert a == bootstrap_ci([1, 2, 3, 4], seed=3)
     assert judge(c, good, base).gates[0].to_dict() == judge(c, good, base).gates[0].to_dict()
+
+
+# --- computed numbers that overflow (issue 27 item 6) ----------------------------------------
+
+BIG = 1.7e308  # finite; the mean of two of them is not
+
+
+def test_an_overflowing_median_fails_its_gate_naming_the_metric():
+    r = judge_gate(Gate(name="t", metric="output_throughput", at_least=1), runs([BIG, BIG]),
+                   None, contract=C)
+    assert r.verdict == "fail" and r.reason.startswith("output_throughput: computed median")
+    assert r.median is None and r.ci is None
+
+
+def test_an_overflowing_ratio_fails_its_gate():
+    r = judge_gate(rel(at_least=1.0), runs([1e300, 1e300, 1e300]),
+                   runs([1e-308, 1e-308, 1e-308]), contract=C)
+    assert r.verdict == "fail" and "computed ratio" in r.reason and r.ratio is None
+
+
+def test_an_overflowing_coefficient_of_variation_fails_stability():
+    g = Gate(name="stability", repeats=2, max_cv=0.1)
+    r = judge_gate(g, runs([BIG, BIG]), None, contract=C, default_metric="output_throughput")
+    assert r.verdict == "fail" and "coefficient of variation" in r.reason
+    # Failed-request counts that overflow their sum: the worst run fails it, still storable.
+    r = judge_gate(g, runs([1, 1], failed=BIG), None, contract=C,
+                   default_metric="output_throughput")
+    assert r.verdict == "fail" and r.failed_requests == sys.float_info.max
+
+
+def test_overflowing_gates_make_a_storable_verdict():
+    from infer_forge.ledger.numbers import check_finite
+
+    contract = Contract(gates=[Gate(name="t", metric="output_throughput", at_least=1),
+                               rel(at_least=1.0),
+                               Gate(name="stability", repeats=2, max_cv=0.1)])
+    v = judge(contract, runs([BIG, BIG]), runs([1e-308, 1e-308]))
+    assert v.verdict == "fail" and all(g.verdict == "fail" for g in v.gates)
+    for g in v.gates:
+        check_finite(g.model_dump(), g.name)

@@ -26,6 +26,10 @@ Contract:
   reason); an `inconclusive` interval says how many runs per side would likely decide
   (`runs_needed`: its half-width over the threshold shrinking as 1/sqrt(n)). A metric with
   no band (history too thin) is judged as without one, and the reason says so.
+- A computed number that is not finite (finite samples whose median, ratio, interval or
+  coefficient of variation overflow: two 1.7e308 samples, a ratio over 1e-308) makes its
+  gate `fail`, the reason naming the metric and the number: a verdict the ledger can hold,
+  never an exception, so the block stays verifiable.
 - Same inputs and seed → same result, byte for byte.
 """
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -79,22 +84,46 @@ def bootstrap_ci(
 
     rng = np.random.default_rng(seed)
     xs = np.asarray(samples, dtype=float)
-    stats = np.median(xs[rng.integers(0, len(xs), size=(iterations, len(xs)))], axis=1)
-    if baseline is not None:
-        bs = np.asarray(baseline, dtype=float)
-        mb = np.median(bs[rng.integers(0, len(bs), size=(iterations, len(bs)))], axis=1)
-        keep = mb != 0
-        stats = stats[keep] / mb[keep]
-    if stats.size == 0:
-        return (float("nan"), float("nan"))
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(stats, [alpha, 1 - alpha], method="inverted_cdf")
+    # Overflow gives an infinite bound, which the callers turn into a verdict (no warning).
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        stats = np.median(xs[rng.integers(0, len(xs), size=(iterations, len(xs)))], axis=1)
+        if baseline is not None:
+            bs = np.asarray(baseline, dtype=float)
+            mb = np.median(bs[rng.integers(0, len(bs), size=(iterations, len(bs)))], axis=1)
+            keep = mb != 0
+            stats = stats[keep] / mb[keep]
+        if stats.size == 0:
+            return (float("nan"), float("nan"))
+        alpha = (1 - confidence) / 2
+        lo, hi = np.quantile(stats, [alpha, 1 - alpha], method="inverted_cdf")
     return (float(lo), float(hi))
 
 
 def _values(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
     return [float(r["metrics"][metric]) for r in runs
             if r.get("success", True) and metric in r.get("metrics", {})]
+
+
+def _not_finite(named: Mapping[str, float | None]) -> str | None:
+    """`"<name> <value>"` of the first computed number that is not finite, else None."""
+    for name, v in named.items():
+        if v is not None and not math.isfinite(v):
+            return f"{name} {v}"
+    return None
+
+
+def _overflowed(metric: str | None, what: str, common: dict[str, Any]) -> GateResult:
+    """The verdict of a gate whose computed number `what` is not finite: `fail`."""
+    return GateResult.judged("fail", reason=f"{metric}: computed {what} is not a finite "
+                             "number (the samples overflow a float)", **common)
+
+
+def _median(xs: Sequence[float]) -> float:
+    """statistics.median, inf on overflow (two 1.7e308 samples) instead of a warning."""
+    try:
+        return statistics.median(xs)
+    except OverflowError:
+        return math.inf
 
 
 def _side(lo: float, hi: float, threshold: float, direction: str) -> payloads.Verdict:
@@ -172,20 +201,33 @@ def _judge_level(gate: Gate, runs: Sequence[dict[str, Any]],
     if not xs:
         return GateResult.judged(
             "inconclusive", reason=f"{gate.metric} not measured in any successful run", **common)
-    med = statistics.median(xs)
+    med = _median(xs)
     sign = ">=" if direction == "at_least" else "<="
     if gate.kind == "relative":
         bs = _values(baseline or [], gate.metric)
         if not bs:
+            bad = _not_finite({"median": med})
+            if bad:
+                return _overflowed(gate.metric, bad, common)
             return GateResult.judged("inconclusive", median=_r(med),
                                      reason=f"no baseline samples of {gate.metric}", **common)
-        bmed = statistics.median(bs)
+        bmed = _median(bs)
         if bmed == 0:
+            bad = _not_finite({"median": med})
+            if bad:
+                return _overflowed(gate.metric, bad, common)
             return GateResult.judged("inconclusive", median=_r(med), baseline_median=0.0,
                                      reason=f"baseline median of {gate.metric} is 0", **common)
         lo, hi = bootstrap_ci(xs, baseline=bs, confidence=contract.confidence,
                               iterations=contract.bootstrap, seed=contract.seed)
-        ratio = med / bmed
+        try:
+            ratio = med / bmed
+        except OverflowError:  # not raised for floats today; the guard costs nothing
+            ratio = math.inf
+        bad = _not_finite({"median": med, "baseline median": bmed, "ratio": ratio,
+                           "interval low": lo, "interval high": hi})
+        if bad:
+            return _overflowed(gate.metric, bad, common)
         verdict = _side(lo, hi, threshold, direction)
         reason = (f"{gate.metric} ratio {_fmt(ratio)} (CI {_fmt(lo)}..{_fmt(hi)}, "
                   f"median {_fmt(med)} vs baseline {_fmt(bmed)}, n={len(xs)}/{len(bs)}) "
@@ -195,6 +237,9 @@ def _judge_level(gate: Gate, runs: Sequence[dict[str, Any]],
                                  **common)
     lo, hi = bootstrap_ci(xs, confidence=contract.confidence, iterations=contract.bootstrap,
                           seed=contract.seed)
+    bad = _not_finite({"median": med, "interval low": lo, "interval high": hi})
+    if bad:
+        return _overflowed(gate.metric, bad, common)
     verdict = _side(lo, hi, threshold, direction)
     reason = (f"{gate.metric} median {_fmt(med)} (CI {_fmt(lo)}..{_fmt(hi)}, n={len(xs)}) "
               f"needs {sign} {_fmt(threshold)}")
@@ -254,11 +299,19 @@ def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
     allowed = gate.max_failed_requests if gate.max_failed_requests is not None else 0
     xs = _values(runs, metric) if metric else []
     cv = None
-    if len(xs) >= 2 and statistics.fmean(xs) != 0:
-        cv = statistics.stdev(xs) / abs(statistics.fmean(xs))
+    overflow = False
+    try:
+        if len(xs) >= 2 and statistics.fmean(xs) != 0:
+            cv = statistics.stdev(xs) / abs(statistics.fmean(xs))
+    except OverflowError:  # fsum of two 1.7e308 samples
+        overflow = True
+    if cv is not None and not math.isfinite(cv):
+        cv, overflow = None, True
     common = {"name": gate.name, "kind": "stability", "metric": metric, "n": len(runs),
               "threshold": gate.max_cv, "direction": "at_most", "cv": _r(cv),
-              "failed_runs": failed_runs, "failed_requests": float(sum(per_run_failed)),
+              "failed_runs": failed_runs,
+              # the sum, held at the largest float when it overflows (the worst run fails it)
+              "failed_requests": min(float(sum(per_run_failed)), sys.float_info.max),
               "samples": [_r(x) for x in xs]}
     if failed_runs:
         return GateResult.judged("fail", reason=f"{failed_runs} of {len(runs)} runs failed",
@@ -266,6 +319,8 @@ def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
     if worst > allowed:
         return GateResult.judged("fail", reason=f"a run had {worst:g} failed requests "
                                  f"(allowed {allowed})", **common)
+    if overflow and gate.max_cv is not None:
+        return _overflowed(metric, "coefficient of variation", common)
     if len(runs) < need:
         return GateResult.judged("inconclusive",
                                  reason=f"{len(runs)} runs, needs {need} repeats", **common)

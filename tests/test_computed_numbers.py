@@ -1,0 +1,85 @@
+"""Every number forge computes is checked like an input (issue 27 item 6): finite inputs
+whose median or ratio overflow make a verdict, not a traceback; JSON output is valid JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from infer_forge.ledger.numbers import json_safe
+from infer_forge.ledger.store import Ledger
+
+from .conftest import run_forge
+
+
+def _strict(text: str):
+    """json.loads that refuses NaN and Infinity (Python's own reader accepts them)."""
+    def refuse(name: str):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def _start(home) -> None:
+    for args in (("init",), ("task", "new", "examples/tasks/tune-tiny-cpu.yaml")):
+        assert run_forge(*args, home=home).returncode == 0
+
+
+def _measure(home, **metrics: str) -> None:
+    args = [a for k, v in metrics.items() for a in ("--metric", f"{k}={v}")]
+    res = run_forge("measure", "tune-tiny-cpu", *args, home=home)
+    assert res.returncode == 0, res.stderr
+
+
+def test_block_verify_turns_overflowing_medians_and_ratios_into_a_recorded_verdict(
+        forge_home):
+    _start(forge_home)
+    # Baseline: two finite runs whose TTFT median overflows (1.7e308 + 1.7e308).
+    assert run_forge("block", "start", "tune-tiny-cpu", "--sub-goal", "base",
+                     home=forge_home).returncode == 0
+    for _ in range(3):
+        _measure(forge_home, output_throughput="1e-308", median_ttft_ms="1.7e308",
+                 token_match="1")
+    _measure(forge_home, output_throughput="1e-308", median_ttft_ms="1.7e308",
+             token_match="1")
+    res = run_forge("block", "verify", "tune-tiny-cpu", home=forge_home)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "median_ttft_ms: computed median inf is not a finite number" in res.stdout
+    assert run_forge("block", "handoff", "tune-tiny-cpu", "--state-reached", "base",
+                     home=forge_home).returncode == 0
+    # A candidate 1e300 times the baseline's throughput: the ratio overflows.
+    assert run_forge("block", "start", "tune-tiny-cpu", "--sub-goal", "cb",
+                     "--set", "engine.continuous_batching=true",
+                     home=forge_home).returncode == 0
+    for _ in range(3):
+        _measure(forge_home, output_throughput="1e300", median_ttft_ms="100",
+                 token_match="1")
+    res = run_forge("block", "verify", "tune-tiny-cpu", "--json", home=forge_home)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    out = _strict(res.stdout)
+    assert out["verdict"] == "fail"
+    gates = {g["name"]: g for g in out["gates"]}
+    assert gates["throughput"]["verdict"] == "fail"
+    assert "output_throughput: computed ratio inf" in gates["throughput"]["reason"]
+    # Recorded: the block is verified and the ledger checks.
+    with Ledger.open(forge_home) as ledger:
+        kinds = [r.event.TYPE for r in ledger.events(task="tune-tiny-cpu")]
+    assert kinds.count("VerificationRecorded") == 2
+    assert run_forge("check", home=forge_home).returncode == 0
+
+
+def test_sql_json_is_valid_json_with_null_for_non_finite_numbers(forge_home):
+    assert run_forge("init", home=forge_home).returncode == 0
+    res = run_forge("sql", "SELECT 'nan'::DOUBLE AS x, 'inf'::DOUBLE AS y, "
+                    "['-inf'::DOUBLE, 1.0] AS l, {'a': 'nan'::DOUBLE} AS s, 2.5::DOUBLE AS z",
+                    "--json", home=forge_home)
+    assert res.returncode == 0, res.stderr
+    assert _strict(res.stdout) == [{"x": None, "y": None, "l": [None, 1.0], "s": {"a": None},
+                                    "z": 2.5}]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_json_safe_leaves_only_finite_numbers(value):
+    got = json_safe({"a": [1, value, (value, "x")], "b": {"c": value}, "d": 1.5, "e": True})
+    assert got == {"a": [1, None, [None, "x"]], "b": {"c": None}, "d": 1.5, "e": True}
+    json.dumps(got, allow_nan=False)
