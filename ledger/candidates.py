@@ -23,6 +23,12 @@ Contracts:
   and profile differ from the baseline's, as `{path, baseline, candidate}` (paths:
   `topology.architecture`, `topology.roles.prefill.parallelism.tp`, `engine.<flag>`,
   `profile.<field>`, `code.<member>`), sorted by path.
+- `canonical_candidate(scope, candidate)`: each value as the scope's own value of its key
+  (`canonical_value`): for a bool dimension `1`, `"true"`, `"yes"` and `True` are `True`;
+  for a number `"2"` and `2.0` are `2` (or `2.0` for a float value); for text `8` is
+  `"8"`. A value no allowed value equals stays as given (the scope check then refuses it).
+  Every scope check and every "already tried" check sees the canonical candidate, and it is
+  what a block records: one configuration has one spelling.
 """
 
 from __future__ import annotations
@@ -53,6 +59,91 @@ def is_point_key(key: str) -> bool:
     """Keys that change the deployment point (not the profile, not code)."""
     head = key.partition(".")[0]
     return head not in ("engine", "profile", "code")
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def _as_type(like: Any, value: Any) -> Any:
+    """`value` as the type of the allowed value `like` when it denotes the same value,
+    else a sentinel (`_NO`)."""
+    if value is None or like is None:
+        return value if value is like else _NO
+    if isinstance(like, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int | float) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+            return value.strip().lower() in _TRUE
+        return _NO
+    if isinstance(like, int | float):
+        if isinstance(value, bool):
+            return _NO  # True is no number of threads
+        num = _number(value)
+        if num is None:
+            return _NO
+        if isinstance(like, int):
+            return int(num) if float(num).is_integer() else _NO
+        return float(num)
+    if isinstance(like, str):
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return json.dumps(value)
+        return _NO
+    return value  # lists, mappings: compared as they are
+
+
+_NO = object()
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            f = float(value.strip())
+        except ValueError:
+            return None
+        return f if f - f == 0.0 else None  # NaN and infinities are no scope value
+    return None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal and of the same kind (True is not 1, 1 is 1.0)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def canonical_value(allowed: Any, value: Any) -> Any:
+    """`value` spelled as the scope's own value (`allowed`: a list of values, or a numeric
+    `Range`): the first allowed value it denotes, or for a range the number (an int for an
+    integer range); `value` unchanged when it denotes none of them."""
+    if isinstance(allowed, list):
+        for like in allowed:
+            v = _as_type(like, value)
+            if v is not _NO and same_value(v, like):
+                return like
+        return value
+    if allowed is None or isinstance(value, bool):
+        return value
+    num = _number(value)
+    if num is None:
+        return value
+    if getattr(allowed, "integer", False) and float(num).is_integer():
+        return int(num)
+    return num
+
+
+def canonical_candidate(scope: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    """The candidate with each value spelled as its scope key's own value (module doc);
+    keys outside the scope unchanged."""
+    return {k: canonical_value(scope[k], v) if k in scope else v for k, v in candidate.items()}
 
 
 def _shown(candidate: dict[str, Any]) -> str:

@@ -768,12 +768,18 @@ def spec_hash(spec: Spec) -> str:
 
 
 def scope_allows(scope: dict[str, ScopeValue], key: str, value: Any) -> bool:
+    """Whether `value`, spelled as the scope's own value (candidates.canonical_value), is
+    one the scope allows for `key`: compared by kind too (`1` is not `True` unless the
+    canonical spelling made it so)."""
+    from .candidates import canonical_value, same_value
+
     allowed = scope.get(key)
     if allowed is None:
         return False
+    value = canonical_value(allowed, value)
     if isinstance(allowed, Range):
         return allowed.contains(value)
-    return value in allowed
+    return any(same_value(value, a) for a in allowed)
 
 
 # --- parse and load ---------------------------------------------------------------------

@@ -48,6 +48,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...ledger import events as E
+from ...ledger.candidates import canonical_candidate
 from ...ledger.clock import utcnow
 from ...ledger.specs import (
     CODE_PREFIX,
@@ -324,6 +325,7 @@ class AgentExecutor:
                     raise HarnessError(f"out of scope: {k}: the task changes no member "
                                        f"{k[len(CODE_PREFIX):]!r} (code.members: "
                                        f"{', '.join(members) or 'none'})")
+            cand = canonical_candidate(s.task.scope, cand)  # tried under one spelling
             rest = {k: v for k, v in cand.items() if k not in code_keys}
             problem = out_of_scope(s.task, s.point, s.profile, rest)
             if problem:

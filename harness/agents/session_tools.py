@@ -40,6 +40,7 @@ from typing import Any
 from pydantic import Field
 
 from ...ledger import events as E
+from ...ledger.candidates import canonical_candidate
 from ...ledger.specs import (
     DeploymentPoint,
     RuntimeProfile,
@@ -200,7 +201,7 @@ def _engine_up(session: AgentSession, ctx: ToolContext, a: EngineUpArgs) -> Any:
                 if a.candidate else None
             if problem:
                 raise HarnessError(f"task {task_id}: candidate out of scope: {problem}")
-            candidate = dict(a.candidate)
+            candidate = canonical_candidate(lt.task.scope, dict(a.candidate))
         elif blk is not None:
             candidate = dict(blk.candidate)
         point, profile = apply_candidate(lt.point, lt.profile, candidate)

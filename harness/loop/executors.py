@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ...ledger import events as E
-from ...ledger.candidates import applicable
+from ...ledger.candidates import applicable, canonical_candidate
 from ...ledger.specs import (
     CODE_PREFIX,
     DeploymentPoint,
@@ -245,7 +245,9 @@ def out_of_scope(task: TaskDefinition, point: DeploymentPoint | None,
                  profile: RuntimeProfile | None, candidate: dict[str, Any]) -> str | None:
     """Why a candidate may not run (outside the task's scope or an invalid spec), or None.
     A `code.<member>` key is in scope for a member of the task's `code.members`; by the
-    time a block starts its value is the resolved commit (harness/loop/code.py)."""
+    time a block starts its value is the resolved commit (harness/loop/code.py). Values
+    are judged as spelled in the scope (ledger/candidates.py `canonical_candidate`)."""
+    candidate = canonical_candidate(task.scope, candidate)
     for k, v in sorted(candidate.items()):
         if k.startswith(CODE_PREFIX):
             members = task.code.members if task.code else []

@@ -10,6 +10,7 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger import numbers as N
+from ...ledger.candidates import canonical_candidate
 from ...ledger.specs import (
     effective_digest,
 )
@@ -48,6 +49,7 @@ def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str,
         raise HarnessError(f"task {task_id}: block {mem.current_block.block_id} is still open; "
                            "hand it off first (forge block handoff)")
     cand = code.resolve(ws, lt, dict(candidate or {}))  # code.<member>: its commit id
+    cand = canonical_candidate(lt.task.scope, cand)  # `1` for a bool flag is `true`: tried
     problem = out_of_scope(lt.task, lt.point, lt.profile, cand) if cand else None
     if problem:
         raise HarnessError(f"task {task_id}: candidate out of scope: {problem}")

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger import numbers as N
-from ...ledger.candidates import shown_differences
+from ...ledger.candidates import canonical_candidate, shown_differences
 from ...ledger.clock import utcnow
 from ...ledger.errors import ConflictError
 from ...ledger.specs import (
@@ -250,6 +250,7 @@ def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal:
     agent's model and tool calls), saved in the block right after its start."""
     lt = st.lt
     c = st.common(bid)
+    cand = canonical_candidate(lt.task.scope, cand)  # one spelling per configuration
     if problem is None and cand:
         problem = out_of_scope(lt.task, lt.point, lt.profile, cand)
     cfg = None if problem else effective_digest(lt.point, lt.profile, cand)
