@@ -25,6 +25,10 @@ Contract:
   - `journal_ask`: only when an `ask(question)` callable is given (`forge wiki ask`: an
     answer from the journal with its citations; read-only, nothing is filed; cli.py passes
     it for the same reason).
+- Every engine this session starts runs in the tool-call sandbox (its events' actor is the
+  agent: `guard/engine_sandbox.py`); a profile or point file the agent names may not run in a
+  container image, and is refused where no sandbox can be made (only a task's own
+  contract-pinned profile then starts).
 - Every refusal is a HarnessError with one line; `tools.call` records it as AgentStepFailed.
 """
 
@@ -226,6 +230,10 @@ def _engine_up(session: AgentSession, ctx: ToolContext, a: EngineUpArgs) -> Any:
             raise HarnessError("engine_up: a candidate applies to a task's engine only")
         point, profile = None, load_profile(str(a.profile))
     name, config = engine_config_of(profile)
+    if task_id is None and config.get("image"):  # the agent's own file, not a task's pin
+        raise HarnessError(f"engine_up: {a.profile or a.point} runs in a container image, "
+                           "whose runtime is outside the sandbox; launch a task whose runtime "
+                           "profile pins it")
     source = a.model or (point.model.source if point is not None else None)
     model_dir = _model_dir(ctx.ws, source) if source and name != "external" else None
     ctx.progress(f"launching {name} engine" + (f" for task {task_id}" if task_id else ""))

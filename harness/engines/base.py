@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import urllib.error
-import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +31,8 @@ from ...ledger.specs import RuntimeProfile
 from ...ledger.streams import ENGINES_STREAM, task_of
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..guard import outbound
+from ..guard.engine_sandbox import for_launch
 from ..record import append_to_task
 from .process import ServerProcess, exit_reason
 
@@ -95,9 +95,12 @@ def check_keys(engine: str, config: Mapping[str, Any], known: set[str]) -> None:
 
 
 def request_json(method: str, url: str, payload: Any = None, *, timeout: float = 30.0,
-                 headers: Mapping[str, str] | None = None) -> Any:
+                 headers: Mapping[str, str] | None = None,
+                 max_bytes: int = outbound.DEFAULT_MAX_BYTES,
+                 guard: outbound.Guard | None = None) -> Any:
     """One JSON request; any failure is a one-line HarnessError naming the URL."""
-    raw = _request(method, url, payload, timeout=timeout, headers=headers)
+    raw = _request(method, url, payload, timeout=timeout, headers=headers,
+                   max_bytes=max_bytes, guard=guard)
     try:
         return json.loads(raw) if raw.strip() else None
     except ValueError:
@@ -105,27 +108,22 @@ def request_json(method: str, url: str, payload: Any = None, *, timeout: float =
 
 
 def request_text(method: str, url: str, payload: Any = None, *, timeout: float = 30.0,
-                 headers: Mapping[str, str] | None = None) -> str:
-    return _request(method, url, payload, timeout=timeout, headers=headers).decode(
-        "utf-8", errors="replace")
+                 headers: Mapping[str, str] | None = None,
+                 max_bytes: int = outbound.DEFAULT_MAX_BYTES,
+                 guard: outbound.Guard | None = None) -> str:
+    return _request(method, url, payload, timeout=timeout, headers=headers,
+                    max_bytes=max_bytes, guard=guard).decode("utf-8", errors="replace")
 
 
 def _request(method: str, url: str, payload: Any, *, timeout: float,
-             headers: Mapping[str, str] | None) -> bytes:
+             headers: Mapping[str, str] | None, max_bytes: int,
+             guard: outbound.Guard | None) -> bytes:
+    """Through the one outbound client (guard/outbound.py): `timeout` is the whole
+    exchange's deadline, `max_bytes` the body's cap; redirects re-checked by `guard` (the
+    caller checked the first hop itself), without one kept to the origin."""
     data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={
-        **({"Content-Type": "application/json"} if data is not None else {}),
-        **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.read()
-    except urllib.error.HTTPError as e:
-        body = (e.read() or b"").decode("utf-8", errors="replace")
-        raise HarnessError(f"{method} {url}: HTTP {e.code}: {' '.join(body.split())[:200]}") \
-            from None
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        reason = getattr(e, "reason", e)
-        raise HarnessError(f"{method} {url}: {reason}") from None
+    return outbound.fetch(method, url, body=data, headers=headers, timeout_s=timeout,
+                          max_bytes=max_bytes, guard=guard, first_checked=True).ok(method).body
 
 
 # --- the interface ----------------------------------------------------------------------
@@ -257,10 +255,12 @@ def start_server(engine: str, cmd: list[str], *, base_url: str, health_path: str
                  ws: Workspace | None,
                  sink: EventSink, log_path: Path, env: Mapping[str, str] | None,
                  startup_timeout_s: float, ready=None):
-    """Start and wait for a server; a failed start is recorded (with its log) and re-raised."""
+    """Start and wait for a server; a failed start is recorded (with its log) and re-raised.
+    An agent's launch (the sink's actor) runs in the sandbox (`guard/engine_sandbox.py`)."""
     server = ServerProcess(cmd, health_url=base_url + health_path, log_path=log_path,
                            name=f"{engine} server", env=env, startup_timeout_s=startup_timeout_s,
-                           ready=ready, artifacts=ws.artifacts if ws is not None else None)
+                           ready=ready, artifacts=ws.artifacts if ws is not None else None,
+                           sandbox=for_launch(ws, sink.fields))
     server.start()
     try:
         server.wait_ready()

@@ -35,6 +35,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..guard.engine_sandbox import for_launch
 from .base import EventSink, log_dir
 from .plan import LaunchPlan, ProcessPlan
 from .process import ServerProcess, exit_reason, http_get, tail
@@ -124,7 +125,8 @@ class Deployment:
             i = p.argv.index("--model-path")
             launcher = tuple(p.argv[:i])
             if launcher not in helps:
-                helps[launcher] = _server_help(list(p.argv))
+                helps[launcher] = _server_help(list(p.argv),
+                                                 for_launch(self.ws, self.sink.fields))
                 if self.ws is not None:
                     self.help_digests[p.name] = self.ws.artifacts.put(helps[launcher])
             try:
@@ -137,7 +139,8 @@ class Deployment:
             p.argv, health_url=p.health_url, name=_what(p), env=p.env,
             log_path=self.logs / f"{p.name}-{p.port}-{os.getpid()}.log",
             startup_timeout_s=p.startup_timeout_s, grace_s=self.grace_s,
-            artifacts=self.ws.artifacts if self.ws is not None else None)
+            artifacts=self.ws.artifacts if self.ws is not None else None,
+            sandbox=for_launch(self.ws, self.sink.fields))
         self.servers[p.name] = server
         self.started.append(p)
         server.start()

@@ -15,13 +15,15 @@
   server still live. On Linux the child also gets PR_SET_PDEATHSIG(SIGKILL), so even a forge process
   killed with SIGKILL takes its server's leader with it.
 - With an artifact store, the log is stored on stop (`log_digest`).
+- With a `sandbox` (an agent's engine, `guard/engine_sandbox.py`), the command starts through
+  it: in the tool-call sandbox with its allowlisted environment plus `env`; `cmd` (what the
+  log and the events show) stays the engine's own command line.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import http.client
 import os
 import shlex
 import signal
@@ -29,16 +31,16 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import HarnessError
+from ..guard.engine_sandbox import EngineSandbox
 from ..proc import die_with_parent, group_alive
 
 TAIL_LINES = 20
+HEALTH_MAX_BYTES = 1 << 20  # a health answer is small; a server streaming one is cut
 
 _LIVE: dict[int, ServerProcess] = {}
 _LIVE_LOCK = threading.Lock()
@@ -57,13 +59,13 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     0 (not an exception). The second happens while a server is starting: polling a port in
     the ephemeral range before anything listens on it can connect the socket to itself, and
     the poll then reads its own request back (`BadStatusLine: GET /health HTTP/1.1`)."""
+    from ..guard.outbound import fetch  # the one outbound client: deadline and byte cap
+
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read() or b""
-    except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException):
+        r = fetch("GET", url, timeout_s=timeout, max_bytes=HEALTH_MAX_BYTES)
+    except HarnessError:
         return 0, b""
+    return r.status, r.body
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -91,8 +93,10 @@ class ServerProcess:
         grace_s: float = 10.0,
         ready: Callable[[int, bytes], bool] | None = None,
         artifacts=None,
+        sandbox: EngineSandbox | None = None,
     ):
         self.cmd = [str(c) for c in cmd]
+        self.sandbox = sandbox
         self.health_url = health_url
         self.log_path = Path(log_path)
         self.name = name
@@ -126,9 +130,16 @@ class ServerProcess:
         self._log = log = self.log_path.open("ab", buffering=0)
         log.write(f"$ {self.command_line}\n".encode())
         env = {**os.environ, **self.env} if self.env is not None else None
+        argv = self.cmd
+        if self.sandbox is not None:  # an agent's engine (guard/engine_sandbox.py)
+            try:
+                argv, env = self.sandbox.wrap(self.cmd, self.env, self.cwd)
+            except HarnessError:
+                log.close()
+                raise
         try:
             self.proc = subprocess.Popen(
-                self.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=self.cwd, preexec_fn=die_with_parent(),
             )
         except OSError as e:

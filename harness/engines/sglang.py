@@ -42,6 +42,8 @@ import yaml
 
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..guard import outbound
+from ..guard.engine_sandbox import EngineSandbox, for_launch
 from ..models.weights import model_path
 from .base import (
     Engine,
@@ -252,29 +254,34 @@ def resolved_args(info: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class SGLangClient:
-    """Reads and controls an SGLang server at `base_url` (used by sglang and external)."""
+    """Reads and controls an SGLang server at `base_url` (used by sglang and external).
+    `guard`: who calls, so each redirect hop passes the production guard (external)."""
 
     base_url: str
+    guard: outbound.Guard | None = None
 
     def server_info(self) -> dict[str, Any]:
         try:
-            info = request_json("GET", self.base_url + "/server_info", timeout=30)
+            info = request_json("GET", self.base_url + "/server_info", timeout=30,
+                                 guard=self.guard)
             source = "/server_info"
         except HarnessError as e:
             if "HTTP 404" not in str(e):
                 raise
-            info = request_json("GET", self.base_url + "/get_server_info", timeout=30)
+            info = request_json("GET", self.base_url + "/get_server_info", timeout=30,
+                                 guard=self.guard)
             source = "/get_server_info"
         return validate_server_info(info, f"{self.base_url}{source}")
 
     def model_info(self) -> dict[str, Any]:
-        info = request_json("GET", self.base_url + "/model_info", timeout=30)
+        info = request_json("GET", self.base_url + "/model_info", timeout=30,
+                            guard=self.guard)
         if not isinstance(info, dict) or "model_path" not in info:
             raise HarnessError(f"{self.base_url}/model_info: expected an object with model_path")
         return info
 
     def metrics_text(self) -> str:
-        return request_text("GET", self.base_url + "/metrics", timeout=30)
+        return request_text("GET", self.base_url + "/metrics", timeout=30, guard=self.guard)
 
     def scrape(self) -> dict[str, float]:
         source = self.base_url + "/metrics"
@@ -284,7 +291,8 @@ class SGLangClient:
         return summary
 
     def _post(self, path: str, payload: Any = None) -> dict[str, Any]:
-        text = request_text("POST", self.base_url + path, payload, timeout=300)
+        text = request_text("POST", self.base_url + path, payload, timeout=300,
+                            guard=self.guard)
         return {"endpoint": path, "message": text.strip()}
 
     def _start_profile(self, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -386,7 +394,7 @@ class SGLangEngine(Engine):
             (logs_dir / f"{stem}.yaml").write_text(yaml_text, encoding="utf-8")
         help_digest = None
         if cfg.get("check_flags"):
-            help_text = _server_help(cmd)
+            help_text = _server_help(cmd, for_launch(ws, event_fields or {}))
             help_digest = ws.artifacts.put(help_text) if ws is not None else None
             if yaml_text is None:
                 check_flags(cmd[cmd.index("--model-path"):], help_text, version)
@@ -427,10 +435,14 @@ class SGLangEngine(Engine):
         return running
 
 
-def _server_help(cmd: list[str]) -> str:
-    launcher = cmd[:cmd.index("--model-path")]
+def _server_help(cmd: list[str], sandbox: EngineSandbox | None = None) -> str:
+    """The launcher's `--help` (run in the launch's sandbox when it is an agent's)."""
+    launcher = [*cmd[:cmd.index("--model-path")], "--help"]
+    env = None
+    if sandbox is not None:
+        launcher, env = sandbox.wrap(launcher, {})
     try:
-        r = subprocess.run([*launcher, "--help"], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(launcher, capture_output=True, text=True, timeout=300, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise HarnessError(f"sglang --help: {e}") from None
     if r.returncode != 0:
