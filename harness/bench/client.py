@@ -31,7 +31,9 @@ Contracts:
   budget it is refused and recorded, never started. Within it, the run holds to the limits:
   request starts at least 1/max_rps apart (warmup too), no start past max_requests or
   max_duration_s from the first, and a request still running at that deadline is cut off
-  (an error record). `bench_command` always checks when it has a workspace.
+  (an error record). `bench_command` always checks when it has a workspace. The check is
+  on the resolved address (`localhost`, `127.1`, a decimal IP are the endpoint they reach),
+  the raw transport connects only to that address, and no redirect is followed.
 - Data policy (harness/guard/data_policy.py): a run whose dataset or endpoint is of class
   production stores its per-request records (artifact, `--records-out`) with the generated
   text replaced by its length and sha256 (`BenchResult.scrub`).
@@ -216,7 +218,9 @@ async def _request(session, url: str, payload: bytes, rec: RequestRecord, chat: 
     rec.start_time = st
     sse = StreamState(rec, chat, st)
     try:
-        async with session.post(url, data=payload, headers=_JSON) as resp:
+        # No redirect followed: a hop elsewhere would skip the run's production check.
+        async with session.post(url, data=payload, headers=_JSON,
+                                allow_redirects=False) as resp:
             if resp.status != 200:
                 body = (await resp.read())[:300].decode("utf-8", "replace")
                 rec.error = f"HTTP {resp.status} {resp.reason or ''}: {' '.join(body.split())}"

@@ -19,6 +19,10 @@ a deferred kernel work item, so reads just after it can come unstamped (warm-up 
 `StreamState.feed(data, now)` implements bench_serving's timing on SSE bytes: TTFT at the first
 `data:` event with non-empty text (completions `text` or chat `delta.content`), ITL between
 consecutive non-empty events, E2E at the last `data:` line, output_len from usage.
+
+Where it connects: only to the addresses of guard/outbound.py's `resolve` (the process's one
+lookup of a host, the one the run's production check judged), never a lookup of its own. It
+follows no redirect (a 3xx is a failed request).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..errors import HarnessError
+from ..guard import outbound
 from .metrics import RequestRecord
 
 
@@ -386,17 +391,19 @@ def _stamp(sock: socket.socket) -> bool:
 
 
 async def _open(loop: asyncio.AbstractEventLoop, host: str, port: int) -> _Conn:
-    """A connected `_Conn` (TCP_NODELAY, as asyncio sets it), trying each address in turn."""
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    if not infos:
-        raise ConnectionError(f"no address for {host}:{port}")
+    """A connected `_Conn` (TCP_NODELAY, as asyncio sets it), trying each of outbound's
+    addresses for `host` in turn (module docstring)."""
+    try:
+        infos = outbound.resolve(host, port)  # cached: the production check resolved it
+    except HarnessError as e:
+        raise ConnectionError(str(e)) from None
     err: BaseException | None = None
-    for family, kind, proto, _, addr in infos:
-        sock = socket.socket(family, kind, proto)
+    for family, ip in infos:
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_connect(sock, addr)
+            await loop.sock_connect(sock, (ip, port))
         except BaseException as e:  # closed on cancel too
             sock.close()
             if not isinstance(e, OSError):

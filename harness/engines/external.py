@@ -26,7 +26,7 @@ from ...ledger import events as E
 from ...ledger.streams import task_of
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
-from ..guard import production
+from ..guard import outbound, production
 from .base import (
     Engine,
     NotSupported,
@@ -48,6 +48,9 @@ class ExternalRunning(RunningEngine, SGLangClient):
                  actor: E.Actor | None = None, task_id: str | None = None):
         self.ws, self.task_id = ws, task_id
         self.actor = actor or E.Actor.tool("forge-engine")
+        # Every request's redirect hops pass the production guard (the first hop: reads
+        # pass it, mutating calls are checked in _mutating before anything is sent).
+        self.guard = outbound.Guard(ws, self.actor, task_id) if ws is not None else None
         self.config = dict(config)
         self.base_url = str(config["base_url"]).rstrip("/")
         self.api = config.get("api", "openai")
@@ -60,6 +63,7 @@ class ExternalRunning(RunningEngine, SGLangClient):
 
     def _models(self) -> Any:
         return request_json("GET", self.base_url + "/v1/models", timeout=self.timeout,
+                            guard=self.guard,
                             headers=self.headers)
 
     def _first_model(self) -> str:

@@ -4,8 +4,13 @@ Contracts:
 - `is_production(ws, url)`: `url` matches an entry of `[guard] production_endpoints`. An entry
   with a scheme (`https://prod:30000/v1`) is a URL prefix: same scheme, host and port (default
   ports filled in) and a path prefix on a segment boundary. An entry without one is `host` or
-  `host:port` (any scheme; a port, when given, must match). Hosts compare case-insensitively;
-  names are never resolved.
+  `host:port` (any scheme; a port, when given, must match). Hosts compare case-insensitively.
+  Beyond spellings, endpoints are addresses: `url` is production too when its host resolves
+  (outbound.resolve: getaddrinfo, inet_aton's `127.1` and `2130706433`) to an address an
+  entry's host resolves to, canonically (IPv4-mapped IPv6 as IPv4; every address of this
+  machine, `localhost`, `0.0.0.0`, `[::1]`, as one), on the entry's port (an entry without
+  one: any port); the path does not matter there, a server is production whatever path is
+  asked of it. `resolved` (the IPs a sender will connect to) is used instead of a lookup.
 - `check(ws, url, action, *, rps, duration_s, requests, actor, task_id, ...)` returns for a
   call forge may make and raises `ProductionRefusedError` (a HarnessError, one line) after
   recording `ProductionRefused(url, action, reason)` for one it may not. `action` is
@@ -34,7 +39,7 @@ Contracts:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,7 @@ from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
+from . import outbound
 
 APPROVAL_KIND = "production-call"
 READ_PATHS = frozenset({"/health", "/ready", "/metrics", "/server_info", "/get_server_info",
@@ -129,10 +135,32 @@ def endpoint_matches(pattern: str, url: str, where: str = "forge.toml") -> bool:
     return ps == us and pp == up and (upath == ppath or upath.startswith(ppath + "/"))
 
 
-def is_production(ws: Workspace, url: str) -> bool:
-    """Whether forge.toml marks `url` production (`[guard] production_endpoints`)."""
-    return any(endpoint_matches(p, url, "forge.toml: guard.production_endpoints")
-               for p in ws.config.settings.guard.production_endpoints)
+def is_production(ws: Workspace, url: str, resolved: Sequence[str] | None = None) -> bool:
+    """Whether forge.toml marks `url` production (`[guard] production_endpoints`): by its
+    spelling or by its resolved address (module contract)."""
+    entries = ws.config.settings.guard.production_endpoints
+    where = "forge.toml: guard.production_endpoints"
+    if any(endpoint_matches(p, url, where) for p in entries):
+        return True
+    if not entries:
+        return False
+    try:
+        _, host, port, _ = _split(url, "url")
+    except HarnessError:
+        return False
+    if port is None:
+        return False
+    if resolved is None:
+        try:
+            resolved = [ip for _, ip in outbound.resolve(host, port)]
+        except HarnessError:
+            return False  # nothing to connect to: nothing reaches production either
+    mine = {outbound.canonical(ip) for ip in resolved}
+    for p in entries:
+        _, ph, pp, _ = _split(p, where)
+        if (pp is None or pp == port) and mine & outbound.host_addresses(ph):
+            return True
+    return False
 
 
 def workspace_for_guard(home: str | Path | None = None) -> Workspace | None:
@@ -203,10 +231,11 @@ def _allowed_names(ws: Workspace) -> set[str]:
 def check(ws: Workspace, url: str, action: str, *, rps: float | None = None,
           duration_s: float | None = None, requests: int | None = None, actor: E.Actor,
           task_id: str | None = None, block_id: str | None = None, in_step: bool = False,
-          wait: bool = False, timeout_s: float = 0.0) -> ProbeLimits | None:
+          wait: bool = False, timeout_s: float = 0.0,
+          resolved: Sequence[str] | None = None) -> ProbeLimits | None:
     """Pass or refuse one call (module contract). Returns the limits to hold to for probe
     traffic against a production endpoint; None for any other call that passes."""
-    if not is_production(ws, url):
+    if not is_production(ws, url, resolved):
         return None
     method, path = canonical(action)
     act = f"{method} {path}"

@@ -1,0 +1,309 @@
+"""The one outbound HTTP client: every request forge makes to a server (engines' reads and
+controls, deploy checks, health polls, profiling, diagnose, monitor) goes through `fetch`.
+
+Contracts:
+- Addresses, not spellings. `resolve(host, port)` is getaddrinfo's answer (so `localhost`,
+  `127.1`, `2130706433` and `0x7f.1` are what the C library makes of them: inet_aton's rules),
+  kept for the process's life: the address the production guard checked is the address
+  connected to (a DNS answer that changes between the check and the connect reaches nothing
+  unchecked). `canonical(ip)` names an endpoint's host: an IPv4-mapped IPv6 address as its
+  IPv4, and every address of this machine (loopback `127.0.0.0/8`, `::1`, the unspecified
+  `0.0.0.0`/`::`, an own interface's address: one a socket can bind) as `local`, since a
+  server listening on all interfaces is reached through each of them.
+- `fetch(method, url, ...)` -> `Response` (any status; `ok()` raises on >= 400):
+  - `http://` and `https://` only; the connection goes to the resolved address (TLS still
+    checks the certificate against the URL's host).
+  - `guard` (a `Guard`: the workspace and who is calling): every hop passes
+    `production.check` with its own method and path before a byte is sent to it; a refusal
+    is recorded there (`ProductionRefused`) and raised. `first_checked=True`: the caller
+    already passed the first hop through the guard (so an approval is not used twice).
+  - Redirects are followed here, by hand, at most `max_redirects`: 301/302/303 as GET without
+    a body (HEAD stays HEAD), 307/308 with the method and body. Each hop is resolved and
+    checked again; without a guard, a redirect to another origin (scheme, canonical address,
+    port) is refused; with one, it goes without the caller's credential headers.
+  - `timeout_s` is the deadline of the whole exchange (connect, every hop, headers, body):
+    past it the socket is shut, whatever the server is still dripping, and the error is
+    `METHOD URL: no complete response within N s (the deadline)`. A body over `max_bytes` is
+    cut there: `METHOD URL: response over N bytes (the cap)`. Both one line (HarnessError).
+- Where the transport differs: the bench client's streaming path (harness/bench/sse_client.py:
+  raw sockets, kernel receive timestamps per read) keeps its own transport for timing, but
+  connects only to `resolve`'s addresses, the ones its run's production check saw.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
+
+from ..errors import HarnessError
+
+if TYPE_CHECKING:
+    from ...ledger import events as E
+    from ...ledger.workspace import Workspace
+
+LOCAL = "local"  # canonical() of any address of this machine
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+MAX_REDIRECTS = 5
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 64 * 1024
+
+# --- addresses ----------------------------------------------------------------------------
+
+_RESOLVED: dict[tuple[str, int], tuple[tuple[int, str], ...]] = {}
+_RESOLVED_LOCK = threading.Lock()
+_CANONICAL: dict[str, str] = {}
+_HOSTS: dict[str, frozenset[str]] = {}
+
+
+def resolve(host: str, port: int) -> tuple[tuple[int, str], ...]:
+    """(family, ip) of each address `host` resolves to, in getaddrinfo's order; the first
+    answer is kept for the process's life (module contract). Raises HarnessError."""
+    key = (host.lower(), port)
+    with _RESOLVED_LOCK:
+        got = _RESOLVED.get(key)
+    if got is not None:
+        return got
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise HarnessError(f"{host}: cannot resolve ({getattr(e, 'strerror', None) or e})"
+                           ) from None
+    out = tuple(dict.fromkeys((fam, str(sa[0]).split("%", 1)[0]) for fam, _, _, _, sa in infos
+                              if fam in (socket.AF_INET, socket.AF_INET6)))
+    if not out:
+        raise HarnessError(f"{host}: resolves to no IP address")
+    with _RESOLVED_LOCK:
+        return _RESOLVED.setdefault(key, out)
+
+
+def canonical(ip: str) -> str:
+    """The endpoint name of `ip` (module contract): IPv4 for a mapped address, `local` for
+    any address of this machine."""
+    got = _CANONICAL.get(ip)
+    if got is None:
+        a: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(ip)
+        if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+            a = a.ipv4_mapped
+        got = LOCAL if a.is_loopback or a.is_unspecified or _is_own(a) else str(a)
+        _CANONICAL[ip] = got
+    return got
+
+
+def _is_own(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether `a` is an address of this machine: binding to it succeeds (no packet sent)."""
+    fam = socket.AF_INET6 if a.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(fam, socket.SOCK_STREAM) as s:
+            s.bind((str(a), 0))
+        return True
+    except OSError:
+        return False
+
+
+def host_addresses(host: str) -> frozenset[str]:
+    """The canonical names of what `host` resolves to; empty when it does not resolve (a
+    production entry naming an unknown host still matches by its spelling)."""
+    got = _HOSTS.get(host.lower())
+    if got is None:
+        try:
+            got = frozenset(canonical(ip) for _, ip in resolve(host, 0))
+        except HarnessError:
+            got = frozenset()
+        _HOSTS[host.lower()] = got  # a failed lookup too: asked once per process
+    return got
+
+
+@dataclass(frozen=True)
+class Target:
+    """One hop's URL split and resolved."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    path: str  # with the query, as sent
+    addrs: tuple[tuple[int, str], ...]
+
+    @property
+    def origin(self) -> tuple[str, frozenset[str], int]:
+        return self.scheme, frozenset(canonical(ip) for _, ip in self.addrs), self.port
+
+    @property
+    def ips(self) -> tuple[str, ...]:
+        return tuple(ip for _, ip in self.addrs)
+
+
+def target(url: str, method: str = "GET") -> Target:
+    """`url` split and its host resolved; a URL forge cannot send to is a one-line error."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError:
+        raise HarnessError(f"{method} {url}: not a URL") from None
+    scheme = u.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not u.hostname:
+        raise HarnessError(f"{method} {url}: give an http:// or https:// URL with a host")
+    port = port or _DEFAULT_PORTS[scheme]
+    path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    try:
+        addrs = resolve(u.hostname, port)
+    except HarnessError as e:
+        raise HarnessError(f"{method} {_shown(url)}: {e}") from None
+    return Target(url, scheme, u.hostname, port, path, addrs)
+
+
+# --- requests -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Who makes a call, for the production guard (production.check's arguments)."""
+
+    ws: Workspace
+    actor: E.Actor
+    task_id: str | None = None
+    block_id: str | None = None
+    in_step: bool = False
+
+
+@dataclass
+class Response:
+    url: str  # the last hop's
+    status: int
+    reason: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def ok(self, method: str) -> Response:
+        """Self, or a one-line HarnessError for a status >= 400 (a 3xx left here is one)."""
+        if self.status >= 300:
+            text = self.body[:400].decode("utf-8", errors="replace")
+            raise HarnessError(f"{method} {_shown(self.url)}: HTTP {self.status}: "
+                               f"{' '.join(text.split())[:200]}")
+        return self
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+def _shown(url: str) -> str:
+    from .production import shown_url  # no user info, query or fragment in an error
+
+    return shown_url(url)
+
+
+def fetch(method: str, url: str, *, body: bytes | None = None,
+          headers: Mapping[str, str] | None = None, timeout_s: float = 30.0,
+          max_bytes: int = DEFAULT_MAX_BYTES, guard: Guard | None = None,
+          first_checked: bool = False, max_redirects: int = MAX_REDIRECTS) -> Response:
+    """One request and its redirects (module contract)."""
+    method = method.upper()
+    first = url
+    deadline = time.monotonic() + timeout_s
+    origin: tuple[str, frozenset[str], int] | None = None
+    for hop in range(max_redirects + 1):
+        t = target(url, method)
+        if guard is not None and (hop or not first_checked):
+            from . import production
+
+            production.check(guard.ws, url, f"{method} {t.path.split('?', 1)[0]}",
+                             actor=guard.actor, task_id=guard.task_id,
+                             block_id=guard.block_id, in_step=guard.in_step, resolved=t.ips)
+        elif guard is None and origin is not None and t.origin != origin:
+            raise HarnessError(f"{method} {_shown(first)}: redirected to another origin "
+                               f"({_shown(url)}): refused (no guard to check it against)")
+        if origin is not None and t.origin != origin and headers:  # no credentials to it
+            headers = {k: v for k, v in headers.items()
+                       if k.lower() not in ("authorization", "cookie", "proxy-authorization")}
+        origin = origin or t.origin
+        resp = _exchange(t, method, body, headers, deadline, timeout_s, max_bytes, first)
+        location = resp.headers.get("location")
+        if resp.status not in _REDIRECTS or not location:
+            return resp
+        url = urljoin(url, location)
+        if resp.status in (301, 302, 303) and method != "HEAD":
+            method, body = "GET", None
+    raise HarnessError(f"{method} {_shown(first)}: more than {max_redirects} redirects")
+
+
+def _exchange(t: Target, method: str, body: bytes | None, headers: Mapping[str, str] | None,
+              deadline: float, timeout_s: float, max_bytes: int, first: str) -> Response:
+    """One HTTP exchange with `t`'s resolved address, cut at the deadline and the cap."""
+    def late() -> HarnessError:
+        return HarnessError(f"{method} {_shown(first)}: no complete response within "
+                            f"{timeout_s:g} s (the deadline)")
+
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise late()
+    cls = http.client.HTTPSConnection if t.scheme == "https" else http.client.HTTPConnection
+    conn = cls(t.host, t.port, timeout=left)
+
+    def connect(_addr: Any, timeout: Any = None, source: Any = None) -> socket.socket:
+        err: OSError | None = None
+        for fam, ip in t.addrs:  # the addresses checked, never a second lookup
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            try:
+                s.settimeout(max(0.001, deadline - time.monotonic()))
+                s.connect((ip, t.port))
+                return s
+            except OSError as e:
+                s.close()
+                err = e
+        assert err is not None
+        raise err
+
+    conn._create_connection = connect  # type: ignore[attr-defined]
+    cut = threading.Event()
+
+    def shut() -> None:  # the deadline: end whatever read or write is blocked
+        cut.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(left, shut)
+    timer.daemon = True
+    timer.start()
+    try:
+        hdrs = {"Connection": "close", **(headers or {})}
+        if body is not None:
+            hdrs.setdefault("Content-Type", "application/json")
+        conn.request(method, t.path, body=body, headers=hdrs)
+        resp = conn.getresponse()
+        chunks: list[bytes] = []
+        size = 0
+        while method != "HEAD":
+            chunk = resp.read1(_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                raise HarnessError(f"{method} {_shown(first)}: response over {max_bytes} "
+                                   "bytes (the cap): cut there")
+            chunks.append(chunk)
+            if time.monotonic() >= deadline:
+                raise late()
+        if cut.is_set():
+            raise late()
+        return Response(t.url, resp.status, resp.reason or "", b"".join(chunks),
+                        {k.lower(): v for k, v in resp.getheaders()})
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        if cut.is_set() or time.monotonic() >= deadline:
+            raise late() from None
+        why = " ".join(str(getattr(e, "strerror", None) or e or type(e).__name__).split())
+        raise HarnessError(f"{method} {_shown(first)}: {why}") from None
+    finally:
+        timer.cancel()
+        conn.close()
