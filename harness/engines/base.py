@@ -32,7 +32,6 @@ from ...ledger.streams import ENGINES_STREAM, task_of
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..guard import outbound
-from ..guard import outbound
 from ..guard.engine_sandbox import for_launch
 from ..record import append_to_task
 from .process import ServerProcess, exit_reason

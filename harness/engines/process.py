@@ -41,7 +41,6 @@ from ..proc import die_with_parent, group_alive
 
 TAIL_LINES = 20
 HEALTH_MAX_BYTES = 1 << 20  # a health answer is small; a server streaming one is cut
-HEALTH_MAX_BYTES = 1 << 20  # a health answer is small; a server streaming one is cut
 
 _LIVE: dict[int, ServerProcess] = {}
 _LIVE_LOCK = threading.Lock()

@@ -43,7 +43,6 @@ import yaml
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..guard import outbound
-from ..guard import outbound
 from ..guard.engine_sandbox import EngineSandbox, for_launch
 from ..models.weights import model_path
 from .base import (
