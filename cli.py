@@ -2854,6 +2854,8 @@ class _DiagnoseFailed(click.ClickException):
               help="Scrapes of /metrics in the window.")
 @click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
               help="Seconds between scrapes.")
+@click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True,
+              help="Seconds one scrape may take, its whole response (then one line, exit 2).")
 @click.option("--slo", help="SLO in ms: ttft_ms=500,tpot_ms=50 (p99; or ttft_ms.p50=...).")
 @click.option("--point", "point_file", type=click.Path(dir_okay=False),
               help="A deployment point YAML whose scenario.slo is the SLO (unless --slo).")
@@ -2862,13 +2864,14 @@ class _DiagnoseFailed(click.ClickException):
 @click.pass_context
 @fail_cleanly
 def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: int,
-                 interval_s: float, slo: str | None, point_file: str | None,
-                 task_id: str | None, as_json: bool) -> None:
+                 interval_s: float, timeout_s: float, slo: str | None,
+                 point_file: str | None, task_id: str | None, as_json: bool) -> None:
     """Diagnose a running endpoint, read-only (GET /metrics only: allowed on production):
     scrape its Prometheus /metrics --samples times, read its log's tail, apply the rules
     (queue_growing, kv_cache_full, ttft_over_slo, tpot_over_slo, retractions, oom,
-    nccl_timeout, cuda_error, scheduler_stalled) and record a DiagnosisRecorded with the
-    evidence. Exit code: 0 healthy, 1 a rule fired, 2 the diagnosis could not be made.
+    nccl_timeout, cuda_error, scheduler_stalled, nonfinite_metrics) and record a
+    DiagnosisRecorded with the evidence. Exit code: 0 healthy, 1 a rule fired, 2 the
+    diagnosis could not be made.
 
     \b
     Example:
@@ -2884,7 +2887,8 @@ def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: i
             raise HarnessError(f"--tail-mb {tail_mb:g}: must be above 0")
         ev = collect.diagnose(open_ws(ctx), url, samples=samples, interval_s=interval_s,
                               log=log_file, tail_bytes=int(min(tail_mb, 16384) * (1 << 20)),
-                              slo=objective, task_id=task_id, actor=gate.person(None))
+                              slo=objective, task_id=task_id, actor=gate.person(None),
+                              timeout_s=timeout_s)
     except (*DOMAIN_ERRORS, LedgerError) as e:
         raise _DiagnoseFailed(redact_message(" ".join(str(e).split()))) from None
     if as_json:

@@ -8,7 +8,10 @@ Contracts:
   first + k·interval), each parsed with `parse_prometheus` and summarised with `summarize`
   (the `sglang:` families; a server without them: all families), histogram buckets kept for
   window quantiles. A failed scrape is a HarnessError: an unreachable endpoint is not a
-  diagnosis.
+  diagnosis. Each scrape is one request through the outbound client (guard/outbound.py):
+  `timeout_s` its deadline, `max_bytes` its body's cap; past either, one line naming the URL.
+- Non-finite samples (`NaN`, `+Inf`, `-Inf`: legal Prometheus) are left out of the numbers
+  (and any computed number that overflowed) and named by the `nonfinite_metrics` rule.
 - The log is read from its tail: at most `tail_bytes` (a first partial line dropped), lines
   numbered as in the whole file. Secrets in it are redacted by the ledger on write.
 - The SLO is `{"ttft_ms.p99": ms, ...}`: from `--slo` (`ttft_ms=500,tpot_ms.p50=40`; a bare
@@ -19,6 +22,7 @@ Contracts:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -29,9 +33,9 @@ from ...ledger import events as E
 from ...ledger.streams import DIAGNOSES_STREAM
 from ...ledger.workspace import Workspace
 from ..engines.base import request_text
-from ..engines.metrics import parse_prometheus, summarize
+from ..engines.metrics import bucket_bound, nonfinite, parse_prometheus, summarize
 from ..errors import HarnessError
-from ..guard import production
+from ..guard import outbound, production
 from ..record import append_to_task
 from .rules import RULES, Limits, LogLine, Scrape, apply_rules
 
@@ -41,6 +45,8 @@ WINDOW_METRICS = ("num_running_reqs", "num_queue_reqs", "token_usage",
                   "generation_tokens_total", "num_aborted_requests_total")
 _STATS = ("p50", "p90", "p95", "p99", "mean")
 _SLO_KEYS = ("ttft_ms", "tpot_ms")
+SCRAPE_TIMEOUT_S = 30.0  # one scrape's deadline, the whole response
+SCRAPE_MAX_BYTES = 64 * 1024 * 1024  # a page this big is not metrics (one grew to 5.5 GB)
 
 
 def metrics_url(url: str) -> str:
@@ -55,7 +61,7 @@ def metrics_url(url: str) -> str:
 
 
 def to_scrape(t: float, text: str, source: str) -> Scrape:
-    """One scrape's text parsed (module contract)."""
+    """One scrape's text parsed (module contract); non-finite samples left out and named."""
     fams = parse_prometheus(text, source)
     prefix = PREFIX if any(n.startswith(PREFIX) for n in fams) else ""
     values = summarize(fams, prefix)
@@ -65,10 +71,12 @@ def to_scrape(t: float, text: str, source: str) -> Scrape:
             continue
         b = buckets.setdefault(name[len(prefix):], {})
         for s in fam["samples"]:
-            if s["name"] == name + "_bucket":
-                le = float(s["labels"].get("le", "nan"))
+            le = bucket_bound(s["labels"])
+            if s["name"] == name + "_bucket" and le is not None and math.isfinite(s["value"]):
                 b[le] = b.get(le, 0.0) + s["value"]
-    return Scrape(t, values, buckets)
+        for le in [le for le, c in b.items() if not math.isfinite(c)]:  # a sum overflowed
+            del b[le]
+    return Scrape(t, values, buckets, tuple(nonfinite(fams, prefix)))
 
 
 def scrape_window(fetch: Callable[[], str], samples: int, interval_s: float, source: str
@@ -154,11 +162,12 @@ def diagnose(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 1
              log: str | Path | None = None, tail_bytes: int = DEFAULT_TAIL_BYTES,
              slo: Mapping[str, float] | None = None, task_id: str | None = None,
              limits: Limits | None = None, actor: E.Actor = E.SYSTEM,
-             fetch: Callable[[], str] | None = None) -> E.DiagnosisRecorded:
+             fetch: Callable[[], str] | None = None, timeout_s: float = SCRAPE_TIMEOUT_S,
+             max_bytes: int = SCRAPE_MAX_BYTES) -> E.DiagnosisRecorded:
     """Scrape, read, apply the rules, record (module contract). Returns the event saved."""
     ev = diagnosis(ws, url, samples=samples, interval_s=interval_s, log=log,
                    tail_bytes=tail_bytes, slo=slo, task_id=task_id, limits=limits,
-                   actor=actor, fetch=fetch)
+                   actor=actor, fetch=fetch, timeout_s=timeout_s, max_bytes=max_bytes)
     if task_id is not None:
         blk = _open_block(ws, task_id)
         ev = ev.model_copy(update={"task_id": task_id, "block_id": blk})
@@ -173,19 +182,23 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
               slo: Mapping[str, float] | None = None, task_id: str | None = None,
               limits: Limits | None = None, actor: E.Actor = E.SYSTEM,
               fetch: Callable[[], str] | None = None,
-              envelope: Mapping[str, Any] | None = None) -> E.DiagnosisRecorded:
+              envelope: Mapping[str, Any] | None = None, timeout_s: float = SCRAPE_TIMEOUT_S,
+              max_bytes: int = SCRAPE_MAX_BYTES) -> E.DiagnosisRecorded:
     """`diagnose` without the save: the event, with `envelope`'s fields (task, block, actor,
     input digests) when given; the caller records it (a verification step saves it with
     its verification)."""
     _check("samples", samples, 1, 10_000)
     _check("interval", interval_s, 0.01, 3600)
     _check("tail-mb", tail_bytes, 1, 1 << 34)
+    _check("timeout", timeout_s, 0.01, 3600)
     murl = metrics_url(url)
     production.check(ws, murl, "GET /metrics", actor=actor, task_id=task_id)
     lines = read_log_tail(log, tail_bytes) if log is not None else []
     source = production.shown_url(murl)
-    scrapes = scrape_window(fetch or (lambda: request_text("GET", murl, timeout=30)),
-                            samples, interval_s, source)
+    guard = outbound.Guard(ws, actor, task_id)  # a redirect hop is checked again
+    scrapes = scrape_window(fetch or (lambda: request_text(
+        "GET", murl, timeout=timeout_s, max_bytes=max_bytes, guard=guard)),
+        samples, interval_s, source)
     findings = apply_rules(scrapes, lines, slo or {}, limits)
     ev = E.DiagnosisRecorded(
         url=production.shown_url(url.strip().rstrip("/")),

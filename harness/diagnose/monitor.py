@@ -2,7 +2,12 @@
 (as the Node Registry does for hosts; docs/nodes.md).
 
 Contracts:
-- Read-only: only `GET <url>/metrics`, passed through the production guard once at the start.
+- Read-only: only `GET <url>/metrics`, passed through the production guard once at the start
+  (a redirect hop again, guard/outbound.py). Each scrape has a deadline (`timeout_s`; default
+  the interval, within 1..30 s) and a byte cap (`max_bytes`): a page that drips or never ends
+  is a failed scrape, one line, and monitoring goes on.
+- Numbers are finite: a `NaN`/`±Inf` sample, or a computed value that overflowed, is a hole
+  (None) in the samples and left out of the stats, never a stopped monitor.
 - Scrape k starts at or after first + k·`interval_s` (drift-free; a scrape that overran makes
   the next one start at once). Each is summarised (collect.to_scrape: the `sglang:` families,
   histograms as count/sum/mean/p50/p90/p99 since the server started), plus `ttft_ms_p50`,
@@ -22,6 +27,7 @@ Contracts:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,8 +40,8 @@ from ...ledger.streams import ENDPOINTS_STREAM
 from ...ledger.workspace import Workspace
 from ..engines.base import request_text
 from ..errors import HarnessError
-from ..guard import production
-from .collect import metrics_url, to_scrape
+from ..guard import outbound, production
+from .collect import SCRAPE_MAX_BYTES, metrics_url, to_scrape
 from .rules import LATENCY_HISTOGRAMS, Scrape, window_latency_ms
 
 Echo = Callable[[str], None]
@@ -72,7 +78,8 @@ class EndpointWindow:
         i = len(self.t)
         self.t.append(t)
         for k, v in values.items():
-            self.metrics.setdefault(k, [None] * i).append(v)
+            if math.isfinite(v):  # a NaN or infinite value is a hole, never a stored number
+                self.metrics.setdefault(k, [None] * i).append(v)
         for col in self.metrics.values():  # a metric missing from this scrape: a hole
             if len(col) <= i:
                 col.append(None)
@@ -87,8 +94,8 @@ class EndpointWindow:
         stats = {}
         for k, col in self.metrics.items():
             xs = [v for v in col if v is not None]
-            if xs:
-                stats[k] = (xs[-1], min(xs), max(xs), sum(xs) / len(xs))
+            if xs:  # the mean without a sum that could overflow
+                stats[k] = (xs[-1], min(xs), max(xs), sum(x / len(xs) for x in xs))
         ev = E.EndpointSummarized(url=self.url, start=_dt(self.start), end=_dt(end),
                                   interval_s=self.interval_s, samples=len(self.t),
                                   missed=self.missed, errors=self.errors,
@@ -149,7 +156,8 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
             count: int | None = None, duration_s: float | None = None,
             echo: Echo = lambda _: None, actor: E.Actor = E.SYSTEM,
             slo: dict[str, float] | None = None,
-            fetch: Callable[[], str] | None = None) -> MonitorResult:
+            fetch: Callable[[], str] | None = None, timeout_s: float | None = None,
+            max_bytes: int = SCRAPE_MAX_BYTES) -> MonitorResult:
     """Sample `url` (module contract) until `count` scrapes or `duration_s` seconds (neither:
     until interrupted)."""
     _check("interval", interval_s, 0.01, 3600)
@@ -160,7 +168,11 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
     murl = metrics_url(url)
     production.check(ws, murl, "GET /metrics", actor=actor)
     shown = production.shown_url(url.strip().rstrip("/"))
-    get = fetch or (lambda: request_text("GET", murl, timeout=max(1.0, min(30.0, interval_s))))
+    deadline = timeout_s if timeout_s is not None else max(1.0, min(30.0, interval_s))
+    _check("timeout", deadline, 0.01, 3600)
+    guard = outbound.Guard(ws, actor)  # a redirect hop is checked again
+    get = fetch or (lambda: request_text("GET", murl, timeout=deadline, max_bytes=max_bytes,
+                                         guard=guard))
     res = MonitorResult(shown)
     first = time.time()
     win = EndpointWindow(shown, interval_s, first)

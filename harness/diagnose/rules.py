@@ -24,10 +24,13 @@ What fires (the thresholds are `Limits`):
 - `scheduler_stalled`: requests running in every scrape while `generation_tokens_total` did
   not move across a window of at least 2 scrapes, or log lines saying the scheduler hangs
   (SGLang's `Scheduler watchdog timeout`).
+- `nonfinite_metrics`: a scrape held `NaN`/`+Inf`/`-Inf` samples (legal Prometheus); they
+  were left out of every value above (collect.to_scrape), and are named here.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +47,7 @@ class Scrape:
     t: float
     values: Mapping[str, float]
     buckets: Mapping[str, Mapping[float, float]] = field(default_factory=dict)
+    nonfinite: tuple[str, ...] = ()  # samples that were NaN or infinite (left out)
 
 
 @dataclass(frozen=True)
@@ -132,12 +136,16 @@ def _window_latency_ms(scrapes: Sequence[Scrape], hist: str, stat: str) -> float
     if count <= 0:
         return None
     if stat == "mean":
-        return total / count * 1000
+        return _finite(total / count * 1000)
     b_last = last.buckets.get(hist, {})
     b_first = {} if single else first.buckets.get(hist, {})
     delta = {le: c - b_first.get(le, 0.0) for le, c in b_last.items()}
-    q = bucket_quantile(float(stat[1:]) / 100, delta)
-    return None if q != q else q * 1000  # NaN: no buckets
+    return _finite(bucket_quantile(float(stat[1:]) / 100, delta) * 1000)  # NaN: no buckets
+
+
+def _finite(v: float) -> float | None:
+    """`v`, or None when it is NaN or overflowed: a number forge computes is checked too."""
+    return v if math.isfinite(v) else None
 
 
 LATENCY_HISTOGRAMS = {"ttft_ms": ("time_to_first_token_seconds",),
@@ -230,6 +238,22 @@ def scheduler_stalled(scrapes: Sequence[Scrape], log: Sequence[LogLine],
         if metrics_stalled else {}, log_lines=ev)
 
 
+def nonfinite_metrics(scrapes: Sequence[Scrape], log: Sequence[LogLine],
+                      slo: Mapping[str, float], limits: Limits) -> DiagnosisFinding | None:
+    seen: dict[str, int] = {}
+    for s in scrapes:
+        for name in s.nonfinite:
+            seen[name] = seen.get(name, 0) + 1
+    if not seen:
+        return None
+    names = sorted(seen)
+    shown = ", ".join(f"{n} ({seen[n]} of {len(scrapes)} scrapes)" for n in names[:10])
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return DiagnosisFinding(
+        rule="nonfinite_metrics", summary="the server reported NaN or infinite values, left "
+        f"out of every number computed here: {shown}{more}")
+
+
 # --- log rules ----------------------------------------------------------------------------
 
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
@@ -272,6 +296,7 @@ RULES: dict[str, Rule] = {
     "nccl_timeout": nccl_timeout,
     "cuda_error": cuda_error,
     "scheduler_stalled": scheduler_stalled,
+    "nonfinite_metrics": nonfinite_metrics,
 }
 
 

@@ -4,7 +4,10 @@
 malformed text is a one-line HarnessError naming the source. `summarize(families, prefix)`
 -> flat `{short_name: float}`: gauges and counters summed over their label sets (counters
 under `<name>_total`), histograms as `<name>_count`, `_sum`, `_mean` and `_p50/_p90/_p99`
-estimated from the cumulative buckets the way Prometheus' histogram_quantile does.
+estimated from the cumulative buckets the way Prometheus' histogram_quantile does. A value
+that is not finite (a `NaN` or `+Inf` sample, legal in Prometheus text, or a sum that
+overflowed) is left out of the summary: forge computes and records only finite numbers
+(ledger/numbers.py); `nonfinite(families)` names the samples that were not.
 """
 
 from __future__ import annotations
@@ -53,7 +56,13 @@ def summarize(families: dict[str, dict[str, Any]], prefix: str = "") -> dict[str
                 out[short + "_total"] = sum(vals)
         elif kind == "histogram":
             out.update(_histogram(short, name, samples))
-    return out
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
+def nonfinite(families: dict[str, dict[str, Any]], prefix: str = "") -> list[str]:
+    """The sample names (under `prefix`) holding a NaN or infinite value, sorted."""
+    return sorted({s["name"] for name, fam in families.items() if name.startswith(prefix)
+                   for s in fam["samples"] if not math.isfinite(s["value"])})
 
 
 def _histogram(short: str, name: str, samples: list[dict[str, Any]]) -> dict[str, float]:
@@ -62,8 +71,9 @@ def _histogram(short: str, name: str, samples: list[dict[str, Any]]) -> dict[str
     buckets: dict[float, float] = {}
     for s in samples:
         if s["name"] == name + "_bucket":
-            le = float(s["labels"].get("le", "nan"))
-            buckets[le] = buckets.get(le, 0.0) + s["value"]
+            le = bucket_bound(s["labels"])
+            if le is not None and math.isfinite(s["value"]):
+                buckets[le] = buckets.get(le, 0.0) + s["value"]
     out = {f"{short}_count": count, f"{short}_sum": total}
     if count > 0:
         out[f"{short}_mean"] = total / count
@@ -72,6 +82,15 @@ def _histogram(short: str, name: str, samples: list[dict[str, Any]]) -> dict[str
             if not math.isnan(v):
                 out[f"{short}_p{round(q * 100)}"] = v
     return out
+
+
+def bucket_bound(labels: dict[str, str]) -> float | None:
+    """A bucket's `le` as a number (`+Inf` included); None when absent, NaN or not one."""
+    try:
+        le = float(labels.get("le", "nan"))
+    except ValueError:
+        return None
+    return None if math.isnan(le) else le
 
 
 def bucket_quantile(q: float, buckets: dict[float, float]) -> float:
