@@ -502,3 +502,92 @@ def test_ctrl_c_records_the_partial_window_and_leaves_the_ledger_consistent(work
     with open_index(workspace) as s:
         (rows,) = s.con.execute("SELECT count(*) FROM host_samples").fetchone()
     assert rows == sum(x.samples for x in sums)
+
+
+# --- who may renew, release and signal (issue 27, item 10) -----------------------------
+
+
+@pytest.fixture
+def stranger():
+    """A live process unrelated to this test's: orphaned (its shell exited), so it is neither
+    an ancestor of a forge command run from here nor a descendant of what runs one."""
+    out = subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
+    pid = int(out.stdout)
+    yield pid
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _live(pid: int) -> bool:
+    from infer_forge.harness.proc import alive
+    return alive(pid)
+
+
+def test_a_non_holder_cannot_renew_or_release_a_live_claim(workspace, stranger):
+    from infer_forge.harness.proc import start_time
+    c = C.claim(workspace, [C.parse_resource("port:39997")],
+                holder=E.ClaimHolder(host=local_host(), pid=stranger,
+                                     pid_start=start_time(stranger)))
+    for cmd in ("heartbeat", "release"):
+        r = run_forge("nodes", cmd, c.claim_id)
+        err = r.stderr.strip()
+        assert r.returncode != 0 and len(err.splitlines()) == 1, err
+        assert f"held by pid {stranger}" in err and "not its holder" in err, err
+    assert "forge approve appr-" in err  # the release waits for a person
+    with pytest.raises(HarnessError, match="not its holder"):
+        C.heartbeat(workspace, c.claim_id)
+    assert read_claims(workspace.ledger).claims[c.claim_id].state == "active"
+    assert _live(stranger)
+    # The refused release is recorded as a request a person decides; granted, it goes
+    # through once.
+    (req,) = approvals.pending(workspace)
+    assert (req.kind, req.target) == ("cleanup", c.claim_id)
+    assert req.arguments["release"] is True and req.arguments["holder"] == stranger
+    approvals.decide(workspace, req.approval_id, True, "its job is done",
+                     E.Actor.human("ana"))
+    C.release(workspace, c.claim_id, "freed by ana", actor=E.Actor.human("ana"))
+    assert read_claims(workspace.ledger).claims[c.claim_id].state == "released"
+
+
+def test_a_claim_names_a_process_of_its_claimant(workspace, stranger):
+    """`--pid 1` (or any process the claimant does not own) would keep a claim live forever:
+    refused. The claimant's own descendants are fine."""
+    for pid in (1, stranger):
+        r = run_forge("nodes", "claim", "port:39996", "--pid", str(pid))
+        err = r.stderr.strip()
+        assert r.returncode != 0 and len(err.splitlines()) == 1, err
+        assert f"--pid {pid}: not the process that runs this command" in err, err
+    assert read_claims(workspace.ledger).claims == {}
+    # forge's caller here is this test process: its child is a process of the claimant.
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        r = run_forge("nodes", "claim", "port:39996", "--pid", str(child.pid), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["holder"]["pid"] == child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_cleanup_never_signals_a_reused_pid(workspace, clock):
+    """The holder's pid now runs another process (simulated: a real `sleep`, leading its own
+    group, recorded with another start time): the claim is stale, and freeing it kills
+    nothing: that group is not the holder's."""
+    from infer_forge.harness.proc import start_time
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        assert start_time(other.pid) != "1"
+        c = C.claim(workspace, [C.parse_resource("port:39995")], heartbeat_s=10,
+                    holder=E.ClaimHolder(host=local_host(), pid=other.pid, pid_start="1"))
+        clock.advance(3600)
+        (v,) = C.cleanup(workspace, c.claim_id)
+        assert v.signals.holder_gone and v.signals.eligible
+        assert v.kill == [] and v.action == "cleaned" and v.approval_id is None
+        assert other.poll() is None  # never signalled
+        assert read_claims(workspace.ledger).claims[c.claim_id].killed == ()
+    finally:
+        other.kill()
+        other.wait()

@@ -7,14 +7,29 @@ stream and of each lease's `claim:<id>` heartbeat stream.
   `stale.py` and freeing it kills nothing: then the cleanup and the new claim are one save.
   A claim is appended under the `claims` stream's version: of two racing claims on one GPU,
   exactly one wins.
+- `claim_for(ws, texts, pid=...)` (`forge nodes claim --pid`): a claim names a process of its
+  claimant: the process that ran forge (the default) or one of its descendants, with its
+  start time. Any other pid (`--pid 1`, another user's shell) or one whose start time cannot
+  be read is refused, so no claim is kept alive by a process its claimant does not own.
+- The holder check (`is_holder`): the caller is the holder when the holder process (pid and
+  recorded start time, on this host) is this process or one of its ancestors (a shell's
+  `forge nodes release`), or a descendant of the process that ran forge (a script that
+  claimed for its engine). Checked on every heartbeat and release.
 - `heartbeat(ws, claim_id)`: renew a lease (refused once it was released or cleaned up: the
-  holder must stop). `Lease` renews from a thread and releases on exit (the graph workers).
-- `release(ws, claim_id, reason)`: the holder (or its runner) gives the lease back.
+  holder must stop; refused to anyone but the holder). `Lease` renews from a thread and
+  releases on exit (the graph workers).
+- `release(ws, claim_id, reason)`: the holder (or its runner) gives the lease back. Anyone
+  else goes through the human gate (kind `cleanup`, bound to the claim, the holder and
+  "release"): until a person approves, the claim stays and the error says which approval
+  waits.
 - `cleanup(ws, claim_id=None, dry_run=...)`: judge each active claim by the stale rule and
   free the eligible ones, each recorded with its signals. Freeing one whose holder's process
   group still has live processes kills them, and that goes through the human gate (kind
   `cleanup`, bound to the claim and the pids): until a person approves, the claim stays and
-  the result says which approval waits.
+  the result says which approval waits. A holder pid now running with another start time
+  was reused: the group under that id is someone else's (the kernel does not reuse a pid
+  while its old group has members) and is never signalled; checked again right before
+  the kill.
 Time comes from `clock` (tests set their own; nothing sleeps to let a lease lapse).
 """
 
@@ -43,7 +58,7 @@ from ...projections.nodes import (
 )
 from ..errors import HarnessError
 from ..guard import approvals
-from ..proc import alive, group_members, kill_group, start_time
+from ..proc import alive, group_members, kill_group, start_time, stat_fields
 from . import stale
 from .identity import check_host, local_host
 
@@ -89,6 +104,57 @@ def this_process(**what: Any) -> E.ClaimHolder:
     import os
     pid = os.getpid()
     return E.ClaimHolder(host=local_host(), pid=pid, pid_start=start_time(pid), **what)
+
+
+def _lineage(pid: int) -> list[tuple[int, str]]:
+    """(pid, start time) of `pid` and its ancestors, nearest first (bounded)."""
+    out: list[tuple[int, str]] = []
+    while pid > 0 and len(out) < 1024:
+        fields = stat_fields(pid)
+        if not fields or len(fields) < 20:
+            break
+        out.append((pid, fields[19]))
+        pid = int(fields[1])
+    return out
+
+
+def _caller() -> int:
+    """The process forge acts for: the one that ran it (the shell or script)."""
+    import os
+    return os.getppid()
+
+
+def is_holder(holder: E.ClaimHolder) -> bool:
+    """Is this process the holder, or acting for it (module docstring)? False for a holder on
+    another host, one whose start time was not recorded, or one that is gone."""
+    import os
+    if holder.host != local_host() or not holder.pid_start:
+        return False
+    me = (holder.pid, holder.pid_start)
+    if me in _lineage(os.getpid()):
+        return True
+    caller = _caller()
+    return caller > 1 and (caller, start_time(caller)) in _lineage(holder.pid)[1:] \
+        and alive(holder.pid, holder.pid_start)
+
+
+def _not_holder(c: Claim) -> str:
+    import os
+    return (f"claim {c.claim_id} is held by pid {c.holder.pid} on {c.holder.host}; this "
+            f"process (pid {os.getpid()}, run by pid {_caller()}) is not its holder nor acting"
+            " for it")
+
+
+def survivors(holder: E.ClaimHolder) -> list[int]:
+    """The holder's process group's live processes (what freeing its claim would kill), on
+    this host; [] when the holder's pid now runs with another start time (reused: that group
+    is not the holder's) or its start time was never recorded (nothing to tell them apart)."""
+    if holder.host != local_host() or not holder.pid_start:
+        return []
+    now = start_time(holder.pid)
+    if now and now != holder.pid_start:
+        return []
+    return group_members(holder.pid)
 
 
 def holder_status(holder: E.ClaimHolder) -> tuple[bool | None, str]:
@@ -143,7 +209,7 @@ def _judge(ws: Workspace, c: Claim, now: datetime, k: int, n: int, hosts: Any = 
                       hosts=hosts if hosts is not None else read_hosts(ws.ledger), k=k, n=n)
     # What freeing it would kill: the holder's process group's survivors (its engine, its
     # children), on this host only.
-    kill = group_members(c.holder.pid) if sig.eligible and c.holder.host == local_host() else []
+    kill = survivors(c.holder) if sig.eligible else []
     return Verdict(c, sig, kill)
 
 
@@ -204,10 +270,19 @@ def claim_for(ws: Workspace, texts: list[str], *, heartbeat_s: float = 10.0,
     if not texts:
         raise HarnessError("name at least one resource (gpu:UUID, port:N, host:NAME)")
     resources = [parse_resource(t) for t in texts]
-    pid = pid if pid is not None else os.getppid()
+    caller = _caller()
+    pid = pid if pid is not None else caller
     if not alive(pid):
         raise HarnessError(f"--pid {pid}: no such process on this host")
-    holder = E.ClaimHolder(host=local_host(), pid=pid, pid_start=start_time(pid), task=task)
+    started = start_time(pid)
+    if not started:
+        raise HarnessError(f"--pid {pid}: its start time cannot be read (/proc/{pid}/stat); "
+                           "a claim records it so that a reused pid is not the holder")
+    if pid != os.getpid() and (caller, start_time(caller)) not in _lineage(pid):
+        raise HarnessError(f"--pid {pid}: not the process that runs this command (pid "
+                           f"{caller}) nor one of its descendants; a claim names a process "
+                           "of its claimant")
+    holder = E.ClaimHolder(host=local_host(), pid=pid, pid_start=started, task=task)
     c = claim(ws, resources, heartbeat_s=heartbeat_s, purpose=purpose, holder=holder,
               actor=actor)
     return {"claim_id": c.claim_id, "resources": [str(r) for r in c.resources],
@@ -226,8 +301,11 @@ def _active(book: ClaimBook, claim_id: str) -> Claim:
 
 
 def heartbeat(ws: Workspace, claim_id: str, actor: E.Actor = E.SYSTEM) -> Claim:
-    """Renew the lease; refused (HarnessError) once the claim is no longer active."""
+    """Renew the lease; refused (HarnessError) once the claim is no longer active, and to
+    anyone but its holder (`is_holder`)."""
     c = _active(read_claims(ws.ledger), claim_id)
+    if not is_holder(c.holder):
+        raise HarnessError(f"refused: {_not_holder(c)}; only the holder renews its lease")
     ws.ledger.append(claim_stream(claim_id), [E.ClaimHeartbeat(claim_id=claim_id, actor=actor,
                                                                occurred_at=clock())])
     return c
@@ -235,13 +313,28 @@ def heartbeat(ws: Workspace, claim_id: str, actor: E.Actor = E.SYSTEM) -> Claim:
 
 def release(ws: Workspace, claim_id: str, reason: str = "", actor: E.Actor = E.SYSTEM,
             missing_ok: bool = False) -> Claim | None:
-    """Give a lease back. An already ended claim is an error unless `missing_ok`."""
+    """Give a lease back. An already ended claim is an error unless `missing_ok`. Anyone but
+    the holder needs a person's approval (kind `cleanup`, used once): until then
+    ApprovalWaiting (a HarnessError) says which approval waits."""
+    gated = False
     for _ in range(_RETRIES):
         book = read_claims(ws.ledger)
         c = book.claims.get(claim_id)
         if missing_ok and (c is None or c.state != "active"):
             return c
         c = _active(book, claim_id)
+        if not gated and not is_holder(c.holder):
+            args = {"claim": c.claim_id, "release": True, "holder": c.holder.pid,
+                    "holder_host": c.holder.host, "holder_start": c.holder.pid_start}
+            try:
+                approvals.require(ws, "cleanup", c.claim_id, args, actor=actor,
+                                  summary=f"release {c.claim_id} held by pid {c.holder.pid} "
+                                  f"on {c.holder.host} (not the caller's)")
+            except approvals.ApprovalWaiting as w:
+                raise approvals.ApprovalWaiting(
+                    w.approval_id, f"refused: {_not_holder(c)}; releasing it needs a person: "
+                    + approvals.waiting_line(w.approval_id)) from None
+            gated = True
         try:
             ws.ledger.append(CLAIMS_STREAM, [E.ClaimReleased(claim_id=claim_id,
                                                              reason=reason[:500],
@@ -312,6 +405,9 @@ def cleanup(ws: Workspace, claim_id: str | None = None, *, dry_run: bool = False
                     f"{c.holder.pid} on {c.holder.host} to free {c.claim_id}")
             except approvals.ApprovalWaiting as w:
                 v.action, v.approval_id = "waiting-approval", w.approval_id
+                continue
+            if survivors(c.holder) != v.kill:  # the group changed since it was judged
+                v.action = "kept"
                 continue
             kill_group(c.holder.pid)
             _wait_group_gone(c.holder.pid)
