@@ -2,7 +2,12 @@
 
 Layout: `<home>/artifacts/sha256/<2 hex>/<62 hex>`. Contracts:
 - `put` redacts text before hashing, so the digest names exactly the bytes on disk; binary
-  content (not valid UTF-8) is stored as is.
+  content (not valid UTF-8) is stored as is, except a compressed archive (gzip, zip, tar,
+  tar.gz: `ledger/archives.py`), whose members are redacted inside it (decompressed as a
+  stream, at most `archives.MAX_EXPANDED` bytes) and the archive rebuilt; an archive that
+  cannot be read (damaged, encrypted, a decompression bomb) is refused with one line
+  (`ArchiveError`): what cannot be redacted is not stored. `put_file` and `put_stream` do
+  the same in bounded memory.
 - Writes go to a temporary file, are fsynced, then renamed: a crash leaves either nothing or
   the whole artifact, never a partial one under its digest.
 - The same content is stored once (dedup); `get` re-hashes and raises
@@ -12,11 +17,15 @@ Layout: `<home>/artifacts/sha256/<2 hex>/<62 hex>`. Contracts:
 from __future__ import annotations
 
 import hashlib
+import io
+import itertools
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
+from . import archives
 from .errors import ArtifactIntegrityError, NotFoundError
 from .redact import Redactor
 
@@ -45,6 +54,9 @@ class ArtifactStore:
             data = data.encode("utf-8")
         redactor = None if verbatim else (redactor or self.redactor)
         if redactor is not None:
+            kind = archives.kind_of(data[:512])
+            if kind is not None:
+                return self._put_archive(io.BytesIO(data), kind, redactor)
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
@@ -71,18 +83,55 @@ class ArtifactStore:
         return digest
 
     def put_file(self, path: str | Path, *, redactor: Redactor | None = None) -> str:
-        return self.put(Path(path).read_bytes(), redactor=redactor)
+        """Store the file at `path` as `put` would, in bounded memory (read as a stream)."""
+        red = redactor or self.redactor
+        with open(path, "rb") as f:
+            kind = archives.kind_of(f.read(512)) if red is not None else None
+            f.seek(0)
+            if kind is not None:
+                assert red is not None
+                return self._put_archive(f, kind, red)
+            return self.put_stream(iter(lambda: f.read(1 << 20), b""), redactor=redactor)
 
-    def put_stream(self, chunks: Iterable[bytes], *, redactor: Redactor | None = None) -> str:
+    def _put_archive(self, src: BinaryIO, kind: str, redactor: Redactor) -> str:
+        """Store a compressed archive with its members redacted (archives.redact_archive);
+        its own bytes when nothing in it was a secret."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=self.root, prefix=".tmp-") as out:
+            changed = archives.redact_archive(src, kind, redactor, out)
+            keep = out if changed else src
+            keep.seek(0)
+            return self.put_stream(iter(lambda: keep.read(1 << 20), b""), redactor=None,
+                                   _raw=True)
+
+    def put_stream(self, chunks: Iterable[bytes], *, redactor: Redactor | None = None,
+                   _raw: bool = False) -> str:
         """Store the concatenation of `chunks` in bounded memory and return its digest.
 
         The text is redacted as a stream (`redact_stream.StreamRedactor`): a secret cut by a
         chunk boundary, or split over lines that come in two chunks, is redacted as `put`
         would redact it; a part that is not UTF-8 is stored as is. Same atomicity and dedup
-        as `put`; an exception from `chunks` leaves nothing behind."""
+        as `put`; an exception from `chunks` leaves nothing behind. A stream that starts as
+        a compressed archive is redacted inside (`put`)."""
         from .redact_stream import StreamRedactor
 
-        red = redactor or self.redactor
+        red = None if _raw else (redactor or self.redactor)
+        it = iter(chunks)
+        first = next(it, b"")
+        while red is not None and len(first) < 512:  # enough to know an archive's magic
+            more = next(it, None)
+            if more is None:
+                break
+            first += more
+        if red is not None and archives.kind_of(first[:512]) is not None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.root, prefix=".tmp-") as spool:
+                spool.write(first)
+                for chunk in it:
+                    spool.write(chunk)
+                spool.seek(0)
+                return self._put_archive(spool, archives.kind_of(first[:512]) or "", red)
+        chunks = itertools.chain([first], it)
         stream = StreamRedactor(red) if red is not None else None
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")

@@ -7,7 +7,10 @@ places, all under FORGE_HOME:
 - the ledger: every stored event's payload (its JSON decoded: a secret-named field is found
   by name, as the redactor finds it before a write), and each row's stream name;
 - the artifact store: every artifact, line by line (redacted as a stream, so a file of any
-  size is read in bounded memory);
+  size is read in bounded memory); a compressed artifact (gzip, zip, tar, tar.gz:
+  `ledger/archives.py`) member by member inside it, at most `archives.MAX_EXPANDED` bytes
+  decompressed: past that (a decompression bomb) the finding is "too large to scan", and an
+  archive that cannot be read (damaged, encrypted) is a finding too: neither was looked in;
 - the index (`index.duckdb`, opened read-only under its lock): every text column of every
   table (VARCHAR, JSON and lists of them, as text);
 - the journal (`wiki/`) and the site (`site/`): every text file (markdown, HTML, JSON, SVG);
@@ -33,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from ...ledger import archives
 from ...ledger.redact import Redactor
 from ...ledger.redact_stream import StreamRedactor
 from ...ledger.workspace import Workspace
@@ -213,8 +217,30 @@ def _scan_artifacts(ws: Workspace, red: Redactor, home: Path, counts: dict[str, 
         counts["items"] += 1
         ticker.tick(f"{counts['items']} artifacts, {counts['lines']} lines")
         rel = _relative(path, home)
+        with open(path, "rb") as f:
+            kind = archives.kind_of(f.read(512))
+        if kind is not None:
+            yield from _scan_archive(path, kind, f"{rel} ({digest[:19]}…)", red, counts)
+            continue
         for number, kinds in scan_lines(_file_chunks(path), red, counts):
             yield Hit("artifacts", f"{rel} ({digest[:19]}…) line {number}", ", ".join(kinds))
+
+
+def _scan_archive(path: Path, kind: str, where: str, red: Redactor, counts: dict[str, int]
+                  ) -> Iterator[Hit]:
+    """Every member of a compressed artifact, bounded (module doc)."""
+    counts.setdefault("archives", 0)
+    counts["archives"] += 1
+    try:
+        with open(path, "rb") as f:
+            for name, chunks in archives.members(f, kind):
+                member = f"{where} {kind} member {name}" if name else f"{where} ({kind})"
+                for number, kinds in scan_lines(chunks, red, counts):
+                    yield Hit("artifacts", f"{member} line {number}", ", ".join(kinds))
+    except archives.ArchiveTooLarge as e:
+        yield Hit("artifacts", f"{where} ({kind})", f"too large to scan: {e}")
+    except archives.ArchiveError as e:
+        yield Hit("artifacts", f"{where} ({kind})", f"unreadable archive: {e}")
 
 
 def _relative(path: Path, home: Path) -> str:
