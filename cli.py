@@ -36,6 +36,7 @@ from .ledger.specs import (
     spec_hash,
 )
 from .ledger.state import fingerprint
+from .ledger.text import PrintableStream, printable
 from .ledger.workspace import Workspace, init_workspace, open_workspace
 from .ledger.yamlio import load_yaml
 from .projections.errors import ProjectionError
@@ -68,6 +69,16 @@ def fail_cleanly(fn):
             raise click.ClickException(redact_message(" ".join(str(e).split()))) from None
 
     return wrapper
+
+
+def printable_streams() -> None:
+    """The printing edge: whatever forge prints on stdout and stderr passes through the one
+    sanitiser (ledger/text.py): a stored summary's `\r`, a metric name's OSC, a SQL cell's
+    ESC show as escapes, never act on the terminal. JSON stays valid (JSON's own escapes)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, PrintableStream):
+            setattr(sys, name, PrintableStream(stream))
 
 
 def to_json(value: Any, indent: int | None = None) -> str:
@@ -137,6 +148,7 @@ def main(ctx: click.Context, home: Path | None) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["home"] = home
+    printable_streams()
 
 
 # --- workspace and ledger ---------------------------------------------------------------
@@ -1323,7 +1335,7 @@ def _cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.0f}"
-    return str(v)
+    return printable(str(v))  # one cell, one line: a newline in it is data
 
 
 def print_table(columns: list[str], rows: list[Any], max_width: int = 60) -> None:
@@ -2287,6 +2299,11 @@ def repos_pre_push(ctx, member: str, remote: str, url: str) -> None:
         ctx.exit(1)
 
 
+KEY_FILE_HELP = ("The workspace's approver key (FORGE_HOME/approver.key, which the sandbox "
+                 "cannot read; env FORGE_APPROVER_KEY_FILE). Without it, confirm on the "
+                 "terminal.")
+
+
 @repos_group.command("approve")
 @click.argument("member")
 @click.option("--ref", required=True, help="The protected ref (refs/heads/main, or main).")
@@ -2295,12 +2312,14 @@ def repos_pre_push(ctx, member: str, remote: str, url: str) -> None:
                    "OLD all zeros for a new branch).")
 @click.option("--remote", default="origin", show_default=True, help="Remote name or URL.")
 @click.option("--reason", required=True, help="Why this push may go ahead.")
-@click.option("--by", "by", required=True, help="Who approves it.")
+@click.option("--by", "by", required=True, help="Who approves it (recorded beside the OS "
+              "user: a label, not an identity).")
+@click.option("--key-file", type=click.Path(dir_okay=False), help=KEY_FILE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON.")
 @click.pass_context
 @fail_cleanly
 def repos_approve(ctx, member: str, ref: str, span: str, remote: str, reason: str, by: str,
-                  as_json: bool) -> None:
+                  key_file: str | None, as_json: bool) -> None:
     """Approve one push of MEMBER to a protected ref: that remote, ref and commit range.
 
     The approval is used by that push only, once.
@@ -2313,7 +2332,8 @@ def repos_approve(ctx, member: str, ref: str, span: str, remote: str, reason: st
     old, sep, new = span.partition("..")
     if not sep or new.startswith(".") or not old or not new:
         raise click.BadParameter(f"{span!r} is not OLD..NEW", param_hint="--range")
-    a, created = gate.approve_push(open_ws(ctx), member, remote, ref, old, new, reason, by)
+    a, created = gate.approve_push(open_ws(ctx), member, remote, ref, old, new, reason, by,
+                                   key_file=key_file)
     if as_json:
         emit_json({**a, "created": created})
         return
@@ -2525,13 +2545,16 @@ def approvals_cmd(ctx, everything: bool, as_json: bool) -> None:
         asked, dec = r["requested_by"], r["decided_by"]
         who = f"asked by {asked['kind']} {asked['name']}" + (
             f"; decided by {dec['name']}: {r['reason']}" if dec else "")
-        click.echo(f"    {r['summary']}  ({who})")
+        click.echo(f"    action: {r['action']}")  # what the approval is bound to
+        click.echo(printable(f"    summary: {r['summary']}  ({who})"))
 
 
 def _decide_cmd(ctx, approval_id: str, grant: bool, reason: str, by: str | None,
-                as_json: bool) -> None:
+                as_json: bool, key_file: str | None = None) -> None:
     from .harness.guard import approvals as gate
-    a = gate.decide(open_ws(ctx), approval_id, grant, reason, gate.person(by))
+    ws = open_ws(ctx)
+    a = gate.grant(ws, approval_id, reason, by, key_file=key_file) if grant else \
+        gate.deny(ws, approval_id, reason, by)
     if as_json:
         emit_json(a)
         return
@@ -2542,18 +2565,25 @@ def _decide_cmd(ctx, approval_id: str, grant: bool, reason: str, by: str | None,
 @main.command("approve")
 @click.argument("approval_id")
 @click.option("--reason", required=True, help="Why the action may go ahead.")
-@click.option("--by", "by", help="Who decides (default: the OS user).")
+@click.option("--by", "by", help="What to record as who decides, beside the OS user (a "
+              "label, not an identity).")
+@click.option("--key-file", type=click.Path(dir_okay=False), help=KEY_FILE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the approval as JSON.")
 @click.pass_context
 @fail_cleanly
-def approve_cmd(ctx, approval_id: str, reason: str, by: str | None, as_json: bool) -> None:
+def approve_cmd(ctx, approval_id: str, reason: str, by: str | None, key_file: str | None,
+                as_json: bool) -> None:
     """Grant a pending approval (forge approvals lists them): that exact action, once.
+
+    A person confirms it: on the terminal (it shows the action and asks for the approval's
+    last six characters), or with the approver key file, which no sandboxed call can read.
 
     \b
     Example:
-      forge approve appr-1a2b3c4d5e6f --reason "hotfix reviewed" --by ana
+      forge approve appr-1a2b3c4d5e6f --reason "hotfix reviewed"
+      forge approve appr-1a2b3c4d5e6f --reason "ok" --key-file ~/.forge/approver.key
     """
-    _decide_cmd(ctx, approval_id, True, reason, by, as_json)
+    _decide_cmd(ctx, approval_id, True, reason, by, as_json, key_file)
 
 
 @main.command("deny")

@@ -159,14 +159,19 @@ def insert_raw_event(home: Path, stream: str, version: int, topic: str, state: b
 
 def run_forge(*args: str, home: Path | None = None, input: str | None = None,
               env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess."""
+    """Run the real CLI in a subprocess, in a session of its own (no controlling terminal:
+    nothing it runs can ask on the developer's). A person's grants (`forge approve`) are
+    confirmed with the workspace's approver key, as a script of theirs would
+    (`FORGE_APPROVER_KEY_FILE`; tests/test_human_channel.py checks the channel itself)."""
     e = dict(os.environ)
     if home is not None:
         e["FORGE_HOME"] = str(home)
+    if e.get("FORGE_HOME"):
+        e.setdefault("FORGE_APPROVER_KEY_FILE", str(Path(e["FORGE_HOME"]) / "approver.key"))
     if env:
         e.update(env)
     return subprocess.run([*FORGE, *args], capture_output=True, text=True, input=input,
-                          env=e, timeout=timeout, cwd=str(REPO))
+                          env=e, timeout=timeout, cwd=str(REPO), start_new_session=True)
 
 
 # --- bench client fixtures ---------------------------------------------------------------

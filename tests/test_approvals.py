@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.guard import approvals as A
+from infer_forge.harness.guard.human_channel import os_user
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import events as E
@@ -201,8 +202,9 @@ def test_an_agent_over_mcp_can_ask_but_has_no_way_to_grant(forge_home):
     # A person decides it from the CLI.
     r = run_forge("approve", asked["approval_id"], "--reason", "ok", "--by", "ana", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["decided_by"] == {"kind": "human", "name": "ana",
-                                                  "model": None}
+    # The OS user and the channel are who granted; --by is only what they said.
+    assert json.loads(r.stdout)["decided_by"] == {
+        "kind": "human", "name": f"{os_user()} via key, says ana", "model": None}
 
 
 # --- deny, wait, the CLI -----------------------------------------------------------------
@@ -220,7 +222,7 @@ def test_deny_and_the_cli(workspace):
     assert [(x["approval_id"], x["state"], x["reason"]) for x in rows] == [
         (aid, "denied", "not during the freeze")]
     again = run_forge("approve", aid, "--reason", "changed my mind")
-    assert again.returncode != 0 and "already denied by human bo" in again.stderr
+    assert again.returncode != 0 and f"already denied by human {os_user()} via cli, says bo" in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1
     ghost = run_forge("approve", "appr-000000000000", "--reason", "x")
     assert ghost.returncode != 0 and "no approval 'appr-000000000000'" in ghost.stderr
@@ -259,7 +261,7 @@ def test_a_waiting_caller_sees_the_decision(workspace):
     t.start()
     assert run_forge("deny", other, "--reason", "no", "--by", "ana").returncode == 0
     t.join(90)
-    assert f"approval {other}" in result["denied"] and "denied by human ana: no" in \
+    assert f"approval {other}" in result["denied"] and f"denied by human {os_user()} via cli, says ana: no" in \
         result["denied"]
 
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from infer_forge.harness.guard.human_channel import os_user
 from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import APPROVALS_STREAM, REPOS_STREAM
 from infer_forge.repos import commands as C
@@ -138,7 +139,8 @@ def test_an_approval_lets_exactly_that_push_through_once(tmp_path, workspace, mo
     assert a.returncode == 0, a.stderr
     appr = json.loads(a.stdout)
     assert (appr["ref"], appr["old"], appr["new"]) == ("refs/heads/main", before, new)
-    assert appr["actor"] == {"kind": "human", "name": "ana", "model": None}
+    assert appr["actor"] == {"kind": "human", "name": f"{os_user()} via key, says ana",
+                             "model": None}
 
     r = run_forge("repos", "push", "alpha", "origin", "HEAD:main", "--json")
     assert r.returncode == 0, r.stderr

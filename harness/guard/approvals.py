@@ -29,7 +29,12 @@ once, and not after its `expires_at`. Everything is an event on the `approvals` 
   grant with the `Append` that spends it (for a caller that saves the use with its own facts
   in one transaction, as the loop's acceptance does), the pending request, or the last
   decision.
-- `approve_push(...)`: `forge repos approve`: the push's request and a person's grant.
+- `grant(ws, approval_id, reason, by, key_file=None)` / `deny(...)`: `forge approve` /
+  `forge deny`. A grant is confirmed on a human channel first (`human_channel.py`: the
+  approver key the sandbox cannot read, or the terminal): nothing is granted otherwise, and
+  the recorded actor is the OS user with the channel; `by` is only what they said.
+- `approve_push(...)`: `forge repos approve`: the push's request and a person's grant,
+  confirmed the same way.
 
 Expiry follows the module's `clock` (UTC now by default): tests set their own instead of
 sleeping. The push guard (repos/guard.py, below harness) reads the same fold and writes the
@@ -324,8 +329,37 @@ def require(ws: Workspace, kind: str, target: str, arguments: dict[str, Any], *,
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
 
+def grant(ws: Workspace, approval_id: str, reason: str, by: str | None = None, *,
+          key_file: str | None = None) -> dict[str, Any]:
+    """`forge approve`: a person grants a pending request, confirmed on a human channel
+    (`human_channel.confirm`: the approver key, or the terminal) before anything is written;
+    the approval as it now stands."""
+    from . import human_channel
+
+    if not reason.strip():
+        raise HarnessError(f"grant {approval_id}: --reason must say why")
+    try:
+        a = read_approvals(ws.ledger).find(approval_id)
+    except ProjectionError as e:
+        raise HarnessError(str(e)) from None
+    if a.state(clock()) != "pending":  # said before a person is asked to confirm
+        raise HarnessError(f"cannot grant {_state_line(a, clock())}")
+    channel = human_channel.confirm(ws, a.as_dict(clock()), key_file)
+    return decide(ws, a.approval_id, True, reason, human_channel.actor(by, channel))
+
+
+def deny(ws: Workspace, approval_id: str, reason: str, by: str | None = None
+         ) -> dict[str, Any]:
+    """`forge deny`: a denial needs no proof (whoever denies only stops an action); recorded
+    with the OS user, `by` as what they said."""
+    from . import human_channel
+
+    return decide(ws, approval_id, False, reason, human_channel.actor(by, "cli"))
+
+
 def approve_push(ws: Workspace, member: str, remote: str, ref: str, old: str, new: str,
-                 reason: str, by: str) -> tuple[dict[str, Any], bool]:
+                 reason: str, by: str, *, key_file: str | None = None
+                 ) -> tuple[dict[str, Any], bool]:
     """`forge repos approve`: grant one push of `member` to `ref` on `remote`, `old`..`new`
     (revs or shas); (the approval, created). A grant of the same push that is still unused
     is returned as it is (created False); a pending request of it (a refused push) is
@@ -339,14 +373,18 @@ def approve_push(ws: Workspace, member: str, remote: str, ref: str, old: str, ne
     r, o, n = resolve_push(ws, member, remote, ref, old, new)
     kind, target, args = push_action(member, remote, r, o, n)
     digest = action_digest(kind, target, args)
-    actor = E.Actor.human(by.strip())
+    from . import human_channel
+
     book, now = read_approvals(ws.ledger), clock()
     hit = book.usable(digest, now)
     if hit is not None:
         return _push_view(hit, now, member, remote, r, o, n), False
-    aid = _ask(ws, kind, target, args, digest, f"push {member} to {remote} {r} "
-               f"({o[:12]}..{n[:12]})", actor, None).approval_id
-    decide(ws, aid, True, reason, actor)
+    asker = human_channel.actor(by, "cli")
+    asked = _ask(ws, kind, target, args, digest, f"push {member} to {remote} {r} "
+                 f"({o[:12]}..{n[:12]})", asker, None)
+    channel = human_channel.confirm(ws, asked.as_dict(clock()), key_file)
+    aid = asked.approval_id
+    decide(ws, aid, True, reason, human_channel.actor(by, channel))
     a = read_approvals(ws.ledger).find(aid)
     return _push_view(a, clock(), member, remote, r, o, n), True
 
