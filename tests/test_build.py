@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.proc import group_alive, kill_group
 from infer_forge.harness.tools.build import build, build_command, cache_dir
 from infer_forge.ledger.payloads import Digest
 from infer_forge.ledger.streams import task_stream
@@ -27,19 +26,21 @@ from infer_forge.repos.root import MonoRepo
 
 from .conftest import FORGE, REPO, run_forge
 from .helpers.gitrepos import make_remote, write_manifest
+from .helpers.sandboxed import processes_naming, still_alive
 from .helpers.tasks import open_task
 from .test_loop import make_task_dir
 
 # The member's build: writes build/out.txt (git-ignored) and appends a line to a counter file
 # outside the repo, so a test counts the builds that really ran. With the flag file present
-# it first writes its pid and process group to the marker, then waits for the release file
-# (a build that is still running when the test acts).
+# it first writes the marker, then waits for the release file (a build that is still running
+# when the test acts; the test finds its processes on the host by the marker's path in their
+# command lines: inside the sandbox, pids are its own namespace's).
 BUILD_PY = """\
 import os, pathlib, sys, time
 counter, flag, marker, release = map(pathlib.Path, sys.argv[1:5])
 if flag.exists():
     tmp = marker.with_name(marker.name + ".tmp")
-    tmp.write_text(f"{os.getpid()} {os.getpgrp()}")
+    tmp.write_text("started")
     tmp.rename(marker)
     while not release.exists():
         time.sleep(0.02)
@@ -106,16 +107,14 @@ def setup(tmp_path, workspace):
     let_builds_reach(workspace, tmp_path)
     s = Setup(tmp_path, workspace)
     yield s
-    # A failed test must not leave a build behind: the group the marker names, and any forge.
+    # A failed test must not leave a build behind: the processes naming its marker (its
+    # sandbox, bash, the script), and any forge.
     for p in s.procs:
         if p.poll() is None:
             p.kill()
             p.wait()
-    if s.marker.exists():
-        pid, pgid = map(int, s.marker.read_text().split())
-        cmdline = Path(f"/proc/{pid}/cmdline")
-        if cmdline.exists() and b"build.py" in cmdline.read_bytes():  # still ours
-            kill_group(pgid)
+    for pid in still_alive(processes_naming(str(s.marker))):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _cache_files(ws) -> list[str]:
@@ -241,13 +240,14 @@ def test_kill_9_mid_build_leaves_no_entry_and_no_process_then_resume_builds_once
     setup.flag.write_text("block")
     forge = _forge(setup, "build", "app", log="killed")
     _wait_for("the build started", setup.marker.exists, forge)
-    pid, pgid = map(int, setup.marker.read_text().split())
-    assert pgid != os.getpgrp() and group_alive(pgid)  # its own group, running now
+    running = processes_naming(str(setup.marker))  # its sandbox, bash, the script under it
+    assert len(running) >= 2, running
+    assert all(os.getpgid(p) != os.getpgrp() for p in running)  # its own group, running now
     os.kill(forge.pid, signal.SIGKILL)
     assert forge.wait(timeout=30) == -signal.SIGKILL
 
-    # The build's whole process group (bash, and the script under it) dies with forge.
-    _wait_for("the build's process group is gone", lambda: not group_alive(pgid),
+    # The build's processes (bash, and the script under it) die with forge.
+    _wait_for("the build's processes are gone", lambda: not still_alive(running),
               deadline_s=15)
     files = _cache_files(ws)
     assert len(files) == 1 and files[0].endswith(".lock"), files  # no entry, no temp file

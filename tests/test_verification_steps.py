@@ -30,7 +30,6 @@ from infer_forge.harness.loop.manual import (
 from infer_forge.harness.loop.run import run_task
 from infer_forge.harness.loop.task import LOOP_ACTOR, load_task_from_ledger
 from infer_forge.harness.loop.verify import verify
-from infer_forge.harness.proc import group_alive, group_members
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.codec import decode
@@ -43,6 +42,7 @@ from infer_forge.projections.memory import task_memory
 from infer_forge.wiki.build import build as build_wiki
 
 from .conftest import FORGE, REPO, run_forge
+from .helpers.sandboxed import processes_naming, still_alive
 from .test_loop import make_task_dir
 
 PY = json.dumps(sys.executable)
@@ -289,16 +289,18 @@ def test_kill_9_while_a_step_runs_then_resume(tmp_path):
     while not pidfile.exists() or not pidfile.read_text().strip():  # the step is blocked
         assert time.monotonic() < deadline, "the wait step never started"
         time.sleep(0.02)
-    step_pid = int(pidfile.read_text())
-    session = os.getpgid(step_pid)  # the step's own session: its shell and the shell's `cat`
-    assert session != os.getpgid(proc.pid)
+    # The step's processes, seen from the host (inside its sandbox, `$$` is the pid
+    # namespace's): its shell and the shell's `cat`, under the sandbox and its own session.
+    running = processes_naming(str(fifo))
+    assert len(running) >= 2, running
+    assert all(os.getpgid(p) != os.getpgid(proc.pid) for p in running)  # not the loop's group
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     # The step dies with the loop, its children too (the session's leader kills the group).
     deadline = time.monotonic() + 30
-    while group_alive(session):
+    while still_alive(running):
         assert time.monotonic() < deadline, \
-            f"the step's session outlived the killed loop: {group_members(session)}"
+            f"the step's processes outlived the killed loop: {still_alive(running)}"
         time.sleep(0.02)
     types = [r.type for r in ws.ledger.stream(task_stream("t1"))]
     assert types.count("VerificationRecorded") == 1  # b1's only; b2's was never saved

@@ -29,24 +29,34 @@ Contract:
   (`refs/heads/forge/task/`); the member's hooks, config and other refs stay read-only.
   The committer is the user's git identity (`git config user.name/email`, read once), as
   GIT_AUTHOR_*/GIT_COMMITTER_* unless set: `HOME` is the scratch home.
-- Hidden (read-only root or not, they read as empty): forge's `credentials.toml`, the files
+- Hidden (read-only root or not, they read as empty): forge's `credentials.toml` and
+  `approver.key` (a person's grants, `human_channel.py`), the files
   of `[secrets] files`, and the usual credential stores under forge's own home (`~/.ssh`,
   `~/.aws`, `~/.gnupg`, `~/.netrc`, `~/.git-credentials`, `~/.docker`, `~/.kube`,
   `~/.config/gcloud`, `~/.cache/huggingface/token`, `~/.huggingface`, `~/.npmrc`,
   `~/.pypirc`).
-- With bubblewrap (`bwrap` on PATH and able to make namespaces here, probed once per
-  process): `bwrap --ro-bind / / --dev /dev --bind <writable> ... [--unshare-net]
-  --unshare-ipc --die-with-parent --chdir <cwd> -- argv`. `/tmp` is not replaced by a
-  tmpfs: task files and scripts may live there (it is read-only, and `TMPDIR` points into
-  scratch). No `--new-session`: forge ends a call by killing its process group (the group
-  of the process it started, `proc.kill_group`), and a new session would move the command
-  out of it. No pid namespace either: the pids a call shows (a pid file, `$$`) are the
-  host's, which is how forge and its tests follow processes; `/proc` is the host's, read
-  only. Network: off (`--unshare-net`: its own loopback) unless the task's
-  `sandbox.network` is true. GPUs: `--dev /dev` shows no `/dev/nvidia*`; with claimed
-  GPUs all existing `/dev/nvidia*` nodes are bound and `CUDA_VISIBLE_DEVICES` names the
-  claimed ones (binding only some nodes would renumber the devices inside, so an index
-  would name another GPU). Hosts without NVIDIA devices bind none.
+- With bubblewrap (`bwrap` on PATH and able to make this whole sandbox here, probed once
+  per process with the full flag set): `bwrap --ro-bind / / --dev /dev --proc /proc --bind
+  <writable> ... --unshare-user --unshare-pid --unshare-ipc [--unshare-net] --new-session
+  --cap-drop ALL --die-with-parent --chdir <cwd> -- argv`. The call has no capability (as
+  root too: no remount, no umount of a hidden file, no setns, no ptrace of forge), its own
+  pid namespace and a fresh `/proc` (it sees and signals only its own processes: not forge's
+  `/proc/<pid>/root` or `environ`, not the user's other processes or their command lines),
+  and a new session (no controlling terminal: no TIOCSTI into the user's). bwrap's own init
+  is the namespace's pid 1: when the command exits, or forge kills bwrap (a timeout, a
+  teardown: `proc.kill_group` of the group forge started, which holds bwrap outside the
+  namespace; `--die-with-parent` takes the init with it), the whole namespace dies, so no
+  `setsid` or double-forked child outlives its call. The pids a call shows (`$$`, a pid
+  file) are the namespace's, not the host's: follow a call's processes from the host by the
+  pid forge started, not by what the call prints. Where the host cannot make user or pid
+  namespaces, bwrap does not work here: `auto` runs unsandboxed saying so, `required`
+  refuses (never a weaker sandbox). `/tmp` is not replaced by a tmpfs: task files and
+  scripts may live there (it is read-only, and `TMPDIR` points into scratch). Network: off
+  (`--unshare-net`: its own loopback) unless the task's `sandbox.network` is true. GPUs:
+  `--dev /dev` shows no `/dev/nvidia*`; with claimed GPUs all existing `/dev/nvidia*` nodes
+  are bound (`--dev-bind`) and `CUDA_VISIBLE_DEVICES` names the claimed ones (binding only
+  some nodes would renumber the devices inside, so an index would name another GPU). Hosts
+  without NVIDIA devices bind none.
 - `[guard] sandbox` in forge.toml: `auto` (default) sandboxes where bwrap works and else
   runs the call unsandboxed with the allowlisted environment; `required` refuses the call
   (HarnessError, one line) where bwrap does not work; `off` is the old behaviour: forge's
@@ -123,11 +133,12 @@ def _true() -> str:
 
 
 def bwrap_problem(bwrap: str) -> str | None:
-    """None when `bwrap` can make this module's sandbox here; else why not (one line).
-    Probed once per process and path (a container may forbid namespaces)."""
+    """None when `bwrap` can make this module's sandbox here, every flag of it (user and pid
+    namespaces, a fresh /proc, no network); else why not (one line). Probed once per process
+    and path (a container may forbid namespaces or a new /proc)."""
     if bwrap not in _probed:
-        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-ipc",
-                "--unshare-net", "--die-with-parent", "--", _true()]
+        argv = bwrap_argv(bwrap, [_true()], cwd=Path("/"), writable=[], network=False,
+                          gpus=[])
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=20,
                                env={"PATH": os.environ.get("PATH", "")})
@@ -251,6 +262,7 @@ def hidden_paths(ws: Workspace | None) -> list[Path]:
     paths = [home / p for p in HOME_SECRETS]
     if ws is not None:
         paths.append(ws.home / "credentials.toml")
+        paths.append(ws.home / "approver.key")  # the human channel's (guard/human_channel.py)
         paths += [Path(f) for f in ws.config.secret_files]
     return [p for p in paths if p.exists()]
 
@@ -327,9 +339,17 @@ def _gpu_nodes(gpus: Sequence[str]) -> list[str]:
     return nodes + [n for n in _NVIDIA_CONTROL if os.path.exists(n)]
 
 
+# What every sandboxed call gets besides its binds (module contract): no capability, its
+# own user, pid and IPC namespaces, a new session, and it dies with bwrap (and so with forge).
+ISOLATION = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--new-session",
+             "--cap-drop", "ALL", "--die-with-parent")
+
+
 def bwrap_argv(bwrap: str, argv: Sequence[str], *, cwd: Path, writable: Sequence[Path],
                network: bool, gpus: Sequence[str], hidden: Sequence[Path] = ()) -> list[str]:
-    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev"]
+    # A fresh /proc (the namespace's processes only) over the host's, which `--ro-bind / /`
+    # brings along; locked under it, it cannot be unmounted from inside.
+    out = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for d in writable:
         out += ["--bind", str(d), str(d)]
     for h in hidden:  # after the binds: hidden even inside a writable directory
@@ -339,7 +359,7 @@ def bwrap_argv(bwrap: str, argv: Sequence[str], *, cwd: Path, writable: Sequence
         out += ["--dev-bind", node, node]
     if not network:
         out.append("--unshare-net")
-    out += ["--unshare-ipc", "--die-with-parent", "--chdir", str(cwd), "--", *argv]
+    out += [*ISOLATION, "--chdir", str(cwd), "--", *argv]
     return out
 
 
