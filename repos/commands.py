@@ -22,6 +22,7 @@ from ..projections.repos import find_snapshot
 from . import snapshot as snap
 from . import worktrees
 from .errors import RepoError
+from .git import Tree
 from .record import append, record_snapshot
 from .root import MonoRepo, init_root
 
@@ -66,9 +67,10 @@ def init(ws: Workspace, manifest: str | Path, progress: Progress | None = None
 
 
 def take_snapshot(ws: Workspace, reason: str, mono: MonoRepo | None = None, *,
-                  overrides: dict[str, Path] | None = None) -> E.RepoSnapshotted:
-    """Take and record the root's state. `overrides` (member -> a work tree of it, e.g. a
-    task's worktree) records that tree's state in the member's place: what a task ran on."""
+                  overrides: dict[str, Tree] | None = None) -> E.RepoSnapshotted:
+    """Take and record the root's state. `overrides` (member -> a task's worktree of it,
+    located: repos/worktrees.py `locate`) records that tree's state in the member's place:
+    what a task ran on."""
     mono = mono or open_monorepo(ws)
     sid, members = snap.take(mono, ws.artifacts)
     if overrides:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import RepoError
-from .git import git, is_repo
+from .git import Tree, git, is_repo
 from .manifest import MANIFEST_NAME, Manifest, Member, load_manifest
 
 ROOT_NAME = "."  # a snapshot's name for the root itself
@@ -113,7 +113,7 @@ def current_branch(repo: Path) -> str | None:
     return p.stdout.decode().strip() or None if p.returncode == 0 else None
 
 
-def origin_url(repo: Path) -> str | None:
+def origin_url(repo: Path | Tree) -> str | None:
     p = git(["config", "--get", "remote.origin.url"], repo, check=False)
     return p.stdout.decode().strip() or None
 

@@ -13,11 +13,17 @@ the diff (to the index too: the diff is against HEAD, staged and unstaged alike,
 come back staged), write the untracked files. It then takes the state again and
 fails, naming the member, unless it has the same id (byte-exact). The root's diff leaves
 submodules out: each member carries its own state.
+
+A member's state may be taken from a task's worktree (a `git.Tree`, `member_state`): git runs
+there as repos/git.py says (forge's admin directory, neutralised config), and its untracked
+files, written by the task's calls, are read without following a link, a regular file at a
+time, and refused (one line naming the file) past `MAX_UNTRACKED`.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,14 +32,16 @@ from ..ledger.artifacts import ArtifactStore
 from ..ledger.clock import digest
 from ..ledger.payloads import MemberState, UntrackedFile
 from .errors import RepoError
-from .git import commit_of, git, is_ancestor
+from .git import Tree, commit_of, git, is_ancestor
 from .root import ROOT_NAME, MonoRepo, origin_url
 
+MAX_UNTRACKED = 256 << 20  # bytes of one untracked file a snapshot stores (read whole)
 
-def _status(repo: Path, is_root: bool) -> tuple[str | None, str | None, bool, list[str]]:
+
+def _status(repo: Path | Tree, is_root: bool) -> tuple[str | None, str | None, bool, list[str]]:
     """(commit, branch, has changes to tracked files, untracked paths) in one git call."""
     args = ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"]
-    if is_root:
+    if is_root or isinstance(repo, Tree):  # a task's nested repository: the call's config
         args.append("--ignore-submodules=all")
     fields = git(args, repo).stdout.decode("utf-8", "surrogateescape").split("\0")
     commit = branch = None
@@ -59,30 +67,50 @@ def _status(repo: Path, is_root: bool) -> tuple[str | None, str | None, bool, li
     return commit, branch, changed, sorted(untracked)
 
 
-def member_state(name: str, rel: str, repo: Path, store: ArtifactStore) -> MemberState:
-    if not (repo / ".git").exists():
+def _untracked(store: ArtifactStore, p: Path) -> str | None:
+    """The digest of the regular file `p` (never followed through a link, never a FIFO);
+    None when it is no regular file (any more); refused past MAX_UNTRACKED bytes."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        data = f.read(MAX_UNTRACKED + 1)  # bounded even when the file grows meanwhile
+    if len(data) > MAX_UNTRACKED:
+        raise RepoError(f"untracked file {p}: over the snapshot's limit of {MAX_UNTRACKED} "
+                        "bytes (remove it or add it to .gitignore)")
+    return store.put(data, verbatim=True)
+
+
+def member_state(name: str, rel: str, repo: Path | Tree, store: ArtifactStore
+                 ) -> MemberState:
+    """One repository's state; `repo` a `Tree` for a task's worktree (module contract)."""
+    work = repo.work if isinstance(repo, Tree) else repo
+    if not isinstance(repo, Tree) and not (repo / ".git").exists():
         raise RepoError(f"member {name}: {repo} is not checked out (run `forge repos init` "
                         "or `git submodule update --init`)")
     commit, branch, changed, untracked = _status(repo, name == ROOT_NAME)
     diff_digest = None
     if changed and commit is not None:
-        args = ["diff", "--binary", "--no-color", "--no-ext-diff", "HEAD"]
-        if name == ROOT_NAME:
+        args = ["diff", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "HEAD"]
+        if name == ROOT_NAME or isinstance(repo, Tree):
             args.append("--ignore-submodules=all")
         diff = git(args, repo).stdout
         diff_digest = store.put(diff, verbatim=True) if diff else None
     files = []
     for path in untracked:
-        p = repo / path
+        p = work / path
         if p.is_symlink():
             data = os.readlink(p).encode("utf-8", "surrogateescape")  # the link's target
             files.append(UntrackedFile(path=path, digest=store.put(data, verbatim=True),
                                        symlink=True))
             continue
-        if not p.is_file():
+        d = _untracked(store, p)
+        if d is None:
             continue
-        files.append(UntrackedFile(path=path, digest=store.put(p.read_bytes(), verbatim=True),
-                                   executable=os.access(p, os.X_OK)))
+        files.append(UntrackedFile(path=path, digest=d, executable=os.access(p, os.X_OK)))
     return MemberState(name=name, path=rel, url=origin_url(repo), branch=branch, commit=commit,
                        diff_digest=diff_digest, untracked=files)
 

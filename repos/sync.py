@@ -36,7 +36,7 @@ from .errors import RepoError
 from .git import commit_of, git, is_ancestor, out
 from .manifest import Member
 from .root import MonoRepo, current_branch
-from .worktrees import BRANCH_PREFIX, Worktree, dirty, holders
+from .worktrees import BRANCH_PREFIX, Worktree, dirty, holders, locate
 
 Progress = Callable[[str], None]
 
@@ -165,7 +165,7 @@ def _move(repo: Path, branch: str, old: str, new: str, holder: Worktree | None) 
         git(["update-ref", "-m", f"forge repos sync: onto {new}", f"refs/heads/{branch}",
              new, old], repo)
         return
-    wt = holder.path
+    wt = locate(repo, holder.path)  # a task's worktree: git runs there as forge made it
     if dirty(wt):
         raise RepoError(f"task worktree {wt} has uncommitted changes: {branch} not moved "
                         "(commit or release them, then sync again)")

@@ -5,7 +5,8 @@ graph's work dir, on branch `forge/graph/<graph>/<node>`, made from the member's
 snapshot the run records (`GraphRunStarted.repo_snapshot`). The pinned commit is also the
 worktree's own ref `refs/worktree/forge-pin`, so node work can return to it. A worktree made
 by an earlier run is kept as it is (a resumed run continues on it). A repo node without
-`member` stays a bare folder.
+`member` stays a bare folder. Git runs in a node's worktree only located (repos/worktrees.py
+`locate`: forge's admin directory, neutralised config).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ...projections.graph import GraphView
 from ...repos import commands as repo_commands
 from ...repos.errors import RepoError
 from ...repos.git import commit_of, git
+from ...repos.worktrees import locate
 from ..errors import HarnessError
 from .work import repo_dir
 
@@ -68,7 +70,7 @@ def pin_members(ws: Workspace, graph_id: str, nodes: list[tuple[str, str, Path]]
                 git(["worktree", "add", "-q", str(d), branch], repo)
             else:
                 git(["worktree", "add", "-q", "-b", branch, str(d), str(commits[member])], repo)
-            git(["update-ref", PIN_REF, str(commits[member])], d)
+            git(["update-ref", PIN_REF, str(commits[member])], locate(repo, d))
         except RepoError as e:
             raise HarnessError(f"graph {graph_id!r}: repo node {node}: {e}") from None
     return snap.snapshot_id

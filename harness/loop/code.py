@@ -17,11 +17,17 @@
   the members they change), recorded; its id goes into measurement, tool-call and
   verification events (`input_digests.repo_snapshot`).
 - `release`: the task's worktrees go when it exits (`code.keep_worktrees` keeps them).
+
+Every git run here in a task's worktree (which the task's calls may have written: its `.git`
+file, its admin directory, its files) runs on the located `git.Tree` (repos/worktrees.py
+`locate`): forge's admin directory and neutralised config, or a one-line refusal. A patch
+file is read once, at most `MAX_PATCH_BYTES`, and handed to git on stdin.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +42,7 @@ from ...projections.repos import find_snapshot
 from ...repos import commands as repo_commands
 from ...repos import worktrees
 from ...repos.errors import RepoError
-from ...repos.git import commit_of, git
+from ...repos.git import Tree, commit_of, git, read_small
 from ...repos.root import MonoRepo
 from ..errors import HarnessError
 from .task import LOOP_ACTOR, LoadedTask, Progress
@@ -44,6 +50,7 @@ from .task import LOOP_ACTOR, LoadedTask, Progress
 WORKTREE_TOKEN = "worktree"
 UPSTREAM_TOKEN = "upstream"
 PATCH_PREFIX = "patch:"
+MAX_PATCH_BYTES = 64 << 20  # a `patch:<file>` candidate is read whole
 
 
 def code_members(lt: LoadedTask) -> list[str]:
@@ -83,9 +90,13 @@ def pinned(ws: Workspace, lt: LoadedTask, mono: MonoRepo) -> dict[str, str]:
 
 def _worktree(ws: Workspace, lt: LoadedTask, mono: MonoRepo, member: str,
               pins: dict[str, str]) -> worktrees.Worktree:
-    """The task's worktree of `member`, made from its pin (`pinned`, read once per step)."""
-    return worktrees.ensure(mono, repo_commands.worktree_base(ws), member, lt.task_id,
-                            pins[member])
+    """The task's worktree of `member`, made from its pin (`pinned`, read once per step),
+    located (git runs in it as repos/worktrees.py `locate` says)."""
+    try:
+        return worktrees.ensure(mono, repo_commands.worktree_base(ws), member, lt.task_id,
+                                pins[member])
+    except RepoError as e:
+        raise HarnessError(f"task {lt.task_id}: member {member}: {e}") from None
 
 
 def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[str, Any]:
@@ -104,17 +115,18 @@ def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[st
         if not isinstance(value, str) or not value:
             raise HarnessError(f"task {lt.task_id}: {k}={json.dumps(value)}: give a commit, "
                                f"`{WORKTREE_TOKEN}` or `{PATCH_PREFIX}<file>`")
-        wt = _worktree(ws, lt, mono, member, pins)
         try:
+            tree = _worktree(ws, lt, mono, member, pins).tree
+            assert tree is not None
             if value == WORKTREE_TOKEN:
                 sha: str | None = worktrees.commit_all(
-                    wt.path, f"forge: task {lt.task_id} candidate (worktree state)")
+                    tree, f"forge: task {lt.task_id} candidate (worktree state)")
             elif value == UPSTREAM_TOKEN:
-                sha = _onto_upstream(ws, lt, member, wt.path)
+                sha = _onto_upstream(ws, lt, member, tree)
             elif value.startswith(PATCH_PREFIX):
-                sha = _apply_patch(lt, wt.path, value[len(PATCH_PREFIX):])
+                sha = _apply_patch(lt, tree, value[len(PATCH_PREFIX):])
             else:
-                sha = commit_of(value, wt.path)
+                sha = commit_of(value, tree)
         except RepoError as e:
             raise HarnessError(f"task {lt.task_id}: {k}={json.dumps(value)}: {e}") from None
         if sha is None:
@@ -124,7 +136,7 @@ def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[st
     return out
 
 
-def _onto_upstream(ws: Workspace, lt: LoadedTask, member: str, wt: Path) -> str:
+def _onto_upstream(ws: Workspace, lt: LoadedTask, member: str, wt: Tree) -> str:
     """The task branch brought onto the member's upstream (fetch, fast-forward or rebase;
     recorded as RepoSynced); a conflict or failure is the candidate's refusal, as data."""
     if worktrees.dirty(wt):
@@ -142,14 +154,16 @@ def _onto_upstream(ws: Workspace, lt: LoadedTask, member: str, wt: Path) -> str:
     return head
 
 
-def _apply_patch(lt: LoadedTask, wt: Path, rel: str) -> str:
+def _apply_patch(lt: LoadedTask, wt: Tree, rel: str) -> str:
     base = lt.base_dir or Path.cwd()
     p = (base / rel).resolve()
     if not p.is_file():
         raise HarnessError(f"task {lt.task_id}: patch file {p} does not exist")
+    # Read once, bounded (it may live where a call wrote it); git applies what was read.
+    patch = read_small(p, MAX_PATCH_BYTES, "patch file")
     if worktrees.dirty(wt):
         worktrees.commit_all(wt, f"forge: task {lt.task_id}: work before patch {p.name}")
-    git(["apply", "--index", "--whitespace=nowarn", str(p)], wt)
+    git(["apply", "--index", "--whitespace=nowarn", "-"], wt, input=patch)
     git(["commit", "-q", "--no-verify", "-m", f"forge: task {lt.task_id}: patch {p.name}"], wt)
     head = commit_of("HEAD", wt)
     assert head is not None
@@ -190,11 +204,13 @@ def prepare(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, A
     for m in code_members(lt):
         sha = candidate.get(CODE_PREFIX + m) or pins[m]
         wt = _worktree(ws, lt, mono, m, pins)
-        if worktrees.dirty(wt.path):  # an executor's unrecorded edits: kept on a ref
-            wip = worktrees.commit_all(wt.path, f"forge: task {lt.task_id}: uncommitted work "
+        tree = wt.tree
+        assert tree is not None
+        if worktrees.dirty(tree):  # an executor's unrecorded edits: kept on a ref
+            wip = worktrees.commit_all(tree, f"forge: task {lt.task_id}: uncommitted work "
                                        f"before {block_id}")
-            git(["update-ref", f"refs/forge/wip/{lt.task_id}/{block_id}/{m}", wip], wt.path)
-        git(["reset", "-q", "--hard", sha], wt.path)
+            git(["update-ref", f"refs/forge/wip/{lt.task_id}/{block_id}/{m}", wip], tree)
+        git(["reset", "-q", "--hard", sha], tree)
         paths[m] = str(wt.path)
         out.env[_env_name(m)] = str(wt.path)
         if lt.task.code and lt.task.code.build and mono.member(m).build is not None:
@@ -238,14 +254,15 @@ def snapshot(ws: Workspace, lt: LoadedTask | None, reason: str) -> str | None:
     mono = repo_commands.maybe_monorepo(ws)
     if mono is None:
         return None
-    overrides: dict[str, Path] = {}
-    if lt is not None:
-        held = worktrees.holders(mono)
-        for m in code_members(lt):
-            for w in held.get(m, []):
-                if w.task_id == lt.task_id:
-                    overrides[m] = w.path
+    overrides: dict[str, Tree] = {}
     try:
+        if lt is not None:
+            # forge's own path of each worktree, never one git's admin files name
+            base = repo_commands.worktree_base(ws)
+            for m in code_members(lt):
+                path = worktrees.worktree_path(base, lt.task_id, m)
+                if os.path.lexists(path):
+                    overrides[m] = worktrees.locate(mono.member_dir(m), path)
         return repo_commands.take_snapshot(ws, reason, mono, overrides=overrides).snapshot_id
     except RepoError as e:
         raise HarnessError(f"repo snapshot ({reason}): {e}") from None
@@ -269,4 +286,7 @@ def release(ws: Workspace, lt: LoadedTask) -> None:
     if mono is None:
         return
     keep = bool(lt.task.code and lt.task.code.keep_worktrees)
-    worktrees.release(mono, repo_commands.worktree_base(ws), lt.task_id, keep=keep)
+    try:
+        worktrees.release(mono, repo_commands.worktree_base(ws), lt.task_id, keep=keep)
+    except RepoError as e:
+        raise HarnessError(f"task {lt.task_id}: release of its worktrees: {e}") from None
