@@ -14,11 +14,15 @@ approval's state at a given time, and the digest that names an action.
   `open_request(digest, now)`: its pending request; `next_id(digest)`: the id the next
   request of that action gets (deterministic, so racing writers collide instead of
   duplicating). Undecodable events are left out (`forge check` reports them).
+- `bound_action(kind, target, arguments)`: the action as a person is asked to judge it, from
+  what the approval is bound to (the push's range, the cleanup's pids), one printable line;
+  the requester's `summary` is its own words, shown beside it, never instead.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +32,7 @@ from ..ledger import events as E
 from ..ledger.clock import digest
 from ..ledger.store import Ledger, Recorded
 from ..ledger.streams import APPROVALS_STREAM
+from ..ledger.text import printable
 from .errors import ProjectionError
 from .folds import read_stream
 
@@ -79,6 +84,7 @@ class Approval:
 
         return {"approval_id": self.approval_id, "kind": self.kind, "target": self.target,
                 "action_digest": self.action_digest, "arguments": self.arguments,
+                "action": bound_action(self.kind, self.target, self.arguments),
                 "summary": self.summary, "state": self.state(now),
                 "requested_by": who(self.requested_by),
                 "requested_at": when(self.requested_at),
@@ -86,6 +92,24 @@ class Approval:
                 "decided_at": when(self.decided_at), "reason": self.reason,
                 "used_by": who(self.used_by), "used_at": when(self.used_at),
                 "refusals": list(self.refusals)}
+
+
+MAX_ACTION = 400  # characters of `bound_action`: a person reads it
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(", ", ": "),
+                      default=str)
+
+
+def bound_action(kind: str, target: str, arguments: dict[str, Any]) -> str:
+    """`KIND TARGET k=v …` from the bound arguments (module docstring), controls escaped and
+    cut to MAX_ACTION characters with `…`."""
+    text = " ".join([kind, target, *(f"{k}={_shown(v)}" for k, v in sorted(arguments.items()))])
+    text = printable(text)
+    return text if len(text) <= MAX_ACTION else text[:MAX_ACTION - 1] + "…"
 
 
 @dataclass
