@@ -9,6 +9,7 @@ no longer shows (orphaned: `forge wiki compile` removes them), a journal behind 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,9 +56,34 @@ class LintReport:
                 "warnings": self.warnings}
 
 
+_TICKS = re.compile(r"`+")
+
+
+def without_code_spans(line: str) -> str:
+    """`line` with its inline code spans (a run of N backticks to the next run of exactly N,
+    CommonMark) blanked out: what is inside is code, not links. A backslash-escaped backtick
+    opens nothing; a run without its closing run is literal text."""
+    runs = list(_TICKS.finditer(line))
+    out, pos, k = [], 0, 0
+    while k < len(runs):
+        m = runs[k]
+        opener = m.group()
+        start = m.start()
+        if start > 0 and line[start - 1] == "\\":  # `\`` is a literal backtick
+            opener, start = opener[1:], start + 1
+        close = next((j for j in range(k + 1, len(runs))
+                      if len(runs[j].group()) == len(opener)), None) if opener else None
+        if close is None:
+            k += 1
+            continue
+        out += [line[pos:start], " " * (runs[close].end() - start)]
+        pos, k = runs[close].end(), close + 1
+    return "".join(out) + line[pos:]
+
+
 def forward_links(text: str, derived: bool = False) -> list[str]:
-    """Wiki links in a page's body: not in the frontmatter (data), not in fenced code
-    (verbatim), and not in derived sections unless `derived`."""
+    """Wiki links in a page's body: not in the frontmatter (data), not in fenced code or an
+    inline code span (verbatim), and not in derived sections unless `derived`."""
     out: list[str] = []
     skipping = False
     fence = ""
@@ -68,16 +94,16 @@ def forward_links(text: str, derived: bool = False) -> list[str]:
         start = end + 1 if end is not None else 0
     for line in lines[start:]:
         if fence:
-            if line.strip().startswith(fence) and not line.strip().strip("`"):
+            if line.strip().startswith(fence) and not line.strip().strip(fence[0]):
                 fence = ""
             continue
-        if line.startswith("```"):
-            fence = line[:len(line) - len(line.lstrip("`"))]
+        if line.startswith(("```", "~~~")):
+            fence = line[:len(line) - len(line.lstrip(line[0]))]
             continue
         if line.startswith("## "):
             skipping = not derived and line.startswith(DERIVED_SECTIONS)
         if not skipping:
-            out.extend(m.group(1) for m in LINK.finditer(line))
+            out.extend(m.group(1) for m in LINK.finditer(without_code_spans(line)))
     return out
 
 
