@@ -2304,6 +2304,22 @@ KEY_FILE_HELP = ("The workspace's approver key (FORGE_HOME/approver.key, which t
                  "terminal.")
 
 
+@repos_group.command("pre-receive", hidden=True)
+@click.option("--member", required=True, help="The member the remote belongs to (`.`: root).")
+@click.option("--remote", required=True, help="The remote's name in the member.")
+@click.option("--url", required=True, help="The remote's URL in the member.")
+@click.pass_context
+@fail_cleanly
+def repos_pre_receive(ctx, member: str, remote: str, url: str) -> None:
+    """The push guard's check on the receiving side, run by a managed remote's pre-receive."""
+    from .repos import push as repo_push
+    refusals = repo_push.receive_check(open_ws(ctx), member, remote, url, sys.stdin.read())
+    for line in refusals:
+        click.echo(redact_message(line), err=True)
+    if refusals:
+        ctx.exit(1)
+
+
 @repos_group.command("approve")
 @click.argument("member")
 @click.option("--ref", required=True, help="The protected ref (refs/heads/main, or main).")

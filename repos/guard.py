@@ -21,9 +21,11 @@
   `forge approvals` shows it and `forge approve ID` grants it; nothing is used. An update
   whose old and new are equal changes nothing and is not checked.
 - `preapproved`: approval ids forge's own push path has already used for this push (it
-  checks before calling git, so the hook that git then runs must not use or refuse twice).
-  The hook lets an update through on that ground only when the ledger holds the used
-  approval for exactly that update; anything else is checked afresh.
+  checks before calling git, so the hook that git then runs must not use or refuse twice),
+  each from a one-time ticket the hook took (repos/push.py `take_tickets`): an approval id
+  alone, or a ticket already taken, is not preapproval. The hook lets an update through on
+  that ground only when the ledger holds the used approval for exactly that update;
+  anything else is checked afresh.
 - `resolve_push(ws, member, remote, ref, old, new)`: the full ref and commit ids of a push
   a person names (`forge repos approve`), checked.
 """

@@ -2,26 +2,42 @@
 
 - `hook_check(ws, member, remote, url, text)`: what the pre-push hook runs on git's input;
   the one-line refusals (empty: the push may go ahead). Decisions are recorded by the guard.
+  When the remote is one forge manages (repos/hooks.py `managed`: its pre-receive is
+  forge's), the client hook defers to the receiving side and decides nothing itself.
+- `receive_check(ws, member, remote, url, text)`: what the pre-receive hook of a managed
+  remote runs on git's `OLD NEW REF` lines: the same check, on the receiving side (a client
+  that skipped its hooks, or used `git send-pack`, meets it all the same).
 - `push(ws, member, remote, refspec)`: `forge repos push`. It works out the one update the
   push makes (the local commit of SRC; the remote's current commit of DST by `git ls-remote`)
   and checks it with the guard BEFORE calling git: a refusal is recorded once (with a
   pending approval request, `forge approve ID` grants it) and git is never called. An
-  allowed push uses its approval here and runs `git push` with the used approval ids in
-  `FORGE_PUSH_APPROVALS`; the hook git runs then finds them used for exactly that update
-  and lets it through without recording again, so an approval is used once. If the remote
-  moved in between, the hook sees another update and checks it afresh.
-  An approval used on a push that git then fails is used all the same: approve again.
+  allowed push uses its approval here, writes a one-time ticket of exactly that update
+  (`<FORGE_HOME>/push-tickets/<sha256 of a random nonce>`: the approval, member, ref, old
+  and new) and runs `git push` with `FORGE_PUSH_APPROVALS=<approval id>:<nonce>`. The hook
+  that decides (the managed remote's pre-receive, else the pre-push) takes the ticket (reads
+  and removes it: only one taker wins) and lets exactly that update through without
+  recording again, so an approval is used once. The ticket is gone after the push (forge
+  removes one no hook took): the same value replayed, or a spent approval's id, is checked
+  afresh and refused. If the remote moved in between, the hook sees another update and
+  checks it afresh. An approval used on a push that git then fails is used all the same:
+  approve again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..ledger.workspace import Workspace
 from .errors import RepoError
-from .git import commit_of, git, out
+from .git import commit_of, git, out, read_small
 from .guard import SHA, ZERO, Update, check_push, full_ref, member_repo, refusal_line
+from .hooks import managed
 from .root import MonoRepo
 
 PREAPPROVED_ENV = "FORGE_PUSH_APPROVALS"
@@ -41,11 +57,88 @@ def parse_updates(text: str) -> list[Update]:
     return ups
 
 
-def hook_check(ws: Workspace, member: str, remote: str, url: str, text: str) -> list[str]:
-    """Check (and record) the push git describes in `text`; one line per refused ref."""
-    pre = [k for k in os.environ.get(PREAPPROVED_ENV, "").split(",") if k]
-    decisions = check_push(ws, member, remote, url, parse_updates(text), pre)
+def _tickets(ws: Workspace) -> Path:
+    return ws.home / "push-tickets"
+
+
+def _ticket_path(ws: Workspace, nonce: str) -> Path:
+    return _tickets(ws) / hashlib.sha256(nonce.encode()).hexdigest()
+
+
+def issue_ticket(ws: Workspace, approval_id: str, member: str, up: Update) -> tuple[str, Path]:
+    """A one-time ticket of exactly this update under this (used) approval: the value for
+    FORGE_PUSH_APPROVALS, and the ticket's file (named by the nonce's digest, so that a
+    listing of the directory does not tell the nonce)."""
+    nonce = secrets.token_urlsafe(24)
+    path = _ticket_path(ws, nonce)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"approval_id": approval_id, "member": member, "ref": up.remote_ref,
+                   "old": up.remote_sha, "new": up.local_sha}, f)
+    return f"{approval_id}:{nonce}", path
+
+
+def take_tickets(ws: Workspace, value: str, member: str, updates: Sequence[Update]
+                 ) -> list[str]:
+    """The approval ids of the tickets `value` (FORGE_PUSH_APPROVALS) names that exist and
+    match one of `updates` exactly; each ticket named is taken (removed) whatever it holds,
+    and only the process whose removal succeeds may count it."""
+    ids: list[str] = []
+    want = {(u.remote_ref, u.remote_sha, u.local_sha) for u in updates}
+    for entry in (e.strip() for e in value.split(",")):
+        aid, sep, nonce = entry.partition(":")
+        if not sep or not aid or not nonce or len(nonce) > 200:
+            continue  # an approval id alone is no ticket: checked afresh
+        path = _ticket_path(ws, nonce)
+        try:
+            data = json.loads(read_small(path, 4096, "push ticket"))
+            os.unlink(path)  # the one taker
+        except (RepoError, OSError, ValueError):
+            continue
+        if (isinstance(data, dict) and data.get("approval_id") == aid
+                and data.get("member") == member
+                and (data.get("ref"), data.get("old"), data.get("new")) in want):
+            ids.append(aid)
+    return ids
+
+
+def _check(ws: Workspace, member: str, remote: str, url: str, updates: Sequence[Update]
+           ) -> list[str]:
+    pre = take_tickets(ws, os.environ.get(PREAPPROVED_ENV, ""), member, updates)
+    decisions = check_push(ws, member, remote, url, updates, pre)
     return [refusal_line(member, remote, d) for d in decisions if d.refused]
+
+
+def hook_check(ws: Workspace, member: str, remote: str, url: str, text: str) -> list[str]:
+    """Check (and record) the push git describes in `text`; one line per refused ref. A
+    managed remote's own pre-receive decides instead (module contract)."""
+    updates = parse_updates(text)
+    if managed(url, Path.cwd()):
+        return []
+    return _check(ws, member, remote, url, updates)
+
+
+def parse_received(text: str) -> list[Update]:
+    """git's pre-receive input: `OLD NEW REF` per line."""
+    ups = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 3 or not (SHA.match(parts[0]) and SHA.match(parts[1])):
+            raise RepoError(f"pre-receive input line {i}: expected 'OLD NEW REF', got "
+                            f"{line.strip()[:200]!r}")
+        old, new, ref = parts
+        ups.append(Update(ref, new, ref, old))
+    return ups
+
+
+def receive_check(ws: Workspace, member: str, remote: str, url: str, text: str
+                  ) -> list[str]:
+    """The pre-receive of a managed remote: check (and record) what git is about to accept;
+    one line per refused ref (module contract)."""
+    return _check(ws, member, remote, url, parse_received(text))
 
 
 def _remote_url(repo: Any, member: str, remote: str) -> str:
@@ -117,6 +210,15 @@ def push(ws: Workspace, member: str, remote: str = "origin", refspec: str | None
               "approval_id": d.approval_id if d else None, "pushed": d is not None}
     if d is None:
         return result  # the remote already has it
-    git(["push", "--quiet", "--", remote, f"{'+' if force else ''}{new if src else ''}:{dst}"],
-        repo, env={PREAPPROVED_ENV: d.approval_id or ""})
+    if d.approval_id is None:  # not protected: no ticket to hand on
+        git(["push", "--quiet", "--", remote,
+             f"{'+' if force else ''}{new if src else ''}:{dst}"], repo)
+        return result
+    value, ticket = issue_ticket(ws, d.approval_id, member, up)
+    try:
+        git(["push", "--quiet", "--", remote,
+             f"{'+' if force else ''}{new if src else ''}:{dst}"],
+            repo, env={PREAPPROVED_ENV: value})
+    finally:
+        ticket.unlink(missing_ok=True)  # one no hook took (a remote with no hook of forge's)
     return result
