@@ -29,12 +29,14 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...ledger import events as E
+from ...ledger import sizes
 from ...ledger.errors import LedgerError, NotFoundError
+from ...ledger.sizes import capped, capped_json
 from ...ledger.streams import AGENTS_STREAM
 from ...ledger.workspace import Workspace
 from ...projections.errors import ProjectionError
@@ -44,6 +46,10 @@ from ..errors import HarnessError
 from ..record import append_to_task
 
 MAX_RESULT_CHARS = 60_000  # what one tool result may put in an agent's context
+# What a failed step records of the agent's own text (record_failure).
+ARGS_BYTES = 16 << 10  # its arguments, as JSON
+RAW_BYTES = 2000  # arguments that were not a JSON object
+REASON_BYTES = 4000  # the reason (it may quote the arguments)
 
 
 @dataclass
@@ -131,8 +137,12 @@ def _task_of(ctx: ToolContext, args: Any) -> str | None:
 def record_failure(ctx: ToolContext, tool_name: str | None, reason: str,
                    arguments: Any, task_id: str | None) -> None:
     """Record a failed agent step as data (never raises: a step that cannot even be
-    recorded is still answered)."""
-    args = arguments if isinstance(arguments, dict) else {"raw": str(arguments)[:2000]}
+    recorded is still answered). The arguments and the reason come from the agent: each is
+    capped (`ARGS_BYTES`, `REASON_BYTES`; ledger/sizes.py: the head and the size and digest
+    of the whole), so a refused call's 200 MB arguments are not stored."""
+    args = capped_json(arguments, ARGS_BYTES) if isinstance(arguments, dict) \
+        else {"raw": capped(str(arguments), RAW_BYTES)}
+    reason = capped(reason, REASON_BYTES)
     if ctx.collect is not None:
         ctx.collect.append(E.AgentStepFailed(tool=tool_name, reason=reason, arguments=args,
                                              task_id=task_id, actor=ctx.actor))
@@ -389,9 +399,10 @@ def _verify(ctx: ToolContext, a: TaskArgs) -> Any:
 
 
 class HandoffArgs(TaskArgs):
-    state_reached: str = Field(min_length=1, max_length=4000)
-    findings: list[str] = Field(default_factory=list, max_length=50)
-    next_sub_goal: str | None = Field(None, max_length=2000)
+    state_reached: str = Field(min_length=1, max_length=sizes.STATE_CHARS)
+    findings: list[Annotated[str, Field(max_length=sizes.FINDING_CHARS)]] = Field(
+        default_factory=list, max_length=sizes.MAX_FINDINGS)
+    next_sub_goal: str | None = Field(None, max_length=sizes.NEXT_CHARS)
     outcome: str = Field("progress", pattern="^(progress|no-progress|failed|delivered)$")
 
 

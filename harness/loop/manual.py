@@ -11,6 +11,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger import numbers as N
 from ...ledger.candidates import canonical_candidate
+from ...ledger.sizes import handoff_problem
 from ...ledger.specs import (
     effective_digest,
 )
@@ -131,6 +132,9 @@ def verify_block(ws: Workspace, task_id: str, actor: E.Actor | None = None) -> d
 def handoff_block(ws: Workspace, task_id: str, *, state_reached: str, findings: list[str] = (),  # type: ignore[assignment]
                   next_sub_goal: str | None = None, outcome: str = "progress",
                   actor: E.Actor | None = None) -> dict[str, Any]:
+    problem = handoff_problem(state_reached, list(findings), next_sub_goal)
+    if problem:  # an agent's or a person's text, recorded whole: bounded (ledger/sizes.py)
+        raise HarnessError(f"task {task_id}: handoff refused: {problem}")
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a handoff")
     ev = E.LoopBlockHandedOff(outcome=outcome, state_reached=state_reached,

@@ -3,10 +3,19 @@ digest without secret values, exit code, duration, stdout/stderr as artifacts, r
 
 `run_tool` never raises for a command that fails or cannot start: the failure is recorded
 (exit code, error). It does not save: callers put the event into their step's one save.
+
 Every call runs through the Safety Guard's environment isolation (harness/guard/sandbox.py:
 an allowlisted environment, bubblewrap where the host has it); its profile is the event's
 `sandbox`. The one exception it raises: HarnessError when forge.toml requires the sandbox
 and this host cannot make one (nothing runs).
+
+Sizes (what a command prints comes from outside): its output is read in chunks and streamed
+to a temporary file, then to the artifact store (redacted as a stream), never held whole:
+memory stays bounded whatever it prints. The artifact keeps the first `STORE_BYTES` of each
+stream; `ToolRun.stdout`/`stderr` hold the first `KEEP_BYTES` and the last `TAIL_BYTES`
+(the last lines: a policy's JSON answer, a step's tail). Whatever was cut is marked in
+place, `…[truncated: <size> bytes, sha256:<digest of the whole stream>]` (ledger/sizes.py),
+and the call is recorded all the same. Each argv element is capped at `ARG_BYTES` alike.
 """
 
 from __future__ import annotations
@@ -15,9 +24,10 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -26,6 +36,7 @@ from ...ledger import events as E
 from ...ledger.clock import digest
 from ...ledger.redact import Redactor
 from ...ledger.secret_names import is_secret_name
+from ...ledger.sizes import capped, truncated
 from ...ledger.workspace import Workspace
 from ..guard.sandbox import SandboxProfile, missing_program, prepare
 from ..proc import kill_group, session_launch
@@ -83,13 +94,83 @@ def repo_digest(cwd: str | Path) -> str | None:
                    "diff": hashlib.sha256(diff.stdout).hexdigest()})
 
 
-def _pump(src: IO[str], sink: list[str], echo: IO[str] | None) -> None:
-    for line in iter(src.readline, ""):
-        sink.append(line)
-        if echo is not None:
-            echo.write(line)
+KEEP_BYTES = 4 << 20  # the head of a stream kept in ToolRun.stdout / stderr
+TAIL_BYTES = 64 << 10  # and its tail
+STORE_BYTES = 256 << 20  # what the artifact keeps of one stream
+ARG_BYTES = 128 << 10  # an argv element as recorded (the kernel's own limit per argument)
+_READ = 1 << 16
+
+
+class _Capture:
+    """One output stream of a call, read as it comes: all of it hashed and counted, its
+    first STORE_BYTES in a temporary file (for the artifact store), its head and tail in
+    memory."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self.sha = hashlib.sha256()
+        self.size = 0
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.keep, self.tail_keep, self.store = KEEP_BYTES, TAIL_BYTES, STORE_BYTES
+
+    def write(self, b: bytes) -> None:
+        self.sha.update(b)
+        if self.size < self.store:
+            self.file.write(b[:self.store - self.size])
+        if len(self.head) < self.keep:
+            self.head += b[:self.keep - len(self.head)]
+        self.size += len(b)
+        self.tail += b
+        if len(self.tail) > 2 * self.tail_keep:
+            del self.tail[:-self.tail_keep]
+
+    def mark(self) -> str:
+        return truncated(self.size, self.sha.hexdigest())
+
+    def text(self) -> str:
+        """All of it when it was at most KEEP_BYTES, else head + mark + tail."""
+        if self.size <= self.keep:
+            return bytes(self.head).decode("utf-8", "replace")
+        tail = bytes(self.tail[-min(self.tail_keep, self.size - self.keep):])
+        return (bytes(self.head).decode("utf-8", "ignore") + "\n" + self.mark() + "\n"
+                + tail.decode("utf-8", "ignore"))
+
+    def chunks(self) -> Iterator[bytes]:
+        """What the artifact store keeps: the first STORE_BYTES, then the mark if cut."""
+        self.file.seek(0)
+        while chunk := self.file.read(1 << 20):
+            yield chunk
+        if self.size > self.store:
+            yield ("\n" + self.mark() + "\n").encode()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _pump(src: IO[bytes], sink: _Capture, echo: IO[str] | None) -> None:
+    raw = getattr(echo, "buffer", None)
+    read = getattr(src, "read1", src.read)
+    while chunk := read(_READ):
+        sink.write(chunk)
+        if raw is not None:
+            raw.write(chunk)
+            raw.flush()
+        elif echo is not None:  # a text stream without bytes (a test's capture)
+            echo.write(chunk.decode("utf-8", "replace"))
             echo.flush()
     src.close()
+
+
+def _store(store: Any, capture: _Capture, red: Redactor) -> str:
+    """The artifact of one stream; a compressed stream that cannot be redacted (damaged,
+    a bomb: ledger/archives.py) is not stored: a line saying why, with the mark, is."""
+    from ...ledger.archives import ArchiveError
+
+    try:
+        return store.put_stream(capture.chunks(), redactor=red)
+    except ArchiveError as e:
+        return store.put(f"[output not stored: {e}] {capture.mark()}\n", redactor=red)
 
 
 def run_tool(
@@ -127,8 +208,7 @@ def run_tool(
     else:
         launch_argv, full_env, profile = argv, dict(env or {}), prepared
     secret_names = tuple(ws.config.secret_env) if ws is not None else ()
-    out: list[str] = []
-    err: list[str] = []
+    out, err = _Capture(), _Capture()
     code: int | None = None
     error: str | None = None
     t0 = time.monotonic()
@@ -142,7 +222,7 @@ def run_tool(
     try:
         if missing:
             raise _NotStarted(missing)
-        proc = subprocess.Popen(launch, cwd=cwd, env=full_env, text=True,
+        proc = subprocess.Popen(launch, cwd=cwd, env=full_env,
                                 stdin=subprocess.PIPE if input is not None else None,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, **guard)
     except _NotStarted as e:
@@ -160,7 +240,7 @@ def run_tool(
             t.start()
         if input is not None and proc.stdin is not None:
             try:
-                proc.stdin.write(input)
+                proc.stdin.write(input.encode("utf-8"))
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
@@ -179,17 +259,23 @@ def run_tool(
     # What the child saw of its environment may be in its output (and in argv, expanded by a
     # shell): redacted with the child's secret values before anything keeps it.
     red = capture_redactor(ws, full_env)
-    stdout, stderr = red.text("".join(out)), red.text("".join(err))
+    stdout, stderr = red.text(out.text()), red.text(err.text())
     store = ws.artifacts if ws is not None else None
+    try:
+        stdout_digest = _store(store, out, red) if store is not None else None
+        stderr_digest = _store(store, err, red) if store is not None and err.size else None
+    finally:
+        out.close()
+        err.close()
     ev = E.ToolInvoked(
-        tool=red.text(tool or Path(argv[0]).name),
-        argv=red.value(argv),
+        tool=red.text(capped(tool or Path(argv[0]).name, ARG_BYTES)),
+        argv=red.value([capped(a, ARG_BYTES) for a in argv]),
         cwd=cwd,
         env_digest=env_digest(full_env, secret_names),
         exit_code=code,
         duration_s=round(duration, 6),
-        stdout_digest=store.put(stdout) if store is not None else None,
-        stderr_digest=store.put(stderr) if store is not None and stderr else None,
+        stdout_digest=stdout_digest,
+        stderr_digest=stderr_digest,
         repo_digest=repo_digest(cwd),
         error=red.text(error) if error else error,
         sandbox=profile.record(),
