@@ -5,6 +5,7 @@ from __future__ import annotations
 import compileall
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ FORGE = [sys.executable, "-m", "infer_forge.cli"]
 
 
 def pytest_sessionstart(session) -> None:
-    """Byte-compile the package once, as installing it would. Where PYTHONDONTWRITEBYTECODE
+    """Give children the default SIGINT (below) and byte-compile the package once, as installing it would. Where PYTHONDONTWRITEBYTECODE
     is set (this build machine sets it) no interpreter writes bytecode, so every `forge` and
     server subprocess the tests start compiled the sources it imports again (~0.1-0.25 s of
     CPU each). Unchanged files are skipped by their mtime."""
@@ -25,6 +26,12 @@ def pytest_sessionstart(session) -> None:
     for sub in REPO.iterdir():  # the subpackages, whatever they are named
         if (sub / "__init__.py").is_file() and sub.name != "tests":
             compileall.compile_dir(str(sub), quiet=1)
+    # A suite started from a background job (or CI's non-interactive shell) inherits SIGINT
+    # ignored, and an ignored signal stays ignored across exec: every child would ignore the
+    # Ctrl-C the signal tests send. A Python handler is reset to the default in a child, so
+    # with this one every process the tests start gets SIGINT as a terminal gives it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def need(condition: bool, reason: str) -> None:
