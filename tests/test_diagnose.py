@@ -4,13 +4,20 @@ misbehave between scrapes) and a real log file, recorded in a real ledger and in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from infer_forge.harness.diagnose import collect
-from infer_forge.harness.diagnose.rules import RULES, LogLine, Scrape, apply_rules
+from infer_forge.harness.diagnose.rules import (
+    RULES,
+    LogLine,
+    Scrape,
+    apply_rules,
+    window_latency_ms,
+)
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.testing.scripted_server import Script, ScriptedServer
 from infer_forge.harness.testing.sglang_metrics import sglang_metrics
@@ -259,3 +266,51 @@ def test_slo_from_a_deployment_point(workspace):
     out = json.loads(r.stdout)
     assert [f["rule"] for f in out["findings"]] == ["ttft_over_slo"]
     assert "p99" in out["findings"][0]["summary"] and "2000 ms" in out["findings"][0]["summary"]
+
+
+# --- non-finite samples (issue 27, item 6) -------------------------------------------------
+
+def nonfinite_page(k: int) -> str:
+    """A legal Prometheus page with `NaN`, `+Inf` and `-Inf` samples under SGLang's own names
+    (a histogram's sum among them) on even scrapes; odd scrapes are healthy."""
+    page = healthy(k)
+    if k % 2:
+        return page
+    for name, value in (("token_usage", "NaN"), ("num_queue_reqs", "+Inf"),
+                        ("num_running_reqs", "-Inf"),
+                        ("time_to_first_token_seconds_sum", "+Inf")):
+        page = re.sub(rf"^(sglang:{name}{{[^}}]*}}) .*$", rf"\g<1> {value}", page, flags=re.M)
+    return page
+
+
+def test_nan_and_inf_samples_are_skipped_and_named_never_a_traceback(workspace, tmp_path):
+    with server(nonfinite_page) as s:
+        assert all(v in nonfinite_page(0) for v in ("} NaN\n", "} +Inf\n", "} -Inf\n"))
+        ev = collect.diagnose(workspace, s.url, samples=3, interval_s=0.01,
+                              slo={"ttft_ms.p99": 1000.0})
+        r = run_forge("diagnose", s.url, "--samples", "3", "--interval", "0.01", "--json",
+                      home=workspace.home)
+    assert [f.rule for f in ev.findings] == ["nonfinite_metrics"] and not ev.healthy
+    (f,) = ev.findings
+    for name in ("sglang:token_usage", "sglang:num_queue_reqs", "sglang:num_running_reqs",
+                 "sglang:time_to_first_token_seconds_sum"):
+        assert f"{name} (2 of 3 scrapes)" in f.summary
+    # The skipped values are holes; the finite ones in between are kept.
+    assert ev.window["token_usage"] == (None, 0.4, None)
+    assert ev.window["num_queue_reqs"] == (None, 1.0, None)
+    (stored,) = [x.event for x in workspace.ledger.stream(DIAGNOSES_STREAM)][:1]
+    assert stored.window == ev.window
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    out = json.loads(r.stdout)
+    assert [x["rule"] for x in out["findings"]] == ["nonfinite_metrics"]
+
+
+def test_computed_numbers_that_overflow_are_not_judged():
+    """Finite samples whose window sum overflows: the latency is not judged, not a crash."""
+    big = 1.7e308
+    a = Scrape(0.0, {"time_to_first_token_seconds_count": 0.0,
+                     "time_to_first_token_seconds_sum": -big})
+    b = Scrape(1.0, {"time_to_first_token_seconds_count": 1.0,
+                     "time_to_first_token_seconds_sum": big})
+    assert window_latency_ms([a, b], "ttft_ms", "mean") is None  # not inf
+    assert apply_rules([a, b], [], {"ttft_ms.mean": 1.0}) == []

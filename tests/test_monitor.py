@@ -4,6 +4,7 @@ interval, summaries in a real ledger, samples in the real index."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from infer_forge.harness.diagnose.monitor import monitor
@@ -176,3 +177,36 @@ def test_no_endpoints_page_without_monitoring(workspace):
 
     build(workspace, embeddings=False)
     assert not (workspace.home / "wiki" / "endpoints.md").exists()
+
+
+def nonfinite_k(k: int) -> str:
+    """Scrape k as queue_of_k, but every other scrape's KV usage is `NaN`, its queue `+Inf`
+    and its running count `-Inf` (legal Prometheus, SGLang's names)."""
+    page = queue_of_k(k)
+    if k % 2:
+        for name, value in (("token_usage", "NaN"), ("num_queue_reqs", "+Inf"),
+                            ("num_running_reqs", "-Inf")):
+            page = re.sub(rf"^(sglang:{name}{{[^}}]*}}) .*$", rf"\g<1> {value}", page,
+                          flags=re.M)
+    return page
+
+
+def test_nan_and_inf_samples_are_holes_and_monitoring_goes_on(workspace):
+    """A page with NaN/±Inf samples used to stop the monitor at its first summary; they are
+    holes (null) in the samples, left out of the stats, and every scrape counts."""
+    lines: list[str] = []
+    with ScriptedServer(Script(metrics=nonfinite_k)) as s:
+        res = monitor(workspace, s.url, interval_s=0.01, window_s=60, count=6,
+                      echo=lines.append)
+        r = run_forge("monitor", s.url, "--interval", "0.01", "--count", "4", "--json",
+                      home=workspace.home)
+    assert (res.samples, res.errors, res.summaries) == (6, 0, 1)
+    ev = summaries(workspace)[0]
+    cols = decode_samples(workspace.artifacts.get(str(ev.samples_artifact)))
+    assert cols["metrics"]["num_queue_reqs"] == [0.0, None, 2.0, None, 4.0, None]
+    assert cols["metrics"]["token_usage"] == [0.5, None] * 3
+    assert ev.stats["num_queue_reqs"] == (4.0, 0.0, 4.0, 2.0)  # last, min, max, mean
+    assert "num_running_reqs" in ev.stats and len(lines) == 1
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["samples"] == 4
+

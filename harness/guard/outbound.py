@@ -276,6 +276,7 @@ def _exchange(t: Target, method: str, body: bytes | None, headers: Mapping[str, 
     timer = threading.Timer(left, shut)
     timer.daemon = True
     timer.start()
+    resp: http.client.HTTPResponse | None = None
     try:
         hdrs = {"Connection": "close", **(headers or {})}
         if body is not None:
@@ -306,4 +307,6 @@ def _exchange(t: Target, method: str, body: bytes | None, headers: Mapping[str, 
         raise HarnessError(f"{method} {_shown(first)}: {why}") from None
     finally:
         timer.cancel()
+        if resp is not None:  # it holds the socket too: a response cut here is closed now
+            resp.close()
         conn.close()
