@@ -57,6 +57,7 @@ from ...repos import worktrees
 from ...repos.commands import open_monorepo, worktree_base
 from ...repos.root import MonoRepo
 from ...repos.snapshot import member_state
+from ...repos.worktrees import locate
 from ..errors import HarnessError
 from ..guard.sandbox import prepare, settings_key
 from ..loop.task import human_actor, load_task_from_ledger
@@ -200,7 +201,11 @@ def build(ws: Workspace, mono: MonoRepo, member: str, workdir: Path, *, force: b
     argv = build_argv(m.build, member)
     workdir = Path(workdir).resolve()
     env = dict(os.environ)
-    key = build_key(ws, member_state(m.name, m.rel_path, workdir, ws.artifacts), argv, env,
+    # A task's worktree (anything but the member's own checkout) is read as forge made it
+    # (repos/worktrees.py `locate`): its calls may have rewritten its .git file.
+    where = workdir if workdir == mono.member_dir(member).resolve() else \
+        locate(mono.member_dir(member), workdir)
+    key = build_key(ws, member_state(m.name, m.rel_path, where, ws.artifacts), argv, env,
                     settings_key(ws, sandbox))
     shown_argv = capture_redactor(ws, env).value(argv)
     inputs = {Digest.BUILD: key}
