@@ -78,20 +78,13 @@ def capture_redactor(ws: Workspace | None, env: Mapping[str, str]) -> Redactor:
 
 
 def repo_digest(cwd: str | Path) -> str | None:
-    """Digest of HEAD + working-tree status + diff when `cwd` is inside a git work tree."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                              text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=cwd, capture_output=True,
-                                text=True, timeout=20)
-        diff = subprocess.run(["git", "diff", "HEAD"], cwd=cwd, capture_output=True,
-                              timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return digest({"head": head.stdout.strip(), "status": status.stdout,
-                   "diff": hashlib.sha256(diff.stdout).hexdigest()})
+    """Digest of HEAD + working-tree status + diff when `cwd` is inside a git work tree. The
+    call that ran there may have made that repository and its config: git runs as
+    repos/git.py `untrusted_state` says (no hook, fsmonitor, filter or driver of its)."""
+    from ...repos.git import untrusted_state
+
+    state = untrusted_state(cwd)
+    return digest(state) if state is not None else None
 
 
 KEEP_BYTES = 4 << 20  # the head of a stream kept in ToolRun.stdout / stderr
