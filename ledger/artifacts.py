@@ -26,10 +26,24 @@ from pathlib import Path
 from typing import BinaryIO
 
 from . import archives
-from .errors import ArtifactIntegrityError, NotFoundError
+from .errors import ArtifactIntegrityError, LedgerError, NotFoundError
 from .redact import Redactor
 
 PREFIX = "sha256:"
+
+
+class ArtifactTooLargeError(LedgerError):
+    """A file over the size a caller allows to store (`put_file(limit=)`)."""
+
+
+def _bounded(f: BinaryIO, path: str | Path, limit: int | None) -> Iterator[bytes]:
+    read = 0
+    while chunk := f.read(1 << 20):
+        read += len(chunk)
+        if limit is not None and read > limit:
+            raise ArtifactTooLargeError(f"{path}: grew over the limit of {limit} bytes "
+                                        "while it was read")
+        yield chunk
 
 
 class ArtifactStore:
@@ -82,16 +96,23 @@ class ArtifactStore:
             raise
         return digest
 
-    def put_file(self, path: str | Path, *, redactor: Redactor | None = None) -> str:
-        """Store the file at `path` as `put` would, in bounded memory (read as a stream)."""
+    def put_file(self, path: str | Path, *, redactor: Redactor | None = None,
+                 limit: int | None = None) -> str:
+        """Store the file at `path` as `put` would, in bounded memory (read as a stream).
+        `limit`: a file of more bytes (a 6 GB sparse file where a call could write) is
+        refused before it is read (`ArtifactTooLargeError`, one line), and reading stops
+        there should it grow meanwhile."""
         red = redactor or self.redactor
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if limit is not None and size > limit:
+                raise ArtifactTooLargeError(f"{path}: {size} bytes, over the limit of {limit}")
             kind = archives.kind_of(f.read(512)) if red is not None else None
             f.seek(0)
             if kind is not None:
                 assert red is not None
                 return self._put_archive(f, kind, red)
-            return self.put_stream(iter(lambda: f.read(1 << 20), b""), redactor=redactor)
+            return self.put_stream(_bounded(f, path, limit), redactor=redactor)
 
     def _put_archive(self, src: BinaryIO, kind: str, redactor: Redactor) -> str:
         """Store a compressed archive with its members redacted (archives.redact_archive);

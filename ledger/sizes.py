@@ -12,6 +12,9 @@ Contract:
 - `handoff_problem(...)`: why a handoff's text is too large to record (one line naming the
   field and its size), or None. Limits: `STATE_CHARS`, `FINDING_CHARS` per finding,
   `MAX_FINDINGS`, `NEXT_CHARS`.
+- `MAX_ARTIFACT_BYTES`: the largest file stored from a place a call could write (a measure's
+  `--artifact`, a graph node's deliverable): `ArtifactStore.put_file(limit=)` refuses more
+  before reading it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ STATE_CHARS = 4000
 FINDING_CHARS = 4000
 MAX_FINDINGS = 50
 NEXT_CHARS = 2000
+MAX_ARTIFACT_BYTES = 1 << 30  # a file stored from where a call could write (a deliverable)
 
 
 def truncated(size: int, sha256: str) -> str:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
+import time
 import tracemalloc
 
 import pytest
@@ -138,3 +140,62 @@ def test_forge_block_handoff_refuses_an_oversized_finding(forge_home):
     err = res.stderr.strip()
     assert err == ("Error: task tune-tiny-cpu: handoff refused: finding 2 is 100000 "
                    "characters (at most 4000 each)"), res.stderr
+
+
+# --- files read from where a call could write: a 6 GB sparse file -----------------------
+
+SPARSE = 6 << 30  # os.truncate: no disk, no read
+
+
+def _sparse(path):
+    path.write_bytes(b"")
+    os.truncate(path, SPARSE)
+    return path
+
+
+def test_a_sparse_file_over_the_limit_is_refused_before_it_is_read(workspace, tmp_path):
+    from infer_forge.ledger.artifacts import ArtifactTooLargeError
+
+    big = _sparse(tmp_path / "trace.bin")
+    t0 = time.monotonic()
+    with pytest.raises(ArtifactTooLargeError, match=f"{SPARSE} bytes, over the limit of"):
+        workspace.artifacts.put_file(big, limit=1 << 30)
+    assert time.monotonic() - t0 < 1.0  # refused from its size, not after reading 6 GB
+    assert list(workspace.artifacts.digests()) == []
+
+
+def test_a_measurement_artifact_of_six_sparse_gigabytes_is_refused(workspace, tmp_path):
+    from infer_forge.harness.loop.manual import record_measurement
+    from infer_forge.ledger.artifacts import ArtifactTooLargeError
+
+    define_task(workspace, make_task_dir(tmp_path / "specs"))
+    start_block(workspace, "t1", "by hand")
+    before = workspace.ledger.max_position()
+    big = _sparse(tmp_path / "records.jsonl")
+    with pytest.raises(ArtifactTooLargeError, match=f"{SPARSE} bytes, over the limit of"):
+        record_measurement(workspace, "t1", {"output_throughput": 1.0}, artifact=big)
+    assert workspace.ledger.max_position() == before
+
+
+def test_a_graph_node_deliverable_of_six_sparse_gigabytes_fails_its_check(workspace,
+                                                                          tmp_path):
+    from infer_forge.harness.graph.commands import define_graph
+    from infer_forge.harness.graph.run import run_graph
+    from infer_forge.projections.graph import load_graph
+
+    (tmp_path / "make.py").write_text(
+        "import os\nopen('big.bin', 'wb').close()\n"
+        f"os.truncate('big.bin', {SPARSE})\nprint('{{\"value\": 1}}')\n")
+    (tmp_path / "g.yaml").write_text(
+        "name: sparse\nnodes:\n  - id: n\n    type: evaluation\n    work:\n"
+        "      argv: ['{python}', '{graph_dir}/make.py']\n"
+        "      verify:\n        - {name: value, metric: value, at_least: 1}\n"
+        "      deliverables: [big.bin]\n")
+    define_graph(workspace, tmp_path / "g.yaml")
+    run_graph(workspace, "sparse")
+    [node] = load_graph(workspace.ledger, "sparse").tasks()
+    assert not node.verified
+    checks = [g for r in workspace.ledger.stream("graph:sparse")
+              for g in getattr(r.event, "checks", []) or []]
+    [check] = [c for c in checks if c.name == "deliverables"]
+    assert "big.bin: " in check.reason and f"{SPARSE} bytes, over the limit" in check.reason

@@ -15,9 +15,10 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger import numbers as N
 from ...ledger.clock import digest
-from ...ledger.errors import ConflictError, NotFoundError
+from ...ledger.errors import ConflictError, LedgerError, NotFoundError
 from ...ledger.graphspec import CommandWork, LoopWork, VerifyStep
 from ...ledger.payloads import GateResult
+from ...ledger.sizes import MAX_ARTIFACT_BYTES
 from ...ledger.specs import SpecError, TaskDefinition, parse_spec
 from ...ledger.store import Append
 from ...ledger.streams import graph_stream, task_stream
@@ -187,16 +188,21 @@ def run_command_work(ctx: NodeContext, work: CommandWork, cwd: Path) -> WorkResu
                 detail += ": " + last_line(out.stderr)
             checks.append(GateResult.check(ok, name=v.name, kind="command", reason=detail))
     deliverable: dict[str, str] = {}
-    missing = []
+    missing, refused = [], []
     for rel in work.deliverables:
         f = cwd / _subst(rel, values)
         if f.is_file():
-            deliverable[rel] = arts.put(f.read_bytes())
+            try:  # streamed, bounded: the node's command wrote it (ledger/sizes.py)
+                deliverable[rel] = arts.put_file(f, limit=MAX_ARTIFACT_BYTES)
+            except LedgerError as e:  # too large, or an archive that cannot be redacted
+                refused.append(f"{rel}: {e}")
         else:
             missing.append(rel)
-    if missing:
+    if missing or refused:
         checks.append(GateResult.check(False, name="deliverables", kind="deliverables",
-                                       reason=f"missing: {', '.join(missing)}"))
+                                       reason="; ".join(
+                                           ([f"missing: {', '.join(missing)}"] if missing
+                                            else []) + refused)))
     passed = all(c.passed for c in checks)
     failed = list(dict.fromkeys(c.name for c in checks if not c.passed))
     reason = "" if passed else f"verification failed: {', '.join(failed)}"

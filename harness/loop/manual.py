@@ -11,7 +11,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger import numbers as N
 from ...ledger.candidates import canonical_candidate
-from ...ledger.sizes import handoff_problem
+from ...ledger.sizes import MAX_ARTIFACT_BYTES, handoff_problem
 from ...ledger.specs import (
     effective_digest,
 )
@@ -97,7 +97,7 @@ def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *
     lt, mem, version = _open(ws, task_id)
     blk = _need_block(task_id, mem, "a measurement")
     n = len(blk.measurements)
-    digest_ = ws.artifacts.put_file(artifact) if artifact else None
+    digest_ = ws.artifacts.put_file(artifact, limit=MAX_ARTIFACT_BYTES) if artifact else None
     ev = E.MeasurementRecorded(run_id=f"{blk.block_id}-m{n + 1}", source=source,
                                metrics=values,
                                candidate=blk.candidate, repeat=n, success=success, error=error,
