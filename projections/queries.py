@@ -269,9 +269,17 @@ def _resolve(con: duckdb.DuckDBPyConnection, text: str, runs: str) -> Subject:
         "(service@rev) or point hash in the index")
 
 
+def _finite(x: float | None) -> float | None:
+    """`x` when it is a finite number, else None (a computed number is checked like an
+    input: an overflow is no value)."""
+    return x if x is not None and math.isfinite(x) else None
+
+
 def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
     """Two subjects side by side: the dimensions that differ, each metric's medians with
-    the delta, and the gate verdicts of the verifications covering each side."""
+    the delta, and the gate verdicts of the verifications covering each side. A median or
+    delta that is not a finite number (finite samples whose median or difference overflow,
+    e.g. 1.7e308 and -1.7e308) is None, as is a delta of a median that is None."""
     # The two sides are independent read-only queries: side b runs in a second thread
     # (DuckDB releases the GIL) on a cursor of its own that no other thread touches, so a
     # compare costs about one side's time. The cursor is closed only after that thread has
@@ -292,14 +300,14 @@ def compare(con: duckdb.DuckDBPyConnection, a: str, b: str) -> dict[str, Any]:
     metrics = []
     for m in sorted(set(ma) | set(mb)):
         va, vb = ma.get(m), mb.get(m)
-        row: dict[str, Any] = {"metric": m, "a": va[0] if va else None,
-                               "b": vb[0] if vb else None,
+        a_med, b_med = _finite(va[0] if va else None), _finite(vb[0] if vb else None)
+        row: dict[str, Any] = {"metric": m, "a": a_med, "b": b_med,
                                "a_n": va[1] if va else 0, "b_n": vb[1] if vb else 0,
                                "delta": None, "delta_pct": None}
-        if va and vb and va[0] is not None and vb[0] is not None:
-            row["delta"] = vb[0] - va[0]
-            if va[0]:
-                row["delta_pct"] = 100.0 * (vb[0] - va[0]) / abs(va[0])
+        if a_med is not None and b_med is not None:
+            row["delta"] = _finite(b_med - a_med)
+            if a_med and row["delta"] is not None:
+                row["delta_pct"] = _finite(100.0 * row["delta"] / abs(a_med))
         metrics.append(row)
     return {
         "a": {"subject": a, "kind": sa.kind, "scope": sa.note},

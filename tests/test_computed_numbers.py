@@ -83,3 +83,27 @@ def test_json_safe_leaves_only_finite_numbers(value):
     got = json_safe({"a": [1, value, (value, "x")], "b": {"c": value}, "d": 1.5, "e": True})
     assert got == {"a": [1, None, [None, "x"]], "b": {"c": None}, "d": 1.5, "e": True}
     json.dumps(got, allow_nan=False)
+
+
+def test_compare_gives_no_delta_where_the_difference_overflows(forge_home, workspace):
+    from infer_forge.projections.queries import compare_ws
+
+    cmds = [("task", "new", "examples/tasks/tune-tiny-cpu.yaml"),
+            ("block", "start", "tune-tiny-cpu", "--sub-goal", "base"),
+            ("measure", "tune-tiny-cpu", "--metric", "median_ttft_ms=1.7e308"),
+            ("block", "handoff", "tune-tiny-cpu", "--state-reached", "x"),
+            ("block", "start", "tune-tiny-cpu", "--sub-goal", "cb",
+             "--set", "engine.continuous_batching=true"),
+            ("measure", "tune-tiny-cpu", "--metric", "median_ttft_ms=-1.7e308")]
+    for args in cmds:
+        res = run_forge(*args, home=forge_home)
+        assert res.returncode == 0, res.stderr
+    r = compare_ws(workspace, "tune-tiny-cpu/b1", "tune-tiny-cpu/b2")
+    [m] = [x for x in r["metrics"] if x["metric"] == "median_ttft_ms"]
+    assert (m["a"], m["b"]) == (1.7e308, -1.7e308)
+    assert m["delta"] is None and m["delta_pct"] is None  # -inf is no difference to report
+    res = run_forge("compare", "tune-tiny-cpu/b1", "tune-tiny-cpu/b2", "--json",
+                    home=forge_home)
+    assert res.returncode == 0, res.stderr
+    [m] = [x for x in _strict(res.stdout)["metrics"] if x["metric"] == "median_ttft_ms"]
+    assert m["delta"] is None
