@@ -147,3 +147,24 @@ def test_a_spent_approval_does_not_replay_through_the_environment(tmp_path, work
         assert _main(bare) == before
     assert len(_events(workspace, E.PushRefused)) == 2
     assert len(_events(workspace, E.PushAllowed)) == 1
+
+
+def test_a_receiving_hook_already_there_is_kept_and_run_first(tmp_path, workspace, mono):
+    bare, member = _bare(tmp_path), mono.member_dir("alpha")
+    hooks = git_path("hooks", bare)
+    seen = tmp_path / "received.txt"
+    (hooks / RECEIVE).write_text(f"#!/bin/sh\ncat >> '{seen}'\n"
+                                 f"grep -q refs/heads/frozen '{seen}' && exit 4\nexit 0\n")
+    (hooks / RECEIVE).chmod(0o755)
+    refresh_hooks(workspace)
+    assert MARK in (hooks / RECEIVE).read_text() and (hooks / f"{RECEIVE}.chained").is_file()
+    new = _commit(member, "d.txt")
+    assert git(["push", "-q", "origin", "HEAD:refs/heads/feature/x"], member,
+               check=False).returncode == 0  # not protected: both let it through
+    assert "refs/heads/feature/x" in seen.read_text()
+    assert out(["rev-parse", "refs/heads/feature/x"], bare) == new
+    p = git(["push", "-q", "origin", "HEAD:refs/heads/frozen"], member, check=False)
+    assert p.returncode != 0  # the user's own refusal stands on a push forge allows
+    assert git(["rev-parse", "--verify", "--quiet", "refs/heads/frozen"], bare,
+               check=False).returncode != 0
+    assert _events(workspace, E.PushRefused) == []
