@@ -46,10 +46,10 @@ def evil(tmp_path) -> tuple[Path, Path]:
 
 
 def _call(ws, wt: Path, code: str) -> None:
-    """What a task's call does: a sandboxed process with the worktree writable."""
+    """What a task's call does: a process in the task's sandbox (bubblewrap where the host
+    has it), its worktree and the worktree's admin directory writable."""
     r = run_tool(ws, [sys.executable, "-c", code], cwd=wt, task=TASK)
     assert r.returncode == 0, r.stderr
-    assert r.event.sandbox and r.event.sandbox.get("kind") != "none", r.event.sandbox
 
 
 PLANT = r'''
