@@ -9,7 +9,8 @@ Contract:
   relative spread of *one run*: a gain smaller than that is within what the point does by
   itself between runs. `NoiseBand` says what it rests on (`groups`, `runs`); below `MIN_DOF`
   pooled degrees of freedom (`sum(n_i - 1)`) there is no band (None): gates then judge as
-  without one and say so.
+  without one and say so. A group whose mean or CV is not a finite number (finite samples
+  that overflow a float) is left out: a computed number is checked like an input.
 - `point_groups(ledger, point_hash, metric)`: the groups measured at one point: for every
   task whose `TaskDefined.point_hash` is that point, each block's successful, not invalidated
   runs of `metric`. Bounded: task definitions are read from the log by type, then only the
@@ -61,15 +62,20 @@ def learn(metric: str, groups: Iterable[Sequence[float]], *,
         xs = [float(x) for x in g]
         if len(xs) < 2:
             continue
-        mean = statistics.fmean(xs)
-        if mean == 0:
+        try:
+            mean = statistics.fmean(xs)
+            if mean == 0:
+                continue
+            cv = statistics.stdev(xs) / abs(mean)
+        except OverflowError:  # finite samples whose sum overflows (two 1.7e308)
             continue
-        cv = statistics.stdev(xs) / abs(mean)
+        if not math.isfinite(cv):
+            continue
         num += (len(xs) - 1) * cv * cv
         dof += len(xs) - 1
         used += 1
         runs += len(xs)
-    if dof < MIN_DOF:
+    if dof < MIN_DOF or not math.isfinite(num):
         return None
     return NoiseBand(metric=metric, cv=round(math.sqrt(num / dof), 6), groups=used, runs=runs,
                      point_hash=point_hash)

@@ -66,6 +66,17 @@ def test_block_verify_turns_overflowing_medians_and_ratios_into_a_recorded_verdi
         kinds = [r.event.TYPE for r in ledger.events(task="tune-tiny-cpu")]
     assert kinds.count("VerificationRecorded") == 2
     assert run_forge("check", home=forge_home).returncode == 0
+    # The point's noise band over these runs: the overflowing group is left out.
+    res = run_forge("task", "noise", "tune-tiny-cpu", home=forge_home)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_noise_band_leaves_out_groups_whose_spread_overflows():
+    from infer_forge.projections.noise import learn
+
+    band = learn("m", [[1.7e308, 1.7e308, 1.7e308], [100.0, 110.0, 90.0], [50.0, 55.0]])
+    assert band is not None and (band.groups, band.runs) == (2, 5)
+    assert learn("m", [[1.7e308, 1.7e308], [1.7e308, -1.7e308]]) is None
 
 
 def test_sql_json_is_valid_json_with_null_for_non_finite_numbers(forge_home):
