@@ -5,9 +5,12 @@ artifacts, not saved), in one process, the two modes interleaved call by call:
 - sandboxed: `[guard] sandbox = "auto"` with bwrap here (allowlisted environment, bwrap);
 - plain: `[guard] sandbox = "off"` (forge's whole environment, no bwrap: the old way).
 
-    .venv/bin/python bench/sandbox.py [--calls 50]
+    .venv/bin/python bench/sandbox.py [--calls 50] [--flags]
 
-Goal: the sandbox adds ≤ 50 ms per call (difference of the medians).
+Goal: the sandbox adds ≤ 50 ms per call (difference of the medians). `--flags` also times bare
+spawns of `bwrap ... true` with the issue-13 flag set and with each issue-27 addition
+(interleaved): what the user and pid namespaces, the fresh /proc, the new session and the
+dropped capabilities cost apart.
 """
 
 from __future__ import annotations
@@ -47,9 +50,35 @@ def spawn(argv: list[str], n: int) -> float:
     return statistics.median(out) * 1000
 
 
+# The issue-13 flags, and what issue 27 added (each alone on top, then all of them).
+_OLD = ["--ro-bind", "/", "/", "--dev", "/dev", "--unshare-net", "--unshare-ipc",
+        "--die-with-parent"]
+_ADDED = {"+ --unshare-user": ["--unshare-user"], "+ --unshare-pid": ["--unshare-pid"],
+          "+ --unshare-pid --proc /proc": ["--unshare-pid", "--proc", "/proc"],
+          "+ --new-session --cap-drop ALL": ["--new-session", "--cap-drop", "ALL"]}
+
+
+def flag_costs(bwrap: str, n: int) -> None:
+    """Median bare spawn of `bwrap <flags> -- true` per flag set, interleaved."""
+    true = shutil.which("true") or "/bin/true"
+    sets = {"issue-13 set": _OLD, **{k: _OLD + v for k, v in _ADDED.items()},
+            "whole sandbox (bwrap_argv)": S.bwrap_argv(  # without bwrap and its "--"
+                bwrap, [], cwd=Path("/"), writable=[], network=False, gpus=[])[1:-1]}
+    times: dict[str, list[float]] = {k: [] for k in sets}
+    for i in range(n + 3):
+        for name, flags in sets.items():
+            t0 = time.perf_counter()
+            subprocess.run([bwrap, *flags, "--", true], check=True)
+            if i >= 3:
+                times[name].append((time.perf_counter() - t0) * 1000)
+    for name, xs in times.items():
+        print(f"bare spawn, {name:34} p50 {statistics.median(xs):6.2f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--flags", action="store_true", help="also time each flag set's spawn")
     args = ap.parse_args()
     bwrap, problem = S.find_bwrap()
     if bwrap is None:
@@ -102,6 +131,8 @@ def main() -> None:
           f"ratio {mb / mp:.2f}x")
     print(f"of which prepare() (allowlist, directories, argv): {prep_ms:.2f} ms; "
           f"bare spawn: true {raw_plain:.2f} ms, bwrap true {raw_bwrap:.2f} ms")
+    if args.flags:
+        flag_costs(bwrap, args.calls)
 
 
 if __name__ == "__main__":
