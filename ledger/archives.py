@@ -181,35 +181,35 @@ def _redact(src: IO[bytes], kind: str, redactor: Redactor, out: IO[bytes], budge
             depth: int) -> bool:
     changed = False
     if kind == "gzip":
-        for _, f in _open_members(src, "gzip", budget):
+        for _, member in _open_members(src, "gzip", budget):
             with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as red:
-                changed = _redact_member(f, redactor, red, budget, depth, "gzip")
+                changed = _redact_member(member, redactor, red, budget, depth, "gzip")
                 red.seek(0)
                 with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz:
                     shutil.copyfileobj(red, gz)
         return changed
     if kind == "zip":
         with zipfile.ZipFile(out, "w") as zout:
-            for name, f, info in _zip_members(src, budget):
-                if f is None:
-                    zout.writestr(info, b"")
+            for name, zf, zinfo in _zip_members(src, budget):
+                if zf is None:
+                    zout.writestr(zinfo, b"")
                     continue
                 with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as red:
-                    changed |= _redact_member(f, redactor, red, budget, depth, name)
+                    changed |= _redact_member(zf, redactor, red, budget, depth, name)
                     red.seek(0)
-                    with zout.open(_zip_info(info), "w", force_zip64=True) as w:
+                    with zout.open(_zip_info(zinfo), "w", force_zip64=True) as w:
                         shutil.copyfileobj(red, w)
         return changed
     with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tout:
-        for info, f in _tar_members(src, budget):
-            if f is None:
-                tout.addfile(info)
+        for tinfo, tf in _tar_members(src, budget):
+            if tf is None:
+                tout.addfile(tinfo)
                 continue
             with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as red:
-                changed |= _redact_member(f, redactor, red, budget, depth, info.name)
-                info.size = red.tell()
+                changed |= _redact_member(tf, redactor, red, budget, depth, tinfo.name)
+                tinfo.size = red.tell()
                 red.seek(0)
-                tout.addfile(info, red)
+                tout.addfile(tinfo, red)
     return changed
 
 
