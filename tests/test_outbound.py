@@ -9,6 +9,8 @@ import socket
 import time
 
 import pytest
+from infer_forge.harness.agents import models
+from infer_forge.harness.agents.models import call_model
 from infer_forge.harness.bench.client import bench_command
 from infer_forge.harness.diagnose import collect
 from infer_forge.harness.engines import engine_for
@@ -16,6 +18,7 @@ from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.guard import outbound
 from infer_forge.harness.guard.production import ProductionRefusedError
 from infer_forge.ledger import events as E
+from infer_forge.ledger.config import ModelSettings
 from infer_forge.ledger.workspace import open_workspace
 
 from tests.conftest import run_forge
@@ -187,3 +190,38 @@ def test_addresses_are_canonical():
     assert c("::ffff:192.0.2.7") == "192.0.2.7" and c("192.0.2.7") == "192.0.2.7"
     assert outbound.host_addresses("2130706433") == {outbound.LOCAL}
     assert outbound.host_addresses("no-such-host.invalid") == frozenset()
+
+
+# --- model tiers: the openai client on the outbound rules ----------------------------------
+
+
+def _tier(url: str, timeout_s: float = 30.0) -> ModelSettings:
+    return ModelSettings(url=url + "/v1", model="m", family="f", timeout_s=timeout_s)
+
+
+def test_a_model_tier_follows_no_redirect(workspace):
+    """openai's own client follows a 302 (POST becomes GET) to wherever it points: here the
+    production stand-in's /flush_cache, which SGLang serves on GET too."""
+    with SGLangLike() as srv, HostileHTTP("redirect", to=srv.url + "/flush_cache#") as bad:
+        reply = call_model(workspace, "t", [{"role": "user", "content": "hi"}],
+                           settings=_tier(bad.url))
+        seen = srv.paths()
+    assert not reply.success and reply.error_kind == "http" and "302" in reply.error
+    assert bad.requests == ["POST /v1/chat/completions"] and seen == []
+
+
+def test_a_model_tier_reply_is_cut_at_the_cap_and_the_deadline(workspace, monkeypatch):
+    monkeypatch.setattr(models, "MODEL_MAX_BYTES", 1 << 20)
+    with HostileHTTP("endless") as bad:
+        reply = call_model(workspace, "t", [{"role": "user", "content": "hi"}],
+                           settings=_tier(bad.url))
+        assert bad.served(timeout=5)
+    assert not reply.success and reply.error_kind == "bad-response"
+    assert f"response over {1 << 20} bytes (the cap)" in reply.error
+    with HostileHTTP("drip", gap_s=0.2) as bad:
+        t0 = time.monotonic()
+        reply = call_model(workspace, "t", [{"role": "user", "content": "hi"}],
+                           settings=_tier(bad.url, timeout_s=1.0))
+        took = time.monotonic() - t0
+    assert not reply.success and "no complete response within 1 s" in reply.error
+    assert took < 5 and "\n" not in reply.error

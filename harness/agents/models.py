@@ -7,6 +7,9 @@ a reply with `success=False` and a one-line `error`. Every call yields a `ModelC
 (tier, model, family, purpose, tokens in/out, latency, cost from the tier's prices, the prompt
 and the response as redacted artifacts); the caller saves it where it belongs (the task's
 open block). The API key is read from `api_key_env` at call time and is never recorded.
+The client's transport follows the outbound rules (guard/outbound.py `httpx_client`): no
+redirect followed (a 3xx is an `http` error), a body over `MODEL_MAX_BYTES` or not done
+within the tier's `timeout_s` is a `bad-response` reply naming the URL.
 Data policy (harness/guard/data_policy.py): when the tier's endpoint is of class production,
 the stored prompt and response keep their shape, numbers (token usage) and structural names
 but every text becomes its length and sha256 (`data_policy.for_storage`).
@@ -76,16 +79,20 @@ def _one_line(e: BaseException) -> str:
 
 # One client per endpoint and key for the process: a client builds its TLS context and
 # connection pool (~30 ms), which would otherwise be paid on every call.
-_CLIENTS: dict[tuple[str, str], Any] = {}
+_CLIENTS: dict[tuple[str, str, float], Any] = {}
+MODEL_MAX_BYTES = 32 * 1024 * 1024  # a chat completion this big is not one
 
 
-def _client(url: str, key: str) -> Any:
+def _client(url: str, key: str, timeout_s: float) -> Any:
     import openai  # loaded when a model is called: `forge --help` stays fast
 
-    c = _CLIENTS.get((url, key))
-    if c is None:
-        c = _CLIENTS[(url, key)] = openai.OpenAI(base_url=url, api_key=key or "none",
-                                                 max_retries=0)
+    from ..guard import outbound
+
+    c = _CLIENTS.get((url, key, timeout_s))
+    if c is None:  # on the outbound rules: no redirect, a byte cap, the body's deadline
+        c = _CLIENTS[(url, key, timeout_s)] = openai.OpenAI(
+            base_url=url, api_key=key or "none", max_retries=0,
+            http_client=outbound.httpx_client(timeout_s, MODEL_MAX_BYTES))
     return c
 
 
@@ -120,7 +127,7 @@ def call_model(ws: Workspace, tier: str, messages: Sequence[dict[str, Any]], *,
 
     s = settings or tier_settings(ws, tier)
     key = os.environ.get(s.api_key_env, "") if s.api_key_env else ""
-    client = _client(s.url, key)
+    client = _client(s.url, key, s.timeout_s)
     request: dict[str, Any] = {"model": s.model, "messages": list(messages),
                                "max_tokens": s.max_tokens, "temperature": s.temperature}
     if tools:
@@ -138,8 +145,11 @@ def call_model(ws: Workspace, tier: str, messages: Sequence[dict[str, Any]], *,
     except openai.APITimeoutError:
         reply.error, reply.error_kind = f"timed out after {s.timeout_s}s ({s.url})", "timeout"
     except openai.APIConnectionError as e:
-        reply.error = f"endpoint {s.url} is down: {_one_line(e.__cause__ or e)}"
-        reply.error_kind = "down"
+        if isinstance(e.__cause__, HarnessError):  # cut at the cap or the deadline
+            reply.error, reply.error_kind = _one_line(e.__cause__), "bad-response"
+        else:
+            reply.error = f"endpoint {s.url} is down: {_one_line(e.__cause__ or e)}"
+            reply.error_kind = "down"
     except openai.APIStatusError as e:
         reply.error = f"HTTP {e.status_code} from {s.url}: {_one_line(e)}"
         reply.error_kind = "http"

@@ -25,6 +25,10 @@ Contracts:
     past it the socket is shut, whatever the server is still dripping, and the error is
     `METHOD URL: no complete response within N s (the deadline)`. A body over `max_bytes` is
     cut there: `METHOD URL: response over N bytes (the cap)`. Both one line (HarnessError).
+- Model tiers keep the official `openai` client (harness/agents/models.py) on
+  `httpx_client`: no redirect followed, the byte cap, the body's deadline. They are not
+  passed through the production guard: a tier is the agent's own model, named in forge.toml
+  (a production-class one has its prompts stored as lengths and digests, data_policy.py).
 - Where the transport differs: the bench client's streaming path (harness/bench/sse_client.py:
   raw sockets, kernel receive timestamps per read) keeps its own transport for timing, but
   connects only to `resolve`'s addresses, the ones its run's production check saw.
@@ -310,3 +314,53 @@ def _exchange(t: Target, method: str, body: bytes | None, headers: Mapping[str, 
         if resp is not None:  # it holds the socket too: a response cut here is closed now
             resp.close()
         conn.close()
+
+
+# --- a library's client under the same rules ----------------------------------------------
+
+
+def httpx_client(timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """An httpx client (the `openai` client's transport: model tiers) under this module's
+    rules where httpx allows them: no redirect followed (openai's default client follows
+    them, unchecked), the body cut at `max_bytes`, and the body's last byte due `timeout_s`
+    after the request started (httpx's own timeout is per read, which a drip never trips;
+    the headers are held to that per-read timeout only)."""
+    try:
+        import httpx2 as httpx  # what openai >= 3 is built on
+    except ImportError:  # pragma: no cover - older openai releases
+        import httpx
+
+    class Bounded(httpx.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any, url: str, deadline: float):
+            self.inner, self.url, self.deadline = inner, url, deadline
+
+        def __iter__(self) -> Any:
+            size = 0
+            for chunk in self.inner:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise HarnessError(f"POST {_shown(self.url)}: response over {max_bytes} "
+                                       "bytes (the cap): cut there")
+                if time.monotonic() > self.deadline:
+                    raise HarnessError(f"POST {_shown(self.url)}: no complete response "
+                                       f"within {timeout_s:g} s (the deadline)")
+                yield chunk
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class Transport(httpx.BaseTransport):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            self.inner = httpx.HTTPTransport()
+
+        def handle_request(self, request: Any) -> Any:
+            deadline = time.monotonic() + timeout_s
+            r = self.inner.handle_request(request)
+            return httpx.Response(r.status_code, headers=r.headers, request=request,
+                                  stream=Bounded(r.stream, str(request.url), deadline),
+                                  extensions=r.extensions)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return httpx.Client(transport=Transport(), follow_redirects=False, timeout=timeout_s)
