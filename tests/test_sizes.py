@@ -199,3 +199,13 @@ def test_a_graph_node_deliverable_of_six_sparse_gigabytes_fails_its_check(worksp
               for g in getattr(r.event, "checks", []) or []]
     [check] = [c for c in checks if c.name == "deliverables"]
     assert "big.bin: " in check.reason and f"{SPARSE} bytes, over the limit" in check.reason
+
+
+def test_capped_arguments_is_the_one_rule_for_a_failed_steps_arguments():
+    # record_failure and the agent executor's failed steps both record through it.
+    huge = {"candidate": {"engine.x": "y" * (1 << 20)}}
+    got = T.capped_arguments(huge)
+    assert set(got) == {"truncated"} and len(got["truncated"]) < T.ARGS_BYTES + 200
+    assert T.capped_arguments({"a": 1}) == {"a": 1}
+    raw = T.capped_arguments("z" * 10_000)["raw"]
+    assert raw.startswith("z" * T.RAW_BYTES + "…[truncated: 10000 bytes, sha256:")

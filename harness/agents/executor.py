@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...ledger import events as E
 from ...ledger.candidates import canonical_candidate
 from ...ledger.clock import utcnow
+from ...ledger.sizes import capped
 from ...ledger.specs import (
     CODE_PREFIX,
     DeploymentPoint,
@@ -418,10 +419,9 @@ class AgentExecutor:
 
     def _fail(self, s: _Session, actor: E.Actor, tool: str | None, reason: str,
               arguments: Any = None) -> None:
-        reason = one_line(reason)
+        reason = capped(one_line(reason), T.REASON_BYTES)  # the model's text: bounded
         s.failures.append(reason)
-        args = arguments if isinstance(arguments, dict) else (
-            {} if arguments is None else {"raw": str(arguments)[:2000]})
+        args = {} if arguments is None else T.capped_arguments(arguments)
         s.events.append(E.AgentStepFailed(tool=tool, reason=reason, arguments=args,
                                           task_id=s.memory.task_id, actor=actor))
 

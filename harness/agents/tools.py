@@ -134,14 +134,21 @@ def _task_of(ctx: ToolContext, args: Any) -> str | None:
     return getattr(args, "task_id", None) or ctx.task_id
 
 
+def capped_arguments(arguments: Any) -> dict[str, Any]:
+    """An agent's arguments as a failed step records them: a mapping (its JSON capped at
+    ARGS_BYTES), anything else as text (`raw`, capped at RAW_BYTES)."""
+    if isinstance(arguments, dict):
+        return capped_json(arguments, ARGS_BYTES)
+    return {"raw": capped(str(arguments), RAW_BYTES)}
+
+
 def record_failure(ctx: ToolContext, tool_name: str | None, reason: str,
                    arguments: Any, task_id: str | None) -> None:
     """Record a failed agent step as data (never raises: a step that cannot even be
     recorded is still answered). The arguments and the reason come from the agent: each is
     capped (`ARGS_BYTES`, `REASON_BYTES`; ledger/sizes.py: the head and the size and digest
     of the whole), so a refused call's 200 MB arguments are not stored."""
-    args = capped_json(arguments, ARGS_BYTES) if isinstance(arguments, dict) \
-        else {"raw": capped(str(arguments), RAW_BYTES)}
+    args = capped_arguments(arguments)
     reason = capped(reason, REASON_BYTES)
     if ctx.collect is not None:
         ctx.collect.append(E.AgentStepFailed(tool=tool_name, reason=reason, arguments=args,
