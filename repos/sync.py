@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ Progress = Callable[[str], None]
 MAX_FILES = 100  # conflicted files reported per branch
 MAX_HUNKS = 20  # hunks reported per file
 MAX_HUNK_BYTES = 4096  # each hunk's text is cut to this
+MAX_SCAN_BYTES = 16 << 20  # of a conflicted file, searched for hunks
 
 # The temporary rebase is forge's own machinery: the user's hooks do not run in it, rerere
 # does not resolve conflicts behind the report's back, and no other branch is moved along.
@@ -208,11 +210,16 @@ def _conflicted(wt: Path) -> list[str]:
 
 def _hunks(path: Path) -> list[str]:
     """The conflict-marker regions of the file (`<<<<<<<` … `>>>>>>>`), bounded in number and
-    size. A binary file, or one deleted on a side, has none."""
+    size. A binary file, or one deleted on a side, has none. The file is the task's (its
+    commits): never followed through a link, and only its first MAX_SCAN_BYTES are read."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return []
+        data = f.read(MAX_SCAN_BYTES)
     if b"\0" in data[:8192]:
         return []
     hunks: list[str] = []

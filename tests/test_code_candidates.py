@@ -80,7 +80,9 @@ def _upstream_commit(tmp: Path, remote: Path, files: dict[str, str]) -> str:
     env = ["-c", "user.name=u", "-c", "user.email=u@u"]
     subprocess.run(["git", "-C", str(clone), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(clone), *env, "commit", "-qm", "upstream"], check=True)
-    subprocess.run(["git", "-C", str(clone), "push", "-q", "origin", "HEAD:main"], check=True)
+    # written as the remote's owner would (a fetch into it): forge's pre-receive guards pushes
+    subprocess.run(["git", "-C", str(remote), "fetch", "-q", str(clone), "HEAD:main"],
+                   check=True)
     return subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
 

@@ -32,14 +32,15 @@ def stack(tmp_path, workspace):
 
 
 def advance(tmp_path: Path, bare: Path, files: dict[str, str], message: str) -> str:
-    """Push a commit to the bare remote's main from a plain clone (not through forge)."""
+    """A commit on the bare remote's main from a plain clone (not through forge), written
+    as the remote's owner would (a fetch into it: forge's pre-receive guards pushes)."""
     n = len(list((tmp_path / "pushers").glob("*"))) if (tmp_path / "pushers").exists() else 0
     clone = tmp_path / "pushers" / f"c{n}"
     git(["clone", "-q", str(bare), str(clone)], tmp_path)
     for rel, text in files.items():
         (clone / rel).write_text(text)
     git(["commit", "-q", "-am", message], clone)
-    git(["push", "-q", "origin", "main"], clone)
+    git(["fetch", "-q", str(clone), "main:main"], bare)
     return head(clone)
 
 
