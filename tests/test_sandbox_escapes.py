@@ -298,7 +298,6 @@ def test_pushing_keystrokes_into_the_terminal_is_refused(box):
     master, slave = os.openpty()
     try:
         tty.setraw(slave)  # a queued byte is readable as it is
-        os.chmod(os.ttyname(slave), 0o666)
         run = box.call(verdict("""
 import fcntl, termios
 for name in ("stdin", "/dev/tty"):
