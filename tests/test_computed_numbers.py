@@ -118,3 +118,16 @@ def test_compare_gives_no_delta_where_the_difference_overflows(forge_home, works
     assert res.returncode == 0, res.stderr
     [m] = [x for x in _strict(res.stdout)["metrics"] if x["metric"] == "median_ttft_ms"]
     assert m["delta"] is None
+
+
+def test_serving_metrics_of_overflowing_times_are_left_out_not_raised():
+    from infer_forge.harness.bench.metrics import compute_metrics, numeric_metrics
+
+    rec = {"success": True, "prompt_len": 4, "output_len": 3, "ttft": 1.7e308,
+           "itl": [1.7e308, 1.7e308], "e2e": 1.7e308, "start_time": 0.0}
+    m = compute_metrics([rec, rec], 1.0)  # raised OverflowError bucketing the chunks
+    omitted: dict[str, str] = {}
+    kept = numeric_metrics(m, omitted)
+    assert omitted["mean_ttft_ms"] == "Infinity is not a finite number"
+    assert kept["completed"] == 2.0 and kept["max_concurrent_requests"] == 2.0
+    assert all(math.isfinite(v) for v in kept.values())

@@ -17,6 +17,9 @@
   `slo_attainment_by_metric` and `goodput_slos_ms`.
 - Peaks (when records carry `start_time`): `max_concurrent_requests` (most requests in flight
   at once) and `max_output_tokens_per_s` (most chunks received in any one-second bucket).
+- Finite inputs whose sums or products overflow (times of 1.7e308 s) give inf, never an
+  exception: `numeric_metrics` leaves such a metric out with its reason (a chunk whose
+  arrival time overflows is in no one-second bucket).
 """
 
 from __future__ import annotations
@@ -121,15 +124,18 @@ def _stats(name: str, values: Sequence[float]) -> dict[str, float]:
     import numpy as np  # here: most commands that import the bench never compute metrics
 
     a = np.asarray(values, dtype=np.float64) if len(values) else np.zeros(1)
-    p90, p95, p99 = np.percentile(a, [90, 95, 99])
-    return {
-        f"mean_{name}_ms": float(np.mean(a) * 1000),
-        f"median_{name}_ms": float(np.median(a) * 1000),
-        f"std_{name}_ms": float(np.std(a) * 1000),
-        f"p90_{name}_ms": float(p90 * 1000),
-        f"p95_{name}_ms": float(p95 * 1000),
-        f"p99_{name}_ms": float(p99 * 1000),
-    }
+    # Finite samples may overflow here (a mean of 1.7e308s): inf, left out by
+    # numeric_metrics with its reason, not a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        p90, p95, p99 = np.percentile(a, [90, 95, 99])
+        return {
+            f"mean_{name}_ms": float(np.mean(a) * 1000),
+            f"median_{name}_ms": float(np.median(a) * 1000),
+            f"std_{name}_ms": float(np.std(a) * 1000),
+            f"p90_{name}_ms": float(p90 * 1000),
+            f"p95_{name}_ms": float(p95 * 1000),
+            f"p99_{name}_ms": float(p99 * 1000),
+        }
 
 
 def request_tpot(r: RequestRecord) -> float | None:
@@ -154,12 +160,16 @@ def _peaks(ok: Sequence[RequestRecord]) -> dict[str, float]:
     # Most chunks (≈ tokens) received in any one-second bucket since the first request.
     t0 = min(s for s, _ in timed)
     buckets: dict[int, int] = {}
+    def count(t: float) -> None:
+        if math.isfinite(t - t0):  # a time that overflows has no second to count in
+            buckets[int(t - t0)] = buckets.get(int(t - t0), 0) + 1
+
     for s, r in timed:
         t = s + r.ttft
-        buckets[int(t - t0)] = buckets.get(int(t - t0), 0) + 1
+        count(t)
         for gap in r.itl:
             t += gap
-            buckets[int(t - t0)] = buckets.get(int(t - t0), 0) + 1
+            count(t)
     return {"max_concurrent_requests": float(peak),
             "max_output_tokens_per_s": float(max(buckets.values(), default=0))}
 
