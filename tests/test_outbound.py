@@ -225,3 +225,36 @@ def test_a_model_tier_reply_is_cut_at_the_cap_and_the_deadline(workspace, monkey
         took = time.monotonic() - t0
     assert not reply.success and "no complete response within 1 s" in reply.error
     assert took < 5 and "\n" not in reply.error
+
+
+@pytest.mark.parametrize("transport", ["raw", "aiohttp"])
+def test_the_bench_connects_only_to_the_address_the_guard_judged(forge_home, tmp_path,
+                                                                 monkeypatch, transport):
+    """A name only forge's resolver knows (the system's has never heard of it): the production
+    check judges outbound.resolve's answer, and both bench transports connect to that same
+    answer, never to a lookup of their own (which a changing DNS could answer otherwise)."""
+    data = prompts_file(tmp_path, 3)
+    with SGLangLike() as srv:
+        name = f"http://forge-pinned.invalid:{srv.port}"
+        monkeypatch.setitem(outbound._RESOLVED, ("forge-pinned.invalid", srv.port),
+                            ((socket.AF_INET, "127.0.0.1"),))
+        kw = dict(url=name, model="prod", dataset="custom", dataset_path=str(data),
+                  engine="external", actor=AGENT, num_prompts=3, transport=transport,
+                  request_rate=float("inf"), workers=1)
+        configure(forge_home, [srv.url])
+        ws = open_workspace(forge_home)
+        try:
+            with pytest.raises(ProductionRefusedError):
+                bench_command(guard_ws=ws, **kw)  # type: ignore[arg-type]
+        finally:
+            ws.close()
+        assert srv.paths() == []
+        other = tmp_path / "other"  # a workspace where it is not production: it runs
+        configure(other, ["http://127.0.0.1:1"])
+        ws = open_workspace(other)
+        try:
+            out = bench_command(guard_ws=ws, **kw)  # type: ignore[arg-type]
+        finally:
+            ws.close()
+        assert out["metrics"]["completed"] == 3, out["metrics"]
+        assert len(srv.completions()) == 4  # the warmup and the three

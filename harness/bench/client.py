@@ -33,7 +33,8 @@ Contracts:
   max_duration_s from the first, and a request still running at that deadline is cut off
   (an error record). `bench_command` always checks when it has a workspace. The check is
   on the resolved address (`localhost`, `127.1`, a decimal IP are the endpoint they reach),
-  the raw transport connects only to that address, and no redirect is followed.
+  both transports connect only to that address (outbound.resolve), and no redirect is
+  followed.
 - Data policy (harness/guard/data_policy.py): a run whose dataset or endpoint is of class
   production stores its per-request records (artifact, `--records-out`) with the generated
   text replaced by its length and sha256 (`BenchResult.scrub`).
@@ -309,10 +310,36 @@ class _Pacer:
         return max(0.0, (self.deadline or 0.0) - time.perf_counter())
 
 
+def _pinned_resolver():
+    """aiohttp's resolver on guard/outbound.py's `resolve`: the addresses the run's production
+    check judged, not a lookup of aiohttp's own."""
+    import socket
+
+    from aiohttp.abc import AbstractResolver
+
+    from ..guard import outbound
+
+    class Pinned(AbstractResolver):
+        async def resolve(self, host: str, port: int = 0,
+                          family: int = socket.AF_INET) -> Any:
+            try:
+                addrs = outbound.resolve(host, port)
+            except HarnessError as e:
+                raise OSError(str(e)) from None
+            return [{"hostname": host, "host": ip, "port": port, "family": fam, "proto": 0,
+                     "flags": socket.AI_NUMERICHOST} for fam, ip in addrs]
+
+        async def close(self) -> None:
+            return None
+
+    return Pinned()
+
+
 def _session(limit: int, timeout_s: float):
     import aiohttp
 
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300)
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300,
+                                     resolver=_pinned_resolver())
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=timeout_s),
