@@ -154,13 +154,16 @@ def test_an_endless_metrics_page_is_cut_at_the_cap(forge_home):
     assert took < 20 and bad.written < 64 << 20
 
 
-def test_a_drip_is_cut_at_the_deadline(forge_home):
-    """One byte per 0.5 s keeps every read alive; the deadline is on the whole response."""
-    with HostileHTTP("drip", gap_s=0.5) as bad:
+@pytest.mark.parametrize("mode", ["drip", "drip_head"])
+def test_a_drip_is_cut_at_the_deadline(forge_home, mode):
+    """One byte per 0.5 s (of the body, or of a header line) keeps every read alive; the
+    deadline is on the whole response."""
+    with HostileHTTP(mode, gap_s=0.5) as bad:
         t0 = time.monotonic()
         with pytest.raises(HarnessError, match=r"no complete response within 1.5 s") as e:
             outbound.fetch("GET", bad.url + "/metrics", timeout_s=1.5)
         took = time.monotonic() - t0
+        assert bad.served(timeout=5)
     assert 1.4 < took < 6 and "\n" not in str(e.value)
 
 

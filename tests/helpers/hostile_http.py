@@ -5,6 +5,7 @@ Modes (`HostileHTTP(mode, ...)`), for any method and path:
 - `redirect`: `302` (or `status`) with `Location: <to> + the request's path`.
 - `endless`: `200`, no length, Prometheus lines written until the client goes away.
 - `drip`: `200` with a Content-Length, then one byte of the body every `gap_s` seconds.
+- `drip_head`: the status line, then a header line one byte every `gap_s` seconds.
 - `page`: `200` with `body` (one page, Content-Length set).
 `requests` lists each request line received (`GET /metrics`), in order; `written` counts the
 bytes the endless mode got out.
@@ -98,6 +99,12 @@ class HostileHTTP:
         while not self._stop.is_set():
             conn.sendall(b"#")
             time.sleep(self.gap_s)  # the attack itself: a byte per gap, never done
+
+    def _drip_head(self, conn: socket.socket, path: str) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        while not self._stop.is_set():
+            conn.sendall(b"a")
+            time.sleep(self.gap_s)  # the attack itself: headers that never end
 
     def _page(self, conn: socket.socket, path: str) -> None:
         data = self.body.encode()
