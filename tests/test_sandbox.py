@@ -175,6 +175,28 @@ def test_credential_files_read_as_empty(workspace, tmp_path):
     assert str(secret_file) in tool_events(workspace, "f1")[-1].sandbox["hidden"]
 
 
+def test_the_approver_key_file_forge_was_given_is_hidden_and_its_name_not_passed(
+        workspace, tmp_path, monkeypatch):
+    """A person's approver key kept outside FORGE_HOME and named by FORGE_APPROVER_KEY_FILE
+    (guard/human_channel.py): a call neither gets the variable (a `FORGE_*` name) nor reads
+    the file it names, even when its task asks for the variable by name."""
+    has_bwrap()
+    key = tmp_path / "keys" / "approver.key"
+    key.parent.mkdir()
+    key.write_text("ab" * 32)
+    monkeypatch.setenv("FORGE_APPROVER_KEY_FILE", str(key))
+    task(workspace, tmp_path / "s", "k1", "{env: [FORGE_APPROVER_KEY_FILE]}")
+    info = run_command(workspace, "k1", py(
+        "import os\n"
+        "print(os.environ.get('FORGE_APPROVER_KEY_FILE', 'absent'))\n"
+        f"print(repr(open({str(key)!r}).read()))"), tee=False)
+    assert info["exit_code"] == 0
+    assert workspace.artifacts.text(info["stdout_digest"]).split() == ["absent", "''"]
+    ev = tool_events(workspace, "k1")[-1]
+    assert str(key) in ev.sandbox["hidden"]
+    assert "FORGE_APPROVER_KEY_FILE" not in ev.sandbox["env_names"]
+
+
 # --- network ------------------------------------------------------------------------------
 
 

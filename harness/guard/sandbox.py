@@ -8,12 +8,12 @@ Contract:
   through it: `calls.run_tool` (`forge run`, the command executor, verification steps, agent
   `run_command`), the build tool (inside its supervisor) and the command evaluator.
 - The environment is built from an allowlist: `PATH`, `LANG`, `LANGUAGE`, `LC_*`, `TERM`,
-  `TZ`, `USER`, `LOGNAME`, `PYTHON*`, `VIRTUAL_ENV`, `FORGE_*`, the Hugging Face cache and
-  offline switches (`HF_HOME`, `HF_HUB_CACHE`, `HF_HUB_OFFLINE`, `HF_DATASETS_OFFLINE`,
-  `TRANSFORMERS_OFFLINE`, `TOKENIZERS_PARALLELISM`), the names in `[guard] sandbox_env`
-  and in the task's `sandbox.env`; a secret-named variable (the one rule,
-  `secret_names.is_secret_name`, or `[secrets] env`) among them is dropped unless the task
-  names it in `sandbox.secret_env` or `sandbox.env`. On top: what forge sets for this call
+  `TZ`, `USER`, `LOGNAME`, `PYTHON*`, `VIRTUAL_ENV`, `FORGE_*` (not `PRIVATE_ENV`), the
+  Hugging Face cache and offline switches (`HF_HOME`, `HF_HUB_CACHE`, `HF_HUB_OFFLINE`,
+  `HF_DATASETS_OFFLINE`, `TRANSFORMERS_OFFLINE`, `TOKENIZERS_PARALLELISM`), the names in
+  `[guard] sandbox_env` and in the task's `sandbox.env`; a secret-named variable (the one
+  rule, `secret_names.is_secret_name`, or `[secrets] env`) among them is dropped unless the
+  task names it in `sandbox.secret_env` or `sandbox.env`. On top: what forge sets for this call
   (`env=`: FORGE_CANDIDATE, FORGE_TASK_ID, ...), then `HOME` and `TMPDIR` (a scratch home and
   temp directory in the task's scratch directory), `FORGE_SCRATCH` (that directory) and
   `CUDA_VISIBLE_DEVICES` (the task's claimed GPUs, empty: none). The profile records names
@@ -30,11 +30,12 @@ Contract:
   The committer is the user's git identity (`git config user.name/email`, read once), as
   GIT_AUTHOR_*/GIT_COMMITTER_* unless set: `HOME` is the scratch home.
 - Hidden (read-only root or not, they read as empty): forge's `credentials.toml` and
-  `approver.key` (a person's grants, `human_channel.py`), the files
-  of `[secrets] files`, and the usual credential stores under forge's own home (`~/.ssh`,
-  `~/.aws`, `~/.gnupg`, `~/.netrc`, `~/.git-credentials`, `~/.docker`, `~/.kube`,
-  `~/.config/gcloud`, `~/.cache/huggingface/token`, `~/.huggingface`, `~/.npmrc`,
-  `~/.pypirc`).
+  `approver.key` (a person's grants, `human_channel.py`), the key file
+  `FORGE_APPROVER_KEY_FILE` names wherever it is (and the variable itself is never passed:
+  `PRIVATE_ENV`), the files of `[secrets] files`, and the usual credential stores under
+  forge's own home (`~/.ssh`, `~/.aws`, `~/.gnupg`, `~/.netrc`, `~/.git-credentials`,
+  `~/.docker`, `~/.kube`, `~/.config/gcloud`, `~/.cache/huggingface/token`,
+  `~/.huggingface`, `~/.npmrc`, `~/.pypirc`).
 - With bubblewrap (`bwrap` on PATH and able to make this whole sandbox here, probed once
   per process with the full flag set): `bwrap --ro-bind / / --dev /dev --proc /proc --bind
   <writable> ... --unshare-user --unshare-pid --unshare-ipc [--unshare-net] --new-session
@@ -81,6 +82,7 @@ from pydantic import BaseModel, ConfigDict
 from ...ledger.secret_names import is_secret_name
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from .human_channel import KEY_ENV
 
 Mode = Literal["auto", "off", "required"]
 
@@ -97,6 +99,9 @@ HOME_SECRETS = (".ssh", ".aws", ".gnupg", ".netrc", ".git-credentials", ".docker
 # Device nodes a GPU call needs besides the GPUs' own (bound when they exist).
 _NVIDIA_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                    "/dev/nvidia-modeset", "/dev/nvidia-caps")
+# forge's own variables that name a person's credentials: never passed to a call (not even
+# when a task names them), and the files they name hidden from it.
+PRIVATE_ENV = (KEY_ENV,)
 NO_TASK_SCRATCH = "_calls"  # FORGE_HOME/scratch/_calls: no task id can take this name
 
 
@@ -264,6 +269,7 @@ def hidden_paths(ws: Workspace | None) -> list[Path]:
         paths.append(ws.home / "credentials.toml")
         paths.append(ws.home / "approver.key")  # the human channel's (guard/human_channel.py)
         paths += [Path(f) for f in ws.config.secret_files]
+    paths += [Path(os.path.abspath(os.environ[k])) for k in PRIVATE_ENV if os.environ.get(k)]
     return [p for p in paths if p.exists()]
 
 
@@ -304,6 +310,8 @@ def child_env(ws: Workspace | None, *, forge_env: Mapping[str, str] | None,
     patterns = (*ALLOWLIST, *extra)
     env: dict[str, str] = dict(git_identity())
     for k, v in os.environ.items():
+        if k in PRIVATE_ENV:
+            continue
         looks_secret = k in secret_env or is_secret_name(k)
         if k in named or (_allowed(k, patterns) and not looks_secret):
             env[k] = v
