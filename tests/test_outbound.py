@@ -230,12 +230,14 @@ def test_a_model_tier_reply_is_cut_at_the_cap_and_the_deadline(workspace, monkey
     assert took < 5 and "\n" not in reply.error
 
 
-@pytest.mark.parametrize("transport", ["raw", "aiohttp"])
+@pytest.mark.parametrize("transport,workers", [("raw", 1), ("aiohttp", 1), ("raw", 2)])
 def test_the_bench_connects_only_to_the_address_the_guard_judged(forge_home, tmp_path,
-                                                                 monkeypatch, transport):
+                                                                 monkeypatch, transport,
+                                                                 workers):
     """A name only forge's resolver knows (the system's has never heard of it): the production
     check judges outbound.resolve's answer, and both bench transports connect to that same
-    answer, never to a lookup of their own (which a changing DNS could answer otherwise)."""
+    answer, never to a lookup of their own (which a changing DNS could answer otherwise):
+    worker processes too, which get the parent's answer."""
     data = prompts_file(tmp_path, 3)
     with SGLangLike() as srv:
         name = f"http://forge-pinned.invalid:{srv.port}"
@@ -243,7 +245,7 @@ def test_the_bench_connects_only_to_the_address_the_guard_judged(forge_home, tmp
                             ((socket.AF_INET, "127.0.0.1"),))
         kw = dict(url=name, model="prod", dataset="custom", dataset_path=str(data),
                   engine="external", actor=AGENT, num_prompts=3, transport=transport,
-                  request_rate=float("inf"), workers=1)
+                  request_rate=float("inf"), workers=workers, max_concurrency=2)
         configure(forge_home, [srv.url])
         ws = open_workspace(forge_home)
         try:

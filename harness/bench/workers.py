@@ -9,7 +9,9 @@ Contracts (`run_in_workers(cfg, prompts, n)`, n ≥ 2, a closed loop without pro
   order with its share of `max_concurrency` (and of `warmup`; the warmup requests are the
   first prompt's, as in one process). The split of concurrency differs from one pool in one
   way only: a worker's streams pull from its own share, not the shared queue.
-- Workers start (spawned, so no event loop or thread is inherited), open their connections
+- Workers start (spawned, so no event loop or thread is inherited) with the parent's
+  resolved address of the URL's host (guard/outbound.py `pin`: where its production check
+  looked, never a lookup of their own), open their connections
   and run their warmup, then wait; the parent starts the clock and tells all to go at once.
   Timestamps are `time.perf_counter` in each worker: CLOCK_MONOTONIC, one clock for every
   process on a Linux machine, so records from different workers compare.
@@ -33,8 +35,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import HarnessError
+from ..guard import outbound
 from . import sse_client
 from .client import BenchConfig, _payload, _request, _session, freeze_gc
 from .datasets import Prompt
@@ -69,10 +73,13 @@ async def _recv(conn: Connection) -> Any:
 # --- the worker ------------------------------------------------------------------------------
 
 def _worker_main(conn: Connection, cfg: BenchConfig, items: list[tuple[int, int, int, bytes]],
-                 warm: tuple[int, int, int, bytes], concurrency: int, stamps: bool) -> None:
+                 warm: tuple[int, int, int, bytes], concurrency: int, stamps: bool,
+                 pins: tuple[tuple[str, int, tuple[tuple[int, str], ...]], ...] = ()) -> None:
     """Process entry: run this worker's share; every outcome goes back on `conn`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C
     sse_client.KERNEL_STAMPS = stamps  # as the parent's (a fresh import says True)
+    for host, port, addrs in pins:  # connect where the parent's production check looked
+        outbound.pin(host, port, addrs)
     try:
         asyncio.run(_work(conn, cfg, items, warm, concurrency))
     except EOFError:
@@ -144,6 +151,9 @@ async def run_in_workers(cfg: BenchConfig, prompts: Sequence[Prompt], n: int
     wp = _payload(cfg, p0, wlen, extra)
     base = replace(cfg, probe=None)
     ctx = mp.get_context("spawn")
+    u = urlsplit(cfg.api_url())
+    port = u.port or (443 if u.scheme == "https" else 80)
+    pins = ((u.hostname or "", port, outbound.resolve(u.hostname or "", port)),)
     procs: list[Any] = []
     conns: list[Connection] = []
     try:
@@ -155,7 +165,7 @@ async def run_in_workers(cfg: BenchConfig, prompts: Sequence[Prompt], n: int
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=_worker_main, name=f"forge-bench-worker-{w}",
                                args=(theirs, base, items, warm, max(1, share),
-                                     sse_client.KERNEL_STAMPS), daemon=True)
+                                     sse_client.KERNEL_STAMPS, pins), daemon=True)
             proc.start()
             theirs.close()  # so a worker's death reads as EOF here
             procs.append(proc)

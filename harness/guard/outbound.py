@@ -88,6 +88,13 @@ def resolve(host: str, port: int) -> tuple[tuple[int, str], ...]:
         return _RESOLVED.setdefault(key, out)
 
 
+def pin(host: str, port: int, addrs: tuple[tuple[int, str], ...]) -> None:
+    """Take `resolve`'s answer from the process that resolved `host` (a bench worker spawned
+    after its parent's production check connects where the check looked)."""
+    with _RESOLVED_LOCK:
+        _RESOLVED[(host.lower(), port)] = tuple((int(f), str(ip)) for f, ip in addrs)
+
+
 def canonical(ip: str) -> str:
     """The endpoint name of `ip` (module contract): IPv4 for a mapped address, `local` for
     any address of this machine."""
