@@ -222,7 +222,8 @@ def test_deny_and_the_cli(workspace):
     assert [(x["approval_id"], x["state"], x["reason"]) for x in rows] == [
         (aid, "denied", "not during the freeze")]
     again = run_forge("approve", aid, "--reason", "changed my mind")
-    assert again.returncode != 0 and f"already denied by human {os_user()} via cli, says bo" in again.stderr
+    assert again.returncode != 0
+    assert f"already denied by human {os_user()} via cli, says bo" in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1
     ghost = run_forge("approve", "appr-000000000000", "--reason", "x")
     assert ghost.returncode != 0 and "no approval 'appr-000000000000'" in ghost.stderr
@@ -261,8 +262,8 @@ def test_a_waiting_caller_sees_the_decision(workspace):
     t.start()
     assert run_forge("deny", other, "--reason", "no", "--by", "ana").returncode == 0
     t.join(90)
-    assert f"approval {other}" in result["denied"] and f"denied by human {os_user()} via cli, says ana: no" in \
-        result["denied"]
+    assert f"approval {other}" in result["denied"]
+    assert f"denied by human {os_user()} via cli, says ana: no" in result["denied"]
 
 
 def test_waiting_gives_up_at_its_deadline(workspace):
