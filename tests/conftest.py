@@ -19,10 +19,10 @@ FORGE = [sys.executable, "-m", "infer_forge.cli"]
 
 def pytest_sessionstart(session) -> None:
     """Give children the default SIGINT (below), and byte-compile the package once, as
-    installing it would. Where PYTHONDONTWRITEBYTECODE
-    is set (this build machine sets it) no interpreter writes bytecode, so every `forge` and
-    server subprocess the tests start compiled the sources it imports again (~0.1-0.25 s of
-    CPU each). Unchanged files are skipped by their mtime."""
+    installing it would. Where PYTHONDONTWRITEBYTECODE is set (this build machine sets it) no
+    interpreter writes bytecode, so every `forge` and server subprocess the tests start
+    compiled the sources it imports again (~0.1-0.25 s of CPU each). Unchanged files are
+    skipped by their mtime."""
     compileall.compile_dir(str(REPO), maxlevels=0, quiet=1)  # cli.py, __init__.py
     for sub in REPO.iterdir():  # the subpackages, whatever they are named
         if (sub / "__init__.py").is_file() and sub.name != "tests":
