@@ -209,3 +209,27 @@ def test_capped_arguments_is_the_one_rule_for_a_failed_steps_arguments():
     assert T.capped_arguments({"a": 1}) == {"a": 1}
     raw = T.capped_arguments("z" * 10_000)["raw"]
     assert raw.startswith("z" * T.RAW_BYTES + "…[truncated: 10000 bytes, sha256:")
+
+
+def test_a_command_evaluator_printing_more_than_the_caps_is_measured(workspace, tmp_path,
+                                                                      monkeypatch):
+    """The evaluator's output is read as a tool call's: capped, the metrics line (its last)
+    still parsed, the measurement recorded."""
+    from infer_forge.harness.loop.run import run_task
+
+    monkeypatch.setattr(calls, "KEEP_BYTES", 1000)
+    monkeypatch.setattr(calls, "STORE_BYTES", 5000)
+    path = make_task_dir(tmp_path / "specs", max_blocks=1)
+    script = path.parent / "evalscript.py"
+    script.write_text(script.read_text().replace(
+        'print("warming up")',
+        'for _ in range(3000): print("warming up, step after step, slowly")'))
+    define_task(workspace, path)
+    run_task(workspace, "t1")
+    [blk] = task_memory(workspace.ledger, "t1").execution_record
+    assert blk.measurements and all(m["success"] for m in blk.measurements), blk.measurements
+    assert all(m["metrics"]["output_throughput"] > 0 for m in blk.measurements)
+    events = [r.event for r in workspace.ledger.stream(task_stream("t1"))
+              if isinstance(r.event, E.MeasurementRecorded)]
+    stored = workspace.artifacts.get(events[0].meta["stdout_digest"])
+    assert len(stored) < 5200 and b"\n\xe2\x80\xa6[truncated: " in stored

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,13 @@ from ..errors import HarnessError
 from ..guard.sandbox import missing_program, prepare
 from ..jsonl import last_json_line
 from ..proc import last_line
-from ..tools.calls import capture_redactor, env_digest, repo_digest
+from ..tools.calls import (
+    capture_redactor,
+    env_digest,
+    repo_digest,
+    run_captured,
+    store_capture,
+)
 from .engine_evaluator import EngineEvaluator
 from .evaluation import EvalContext, Evaluator, RunResult
 
@@ -103,18 +108,20 @@ class CommandEvaluator:
         try:
             if profile.kind == "bwrap" and missing_program(self.argv, env, cwd):
                 raise FileNotFoundError(self.argv[0])
-            proc = subprocess.run(launch, input=payload, capture_output=True, text=True,
-                                  cwd=cwd, env=env, timeout=self.timeout_s)
+            # Its output is read as run_tool reads a call's: bounded (tools/calls.py).
+            proc = run_captured(launch, input=payload, cwd=cwd, env=env,
+                                timeout=self.timeout_s)
         except FileNotFoundError:
             raise HarnessError(f"evaluator.argv: executable not found: {self.argv[0]}") from None
-        except subprocess.TimeoutExpired:
+        if proc.timed_out:
+            proc.close()
             return RunResult({}, success=False,
                              error=f"evaluator timed out after {self.timeout_s}s",
                              meta={"argv": self.argv, "repeat": repeat,
                                    "sandbox": profile.record()})
         duration = time.monotonic() - t0
         red = capture_redactor(ctx.workspace, env)  # before any of the output is kept
-        proc.stdout, proc.stderr = red.text(proc.stdout), red.text(proc.stderr)
+        stdout, stderr = red.text(proc.stdout.text()), red.text(proc.stderr.text())
         ws = ctx.workspace
         secret = tuple(ws.config.secret_env) if ws is not None else ()
         meta: dict[str, Any] = {"argv": self.argv, "repeat": repeat, "exit_code": proc.returncode,
@@ -124,17 +131,20 @@ class CommandEvaluator:
         if repeat == 0:  # the tree does not change between repeats of one candidate
             meta["repo_digest"] = repo_digest(cwd)
         store = ws.artifacts if ws is not None else None
-        if store is not None:
-            meta["stdout_digest"] = store.put(proc.stdout)
-            if proc.stderr:
-                meta["stderr_digest"] = store.put(proc.stderr)
+        try:
+            if store is not None:
+                meta["stdout_digest"] = store_capture(store, proc.stdout, red)
+                if proc.stderr.size:
+                    meta["stderr_digest"] = store_capture(store, proc.stderr, red)
+        finally:
+            proc.close()
         if proc.returncode != 0:
-            tail = last_line(proc.stderr)
+            tail = last_line(stderr)
             return RunResult({}, success=False,
                              error=f"evaluator exited {proc.returncode}: {tail}".rstrip(": "),
                              meta=meta)
         try:
-            metrics, rest = parse_metrics_line(proc.stdout)
+            metrics, rest = parse_metrics_line(stdout)
         except ValueError as e:
             return RunResult({}, success=False, error=str(e), meta=meta)
         if isinstance(rest.get("meta"), dict):

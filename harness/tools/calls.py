@@ -155,7 +155,52 @@ def _pump(src: IO[bytes], sink: _Capture, echo: IO[str] | None) -> None:
     src.close()
 
 
-def _store(store: Any, capture: _Capture, red: Redactor) -> str:
+@dataclass
+class Captured:
+    """A process run by `run_captured`: its exit code and its two streams (close them)."""
+
+    returncode: int | None
+    stdout: _Capture
+    stderr: _Capture
+    timed_out: bool = False
+
+    def close(self) -> None:
+        self.stdout.close()
+        self.stderr.close()
+
+
+def run_captured(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str],
+                 input: str | None = None, timeout: float | None = None) -> Captured:
+    """Run `argv` (already prepared: sandboxed) with its output captured as `run_tool`
+    captures it, in bounded memory (module doc, Sizes); a timeout kills the process.
+    OSError from starting it (a missing program) is the caller's."""
+    out, err = _Capture(), _Capture()
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env),
+                            stdin=subprocess.PIPE if input is not None else None,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    threads = [threading.Thread(target=_pump, args=(proc.stdout, out, None), daemon=True),
+               threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True)]
+    for t in threads:
+        t.start()
+    if input is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(input.encode("utf-8"))
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+    timed_out = False
+    try:
+        code: int | None = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        code, timed_out = None, True
+    for t in threads:
+        t.join()
+    return Captured(code, out, err, timed_out)
+
+
+def store_capture(store: Any, capture: _Capture, red: Redactor) -> str:
     """The artifact of one stream; a compressed stream that cannot be redacted (damaged,
     a bomb: ledger/archives.py) is not stored: a line saying why, with the mark, is."""
     from ...ledger.archives import ArchiveError
@@ -255,8 +300,8 @@ def run_tool(
     stdout, stderr = red.text(out.text()), red.text(err.text())
     store = ws.artifacts if ws is not None else None
     try:
-        stdout_digest = _store(store, out, red) if store is not None else None
-        stderr_digest = _store(store, err, red) if store is not None and err.size else None
+        stdout_digest = store_capture(store, out, red) if store is not None else None
+        stderr_digest = store_capture(store, err, red) if store is not None and err.size else None
     finally:
         out.close()
         err.close()
