@@ -344,8 +344,8 @@ class AgentExecutor:
         def run_command(_ctx: T.ToolContext, a: T.RunArgs) -> Any:
             from ..tools.calls import run_tool
 
-            cwd = T.inside_task(ws, str(s.memory.task_id), a.cwd or ".", "cwd")
-            cwd.mkdir(parents=True, exist_ok=True)
+            # Made without following a link, as the MCP run_command's (tools.dir_in_task).
+            cwd = T.dir_in_task(ws, str(s.memory.task_id), a.cwd or ".", "cwd")
             left = max(1.0, min(MAX_COMMAND_S, s.deadline - time.monotonic()))
             run = run_tool(ws, a.argv, tool="agent", cwd=cwd, timeout=left,
                            sandbox=s.task.sandbox,
