@@ -2,7 +2,8 @@
 
 `CommandEvaluator` is the generic path: it runs a configured argv once per repeat with the
 candidate as JSON on stdin and in `$FORGE_CANDIDATE`, and reads a JSON object of metrics from
-the last non-empty line of stdout. Its stdout/stderr are kept as artifacts. The engine
+the last non-empty line of stdout. Its stdout/stderr are read and kept as a tool call's
+(tools/calls.py: streamed, capped with the size and digest of the whole). The engine
 evaluator (engine_evaluator.py) launches the runtime profile's engine and benchmarks it.
 """
 
