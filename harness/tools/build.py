@@ -59,7 +59,7 @@ from ...repos.root import MonoRepo
 from ...repos.snapshot import member_state
 from ...repos.worktrees import locate
 from ..errors import HarnessError
-from ..guard.sandbox import prepare, settings_key
+from ..guard.sandbox import PRIVATE_ENV, prepare, settings_key
 from ..loop.task import human_actor, load_task_from_ledger
 from ..proc import last_line
 from ..record import append_to_task
@@ -68,8 +68,9 @@ from .calls import capture_redactor, env_digest, run_tool
 Progress = Callable[[str], None]
 CACHE_DIR = "build-cache"
 ENTRY_VERSION = 1
-# Where and how forge was started, not what the build is: a key must not change with them.
-_SHELL_BOOKKEEPING = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
+# Where and how forge was started, not what the build is: a key must not change with them;
+# nor with forge's own private variables, which no build is ever given (sandbox.PRIVATE_ENV).
+_SHELL_BOOKKEEPING = frozenset({"PWD", "OLDPWD", "SHLVL", "_", *PRIVATE_ENV})
 
 
 @dataclass(frozen=True)
