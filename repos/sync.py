@@ -37,7 +37,7 @@ from .errors import RepoError
 from .git import commit_of, git, is_ancestor, out
 from .manifest import Member
 from .root import MonoRepo, current_branch
-from .worktrees import BRANCH_PREFIX, Worktree, dirty, holders, locate
+from .worktrees import BRANCH_PREFIX, Worktree, dirty, holders, locate, on_branch
 
 Progress = Callable[[str], None]
 
@@ -167,7 +167,8 @@ def _move(repo: Path, branch: str, old: str, new: str, holder: Worktree | None) 
         git(["update-ref", "-m", f"forge repos sync: onto {new}", f"refs/heads/{branch}",
              new, old], repo)
         return
-    wt = locate(repo, holder.path)  # a task's worktree: git runs there as forge made it
+    # a task's worktree: git runs there as forge made it, on the branch it holds
+    wt = on_branch(locate(repo, holder.path), branch)
     if dirty(wt):
         raise RepoError(f"task worktree {wt} has uncommitted changes: {branch} not moved "
                         "(commit or release them, then sync again)")

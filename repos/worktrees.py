@@ -10,7 +10,9 @@
   admin directory is the one under the member's own `<common>/worktrees/` whose `gitdir`
   names `path/.git`, and `path/.git` (read without following a link, bounded) names it back.
   A worktree whose `.git` file a call rewrote (to a repository with its own config, say) or
-  that is a link is refused with one line naming it; git never runs there. Every git run by
+  that is a link is refused with one line naming it; git never runs there. `ensure` (and
+  `release`, before it commits) also refuses a worktree whose HEAD a call moved off its task
+  branch (forge would commit or reset whatever ref HEAD names). Every git run by
   forge in a task worktree (`ensure`, `dirty`, `commit_all`, `release`, the snapshot, the
   loop's code candidates, sync) goes through a located `Tree`.
 """
@@ -97,6 +99,19 @@ def locate(repo: Path, path: Path) -> Tree:
     return Tree(real, admin.resolve(), common)
 
 
+def on_branch(tree: Tree, branch: str) -> Tree:
+    """`tree` when its HEAD is `branch` (a task's own); else RepoError: forge commits and
+    resets there, and a HEAD a call pointed elsewhere (`main`, a `refs/forge/accepted/` ref)
+    would have forge move that ref."""
+    p = git(["symbolic-ref", "-q", "HEAD"], tree, check=False)
+    head = p.stdout.decode("utf-8", "replace").strip()
+    if head != "refs/heads/" + branch:
+        raise RepoError(f"worktree {tree.work}: HEAD is {head[:200] or 'detached'}, not its "
+                        f"task branch {branch}: refusing to commit or reset there (check out "
+                        f"{branch} again)")
+    return tree
+
+
 def worktree_path(base: Path, task_id: str, member: str) -> Path:
     return base / check_id(task_id, "task id") / member
 
@@ -109,7 +124,7 @@ def ensure(mono: MonoRepo, base: Path, member: str, task_id: str,
     path = worktree_path(base, task_id, member)
     branch = task_branch(task_id)
     if os.path.lexists(path / ".git"):
-        tree = locate(repo, path)
+        tree = on_branch(locate(repo, path), branch)
         return Worktree(member, task_id, path, branch, commit_of("HEAD", tree), tree)
     git(["worktree", "prune"], repo)  # a worktree dir removed by hand
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,6 +173,7 @@ def release(mono: MonoRepo, base: Path, task_id: str, *, keep: bool = False) -> 
             continue
         tree = locate(repo, w.path)
         if dirty(tree):
+            on_branch(tree, task_branch(task_id))
             commit_all(tree, f"forge: uncommitted work of task {task_id} at release")
         try:
             git(["worktree", "remove", "--force", str(w.path)], repo)

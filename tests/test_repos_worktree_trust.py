@@ -109,6 +109,21 @@ def test_a_git_file_that_is_a_link_or_huge_is_refused(tmp_path, workspace, mono)
     assert W.locate(repo, wt.path).admin.parent.name == "worktrees"  # intact: located
 
 
+def test_a_head_moved_off_the_task_branch_is_refused(tmp_path, workspace, mono):
+    repo = mono.member_dir("alpha")
+    wt = W.ensure(mono, C.worktree_base(workspace), "alpha", TASK)
+    assert wt.tree is not None
+    main = out(["rev-parse", "refs/heads/main"], repo)
+    # The admin directory is the call's to write: HEAD now names the member's main.
+    _call(workspace, wt.path, f"open({str(wt.tree.admin / 'HEAD')!r}, 'w')"
+                              f".write('ref: refs/heads/main\\n'); "
+                              f"open({str(wt.path / 'x.txt')!r}, 'w').write('x')")
+    with pytest.raises(RepoError, match="not its task branch forge/task/trust-t"):
+        W.ensure(mono, C.worktree_base(workspace), "alpha", TASK)
+    W.release(mono, C.worktree_base(workspace), TASK)  # git no longer lists it as the task's
+    assert out(["rev-parse", "refs/heads/main"], repo) == main  # forge committed nothing
+
+
 WORKTREE_CONFIG = r'''
 import sys
 admin, wt, script = sys.argv[1], sys.argv[2], sys.argv[3]
