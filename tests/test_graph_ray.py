@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -329,3 +330,78 @@ def test_serving_project_on_ray_with_2_workers_equals_the_local_backend(ray_addr
             assert deliverable.keys() == local[node][1].keys(), node
         else:
             assert deliverable == local[node][1], node
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live process below `root`, by pid, with its start time (from /proc)."""
+    from infer_forge.harness.proc import stat_fields
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        f = stat_fields(int(d)) if d.isdigit() else None
+        if f and len(f) > 19:
+            children.setdefault(int(f[1]), []).append(int(d))
+    out: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            f = stat_fields(c)
+            if f and len(f) > 19 and f[0] != "Z":
+                out[c] = f[19]
+                todo.append(c)
+    return out
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_ray_run_leaves_no_process_it_started(tmp_path):
+    """Where no cluster is found, forge starts a Ray instance of its own: kill -9 forge in
+    the middle of a node, and every process it started (Ray's GCS, raylet, dashboard and
+    runtime-env agents, workers, the node's command) is gone. Found by the process tree
+    below forge before the kill, and each judged by its pid and start time after."""
+    need(HAS_RAY, "ray is not installed: pip install 'infer-forge[ray]'")
+    from infer_forge.harness.proc import start_time
+
+    from .conftest import FORGE
+
+    (tmp_path / "g.yaml").write_text("""name: rk
+nodes:
+  - id: slow
+    type: evaluation
+    work: {sh: "echo $$ > cmd.pid && touch started && exec sleep 600",
+           verify: [{name: ok, sh: "true"}]}
+""")
+    home = tmp_path / "home"
+    assert run_forge("init", home=home).returncode == 0
+    assert run_forge("graph", "new", str(tmp_path / "g.yaml"), home=home).returncode == 0
+    ray_tmp = tempfile.mkdtemp(prefix="fr-")  # no cluster of this machine's found there
+    env = {**os.environ, "FORGE_HOME": str(home), "RAY_TMPDIR": ray_tmp}
+    env.pop("RAY_ADDRESS", None)
+    work = home / "graphs" / "rk" / "work"
+    started: dict[int, str] = {}
+    with (tmp_path / "run.log").open("w") as log:
+        p = subprocess.Popen([*FORGE, "graph", "run", "--graph", "rk", "--backend", "ray"],
+                             env=env, cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while not (work / "started").exists():
+            assert p.poll() is None, (tmp_path / "run.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the node never started"
+            time.sleep(0.1)
+        started = _descendants(p.pid)
+        cmd = int((work / "cmd.pid").read_text())
+        assert cmd in started and len(started) >= 5, started  # Ray's processes and the node's
+        p.kill()
+        p.wait()
+        deadline = time.monotonic() + 60
+        while left := [q for q, t in started.items() if start_time(q) == t and alive(q, t)]:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert not left, f"processes forge started outlived it: {left}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for q, t in started.items():  # a failed run: nothing left behind by the test either
+            if alive(q, t):
+                os.kill(q, 9)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -34,9 +34,16 @@ Contracts:
   stay in flight until `forge graph resume` (either backend) abandons and re-runs them.
 - Connection: a driver already connected (`ray.is_initialized()`) uses that connection and
   leaves it up; otherwise it connects to `address` (else, as Ray resolves it: RAY_ADDRESS,
-  the cluster `ray start` began on this machine, a new local instance) and disconnects at
-  the end; an unreachable host:port is refused at once (Ray would retry it for minutes).
-  Workers on other hosts need infer-forge installed.
+  the cluster `ray start` began on this machine) and disconnects at the end; an unreachable
+  host:port is refused at once (Ray would retry it for minutes). Workers on other hosts need
+  infer-forge installed.
+- A Ray instance of its own: where no cluster is found, the driver starts one
+  (`ray start --head --block` on 127.0.0.1, no dashboard, its own temp dir, a random auth
+  token) in a session of its own under `proc.session_launch`'s leader, and ends that whole
+  process group when the run ends. When
+  forge dies, even by kill -9, the leader kills the group: the GCS, raylet, dashboard and
+  runtime-env agents and the workers (whose node commands then die with them). Ray's own
+  `ray.init()` instance left its agents running after a kill -9 of forge.
 - `ray` is imported inside these functions only (`forge --help` stays fast).
 """
 
@@ -44,7 +51,14 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +71,7 @@ from ...ledger.workspace import Workspace, open_workspace
 from ...ledger.yamlio import load_yaml
 from ...projections.graph import GraphView, catch_up, load_graph
 from ..errors import HarnessError
+from ..proc import kill_group, session_launch
 from . import lease
 from .run import Echo, RunSummary, _quiet, echo_progress, finish_run, interrupted, start_run
 from .work import NodeContext, execute_node
@@ -187,33 +202,143 @@ def _give_up(ws: Workspace, graph_id: str, run_id: str, node: str, ticket: str,
                        command_id=f"{graph_id}:{node}:a{n.attempt}:abandoned:{run_id}")
 
 
-def _connect(address: str | None) -> bool:
-    """Connect to Ray unless already connected. Returns whether this call connected."""
+HEAD_START_S = 120.0  # how long a head of our own may take to listen
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _found_cluster() -> bool:
+    """Does Ray, left to itself, find a cluster to join (RAY_ADDRESS, the one `ray start`
+    began on this machine), rather than start a new local instance?"""
+    try:
+        from ray._private.services import get_ray_address_from_environment
+    except ImportError:  # Ray moved it: let Ray resolve it as before
+        return True
+    try:
+        return get_ray_address_from_environment(None, None) is not None
+    except (ConnectionError, OSError, ValueError):
+        return True
+
+
+# The head's workers stay in its process group (the leader's kill reaches them at once), and
+# a dying worker leaves its children alone: a node command's own session leader ends the
+# command's group when its worker dies (a SIGKILL from Ray would orphan the command).
+_HEAD_ENV = {"RAY_process_group_cleanup_enabled": "0",
+             "RAY_kill_child_processes_on_worker_exit": "0"}
+
+
+@dataclass
+class Head:
+    """A local Ray head of our own: its leader process, its temp dir, the token it admits."""
+
+    proc: subprocess.Popen[bytes]
+    tmp: str
+    env: dict[str, str]  # what the driver sets while it runs (the head's auth token)
+
+
+def _start_head() -> tuple[Head, str]:
+    """A local Ray head of our own in its own session under `session_launch`'s leader (it
+    dies with forge), with its own temp dir (the machine's `ray_current_cluster` never
+    names it) and a random token; the head and its GCS address once it listens."""
+    port = _free_port()
+    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    cmd = [ray_cli] if ray_cli else [sys.executable, "-c",
+                                     "from ray.scripts.scripts import main; main()"]
+    argv = [*cmd, "start", "--head", "--block", f"--port={port}",
+            "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+            "--disable-usage-stats"]
+    # Short (Ray's sockets live below it), where Ray keeps its own (RAY_TMPDIR, else /tmp).
+    # A kill -9 of forge leaves it behind, as Ray's own sessions are.
+    tmp = tempfile.mkdtemp(prefix="forge-ray-", dir=os.environ.get("RAY_TMPDIR") or None)
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    launch, keywords = session_launch(argv)
+    head = Head(subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE,
+                                 env={**os.environ, **auth, **_HEAD_ENV, "RAY_TMPDIR": tmp},
+                                 **keywords),
+                tmp, auth)
+    p = head.proc
+    deadline = time.monotonic() + HEAD_START_S
+    while True:  # the GCS listens once the head is up (or the head exits: its error)
+        if p.poll() is not None:
+            err = (p.stderr.read() if p.stderr else b"").decode(errors="replace")
+            _stop_head(head)
+            raise HarnessError(f"cannot start a local Ray instance: ray start exited "
+                               f"{p.returncode}: {_one_line(RuntimeError(err[-300:]))}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                _stop_head(head)
+                raise HarnessError(f"cannot start a local Ray instance: nothing listens on "
+                                   f"127.0.0.1:{port} after {HEAD_START_S:g}s") from None
+            time.sleep(0.2)
+    if p.stderr is not None:  # nothing more is read from it: never let it fill
+        p.stderr.close()
+    return head, f"127.0.0.1:{port}"
+
+
+def _stop_head(head: Head | None) -> None:
+    """End the head's whole process group (its leader is the session's: `session_launch`)
+    and remove its temp dir."""
+    if head is not None:
+        kill_group(head.proc.pid)
+        head.proc.wait()
+        shutil.rmtree(head.tmp, ignore_errors=True)
+
+
+def _reload_ray_config() -> None:
+    """Ray reads its auth mode into a cached config (set when ray was imported): read the
+    environment again, as Ray's own `ray.init()` does when it turns token auth on."""
+    try:
+        from ray._raylet import Config
+    except ImportError:  # pragma: no cover - Ray moved it; its own default then applies
+        return
+    Config.initialize("")
+
+
+def _connect(address: str | None) -> tuple[bool, Head | None]:
+    """Connect to Ray unless already connected. Returns whether this call connected, and the
+    head it started (module docstring) if it started one."""
     try:
         import ray
     except ImportError:
         raise HarnessError("the Ray backend needs ray: pip install 'infer-forge[ray]'") from None
     if ray.is_initialized():
-        return False
+        return False, None
     if address and (m := re.fullmatch(r"([\w.-]+|\[[0-9a-fA-F:]+\]):(\d+)", address)):
         # Ray retries an unreachable address for minutes; a refused port is known at once.
         try:
             socket.create_connection((m[1].strip("[]"), int(m[2])), timeout=10).close()
         except OSError as e:
             raise HarnessError(f"cannot reach Ray at {address}: {e.strerror or e}") from None
+    head = None
+    if address is None and not _found_cluster():
+        head, address = _start_head()
+        os.environ.update(head.env)  # the driver's token, while it runs
+        _reload_ray_config()
     try:
-        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+        ray.init(address=address, log_to_driver=False,
+                 **({"include_dashboard": False} if address is None else {}))
     except (ConnectionError, RuntimeError, ValueError) as e:
+        _stop_head(head)
+        for k in head.env if head else ():
+            os.environ.pop(k, None)
         raise HarnessError(f"cannot connect to Ray at {address or 'a new local instance'}: "
                            f"{_one_line(e)}") from None
-    return True
+    return True, head
 
 
 def run_graph_ray(ws: Workspace, graph_id: str, *, jobs: int | None = None,
                   resume: bool = False, echo: Echo = _quiet, address: str | None = None,
                   poll_s: float = 0.2, max_retries: int = MAX_RETRIES) -> RunSummary:
     """Run the graph's ready nodes as Ray tasks until nothing more can run."""
-    own = _connect(address)
+    own, head = _connect(address)
     import ray
 
     try:
@@ -284,3 +409,6 @@ def run_graph_ray(ws: Workspace, graph_id: str, *, jobs: int | None = None,
     finally:
         if own:
             ray.shutdown()
+        _stop_head(head)
+        for k in head.env if head else ():
+            os.environ.pop(k, None)
