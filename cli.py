@@ -12,6 +12,7 @@ import functools
 import json
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -887,6 +888,8 @@ def block_handoff(ctx, task_id, state_reached, findings, next_sub_goal, outcome,
 def run_cmd(ctx, task_id: str, as_json: bool, argv: tuple[str, ...]) -> None:
     """Run a command as a recorded tool call of the task's open block; exits with its code.
 
+    The command reads no input (its stdin is /dev/null, never forge's): give it files.
+
     \b
     Example:
       forge run --task tune-tiny-cpu -- python bench.py --concurrency 8
@@ -1309,7 +1312,7 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
             t = time.monotonic()
             click.echo("building the index and the wiki …")
             concepts = compile_wiki(ws, stale=True, deterministic=True)  # concept pages
-            report = build(ws)
+            report = build(ws, post=wiki_post)
             result["timings"]["wiki_s"] = time.monotonic() - t
             click.echo(f"  {report.pages} wiki pages at ledger position {report.position}, "
                        f"site in {report.site_dir} ({result['timings']['wiki_s']:.1f}s)")
@@ -1586,7 +1589,7 @@ def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
       forge wiki build && forge wiki lint
     """
     from .wiki.build import build
-    rep = build(open_ws(ctx), embeddings=not no_embeddings, force=force)
+    rep = build(open_ws(ctx), embeddings=not no_embeddings, force=force, post=wiki_post)
     if as_json:
         emit_json(rep.__dict__)
         return
@@ -1620,7 +1623,8 @@ def wiki_compile(ctx, stale: bool, tier: str | None, deterministic: bool,
       forge wiki compile --stale && forge wiki build
     """
     from .wiki.concepts.compiler import compile_wiki
-    rep = compile_wiki(open_ws(ctx), stale=stale, tier=tier, deterministic=deterministic)
+    rep = compile_wiki(open_ws(ctx), stale=stale, tier=tier, deterministic=deterministic,
+                       post=wiki_post)
     if as_json:
         emit_json(rep.as_dict())
         return
@@ -1722,7 +1726,7 @@ def wiki_ask(ctx, question: str, as_json: bool, file_it: bool, tier: str | None,
     from .wiki.ask import ask as ask_question
     ws = open_ws(ctx)
     ans = ask_question(ws, question, tier=tier, deterministic=deterministic,
-                       embeddings=not no_embeddings)
+                       embeddings=not no_embeddings, post=wiki_post)
     if file_it:
         file_answer(ws, ans)
     if as_json:
@@ -1771,7 +1775,7 @@ def wiki_serve(ctx, port: int, no_build: bool, no_embeddings: bool) -> None:
         sys.stdout.flush()
 
     serve(open_ws(ctx), port=port, build_first=not no_build, embeddings=not no_embeddings,
-          echo=echo)
+          echo=echo, post=wiki_post)
 
 
 
@@ -2439,12 +2443,26 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
           ask=lambda question: journal_ask(ws, question))
 
 
+def wiki_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> bytes:
+    """The wiki's model requests (narrative, a concept page's synthesis, a phrased answer:
+    wiki/chat.py's `Post`) through the one outbound client on the model tiers' rules: no
+    redirect followed, MODEL_MAX_BYTES, one deadline; its HarnessError as a WikiError (the
+    wiki does not import the harness)."""
+    from .harness.agents.models import MODEL_MAX_BYTES
+    from .harness.guard.outbound import fetch
+    try:
+        return fetch("POST", url, body=body, headers=headers, timeout_s=timeout_s,
+                     max_bytes=MODEL_MAX_BYTES, max_redirects=0).ok("POST").body
+    except HarnessError as e:
+        raise WikiError(str(e)) from None
+
+
 def journal_ask(ws: Workspace, question: str) -> dict[str, Any]:
     """`forge wiki ask` for the MCP tool journal_ask: a WikiError is the tool's one-line error
     (the harness, which runs the tool, does not import the wiki)."""
     from .wiki.ask import ask as ask_question
     try:
-        return ask_question(ws, question).as_dict()
+        return ask_question(ws, question, post=wiki_post).as_dict()
     except WikiError as e:
         raise HarnessError(str(e)) from None
 

@@ -363,3 +363,15 @@ def test_a_missing_program_is_a_recorded_failure_not_a_sandbox_error(workspace, 
     run = run_tool(workspace, ["/nonexistent/tool"], cwd=tmp_path)
     assert run.returncode is None and run.event.error.startswith("cannot start /nonexistent")
     assert os.path.isdir(tmp_path)
+
+
+def test_a_call_never_reads_forges_own_stdin(workspace, tmp_path):
+    """Under `forge mcp` forge's stdin carries the client's requests; under `forge run`, what
+    the person types: a call gets /dev/null (issue 27)."""
+    task(workspace, tmp_path, "stdin-t")
+    r = run_forge("run", "--task", "stdin-t", "--", "sh", "-c", "echo read:; cat",
+                  input="client-request-42\n", home=workspace.home)
+    assert r.returncode == 0, r.stderr
+    assert "read:" in r.stdout and "client-request-42" not in r.stdout
+    [ev] = tool_events(workspace, "stdin-t")
+    assert ev.exit_code == 0 and ev.argv[0] == "sh"

@@ -176,7 +176,7 @@ def run_captured(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str]
     OSError from starting it (a missing program) is the caller's."""
     out, err = _Capture(), _Capture()
     proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env),
-                            stdin=subprocess.PIPE if input is not None else None,
+                            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     threads = [threading.Thread(target=_pump, args=(proc.stdout, out, None), daemon=True),
                threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True)]
@@ -260,8 +260,11 @@ def run_tool(
     try:
         if missing:
             raise _NotStarted(missing)
+        # Never forge's own stdin: under `forge mcp` it carries the client's requests, under
+        # `forge run` what the person types; a call reads `input` or nothing.
         proc = subprocess.Popen(launch, cwd=cwd, env=full_env,
-                                stdin=subprocess.PIPE if input is not None else None,
+                                stdin=subprocess.PIPE if input is not None else
+                                subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, **guard)
     except _NotStarted as e:
         error = str(e)
