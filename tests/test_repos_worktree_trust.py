@@ -268,3 +268,27 @@ evaluator: {{kind: command, argv: [{py}, eval.py]}}
     assert cands and all(b.decision == "rejected" and not b.measurements for b in cands)
     assert any("refusing to run git" in r["reason"] for r in mem.rejected)
     assert not marker.exists()
+
+
+def test_a_rewritten_git_file_gets_the_next_call_no_other_directory(tmp_path, workspace,
+                                                                    mono):
+    """The sandbox makes a worktree's git directories writable to a call: found as forge
+    made them, not from the `.git` file (and `commondir`) an earlier call rewrote."""
+    victim = tmp_path / "victim"
+    git(["init", "-q", str(victim)], tmp_path)
+    wt = W.ensure(mono, C.worktree_base(workspace), "alpha", TASK)
+    fake = wt.path / "fake"
+    _call(workspace, wt.path, f"""
+import os
+os.makedirs({str(fake)!r})
+open({str(fake / 'commondir')!r}, 'w').write({str(victim / '.git')!r})
+open({str(fake / 'gitdir')!r}, 'w').write({str(wt.path / '.git')!r})
+open({str(wt.path / '.git')!r}, 'w').write('gitdir: ' + {str(fake)!r} + '\\n')
+""")
+    planted = victim / ".git" / "objects" / "planted"
+    r = run_tool(workspace, [sys.executable, "-c", f"open({str(planted)!r}, 'w').write('x')"],
+                 cwd=wt.path, task=TASK)
+    if r.event.sandbox["kind"] == "none":
+        pytest.skip(f"no sandbox on this host: {r.event.sandbox.get('reason')}")
+    assert r.returncode != 0 and not planted.exists()
+    assert not (victim / ".git" / "refs" / "heads" / "forge").exists()

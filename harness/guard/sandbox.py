@@ -203,26 +203,27 @@ def scratch_of(ws: Workspace | None, task: str | None) -> Path:
     return d.resolve()
 
 
-def worktree_git_dirs(worktree: Path) -> list[Path]:
+def worktree_git_dirs(ws: Workspace, worktree: Path) -> list[Path]:
     """What a commit in a task's `worktree` writes (module contract): its admin directory,
     the object store, the task branches' ref and reflog directories; [] when it is no
-    linked worktree (a `.git` file naming its git dir)."""
-    from ...repos.worktrees import BRANCH_PREFIX
+    worktree forge made of a member. Found as forge made them (repos/worktrees.py `locate`),
+    never from the worktree's `.git` file or the admin's `commondir`: an earlier call may
+    have rewritten those to name any directory, which this call would then get writable."""
+    from ...repos.commands import maybe_monorepo
+    from ...repos.errors import RepoError
+    from ...repos.worktrees import BRANCH_PREFIX, locate
 
     try:
-        text = (worktree / ".git").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        mono = maybe_monorepo(ws)
+        if mono is None:
+            return []
+        tree = locate(mono.member_dir(worktree.name), worktree)
+    except RepoError:
+        return []  # not one forge can vouch for: the call commits nothing there
+    common = tree.common
+    if not (common / "objects").is_dir():
         return []
-    if not text.startswith("gitdir:"):
-        return []
-    admin = (worktree / text[len("gitdir:"):].strip()).resolve()
-    try:
-        common = (admin / (admin / "commondir").read_text().strip()).resolve()
-    except OSError:
-        return []
-    if not (admin.is_dir() and (common / "objects").is_dir()):
-        return []
-    out = [admin, common / "objects"]
+    out = [tree.admin, common / "objects"]
     for sub in ("refs/heads/", "logs/refs/heads/"):
         d = common / (sub + BRANCH_PREFIX.rstrip("/"))
         d.mkdir(parents=True, exist_ok=True)  # where git makes the branch's lock file
@@ -242,7 +243,7 @@ def writable_dirs(ws: Workspace | None, task: str | None, cwd: Path, scratch: Pa
             dirs.append(scratch)
         trees = dirs[0] if dirs and dirs[0] != scratch else None
         for wt in sorted(trees.iterdir()) if trees is not None else ():
-            dirs += worktree_git_dirs(wt)
+            dirs += worktree_git_dirs(ws, wt)
     else:
         dirs.append(cwd)
     wanted = [*(ws.config.settings.guard.sandbox_writable if ws is not None else ()), *extra]
