@@ -219,7 +219,8 @@ def _found_cluster() -> bool:
     except ImportError:  # Ray moved it: let Ray resolve it as before
         return True
     try:
-        return get_ray_address_from_environment(None, None) is not None
+        # None: as ray.init() without an address asks it (Ray's own annotation says str).
+        return get_ray_address_from_environment(None, None) is not None  # type: ignore[arg-type]
     except (ConnectionError, OSError, ValueError):
         return True
 
@@ -296,7 +297,7 @@ def _reload_ray_config() -> None:
     """Ray reads its auth mode into a cached config (set when ray was imported): read the
     environment again, as Ray's own `ray.init()` does when it turns token auth on."""
     try:
-        from ray._raylet import Config
+        from ray._raylet import Config  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - Ray moved it; its own default then applies
         return
     Config.initialize("")
@@ -323,8 +324,10 @@ def _connect(address: str | None) -> tuple[bool, Head | None]:
         os.environ.update(head.env)  # the driver's token, while it runs
         _reload_ray_config()
     try:
-        ray.init(address=address, log_to_driver=False,
-                 **({"include_dashboard": False} if address is None else {}))
+        if address is None:
+            ray.init(log_to_driver=False, include_dashboard=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
         _stop_head(head)
         for k in head.env if head else ():
