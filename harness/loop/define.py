@@ -55,8 +55,9 @@ def check_owner(ws: Workspace, task_id: str, *, graph_node: tuple[str, str] | No
     first = ws.ledger.stream(task_stream(task_id), until_version=1)
     ev = first[0].event if first else None
     by_graph = isinstance(ev, E.TaskDefined) and ev.actor == GRAPH_RUNNER and ns is not None
-    if graph_node is None:
-        if by_graph or (ns is not None and ws.ledger.version(graph_stream(ns[0]))):
+    if graph_node is None:  # a standalone stream may stay one (a ledger from before the rule)
+        if by_graph or (ev is None and ns is not None
+                        and ws.ledger.version(graph_stream(ns[0]))):
             assert ns is not None
             raise HarnessError(f"task id {task_id!r} belongs to graph {ns[0]!r} (its node "
                                f"{ns[1]!r}'s task stream); give the task another id")
