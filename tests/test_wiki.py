@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from infer_forge.cli import wiki_post
 from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import task_stream
 from infer_forge.wiki import build as B
@@ -161,19 +162,19 @@ def test_optional_narrative(ws):
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
         s = B.WikiSettings(embeddings=False, narrative_url=url, narrative_model="qwen")
-        rep = B.build(ws, settings=s)
+        rep = B.build(ws, settings=s, post=wiki_post)
         assert rep.narrative == {"asked": 7, "cached": 0, "failed": 0}  # tasks + decisions
         assert _Chat.seen[0]["model"] == "qwen" and "deepgemm" in json.dumps(_Chat.seen)
         page = pages_of(ws.home)["tasks/deepgemm-moe-h20"]
         assert "## Narrative\n\nThe candidate was measured three times" in page
-        rep = B.build(ws, settings=s, force=True)
+        rep = B.build(ws, settings=s, force=True, post=wiki_post)
         assert rep.narrative["cached"] == 7 and rep.narrative["asked"] == 0
     finally:
         srv.shutdown()
         srv.server_close()
     # Endpoint gone: pages stay complete, one failed attempt is reported.
     (ws.home / "wiki" / "_narrative.json").unlink()
-    rep = B.build(ws, settings=s, force=True)
+    rep = B.build(ws, settings=s, force=True, post=wiki_post)
     assert rep.narrative["failed"] == 1 and rep.pages == 28
     assert "## Narrative" not in pages_of(ws.home)["tasks/deepgemm-moe-h20"]
     assert L.lint(ws).ok

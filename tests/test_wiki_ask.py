@@ -11,6 +11,7 @@ import asyncio
 import json
 
 import pytest
+from infer_forge.cli import wiki_post
 from infer_forge.harness.testing.scripted_chat import ScriptedChat
 from infer_forge.ledger.streams import task_stream
 from infer_forge.ledger.workspace import init_workspace, open_workspace
@@ -162,7 +163,7 @@ def test_a_model_tier_phrases_the_answer_and_invented_claims_are_dropped(forge_h
                     'family = "test"\n')
         ws = open_workspace(forge_home)
         try:
-            a = ask(ws, QUESTION, embeddings=False)
+            a = ask(ws, QUESTION, embeddings=False, post=wiki_post)
         finally:
             ws.close()
         prompt = chat.requests[0]["messages"][-1]["content"]
@@ -186,8 +187,8 @@ def test_a_failing_model_leaves_the_extractive_answer(forge_home):
                     'family = "test"\ntimeout_s = 10\n')
         ws = open_workspace(forge_home)
         try:
-            a = ask(ws, QUESTION, embeddings=False)
-            b = ask(ws, QUESTION, embeddings=False)  # the tiny model's kind of text
+            a = ask(ws, QUESTION, embeddings=False, post=wiki_post)
+            b = ask(ws, QUESTION, embeddings=False, post=wiki_post)  # the tiny model's kind of text
             with pytest.raises(WikiError, match="no \\[models.nope\\]"):
                 ask(ws, QUESTION, tier="nope")
         finally:

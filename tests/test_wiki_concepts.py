@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from infer_forge.cli import wiki_post
 from infer_forge.harness.demo import DEMO_TASK
 from infer_forge.harness.loop.define import define_task, record_profile
 from infer_forge.harness.loop.run import run_task
@@ -232,7 +233,7 @@ def test_a_down_model_endpoint_leaves_the_deterministic_pages(workspace):
     run_demo(workspace)
     ws = _with_model(workspace, "http://127.0.0.1:9/v1", extra="timeout_s = 5\n")
     with ws:
-        rep = compile_wiki(ws)
+        rep = compile_wiki(ws, post=wiki_post)
     assert rep.model["failed"] == 1 and rep.model["asked"] == 0 and rep.pages >= 5
     cat = load_catalog(workspace.home / "wiki")
     assert all(p.author == "compiler" for p in cat.pages.values())
@@ -261,7 +262,7 @@ def test_the_tiny_model_as_a_real_endpoint_publishes_nothing_uncited(workspace, 
     ws = _with_model(workspace, f"{hf_server.base_url}/v1", hf_server.model,
                      "max_tokens = 48\ntimeout_s = 120\n")
     with ws:
-        rep = compile_wiki(ws)
+        rep = compile_wiki(ws, post=wiki_post)
         assert rep.model["asked"] + rep.model["failed"] >= 1
         cat = load_catalog(ws.home / "wiki")
         assert_valid_citations(ws, cat)

@@ -12,7 +12,8 @@ Contract:
 - Without a model tier the answer is extractive: the best-matching claims (at most
   `MAX_CLAIMS`), each with the ledger events it cites. With a `[models.<tier>]` tier the
   model phrases the answer from those claims and their cited events only, marking each
-  sentence with `[e:<event id>]`; each sentence goes through the compile's citation check
+  sentence with `[e:<event id>]` (the request sent by the caller's `post`, wiki/chat.py: cli.py
+  passes the one outbound client); each sentence goes through the compile's citation check
   (`concepts.claims`: the ids must be among the evidence given, the figures in the cited
   events) and is dropped with its reason otherwise. A model that fails, or whose every
   sentence is dropped, leaves the extractive answer (and says so in `note`).
@@ -26,13 +27,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import urllib.error
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..ledger.workspace import Workspace
 from ..projections.index import open_index, tracked_position
+from .chat import Post
 from .concepts import claims as C
 from .concepts.evidence import lookup, payloads
 from .concepts.model import Citation, ConceptPage, load_catalog
@@ -336,7 +337,8 @@ def caveats(con: Any, wiki_dir: Path, answer: Answer) -> None:
 # --- the model tier -------------------------------------------------------------------------
 
 
-def phrase(con: Any, tier: str, settings: Any, answer: Answer) -> None:
+def phrase(con: Any, tier: str, settings: Any, answer: Answer, post: Post | None = None
+           ) -> None:
     """Let the tier's model phrase `answer` from its claims; keep what passes the check."""
     from .concepts.compiler import ask as chat
 
@@ -350,8 +352,8 @@ def phrase(con: Any, tier: str, settings: Any, answer: Answer) -> None:
         lines.append(f"[e:{x.event_id}] {x.type}: {evidence.get(x.event_id, '')[:PAYLOAD_CHARS]}")
     prompt = f"{PROMPT}\n\nQuestion: {answer.question}\n\nEvidence:\n" + "\n".join(lines)
     try:
-        reply = chat(settings, prompt)
-    except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError, TypeError) as e:
+        reply = chat(post, settings, prompt)
+    except WikiError as e:
         answer.note = f"model tier {tier} failed ({' '.join(str(e).split())[:200]}); " \
                       "the extractive answer stands"
         return
@@ -371,10 +373,11 @@ def phrase(con: Any, tier: str, settings: Any, answer: Answer) -> None:
 
 
 def ask(ws: Workspace, question: str, *, tier: str | None = None,
-        deterministic: bool = False, embeddings: bool = True) -> Answer:
+        deterministic: bool = False, embeddings: bool = True, post: Post | None = None
+        ) -> Answer:
     """Answer `question` from the journal (module contract). The model tier: `tier`, else
     `[models.wiki]` when forge.toml has it (as `forge wiki compile`); none if
-    `deterministic`. `embeddings`: may fall back to retrieval."""
+    `deterministic`; its requests sent by `post`. `embeddings`: may fall back to retrieval."""
     from .concepts.compiler import tier_settings
 
     question = " ".join(question.split())
@@ -399,5 +402,5 @@ def ask(ws: Workspace, question: str, *, tier: str | None = None,
                 answer.claims.append(AnswerClaim(d.text, cs, d.source, d.bonus))
         caveats(s.con, wiki_dir, answer)
         if model is not None and answer.claims:
-            phrase(s.con, model[0], model[1], answer)
+            phrase(s.con, model[0], model[1], answer, post)
     return answer

@@ -31,6 +31,7 @@ from ..projections.index import open_index
 from . import narrative, trace_cache
 from . import page as page_module
 from .answers import answer_pages
+from .chat import Post
 from .concepts.site import catalog_digest, llms_txt, site_pages
 from .concurrency import concurrency_page
 from .endpoints import endpoints_page
@@ -267,8 +268,8 @@ def _prune(root: Path, keep: set[Path], ext: str) -> int:
 
 def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
                 timings: dict[str, float], stats: dict[str, int],
-                extra_texts: Sequence[str] = (), extra_pages: Sequence[Page] = ()
-                ) -> list[Page]:
+                extra_texts: Sequence[str] = (), extra_pages: Sequence[Page] = (),
+                post: Post | None = None) -> list[Page]:
     t = time.perf_counter()
     plots = PlotCache(wiki_dir / PLOT_CACHE)
     pages = make_pages(snap, plots)
@@ -300,14 +301,14 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
     timings["related_s"] = time.perf_counter() - t
     if settings.narrative_url:
         t = time.perf_counter()
-        stats.update(narrative.add_narratives(pages, settings, wiki_dir))
+        stats.update(narrative.add_narratives(pages, settings, wiki_dir, post))
         timings["narrative_s"] = time.perf_counter() - t
     add_backlinks(pages)
     return pages
 
 
 def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
-          settings: WikiSettings | None = None) -> BuildReport:
+          settings: WikiSettings | None = None, post: Post | None = None) -> BuildReport:
     t0 = time.perf_counter()
     settings = settings or WikiSettings.from_config(ws.config.raw, embeddings)
     wiki_dir, site_dir = Path(ws.home) / "wiki", Path(ws.home) / "site"
@@ -345,7 +346,8 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     t = time.perf_counter()
     snap.traces, report.traced = trace_cache.traces(ws, snap, wiki_dir, graph_pos)
     timings["traces_s"] = time.perf_counter() - t
-    pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus, graphs)
+    pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus, graphs,
+                        post)
     t = time.perf_counter()
     keep_md, keep_html = set(), set()
     known = {p.path for p in pages} | {"search"}  # the site links to these pages only

@@ -1,7 +1,9 @@
 """Optional narrative paragraphs from a model behind any OpenAI-compatible endpoint
 (forge.toml `[wiki.narrative] url = "http://127.0.0.1:30000/v1"`, `model = "…"`,
 optional `api_key_env`). Pages are complete without it; a failing endpoint costs one
-attempt per build and is reported, never fatal. Answers are cached by page content.
+attempt per build and is reported, never fatal. Answers are cached by page content. The
+request goes through the caller's `post` (chat.py: the one outbound client, from cli.py);
+without one the endpoint counts as failing.
 """
 
 from __future__ import annotations
@@ -9,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .chat import Post, complete
+from .errors import WikiError
 from .page import Page, to_markdown
 
 CACHE = "_narrative.json"
@@ -24,21 +26,15 @@ PROMPT = ("You write the narrative paragraph of an engineering journal page abou
           "why the outcome follows. No speculation.\n\n")
 
 
-def ask(url: str, model: str | None, text: str, api_key: str | None = None,
+def ask(post: Post | None, url: str, model: str | None, text: str, api_key: str | None = None,
         timeout: float = 60.0) -> str:
-    body = {"model": model or "default", "temperature": 0, "max_tokens": 220,
-            "messages": [{"role": "user", "content": PROMPT + text}]}
-    req = urllib.request.Request(url.rstrip("/") + "/chat/completions",
-                                 data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        data = json.loads(r.read())
-    return " ".join(str(data["choices"][0]["message"]["content"]).split())
+    content = complete(post, url, PROMPT + text, model=model or "default", max_tokens=220,
+                       api_key=api_key, timeout_s=timeout)
+    return " ".join(str(content).split())
 
 
-def add_narratives(pages: list[Page], settings: Any, wiki_dir: Path) -> dict[str, int]:
+def add_narratives(pages: list[Page], settings: Any, wiki_dir: Path,
+                   post: Post | None = None) -> dict[str, int]:
     path = wiki_dir / CACHE
     cache: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
     key_env = settings.narrative_key_env
@@ -53,10 +49,11 @@ def add_narratives(pages: list[Page], settings: Any, wiki_dir: Path) -> dict[str
         answer = cache.get(key)
         if answer is None and not broken:
             try:
-                answer = ask(settings.narrative_url, settings.narrative_model, text, api_key)
+                answer = ask(post, settings.narrative_url, settings.narrative_model, text,
+                             api_key)
                 cache[key] = answer
                 stats["asked"] += 1
-            except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError):
+            except WikiError:
                 broken = True  # one failure per build: the endpoint is down or not OpenAI-like
                 stats["failed"] += 1
         elif answer is not None:

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from ..ledger.workspace import Workspace
+from .chat import Post
 from .errors import WikiError
 
 
@@ -63,12 +64,13 @@ def make_server(site_dir: Path, port: int, retriever: Any) -> ThreadingHTTPServe
 
 
 def serve(ws: Workspace, *, port: int = 8765, build_first: bool = True, embeddings: bool = True,
-          echo: Callable[[str], None] = print) -> None:
-    """Build (unless fresh), load the retriever, then serve until interrupted."""
+          echo: Callable[[str], None] = print, post: Post | None = None) -> None:
+    """Build (unless fresh; `post` sends its narrative requests, wiki/chat.py), load the
+    retriever, then serve until interrupted."""
     from .build import build
 
     if build_first:
-        rep = build(ws, embeddings=embeddings)
+        rep = build(ws, embeddings=embeddings, post=post)
         echo(f"wiki: {rep.pages} pages at position {rep.position}"
              + (" (fresh)" if rep.fresh else f", {rep.written} written"))
     retriever = None

@@ -21,6 +21,7 @@ Contracts:
     a body (HEAD stays HEAD), 307/308 with the method and body. Each hop is resolved and
     checked again; without a guard, a redirect to another origin (scheme, canonical address,
     port) is refused; with one, it goes without the caller's credential headers.
+    `max_redirects=0` follows none: the 3xx is the response (`ok()` refuses it).
   - `timeout_s` is the deadline of the whole exchange (connect, every hop, headers, body):
     past it the socket is shut, whatever the server is still dripping, and the error is
     `METHOD URL: no complete response within N s (the deadline)`. A body over `max_bytes` is
@@ -29,6 +30,10 @@ Contracts:
   `httpx_client`: no redirect followed, the byte cap, the body's deadline. They are not
   passed through the production guard: a tier is the agent's own model, named in forge.toml
   (a production-class one has its prompts stored as lengths and digests, data_policy.py).
+- The journal's model calls (wiki/chat.py: narratives, concept syntheses, phrased answers;
+  the wiki may not import this floor) are `fetch` on the same rules, handed to the wiki by
+  cli.py (`wiki_post`): POST, `max_redirects=0`, MODEL_MAX_BYTES, the tier's `timeout_s` as
+  the deadline.
 - Where the transport differs: the bench client's streaming path (harness/bench/sse_client.py:
   raw sockets, kernel receive timestamps per read) keeps its own transport for timing, but
   connects only to `resolve`'s addresses, the ones its run's production check saw.
@@ -217,7 +222,7 @@ def fetch(method: str, url: str, *, body: bytes | None = None,
           first_checked: bool = False, max_redirects: int = MAX_REDIRECTS) -> Response:
     """One request and its redirects (module contract)."""
     method = method.upper()
-    first = url
+    first, first_method = url, method
     deadline = time.monotonic() + timeout_s
     origin: tuple[str, frozenset[str], int] | None = None
     for hop in range(max_redirects + 1):
@@ -237,12 +242,12 @@ def fetch(method: str, url: str, *, body: bytes | None = None,
         origin = origin or t.origin
         resp = _exchange(t, method, body, headers, deadline, timeout_s, max_bytes, first)
         location = resp.headers.get("location")
-        if resp.status not in _REDIRECTS or not location:
+        if resp.status not in _REDIRECTS or not location or not max_redirects:
             return resp
         url = urljoin(url, location)
         if resp.status in (301, 302, 303) and method != "HEAD":
             method, body = "GET", None
-    raise HarnessError(f"{method} {_shown(first)}: more than {max_redirects} redirects")
+    raise HarnessError(f"{first_method} {_shown(first)}: more than {max_redirects} redirects")
 
 
 def _exchange(t: Target, method: str, body: bytes | None, headers: Mapping[str, str] | None,

@@ -7,7 +7,9 @@ Contracts:
   model writes each page's synthesis from the same evidence, told how by SCHEMA.md; every
   sentence it writes passes the citation check (claims.py) or is dropped and reported. A
   failing endpoint costs one attempt per compile and is reported, never fatal; answers are
-  cached by prompt (`concepts/_model.json`).
+  cached by prompt (`concepts/_model.json`). The request goes through the caller's `post`
+  (wiki/chat.py: cli.py passes the one outbound client: no redirect, a byte cap, a deadline);
+  without one the endpoint counts as failing.
 - `stale=True` recompiles only pages that are not fresh (freshness.py) and concepts without a
   page; a full compile also removes the pages of concepts the ledger no longer shows.
 - Each page records the ledger position it was compiled at and the hashes of its events.
@@ -19,8 +21,6 @@ import hashlib
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +29,7 @@ from typing import Any
 from ...ledger.config import ModelSettings
 from ...ledger.workspace import Workspace
 from ...projections.index import open_index
+from ..chat import Post, complete
 from ..errors import WikiError
 from ..files import write_if_changed
 from ..page import to_markdown
@@ -133,18 +134,11 @@ def prompt(page: ConceptPage, schema: str) -> str:
             + ("\n\n# Points\n" + "\n".join(points) if points else ""))
 
 
-def ask(s: ModelSettings, text: str) -> str:
-    body = {"model": s.model, "temperature": s.temperature, "max_tokens": s.max_tokens,
-            "messages": [{"role": "user", "content": text}]}
-    req = urllib.request.Request(s.url.rstrip("/") + "/chat/completions",
-                                 data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+def ask(post: Post | None, s: ModelSettings, text: str) -> str:
+    """The tier's reply to `text` (through `post`; WikiError when it fails)."""
     key = os.environ.get(s.api_key_env) if s.api_key_env else None
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    with urllib.request.urlopen(req, timeout=s.timeout_s) as r:
-        data = json.loads(r.read())
-    content = data["choices"][0]["message"]["content"]
+    content = complete(post, s.url, text, model=s.model, temperature=s.temperature,
+                       max_tokens=s.max_tokens, api_key=key, timeout_s=s.timeout_s)
     return content if isinstance(content, str) else ""
 
 
@@ -152,8 +146,9 @@ class Writer:
     """Asks the model tier for each page's synthesis; one failure stops asking for the rest
     of the compile (the pages stay deterministic)."""
 
-    def __init__(self, tier: str, settings: ModelSettings, cache_path: Path) -> None:
-        self.tier, self.s, self.path = tier, settings, cache_path
+    def __init__(self, tier: str, settings: ModelSettings, cache_path: Path,
+                 post: Post | None = None) -> None:
+        self.tier, self.s, self.path, self.post = tier, settings, cache_path, post
         try:
             self.cache: dict[str, str] = json.loads(cache_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -170,9 +165,8 @@ class Writer:
         if self.broken:
             return None
         try:
-            out = ask(self.s, text)
-        except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError,
-                TypeError) as e:
+            out = ask(self.post, self.s, text)
+        except WikiError as e:
             self.broken = True
             self.stats["failed"] += 1
             self.stats["error"] = f"{self.s.url}: {' '.join(str(e).split())[:200]}"
@@ -213,7 +207,9 @@ def with_synthesis(page: ConceptPage, answer: str, payloads: dict[str, str],
 
 
 def compile_wiki(ws: Workspace, *, stale: bool = False, tier: str | None = None,
-                 deterministic: bool = False) -> CompileReport:
+                 deterministic: bool = False, post: Post | None = None) -> CompileReport:
+    """Compile the concept pages (module contract); `post` sends the model tier's requests
+    (wiki/chat.py)."""
     t0 = time.perf_counter()
     chosen = tier_settings(ws, tier, deterministic)
     wiki_dir = Path(ws.home) / "wiki"
@@ -232,7 +228,7 @@ def compile_wiki(ws: Workspace, *, stale: bool = False, tier: str | None = None,
             or states[by_concept[k].slug][0] != "fresh"]
     compiled = {d.slug: compile_draft(d, ev) for d in todo}
     if chosen is not None and compiled:
-        compiled = _synthesize(ws, chosen, compiled, cdir, rep, ev)
+        compiled = _synthesize(ws, chosen, compiled, cdir, rep, ev, post)
     pages: dict[str, ConceptPage] = {}
     for slug, p in old.pages.items():
         st, why = states[slug]
@@ -267,9 +263,9 @@ def compile_wiki(ws: Workspace, *, stale: bool = False, tier: str | None = None,
 
 def _synthesize(ws: Workspace, chosen: tuple[str, ModelSettings],
                 compiled: dict[str, ConceptPage], cdir: Path, rep: CompileReport,
-                ev: Evidence) -> dict[str, ConceptPage]:
+                ev: Evidence, post: Post | None) -> dict[str, ConceptPage]:
     tier, settings = chosen
-    writer = Writer(tier, settings, cdir / MODEL_CACHE)
+    writer = Writer(tier, settings, cdir / MODEL_CACHE, post)
     schema = schema_text()
     answers = {slug: writer.answer(prompt(p, schema)) for slug, p in compiled.items()}
     writer.save()
