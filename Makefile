@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/deploy.py --plans 50 --rounds 2
 	$(BIN)/python bench/wiki_compile.py --repeats 2
 	$(BIN)/python bench/session_leader.py --calls 40
+	$(BIN)/python bench/agent_engine.py --starts 3
 	$(BIN)/python bench/workload_gen.py --rounds 1 --prompts 64
 
 clean:
