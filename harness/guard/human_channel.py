@@ -26,20 +26,19 @@ from __future__ import annotations
 import getpass
 import hmac
 import os
-import re
 import secrets
 from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
 from ...ledger.atomic import replacing
+from ...ledger.text import printable
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 
 KEY_FILE = "approver.key"
 KEY_ENV = "FORGE_APPROVER_KEY_FILE"
 _KEY_BYTES = 32
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # the terminal shows what was asked, no more
 
 
 def key_path(ws: Workspace) -> Path:
@@ -86,12 +85,17 @@ def _ask_on_tty(prompt: str) -> str | None:
 
 
 def _describe(approval: dict[str, Any]) -> str:
-    args = approval.get("arguments") or {}
-    lines = [f"approval {approval['approval_id']}: {approval['kind']} {approval['target']}",
-             *(f"  {k}: {v}" for k, v in sorted(args.items())),
-             f"  asked by: {approval.get('requested_by', {}).get('name', '?')}",
-             f"  summary: {approval.get('summary', '')}"]
-    return "\n".join(_CONTROLS.sub("?", x) for x in lines)
+    """The bound action and who asked, as `forge approvals` shows them (the one sanitiser:
+    stored text cannot move the cursor on the person's terminal)."""
+    from ...projections.approvals import bound_action
+
+    who = (approval.get("requested_by") or {}).get("name", "?")
+    return "\n".join([
+        f"approval {printable(approval['approval_id'])}",
+        "  action: " + bound_action(approval["kind"], approval["target"],
+                                    approval.get("arguments") or {}),
+        f"  asked by: {printable(str(who))}",
+        f"  summary: {printable(str(approval.get('summary', '')))}"])
 
 
 def confirm(ws: Workspace, approval: dict[str, Any], key_file: str | Path | None = None
