@@ -16,13 +16,17 @@ Contracts:
   environment already says.
 - `run_task(url, model, task, ...)` evaluates with `lm_eval.simple_evaluate` through the
   `local-completions` model (POST `/v1/completions`; `endpoint="chat"`:
-  `local-chat-completions`, `/v1/chat/completions`), no tokenizer (`tokenized_requests=False`),
-  `log_samples=True`; it returns an `AccuracyRun`: the accuracy and one `(doc_id, correct)`
-  per item in doc order (correct: the item's `metric`, `exact_match` by default; `acc` for
+  `local-chat-completions`, `/v1/chat/completions`), no tokenizer
+  (`tokenized_requests=False`), `log_samples=True`. lm_eval sends through a loopback relay
+  (guard/relay.py): each request goes on by the one outbound client (the address the
+  production check resolved, `timeout_s` as the deadline of each whole response, the byte
+  cap, no redirect followed), and a request the client cut fails the run with its one-line
+  error. It returns an `AccuracyRun`: the accuracy and one `(doc_id, correct)` per item in
+  doc order (correct: the item's `metric`, `exact_match` by default; `acc` for
   multiple-choice suites). `limit` evaluates the first `limit` items. `task` is looked up
   among the YAML files of `include_path` (the shipped set by default; relative `data_files`
-  resolved against the YAML's folder), else in lm_eval's own registry (gsm8k, mmlu, gpqa:
-  a configuration away on a host whose Hugging Face cache holds their datasets). lm_eval is
+  resolved against the YAML's folder), else in lm_eval's own registry (gsm8k, mmlu, gpqa: a
+  configuration away on a host whose Hugging Face cache holds their datasets). lm_eval is
   imported inside the function: it is an optional extra (`pip install
   'infer-forge[accuracy]'`), and a missing one is a HarnessError.
 - `judge_accuracy(baseline, candidate, margin=, confidence=, iterations=, seed=)` is pure. The
@@ -109,21 +113,28 @@ def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "comp
     if base.endswith("/v1"):
         base = base[:-3]
     path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
-    args = (f"base_url={base}{path},model={model},tokenizer_backend=none,"
-            f"tokenized_requests=False,num_concurrent={concurrency},max_retries=1,"
-            f"timeout={int(timeout_s)}")
     spec: str | dict[str, Any] = (task_config(task, include_path) if include_path else None) \
         or task  # not a shipped task: lm_eval's own registry (gsm8k, mmlu, gpqa, ...)
-    try:
-        res = lm_eval.simple_evaluate(
-            model="local-chat-completions" if endpoint == "chat" else "local-completions",
-            model_args=args, tasks=[spec], log_samples=True, limit=limit,
-            apply_chat_template=endpoint == "chat", random_seed=seed, numpy_random_seed=seed,
-            torch_random_seed=seed, fewshot_random_seed=seed)
-    except HarnessError:
-        raise
-    except Exception as e:  # lm_eval's own errors (HTTP, dataset) as one line
-        raise HarnessError(f"lm_eval {task} against {url}: {type(e).__name__}: {e}") from None
+    from ..guard.relay import Relay
+
+    with Relay(f"{base}{path}", timeout_s=timeout_s) as relay:
+        # lm_eval's own timeout later than the relay's deadline: the relay's error is the one
+        args = (f"base_url={relay.url},model={model},tokenizer_backend=none,"
+                f"tokenized_requests=False,num_concurrent={concurrency},max_retries=1,"
+                f"timeout={int(timeout_s) + 10}")
+        try:
+            res = lm_eval.simple_evaluate(
+                model="local-chat-completions" if endpoint == "chat" else "local-completions",
+                model_args=args, tasks=[spec], log_samples=True, limit=limit,
+                apply_chat_template=endpoint == "chat", random_seed=seed,
+                numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+        except HarnessError:
+            raise
+        except Exception as e:  # lm_eval's own errors (HTTP, dataset) as one line
+            why = relay.errors[0] if relay.errors else f"{type(e).__name__}: {e}"
+            raise HarnessError(f"lm_eval {task} against {url}: {why}") from None
+        if relay.errors:  # lm_eval may carry on past a failed request: not a measurement
+            raise HarnessError(f"lm_eval {task} against {url}: {relay.errors[0]}")
     if not res or task not in res.get("samples", {}):
         raise HarnessError(f"lm_eval returned no samples for {task}")
     samples = res["samples"][task]

@@ -37,6 +37,8 @@ Contracts:
 - Where the transport differs: the bench client's streaming path (harness/bench/sse_client.py:
   raw sockets, kernel receive timestamps per read) keeps its own transport for timing, but
   connects only to `resolve`'s addresses, the ones its run's production check saw.
+- A library with its own client (lm_eval, `forge eval accuracy`) is given a loopback relay
+  (guard/relay.py) that sends each of its requests on through `fetch`.
 """
 
 from __future__ import annotations
