@@ -16,8 +16,9 @@ import pytest
 import yaml
 from infer_forge.harness.engines.base import request_json
 from infer_forge.harness.engines.deploy import Deployment
+from infer_forge.harness.engines.host_plan import plan_here
 from infer_forge.harness.engines.plan import plan_point
-from infer_forge.harness.engines.point_up import plan_here, point_and_profile
+from infer_forge.harness.engines.point_up import point_and_profile
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.proc import group_alive
 from infer_forge.ledger import events as E

@@ -301,7 +301,8 @@ def test_cli_plan_prints_and_starts_nothing(tmp_path):
 
 @pytest.mark.parametrize("name", ["qwen3-235b-pd-h200", "qwen3-vl-epd-h200"])
 def test_example_points_plan(name):
-    from infer_forge.harness.engines.point_up import plan_here, point_and_profile
+    from infer_forge.harness.engines.host_plan import plan_here
+    from infer_forge.harness.engines.point_up import point_and_profile
 
     point, profile = point_and_profile(REPO / "examples" / "points" / f"{name}.yaml")
     plan = plan_here(point, profile, ws=None, plan_only=True, nvml=FakeNvml(8))

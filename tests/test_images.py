@@ -28,8 +28,8 @@ from infer_forge.harness.engines.image import (
     image_ref,
     image_use,
     owner_tag,
-    wrap_plan,
 )
+from infer_forge.harness.engines.plan import wrap_plan
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.proc import group_alive, start_time
 from infer_forge.ledger.specs import RuntimeProfile

@@ -34,6 +34,7 @@ from ..errors import HarnessError
 from ..guard import outbound
 from ..guard.engine_sandbox import for_launch
 from ..record import append_to_task
+from .image import image_ref
 from .process import ServerProcess, exit_reason
 
 JSON = dict[str, Any]
@@ -77,9 +78,7 @@ def engine_config_of(profile: RuntimeProfile) -> tuple[str, JSON]:
     if engine == "sglang" and fw is not None and fw.kind == "sglang" and fw.version:
         config.setdefault("version", str(fw.version))
     if engine == "sglang" and profile.image is not None:
-        from .image import image_ref  # refuses a tag without a digest
-
-        config["image"] = image_ref(profile)
+        config["image"] = image_ref(profile)  # refuses a tag without a digest
         config["image_fallback"] = profile.image_fallback
     return engine, config
 

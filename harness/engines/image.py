@@ -9,7 +9,7 @@ Contracts:
   `image_use(profile)` decides: the image through that runtime, or None to run the local
   install: no image, or no container runtime and `image_fallback: local`; no runtime and
   `image_fallback: refuse` (the default) is a HarnessError saying so.
-- `container_argv(...)` / `wrap_plan(plan, use, model_dir=...)` are pure: the command line
+- `container_argv(...)` / plan.py's `wrap_plan(plan, use, ...)` are pure: the command line
   that runs an argv in the image (`docker run --rm --gpus "device=0,1"` / `podman run --rm
   --device nvidia.com/gpu=0`, `--network host` so every URL and bootstrap port of the plan
   holds, `--ipc host`, the model directory mounted read-only at the same path, `-e NAME`
@@ -44,14 +44,11 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ...ledger.specs import IMAGE_DIGEST, RuntimeProfile
 from ..errors import HarnessError
 from ..proc import alive, start_time
-
-if TYPE_CHECKING:
-    from .plan import LaunchPlan
 
 RuntimeKind = Literal["docker", "podman"]
 RUNTIMES: tuple[RuntimeKind, ...] = ("docker", "podman")
@@ -208,23 +205,6 @@ def model_mounts(model: str | Path) -> list[str]:
     """A local model directory is mounted (read-only, same path); a hub id is not a path."""
     p = Path(model)
     return [str(p.resolve())] if p.is_dir() else []
-
-
-def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executable,
-              vendor: str = "nvidia") -> LaunchPlan:
-    """The plan with every process run in the image (pure; `forge engine up --plan` shows
-    it). GPUs by the plan's devices; the router (no devices) gets none."""
-    procs = []
-    mounts = model_mounts(plan.model)
-    for p in plan.processes:
-        devices: tuple[int, ...] | None = p.devices if p.devices or p.role == "router" \
-            else None
-        argv = container_argv(use, p.argv, name=container_name(p.name, p.port), vendor=vendor,
-                              devices=devices, env_names=p.env, mounts=mounts,
-                              host_python=host_python)
-        env = {k: v for k, v in p.env.items() if k not in VISIBILITY_ENV}
-        procs.append(p.model_copy(update={"argv": tuple(argv), "env": env}))
-    return plan.model_copy(update={"processes": tuple(procs)})
 
 
 def name_of(argv: Sequence[str]) -> str | None:

@@ -4,6 +4,8 @@
 no free-port probing: ports count up from `base_port`) and fast (a 64-GPU PD point plans in
 well under 100 ms), so a plan can be shown (`forge engine up --plan`), recorded before
 anything starts, diffed and tested flag by flag. `harness/engines/deploy.py` runs it.
+`wrap_plan(plan, use)` (pure) is the plan with every process run in a pinned image (the
+command lines are image.py's).
 
 Topologies (`point.topology.architecture`):
 - colocated: one server per replica (a role's `count` × its data-parallel groups); more than
@@ -52,6 +54,7 @@ from ...ledger.secret_names import REDACTED, is_secret_name
 from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
 from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of
+from .image import VISIBILITY_ENV, ImageUse, container_argv, container_name, model_mounts
 from .sglang import HARNESS_KEYS, options_to_args, parse_version, server_options
 
 ProcessRole = Literal["encode", "prefill", "decode", "colocated", "router"]
@@ -452,3 +455,20 @@ def plan_json(plan: LaunchPlan) -> str:
 
 
 __all__ = ["HARNESS_KEYS", "LaunchPlan", "ProcessPlan", "plan_point", "roles_of"]
+
+
+def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executable,
+              vendor: str = "nvidia") -> LaunchPlan:
+    """The plan with every process run in the image (pure; `forge engine up --plan` shows
+    it). GPUs by the plan's devices; the router (no devices) gets none."""
+    procs = []
+    mounts = model_mounts(plan.model)
+    for p in plan.processes:
+        devices: tuple[int, ...] | None = p.devices if p.devices or p.role == "router" \
+            else None
+        argv = container_argv(use, p.argv, name=container_name(p.name, p.port), vendor=vendor,
+                              devices=devices, env_names=p.env, mounts=mounts,
+                              host_python=host_python)
+        env = {k: v for k, v in p.env.items() if k not in VISIBILITY_ENV}
+        procs.append(p.model_copy(update={"argv": tuple(argv), "env": env}))
+    return plan.model_copy(update={"processes": tuple(procs)})

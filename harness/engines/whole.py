@@ -18,7 +18,7 @@ Contracts:
 - `deploy_whole(ws, point, profile, ...)`: a point served by one colocated server starts
   through its engine (`Engine.launch`, which checks image, version and arguments alike);
   any other sglang point (PD, EPD, replicas behind the router) is planned for this host
-  (`point_up.plan_here`: accelerator check, devices, free ports) and started as a
+  (`host_plan.plan_here`: accelerator check, devices, free ports) and started as a
   `PinnedDeployment`. Either way a `RunningEngine` whose `base_url` is the entry (the
   router, or the one server) and whose `describe()` carries the plan.
 """
@@ -36,6 +36,7 @@ from ..errors import HarnessError
 from . import engine_for
 from .base import RunningEngine, engine_config_of
 from .deploy import Deployment
+from .host_plan import plan_here
 from .image import (
     ImageUse,
     argv_options,
@@ -48,9 +49,8 @@ from .image import (
     owned,
     profile_label,
     remove_container,
-    wrap_plan,
 )
-from .plan import LaunchPlan, ProcessPlan, roles_of
+from .plan import LaunchPlan, ProcessPlan, roles_of, wrap_plan
 
 Say = Callable[[str], None]
 
@@ -262,8 +262,6 @@ def deploy_whole(ws: Workspace | None, point: DeploymentPoint, profile: RuntimeP
         return engine_for(name).launch(config, model=model, ws=ws, stream=stream,
                                        event_fields=event_fields,
                                        overrides=point_parallelism(point, profile, config))
-    from .point_up import plan_here
-
     plan = plan_here(point, profile, ws=ws, model=str(model) if model else None)
     plan, use = pin_plan(plan, profile, vendor=point.accelerator.vendor, say=say)
     say(f"deploying {plan.architecture}: {len(plan.processes)} processes "
