@@ -32,8 +32,9 @@ Command ids are deterministic (graph, node, attempt, step), so a retried append 
 
 Modules: `commands` (define, evolve, rework, reject, hand off), `work` (a claimed node's
 work: command or task loop, its verification and conclusion), `worker` (the worker process:
-claims ready nodes; `claim_node`, the one claim), `run` (`run_graph`: starts workers, watches
-them, summarizes), `ray_backend` (`run_graph(backend="ray")`: ready nodes as Ray tasks with
-the GPUs of their deployment point, claiming through `claim_node`; retried without a
+claims ready nodes; `claim_node`, the one claim), `run_record` (a run's start, end, summary
+and progress lines, for both backends), `run` (`run_graph`: starts workers, watches them;
+`backend="ray"` hands the run to `ray_backend`), `ray_backend` (ready nodes as Ray tasks
+with the GPUs of their deployment point, claiming through `claim_node`; retried without a
 duplicated event).
 """

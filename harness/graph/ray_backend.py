@@ -3,7 +3,7 @@ as Ray tasks; the ledger stays the single source of truth.
 
 Contracts:
 - The driver (`run_graph_ray`, in the forge process) records the run as the local runner
-  does (`run.start_run` / `run.finish_run`: GraphRunStarted, GraphRunFinished, the summary),
+  does (`run_record.start_run` / `finish_run`: GraphRunStarted, GraphRunFinished, the summary),
   feeds Ray's node table (`ray.nodes()`) to the Node Registry (`register_host`, source
   "ray"), and submits each ready task node as one Ray task, at most `jobs` in flight
   (default: the cluster's CPUs). It decides from the graph stream only; a Ray task's return
@@ -73,7 +73,7 @@ from ...projections.graph import GraphView, catch_up, load_graph
 from ..errors import HarnessError
 from ..proc import kill_group, session_launch
 from . import lease
-from .run import Echo, RunSummary, _quiet, echo_progress, finish_run, interrupted, start_run
+from .run_record import Echo, RunSummary, echo_progress, finish_run, interrupted, quiet, start_run
 from .work import NodeContext, execute_node
 from .worker import claim_node
 
@@ -164,7 +164,7 @@ def ray_inventory(node: dict[str, Any]) -> tuple[str, E.HostInventory]:
         accelerator_note="from Ray's node table: no GPU UUIDs" if gpus else "", source="ray")
 
 
-def register_ray_nodes(ws: Workspace, nodes: list[dict[str, Any]], echo: Echo = _quiet
+def register_ray_nodes(ws: Workspace, nodes: list[dict[str, Any]], echo: Echo = quiet
                        ) -> list[str]:
     """Feed the alive rows of Ray's node table to the Node Registry. Returns the hosts."""
     from ..nodes.registry import register_host
@@ -338,7 +338,7 @@ def _connect(address: str | None) -> tuple[bool, Head | None]:
 
 
 def run_graph_ray(ws: Workspace, graph_id: str, *, jobs: int | None = None,
-                  resume: bool = False, echo: Echo = _quiet, address: str | None = None,
+                  resume: bool = False, echo: Echo = quiet, address: str | None = None,
                   poll_s: float = 0.2, max_retries: int = MAX_RETRIES) -> RunSummary:
     """Run the graph's ready nodes as Ray tasks until nothing more can run."""
     own, head = _connect(address)
