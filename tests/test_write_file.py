@@ -1,4 +1,4 @@
-"""The agent's `write_file` tool (harness/agents/tools.py `write_in_task`) against a process
+"""The agent's `write_file` tool (harness/guard/task_dirs.py `write_in_task`) against a process
 that changes the task's directories under it: a real racing process swapping a directory for
 a link to outside the task while the tool writes hundreds of times, a link and a hard link at
 the file's own name, and `..`. Nothing is ever written outside the task's directories."""
@@ -11,6 +11,7 @@ import sys
 import time
 
 from infer_forge.harness.agents import tools as T
+from infer_forge.harness.guard.task_dirs import scratch_dir
 from infer_forge.ledger import events as E
 
 from .helpers.tasks import open_task
@@ -45,7 +46,7 @@ def _ctx(ws) -> T.ToolContext:
 def test_a_directory_swapped_for_a_link_mid_write_never_gets_a_file_outside(workspace,
                                                                             tmp_path):
     open_task(workspace, tmp_path)
-    scratch = T.scratch_dir(workspace, "t1").resolve()
+    scratch = scratch_dir(workspace, "t1").resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -84,7 +85,7 @@ def test_a_directory_swapped_for_a_link_mid_write_never_gets_a_file_outside(work
 
 def test_a_link_or_hard_link_at_the_name_is_replaced_not_written_through(workspace, tmp_path):
     open_task(workspace, tmp_path)
-    scratch = T.scratch_dir(workspace, "t1").resolve()
+    scratch = scratch_dir(workspace, "t1").resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     target = tmp_path / "bashrc"
     target.write_text("user's own\n")
@@ -108,7 +109,7 @@ def test_a_link_or_hard_link_at_the_name_is_replaced_not_written_through(workspa
 
 def test_dotdot_links_and_paths_outside_are_refused_in_one_line(workspace, tmp_path):
     open_task(workspace, tmp_path)
-    scratch = T.scratch_dir(workspace, "t1").resolve()
+    scratch = scratch_dir(workspace, "t1").resolve()
     (scratch / "sub").mkdir(parents=True)
     (scratch / "away").symlink_to(tmp_path)
     ctx = _ctx(workspace)

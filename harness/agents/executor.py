@@ -61,6 +61,7 @@ from ...ledger.specs import (
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
 from ..errors import HarnessError
+from ..guard.task_dirs import dir_in_task
 from ..loop.executors import Decision, describe, out_of_scope
 from ..loop.routing import route
 from . import tools as T
@@ -344,8 +345,8 @@ class AgentExecutor:
         def run_command(_ctx: T.ToolContext, a: T.RunArgs) -> Any:
             from ..tools.calls import run_tool
 
-            # Made without following a link, as the MCP run_command's (tools.dir_in_task).
-            cwd = T.dir_in_task(ws, str(s.memory.task_id), a.cwd or ".", "cwd")
+            # Made without following a link, as the MCP run_command's (task_dirs.dir_in_task).
+            cwd = dir_in_task(ws, str(s.memory.task_id), a.cwd or ".", "cwd")
             left = max(1.0, min(MAX_COMMAND_S, s.deadline - time.monotonic()))
             run = run_tool(ws, a.argv, tool="agent", cwd=cwd, timeout=left,
                            sandbox=s.task.sandbox,

@@ -18,7 +18,7 @@ Contract:
   temp directory in the task's scratch directory), `FORGE_SCRATCH` (that directory) and
   `CUDA_VISIBLE_DEVICES` (the task's claimed GPUs, empty: none). The profile records names
   only, never a value.
-- Writable: the task's worktrees and scratch directory (`agents.tools.allowed_roots`, the
+- Writable: the task's worktrees and scratch directory (`task_dirs.allowed_roots`, the
   ones that exist; scratch is created), plus the directories of `[guard] sandbox_writable`;
   without a task, the call's own directory (`cwd`) and a scratch directory. A task call's
   `cwd` outside its roots is read-only, like the task file's directory and everything else;
@@ -83,6 +83,7 @@ from ...ledger.secret_names import is_secret_name
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .human_channel import KEY_ENV
+from .task_dirs import allowed_roots, scratch_dir
 
 Mode = Literal["auto", "off", "required"]
 
@@ -194,8 +195,6 @@ def scratch_of(ws: Workspace | None, task: str | None) -> Path:
     if ws is None:
         d = _scratch_without_workspace()
     elif task is not None:
-        from ..agents.tools import scratch_dir
-
         d = scratch_dir(ws, task)
     else:
         d = ws.home / "scratch" / NO_TASK_SCRATCH
@@ -236,8 +235,6 @@ def writable_dirs(ws: Workspace | None, task: str | None, cwd: Path, scratch: Pa
     """The directories a call may write (module contract), existing ones, outermost first."""
     dirs: list[Path] = [scratch]
     if ws is not None and task is not None:
-        from ..agents.tools import allowed_roots
-
         dirs = [r for r in allowed_roots(ws, task) if r.is_dir()]
         if scratch not in dirs:
             dirs.append(scratch)
