@@ -8,8 +8,8 @@ import json
 
 import pytest
 from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.loop.decision import out_of_scope
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.loop.executors import out_of_scope
 from infer_forge.harness.loop.manual import handoff_block, start_block
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger.candidates import canonical_candidate

@@ -134,7 +134,7 @@ def _sweep(task, pt, pr, n=6):
 
 
 def test_scope_with_topology_keys_and_sweep_skips_impossible(qwen):
-    from infer_forge.harness.loop.executors import out_of_scope
+    from infer_forge.harness.loop.decision import out_of_scope
 
     pt, pr = qwen
     task = TaskDefinition.model_validate({

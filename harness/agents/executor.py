@@ -26,7 +26,7 @@ Contract:
   block the decision starts, or task-level with the exit a stop makes. A killed loop asks
   again: nothing recorded is lost, nothing is recorded twice.
 - Bad output is data, never an exception: malformed tool-call JSON, an unknown tool,
-  arguments that do not validate, a candidate outside the scope (`executors.out_of_scope`)
+  arguments that do not validate, a candidate outside the scope (`decision.out_of_scope`)
   or already tried, prose (or a refusal) instead of a tool call, an HTTP error, a body that
   is not a chat completion, a timeout: each is an `AgentStepFailed` with a one-line reason,
   the model is told, and the loop goes on. Typed exits: the endpoint down (no connection)
@@ -62,7 +62,7 @@ from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
 from ..errors import HarnessError
 from ..guard.task_dirs import dir_in_task
-from ..loop.executors import Decision, describe, out_of_scope
+from ..loop.decision import Decision, describe, out_of_scope
 from ..loop.routing import route
 from . import tools as T
 from .context import (

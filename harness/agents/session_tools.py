@@ -186,7 +186,7 @@ def _engine_up(session: AgentSession, ctx: ToolContext, a: EngineUpArgs) -> Any:
     from ..engines import engine_for
     from ..engines.base import engine_config_of
     from ..engines.whole import deploy_whole
-    from ..loop.executors import out_of_scope
+    from ..loop.decision import out_of_scope
     from ..record import task_append
 
     task_id = a.task_id or (ctx.task_id if not (a.profile or a.point) else None)

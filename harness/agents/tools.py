@@ -11,7 +11,7 @@ executor, so both offer the same steps under the same rules.
   a block that is not open) come back as `ToolResult(ok=False, error=...)` and are recorded as
   `AgentStepFailed` on the task's stream (the `agents` stream when no task is named).
 - The contract is enforced here and below: candidates are checked against the scope by the
-  loop's own rule (`executors.out_of_scope`); no tool edits a task definition or its gates;
+  loop's own rule (`decision.out_of_scope`); no tool edits a task definition or its gates;
   files are written only under the task's worktrees or its scratch directory
   (`FORGE_HOME/scratch/<task>`), and commands run only there (harness/guard/task_dirs.py:
   `write_in_task`, `dir_in_task`, never through a link).

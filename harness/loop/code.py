@@ -111,7 +111,7 @@ def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[st
     for k in sorted(keys):
         member, value = k[len(CODE_PREFIX):], candidate[k]
         if member not in code_members(lt):
-            continue  # out of scope: the block records the refusal (executors.out_of_scope)
+            continue  # out of scope: the block records the refusal (decision.out_of_scope)
         if not isinstance(value, str) or not value:
             raise HarnessError(f"task {lt.task_id}: {k}={json.dumps(value)}: give a commit, "
                                f"`{WORKTREE_TOKEN}` or `{PATCH_PREFIX}<file>`")

@@ -16,7 +16,10 @@
   `{"action": "stop", "reason": "...", "handoff": "..."}`; optional `"model"` names the model
   that decided. Its call is recorded as a tool call of the block it starts.
 - `manual`: a person or an outside agent drives through the CLI; the loop answers `wait`.
-- `agent`: a tool-calling loop over a model tier's chat endpoint (harness/agents/executor.py).
+- `agent`: a tool-calling loop over a model tier's chat endpoint (agent_executor.py).
+
+What an executor answers (`Decision`) and the scope rule candidates answer to
+(`out_of_scope`) are decision.py's.
 
 Decisions must depend only on Task Memory (and the specs), so a resumed loop asks again and
 gets the same answer from deterministic policies.
@@ -28,14 +31,12 @@ import itertools
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from ...ledger import events as E
-from ...ledger.candidates import applicable, canonical_candidate
+from ...ledger.candidates import applicable
 from ...ledger.specs import (
-    CODE_PREFIX,
     DeploymentPoint,
     Range,
     RuntimeProfile,
@@ -43,7 +44,6 @@ from ...ledger.specs import (
     TaskDefinition,
     apply_candidate,
     effective_digest,
-    scope_allows,
 )
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
@@ -52,36 +52,9 @@ from ..errors import HarnessError
 from ..jsonl import last_json_line
 from ..proc import last_line
 from ..tools.calls import run_tool
+from .decision import Decision, Executor, describe
 from .search import Halving
 from .search import key as candidate_key
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: Literal["try", "stop", "wait"]
-    candidate: dict[str, Any] = field(default_factory=dict)
-    sub_goal: str = ""
-    reason: str = ""
-    handoff: str | None = None
-    tool_event: E.ToolInvoked | None = None  # the policy's own call, recorded in the block
-    actor: E.Actor | None = None
-    # What deciding recorded (an agent's model calls, tool calls, failed steps, skills):
-    # saved with the block the decision starts, or task-level with the exit it makes.
-    events: list[E.Event] = field(default_factory=list)
-    # A stop that exits typed (an agent whose endpoint is down: failed-blocked; over its
-    # model budget: failed-budget); None: the executor has nothing left (a handoff).
-    exit_state: E.TerminalState | None = None
-
-
-class Executor(Protocol):
-    kind: str
-
-    def decide(self, memory: TaskMemory, task: TaskDefinition, point: DeploymentPoint | None,
-               profile: RuntimeProfile | None) -> Decision: ...
-
-
-def describe(candidate: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(candidate.items())) or "baseline"
 
 
 def grid(scope: dict[str, Any]) -> list[dict[str, Any]]:
@@ -239,34 +212,6 @@ class CommandExecutor:
         return Decision("try", cand, sub_goal=str(answer.get("sub_goal") or
                                                   f"try {describe(cand)}"),
                         tool_event=ev, actor=actor)
-
-
-def out_of_scope(task: TaskDefinition, point: DeploymentPoint | None,
-                 profile: RuntimeProfile | None, candidate: dict[str, Any]) -> str | None:
-    """Why a candidate may not run (outside the task's scope or an invalid spec), or None.
-    A `code.<member>` key is in scope for a member of the task's `code.members`; by the
-    time a block starts its value is the resolved commit (harness/loop/code.py). Values
-    are judged as spelled in the scope (ledger/candidates.py `canonical_candidate`)."""
-    candidate = canonical_candidate(task.scope, candidate)
-    for k, v in sorted(candidate.items()):
-        if k.startswith(CODE_PREFIX):
-            members = task.code.members if task.code else []
-            if k[len(CODE_PREFIX):] not in members:
-                return (f"{k}: the task changes no member {k[len(CODE_PREFIX):]!r} "
-                        f"(code.members: {', '.join(members) or 'none'})")
-            if not (isinstance(v, str) and len(v) == 40
-                    and all(c in "0123456789abcdef" for c in v)):
-                return f"{k}={json.dumps(v)} is not a commit id"
-            continue
-        if k not in task.scope:
-            return f"{k} is not in the task's scope ({', '.join(task.scope) or 'empty'})"
-        if not scope_allows(task.scope, k, v):
-            return f"{k}={json.dumps(v)} is not an allowed value"
-    try:
-        effective_digest(point, profile, candidate)
-        return placement_problem(*apply_candidate(point, profile, candidate))
-    except SpecError as e:
-        return str(e)
 
 
 def _point_band(ws: Workspace | None) -> Callable[[TaskMemory], float] | None:

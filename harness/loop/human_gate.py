@@ -27,7 +27,7 @@ from ...ledger.store import Append
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..guard import approvals
-from .executors import describe
+from .decision import describe
 from .task import LOOP_ACTOR, LoadedTask
 
 

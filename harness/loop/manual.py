@@ -21,7 +21,7 @@ from ..errors import HarnessError
 from ..record import append_to_task
 from ..tools.calls import run_tool
 from . import code
-from .executors import describe, out_of_scope
+from .decision import describe, out_of_scope
 from .routing import route
 from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed
 from .task import LoadedTask, human_actor, load_task_from_ledger

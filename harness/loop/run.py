@@ -14,10 +14,11 @@ from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ...repos.errors import RepoError
 from ..errors import HarnessError
 from . import code
+from .decision import Executor, describe
 from .define import define_task
 from .evaluation import Evaluator
 from .evaluator import make_evaluator
-from .executors import CommandExecutor, Executor, describe, make_executor
+from .executors import CommandExecutor, make_executor
 from .human_gate import AwaitingApproval, gate_acceptance
 from .routing import route
 from .steps import (

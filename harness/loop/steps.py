@@ -25,8 +25,9 @@ from ..errors import HarnessError
 from ..nodes.identity import local_host
 from ..record import append_to_task
 from . import code
+from .decision import Executor, describe, out_of_scope
 from .evaluation import EvalContext, Evaluator, RunResult
-from .executors import Executor, SweepExecutor, describe, out_of_scope
+from .executors import SweepExecutor
 from .task import LOOP_ACTOR, LoadedTask, Progress
 from .verify import BlockVerification, verify
 
