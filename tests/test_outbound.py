@@ -15,7 +15,7 @@ from infer_forge.harness.bench.client import bench_command
 from infer_forge.harness.diagnose import collect
 from infer_forge.harness.engines import engine_for
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.guard import outbound
+from infer_forge.harness.guard import addresses, outbound
 from infer_forge.harness.guard.production import ProductionRefusedError
 from infer_forge.ledger import events as E
 from infer_forge.ledger.config import ModelSettings
@@ -187,12 +187,12 @@ def test_forge_diagnose_and_monitor_end_with_one_line_on_a_drip(forge_home):
 
 
 def test_addresses_are_canonical():
-    c = outbound.canonical
-    assert c("127.0.0.1") == c("127.0.0.2") == c("0.0.0.0") == c("::1") == outbound.LOCAL
-    assert c("::ffff:127.0.0.1") == outbound.LOCAL
+    c = addresses.canonical
+    assert c("127.0.0.1") == c("127.0.0.2") == c("0.0.0.0") == c("::1") == addresses.LOCAL
+    assert c("::ffff:127.0.0.1") == addresses.LOCAL
     assert c("::ffff:192.0.2.7") == "192.0.2.7" and c("192.0.2.7") == "192.0.2.7"
-    assert outbound.host_addresses("2130706433") == {outbound.LOCAL}
-    assert outbound.host_addresses("no-such-host.invalid") == frozenset()
+    assert addresses.host_addresses("2130706433") == {addresses.LOCAL}
+    assert addresses.host_addresses("no-such-host.invalid") == frozenset()
 
 
 # --- model tiers: the openai client on the outbound rules ----------------------------------
@@ -235,13 +235,13 @@ def test_the_bench_connects_only_to_the_address_the_guard_judged(forge_home, tmp
                                                                  monkeypatch, transport,
                                                                  workers):
     """A name only forge's resolver knows (the system's has never heard of it): the production
-    check judges outbound.resolve's answer, and both bench transports connect to that same
+    check judges addresses.resolve's answer, and both bench transports connect to that same
     answer, never to a lookup of their own (which a changing DNS could answer otherwise):
     worker processes too, which get the parent's answer."""
     data = prompts_file(tmp_path, 3)
     with SGLangLike() as srv:
         name = f"http://forge-pinned.invalid:{srv.port}"
-        monkeypatch.setitem(outbound._RESOLVED, ("forge-pinned.invalid", srv.port),
+        monkeypatch.setitem(addresses._RESOLVED, ("forge-pinned.invalid", srv.port),
                             ((socket.AF_INET, "127.0.0.1"),))
         kw = dict(url=name, model="prod", dataset="custom", dataset_path=str(data),
                   engine="external", actor=AGENT, num_prompts=3, transport=transport,

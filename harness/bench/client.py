@@ -33,7 +33,7 @@ Contracts:
   max_duration_s from the first, and a request still running at that deadline is cut off
   (an error record). `bench_command` always checks when it has a workspace. The check is
   on the resolved address (`localhost`, `127.1`, a decimal IP are the endpoint they reach),
-  both transports connect only to that address (outbound.resolve), and no redirect is
+  both transports connect only to that address (addresses.resolve), and no redirect is
   followed.
 - Data policy (harness/guard/data_policy.py): a run whose dataset or endpoint is of class
   production stores its per-request records (artifact, `--records-out`) with the generated
@@ -311,19 +311,19 @@ class _Pacer:
 
 
 def _pinned_resolver():
-    """aiohttp's resolver on guard/outbound.py's `resolve`: the addresses the run's production
+    """aiohttp's resolver on guard/addresses.py's `resolve`: the addresses the run's production
     check judged, not a lookup of aiohttp's own."""
     import socket
 
     from aiohttp.abc import AbstractResolver
 
-    from ..guard import outbound
+    from ..guard import addresses
 
     class Pinned(AbstractResolver):
         async def resolve(self, host: str, port: int = 0,
                           family: int = socket.AF_INET) -> Any:
             try:
-                addrs = outbound.resolve(host, port)
+                addrs = addresses.resolve(host, port)
             except HarnessError as e:
                 raise OSError(str(e)) from None
             return [{"hostname": host, "host": ip, "port": port, "family": fam, "proto": 0,

@@ -20,7 +20,7 @@ a deferred kernel work item, so reads just after it can come unstamped (warm-up 
 `data:` event with non-empty text (completions `text` or chat `delta.content`), ITL between
 consecutive non-empty events, E2E at the last `data:` line, output_len from usage.
 
-Where it connects: only to the addresses of guard/outbound.py's `resolve` (the process's one
+Where it connects: only to the addresses of guard/addresses.py's `resolve` (the process's one
 lookup of a host, the one the run's production check judged), never a lookup of its own. It
 follows no redirect (a 3xx is a failed request).
 """
@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..errors import HarnessError
-from ..guard import outbound
+from ..guard import addresses
 from .metrics import RequestRecord
 
 
@@ -391,10 +391,10 @@ def _stamp(sock: socket.socket) -> bool:
 
 
 async def _open(loop: asyncio.AbstractEventLoop, host: str, port: int) -> _Conn:
-    """A connected `_Conn` (TCP_NODELAY, as asyncio sets it), trying each of outbound's
-    addresses for `host` in turn (module docstring)."""
+    """A connected `_Conn` (TCP_NODELAY, as asyncio sets it), trying each of the
+    resolved addresses for `host` in turn (module docstring)."""
     try:
-        infos = outbound.resolve(host, port)  # cached: the production check resolved it
+        infos = addresses.resolve(host, port)  # cached: the production check resolved it
     except HarnessError as e:
         raise ConnectionError(str(e)) from None
     err: BaseException | None = None

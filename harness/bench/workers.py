@@ -10,7 +10,7 @@ Contracts (`run_in_workers(cfg, prompts, n)`, n ≥ 2, a closed loop without pro
   first prompt's, as in one process). The split of concurrency differs from one pool in one
   way only: a worker's streams pull from its own share, not the shared queue.
 - Workers start (spawned, so no event loop or thread is inherited) with the parent's
-  resolved address of the URL's host (guard/outbound.py `pin`: where its production check
+  resolved address of the URL's host (guard/addresses.py `pin`: where its production check
   looked, never a lookup of their own), open their connections
   and run their warmup, then wait; the parent starts the clock and tells all to go at once.
   Timestamps are `time.perf_counter` in each worker: CLOCK_MONOTONIC, one clock for every
@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import HarnessError
-from ..guard import outbound
+from ..guard import addresses
 from . import sse_client
 from .client import BenchConfig, _payload, _request, _session, freeze_gc
 from .datasets import Prompt
@@ -79,7 +79,7 @@ def _worker_main(conn: Connection, cfg: BenchConfig, items: list[tuple[int, int,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C
     sse_client.KERNEL_STAMPS = stamps  # as the parent's (a fresh import says True)
     for host, port, addrs in pins:  # connect where the parent's production check looked
-        outbound.pin(host, port, addrs)
+        addresses.pin(host, port, addrs)
     try:
         asyncio.run(_work(conn, cfg, items, warm, concurrency))
     except EOFError:
@@ -153,7 +153,7 @@ async def run_in_workers(cfg: BenchConfig, prompts: Sequence[Prompt], n: int
     ctx = mp.get_context("spawn")
     u = urlsplit(cfg.api_url())
     port = u.port or (443 if u.scheme == "https" else 80)
-    pins = ((u.hostname or "", port, outbound.resolve(u.hostname or "", port)),)
+    pins = ((u.hostname or "", port, addresses.resolve(u.hostname or "", port)),)
     procs: list[Any] = []
     conns: list[Connection] = []
     try:

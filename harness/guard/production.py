@@ -6,7 +6,7 @@ Contracts:
   ports filled in) and a path prefix on a segment boundary. An entry without one is `host` or
   `host:port` (any scheme; a port, when given, must match). Hosts compare case-insensitively.
   Beyond spellings, endpoints are addresses: `url` is production too when its host resolves
-  (outbound.resolve: getaddrinfo, inet_aton's `127.1` and `2130706433`) to an address an
+  (addresses.resolve: getaddrinfo, inet_aton's `127.1` and `2130706433`) to an address an
   entry's host resolves to, canonically (IPv4-mapped IPv6 as IPv4; every address of this
   machine, `localhost`, `0.0.0.0`, `[::1]`, as one), on the entry's port (an entry without
   one: any port); the path does not matter there, a server is production whatever path is
@@ -52,7 +52,7 @@ from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
-from . import outbound
+from . import addresses
 
 APPROVAL_KIND = "production-call"
 READ_PATHS = frozenset({"/health", "/ready", "/metrics", "/server_info", "/get_server_info",
@@ -152,13 +152,13 @@ def is_production(ws: Workspace, url: str, resolved: Sequence[str] | None = None
         return False
     if resolved is None:
         try:
-            resolved = [ip for _, ip in outbound.resolve(host, port)]
+            resolved = [ip for _, ip in addresses.resolve(host, port)]
         except HarnessError:
             return False  # nothing to connect to: nothing reaches production either
-    mine = {outbound.canonical(ip) for ip in resolved}
+    mine = {addresses.canonical(ip) for ip in resolved}
     for p in entries:
         _, ph, pp, _ = _split(p, where)
-        if (pp is None or pp == port) and mine & outbound.host_addresses(ph):
+        if (pp is None or pp == port) and mine & addresses.host_addresses(ph):
             return True
     return False
 
