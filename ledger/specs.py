@@ -38,6 +38,13 @@ from pydantic import (
     model_validator,
 )
 
+from .candidate_keys import (
+    ARCHITECTURE_ROLES,
+    apply_point_keys,
+    canonical_value,
+    dimension_of,
+    same_value,
+)
 from .clock import digest
 from .errors import SpecError
 from .ids import LEDGER_CONTEXT, InvalidIdError, check_id, from_ledger, shown
@@ -153,17 +160,6 @@ class Role(Spec):
     role: Literal["prefill", "decode", "encode", "colocated"]
     count: int = Field(1, ge=1)
     parallelism: Parallelism = Field(default_factory=Parallelism)
-
-
-# The server roles of each architecture, in pipeline order. Disaggregated serving (pd:
-# prefill and decode servers; epd: encode servers too, for multimodal inputs) needs every one
-# of its roles and no other; a colocated topology may leave `roles` out (one kind of server)
-# or list `colocated` roles only.
-ARCHITECTURE_ROLES: dict[str, tuple[str, ...]] = {
-    "colocated": ("colocated",),
-    "pd": ("prefill", "decode"),
-    "epd": ("encode", "prefill", "decode"),
-}
 
 
 class Topology(Spec):
@@ -768,11 +764,9 @@ def spec_hash(spec: Spec) -> str:
 
 
 def scope_allows(scope: dict[str, ScopeValue], key: str, value: Any) -> bool:
-    """Whether `value`, spelled as the scope's own value (candidates.canonical_value), is
+    """Whether `value`, spelled as the scope's own value (candidate_keys.canonical_value), is
     one the scope allows for `key`: compared by kind too (`1` is not `True` unless the
     canonical spelling made it so)."""
-    from .candidates import canonical_value, same_value
-
     allowed = scope.get(key)
     if allowed is None:
         return False
@@ -887,12 +881,10 @@ def apply_candidate(point: DeploymentPoint | None, profile: RuntimeProfile | Non
                                                         RuntimeProfile | None]:
     """The point and profile a candidate asks for (pure). Keys: `engine.<flag>` sets a server
     flag in the profile's config, `profile.<field…>` a profile field, `<role>.<field>` a
-    role's count or parallelism (`prefill.tp`, `decode.count`; ledger/candidates.py, which
+    role's count or parallelism (`prefill.tp`, `decode.count`; ledger/candidate_keys.py, which
     also reshapes the roles when `topology.architecture` switches), anything else a dotted
     path into the deployment point (e.g. `topology.parallelism.tp`). An impossible
     combination is a SpecError naming the dimension."""
-    from .candidates import apply_point_keys
-
     pdata = point.model_dump(mode="json") if point is not None else None
     rdata = profile.model_dump(mode="json") if profile is not None else None
     for key, value in sorted(candidate.items()):
@@ -909,8 +901,6 @@ def apply_candidate(point: DeploymentPoint | None, profile: RuntimeProfile | Non
         new_point = DeploymentPoint.model_validate(pdata) if pdata is not None else None
         new_profile = RuntimeProfile.model_validate(rdata) if rdata is not None else None
     except ValidationError as e:
-        from .candidates import dimension_of
-
         first = e.errors()[0]
         loc = tuple(first["loc"])
         dim = dimension_of(loc, pdata) if e.title == "DeploymentPoint" else None

@@ -171,7 +171,7 @@ class RunningPoint(RunningEngine):
 
 def deployable(key: str) -> bool:
     """A candidate key a whole deployment can take (the rest is the experiment or code)."""
-    from ...ledger.candidates import role_key
+    from ...ledger.candidate_keys import role_key
 
     head = key.partition(".")[0]
     return head in ("engine", "profile", "topology") or role_key(key) is not None
