@@ -24,7 +24,7 @@ from infer_forge.harness.agents.executor import AgentExecutor
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.evaluation import RunResult
 from infer_forge.harness.loop.run import run_task
-from infer_forge.harness.loop.task import load_task_from_ledger
+from infer_forge.harness.task import load_task_from_ledger
 from infer_forge.harness.testing.scripted_chat import ScriptedChat
 from infer_forge.ledger.workspace import init_workspace, open_workspace
 from infer_forge.projections.memory import read_memory

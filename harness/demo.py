@@ -19,8 +19,8 @@ from .errors import HarnessError
 from .loop.define import define_task
 from .loop.engine_evaluator import EngineEvaluator
 from .loop.run import run_task
-from .loop.task import load_task_from_ledger
 from .models.weights import pull
+from .task import load_task_from_ledger
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEMO_TASK = EXAMPLES / "tasks" / "demo-tiny-cpu.yaml"

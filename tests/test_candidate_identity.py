@@ -48,7 +48,7 @@ def test_numbers_and_text_take_the_scope_type_and_kinds_stay_apart():
 
 def test_out_of_scope_judges_the_canonical_spelling(workspace, tmp_path):
     define_task(workspace, make_task_dir(tmp_path / "specs"))
-    from infer_forge.harness.loop.task import load_task_from_ledger
+    from infer_forge.harness.task import load_task_from_ledger
 
     lt = load_task_from_ledger(workspace, "t1")
     assert out_of_scope(lt.task, lt.point, lt.profile, {CB: "yes"}) is None

@@ -341,7 +341,7 @@ def test_save_conflict_is_reported(workspace, task_file):
     start_block(workspace, "t1", "baseline")
     # A second writer moved the stream: a step computed on the old version is refused.
     from infer_forge.harness.loop.steps import _Stepper
-    from infer_forge.harness.loop.task import load_task_from_ledger
+    from infer_forge.harness.task import load_task_from_ledger
 
     lt = load_task_from_ledger(workspace, "t1")
     workspace.ledger.save(Append(task_stream("t1"), [E.LoopBlockHandedOff(

@@ -21,7 +21,7 @@ from infer_forge.harness.loop.manual import (
     start_block,
 )
 from infer_forge.harness.loop.run import exit_due, run_task
-from infer_forge.harness.loop.task import load_task_from_ledger
+from infer_forge.harness.task import load_task_from_ledger
 from infer_forge.ledger import events as E
 from infer_forge.ledger.clock import utcnow
 from infer_forge.ledger.replay import replay_task

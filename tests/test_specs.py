@@ -304,7 +304,7 @@ def test_a_point_and_profile_pinned_before_these_rules_still_load(workspace):
     """An older ledger may hold a pd point without roles and a placeholder digest: they were
     checked when they entered it, so a task on them still loads (no ValidationError)."""
     from infer_forge.harness.loop.define import define_task
-    from infer_forge.harness.loop.task import load_task_from_ledger
+    from infer_forge.harness.task import load_task_from_ledger
     from infer_forge.ledger import events as E
     from infer_forge.ledger.clock import digest
     from infer_forge.ledger.streams import task_stream

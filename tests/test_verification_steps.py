@@ -28,8 +28,8 @@ from infer_forge.harness.loop.manual import (
     verify_block,
 )
 from infer_forge.harness.loop.run import run_task
-from infer_forge.harness.loop.task import LOOP_ACTOR, load_task_from_ledger
 from infer_forge.harness.loop.verify import verify
+from infer_forge.harness.task import LOOP_ACTOR, load_task_from_ledger
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.codec import decode

@@ -341,7 +341,7 @@ def review_block(ws: Workspace, lt: Any, blk: BlockRecord, mem: TaskMemory,
                  gate_results: list[GateResult], handoff: dict[str, Any] | None = None, *,
                  event_fields: dict[str, Any] | None = None) -> Review:
     """Review block `blk` on the contract's review tier (module contract). `lt` is the
-    task as the loop loaded it (harness.loop.task.LoadedTask); `event_fields` the events'
+    task as the loop loaded it (harness.task.LoadedTask); `event_fields` the events'
     envelope (task, block, actor, input digests)."""
     spec = lt.task.contract.review
     if spec is None:

@@ -158,7 +158,7 @@ def _model_dir(ws: Workspace, source: str) -> str:
 
 
 def _open_task(ctx: ToolContext, task_id: str) -> tuple[Any, Any]:
-    from ..loop.task import load_task_from_ledger
+    from ..task import load_task_from_ledger
 
     lt = load_task_from_ledger(ctx.ws, task_id)
     mem, _ = read_memory(ctx.ws.ledger, task_id)
@@ -346,7 +346,7 @@ def _evaluate(session: AgentSession, ctx: ToolContext, a: EvaluateArgs) -> Any:
     from ..loop import code
     from ..loop.evaluator import make_evaluator
     from ..loop.steps import _Stepper, measure_events
-    from ..loop.task import load_task_from_ledger
+    from ..task import load_task_from_ledger
 
     task_id = a.task_id or ctx.task_id
     if task_id is None:

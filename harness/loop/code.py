@@ -45,7 +45,7 @@ from ...repos.errors import RepoError
 from ...repos.git import Tree, commit_of, git, read_small
 from ...repos.root import MonoRepo
 from ..errors import HarnessError
-from .task import LOOP_ACTOR, LoadedTask, Progress
+from ..task import LOOP_ACTOR, LoadedTask, Progress
 
 WORKTREE_TOKEN = "worktree"
 UPSTREAM_TOKEN = "upstream"

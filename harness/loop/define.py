@@ -39,8 +39,8 @@ from ...repos.commands import maybe_monorepo
 from ...repos.errors import RepoError
 from ..errors import HarnessError
 from ..record import task_append
+from ..task import human_actor, workspace_specs
 from .code import snapshot as code_snapshot
-from .task import _workspace_specs, human_actor
 
 GRAPH_RUNNER = E.Actor.tool("graph-runner")  # the actor of every graph run's events
 
@@ -72,7 +72,7 @@ def _profile_event(ws: Workspace, profile: RuntimeProfile, source: str | None,
                    actor: E.Actor) -> tuple[E.RuntimeProfileRevised | None, str]:
     """The RuntimeProfileRevised to record (None when this exact revision is recorded)."""
     h = spec_hash(profile)
-    _, profiles = _workspace_specs(ws)
+    _, profiles = workspace_specs(ws)
     prior = profiles.get((profile.service, profile.rev))
     if prior is not None:
         if prior.profile_hash != h:
@@ -171,7 +171,7 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
         profile_path = (point_path.parent / ref.file).resolve()
     else:
         profile_path = None
-    points, profiles = _workspace_specs(ws)
+    points, profiles = workspace_specs(ws)
     if profile_path is not None:
         profile = load_profile(profile_path)
         if (profile.service, profile.rev) != (ref.service, ref.rev):

@@ -27,8 +27,8 @@ from ...ledger.store import Append
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..guard import approvals
+from ..task import LOOP_ACTOR, LoadedTask
 from .decision import describe
-from .task import LOOP_ACTOR, LoadedTask
 
 
 class AwaitingApproval(HarnessError):

@@ -19,12 +19,12 @@ from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
+from ..task import LoadedTask, human_actor, load_task_from_ledger
 from ..tools.calls import run_tool
 from . import code
 from .decision import describe, out_of_scope
 from .routing import route
 from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed
-from .task import LoadedTask, human_actor, load_task_from_ledger
 
 
 def _open(ws: Workspace, task_id: str) -> tuple[LoadedTask, TaskMemory, int]:

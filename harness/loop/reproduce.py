@@ -59,10 +59,10 @@ from ...projections.trace import find_event
 from ...repos.errors import RepoError
 from ..errors import HarnessError
 from ..models.weights import MANIFEST, model_path, parse_name, read_manifest, verify_model
+from ..task import LoadedTask, load_task_from_ledger
 from . import code
 from .evaluation import EvalContext
 from .evaluator import make_evaluator
-from .task import LoadedTask, load_task_from_ledger
 
 ACTOR = E.Actor.tool("forge-reproduce")
 K_CV = 3.0

@@ -13,6 +13,7 @@ from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ...repos.errors import RepoError
 from ..errors import HarnessError
+from ..task import LOOP_ACTOR, LoadedTask, Progress, load_task_from_ledger
 from . import code
 from .decision import Executor, describe
 from .define import define_task
@@ -32,7 +33,6 @@ from .steps import (
     _wall_elapsed,
     measure_events,
 )
-from .task import LOOP_ACTOR, LoadedTask, Progress, load_task_from_ledger
 
 
 @dataclass

@@ -24,11 +24,11 @@ from ...projections.memory import BlockRecord, TaskMemory
 from ..errors import HarnessError
 from ..nodes.identity import local_host
 from ..record import append_to_task
+from ..task import LOOP_ACTOR, LoadedTask, Progress
 from . import code
 from .decision import Executor, describe, out_of_scope
 from .evaluation import EvalContext, Evaluator, RunResult
 from .executors import SweepExecutor
-from .task import LOOP_ACTOR, LoadedTask, Progress
 from .verify import BlockVerification, verify
 
 

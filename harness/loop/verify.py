@@ -51,9 +51,9 @@ from ...ledger.specs import VERIFICATION_PHASES, VerificationStep, step_name
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ..bench.slo import with_slo_gates
+from ..task import LoadedTask
 from ..tools.calls import run_tool
 from .gates import Verdict, judge
-from .task import LoadedTask
 
 TAIL_LINES = 5  # the last lines of a command step's output kept in its result
 TAIL_CHARS = 500

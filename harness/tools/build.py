@@ -60,9 +60,9 @@ from ...repos.snapshot import member_state
 from ...repos.worktrees import locate
 from ..errors import HarnessError
 from ..guard.sandbox import PRIVATE_ENV, prepare, settings_key
-from ..loop.task import human_actor, load_task_from_ledger
 from ..proc import last_line
 from ..record import append_to_task
+from ..task import human_actor, load_task_from_ledger
 from .calls import capture_redactor, env_digest, run_tool
 
 Progress = Callable[[str], None]

@@ -1,6 +1,7 @@
-"""A task as the loop sees it: its definition, point and profile loaded from the ledger (its
-state and stream version come from Task Memory, `projections.memory.read_memory`). Shared by
-spec registration, the automatic loop and the manual path.
+"""A task as the harness sees it: its definition, point and profile loaded from the ledger
+(its state and stream version come from Task Memory, `projections.memory.read_memory`); the
+actors of the loop and of a person at the terminal. Shared by spec registration, the
+automatic loop, the manual path, `forge build`, the MCP tools and the demo: below all of them.
 """
 
 from __future__ import annotations
@@ -11,21 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...ledger import events as E
-from ...ledger.clock import digest
-from ...ledger.errors import NotFoundError
-from ...ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
-from ...ledger.payloads import Digest
-from ...ledger.specs import (
+from ..ledger import events as E
+from ..ledger.clock import digest
+from ..ledger.errors import NotFoundError
+from ..ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
+from ..ledger.payloads import Digest
+from ..ledger.specs import (
     DeploymentPoint,
     RuntimeProfile,
     TaskDefinition,
     stored_point,
     stored_profile,
 )
-from ...ledger.streams import WORKSPACE_STREAM, task_stream
-from ...ledger.workspace import Workspace
-from ..errors import HarnessError
+from ..ledger.streams import WORKSPACE_STREAM, task_stream
+from ..ledger.workspace import Workspace
+from .errors import HarnessError
 
 LOOP_ACTOR = E.Actor.tool("forge-loop")
 Progress = Callable[[str], None]
@@ -67,7 +68,7 @@ class LoadedTask:
 ProfileIndex = dict[tuple[str, int], E.RuntimeProfileRevised]
 
 
-def _workspace_specs(ws: Workspace) -> tuple[dict[str, dict], ProfileIndex]:
+def workspace_specs(ws: Workspace) -> tuple[dict[str, dict], ProfileIndex]:
     points: dict[str, dict] = {}
     profiles: ProfileIndex = {}
     for r in ws.ledger.stream(WORKSPACE_STREAM):
@@ -87,7 +88,7 @@ def load_task_from_ledger(ws: Workspace, task_id: str) -> LoadedTask:
     ev = records[0].event
     definition = {k: v for k, v in ev.definition.items() if k != "source"}
     task = TaskDefinition.model_validate(definition, context=LEDGER_CONTEXT)
-    points, profiles = _workspace_specs(ws)
+    points, profiles = workspace_specs(ws)
     if ev.point_hash not in points:
         raise HarnessError(f"task {task_id}: deployment point {ev.point_hash} is not pinned")
     point = stored_point(points[ev.point_hash])
