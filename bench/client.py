@@ -35,13 +35,14 @@ import zlib
 from pathlib import Path
 
 from infer_forge.harness.bench import sse_client
-from infer_forge.harness.bench.client import BenchConfig, parse_workers, run_bench
+from infer_forge.harness.bench.client import run_bench
 from infer_forge.harness.bench.datasets import (
     Prompt,
     load_tokenizer,
     random_prompts,
     small_bpe_tokenizer,
 )
+from infer_forge.harness.bench.request import BenchConfig, parse_workers
 
 REPO = Path(__file__).resolve().parent.parent
 

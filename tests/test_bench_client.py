@@ -12,7 +12,6 @@ import zlib
 
 import pytest
 from infer_forge.harness.bench.client import (
-    BenchConfig,
     format_table,
     record_measurement,
     run_bench,
@@ -24,6 +23,7 @@ from infer_forge.harness.bench.datasets import (
     random_prompts,
     shared_prefix_prompts,
 )
+from infer_forge.harness.bench.request import BenchConfig
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.testing.scripted_server import token_text
 
@@ -543,7 +543,8 @@ def _live_in_group(pgid: int) -> list[int]:
 
 _CLIENT = """
 import sys
-from infer_forge.harness.bench.client import BenchConfig, run_bench
+from infer_forge.harness.bench.client import run_bench
+from infer_forge.harness.bench.request import BenchConfig
 from infer_forge.harness.bench.datasets import Prompt
 run_bench(BenchConfig(url=sys.argv[1], model="scripted", engine="scripted", max_concurrency=4,
                       warmup=0, workers=2), [Prompt(f"p {i}", 3, 4) for i in range(8)])

@@ -11,9 +11,10 @@ import math
 import urllib.request
 
 import pytest
-from infer_forge.harness.bench.client import BenchConfig, run_bench
+from infer_forge.harness.bench.client import run_bench
 from infer_forge.harness.bench.datasets import Prompt, _encode, load_tokenizer, random_prompts
 from infer_forge.harness.bench.metrics import RequestRecord, compute_metrics
+from infer_forge.harness.bench.request import BenchConfig
 from infer_forge.harness.bench.slo import goodput_slo, slo_gates, with_slo_gates
 from infer_forge.harness.bench.workload import sample_lengths, workload_for
 from infer_forge.harness.errors import HarnessError

@@ -33,8 +33,9 @@ from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..guard import data_policy
 from ..record import record_measurements
-from .client import BenchConfig, BenchGuard, run_bench
+from .client import BenchGuard, run_bench
 from .datasets import Prompt
+from .request import BenchConfig
 
 DEFAULT_PROMPTS: tuple[str, ...] = (
     "The capital of France is",

@@ -40,9 +40,9 @@ from urllib.parse import urlsplit
 from ..errors import HarnessError
 from ..guard import addresses
 from . import sse_client
-from .client import BenchConfig, _payload, _request, _session, freeze_gc
 from .datasets import Prompt
 from .metrics import RequestRecord
+from .request import BenchConfig, freeze_gc, open_session, request_body, stream_request
 from .sse_client import RawClient
 
 _STOP_WAIT_S = 3.0  # for a worker to stop when told, then after SIGTERM
@@ -98,13 +98,13 @@ async def _work(conn: Connection, cfg: BenchConfig, items: list[tuple[int, int, 
     chat = cfg.endpoint == "chat"
     url = cfg.api_url()
     raw = RawClient(url, cfg.timeout_s) if cfg.use_raw() else None
-    session = None if raw else _session(max(concurrency, warm[0], 1), cfg.timeout_s)
+    session = None if raw else open_session(max(concurrency, warm[0], 1), cfg.timeout_s)
 
     async def post(payload: bytes, rec: RequestRecord) -> None:
         if raw is not None:
             await raw.request(payload, rec, chat)
         else:
-            await _request(session, url, payload, rec, chat)
+            await stream_request(session, url, payload, rec, chat)
 
     try:
         count, plen, olen, wp = warm
@@ -148,7 +148,7 @@ async def run_in_workers(cfg: BenchConfig, prompts: Sequence[Prompt], n: int
     extra = cfg.body_extra()
     p0 = prompts[0]
     wlen = min(p0.output_len, 32)
-    wp = _payload(cfg, p0, wlen, extra)
+    wp = request_body(cfg, p0, wlen, extra)
     base = replace(cfg, probe=None)
     ctx = mp.get_context("spawn")
     u = urlsplit(cfg.api_url())
@@ -158,7 +158,7 @@ async def run_in_workers(cfg: BenchConfig, prompts: Sequence[Prompt], n: int
     conns: list[Connection] = []
     try:
         for w in range(n):
-            items = [(i, p.prompt_len, p.output_len, _payload(cfg, p, p.output_len, extra))
+            items = [(i, p.prompt_len, p.output_len, request_body(cfg, p, p.output_len, extra))
                      for i, p in enumerate(prompts) if i % n == w]
             share = cfg.max_concurrency // n + (w < cfg.max_concurrency % n)
             warm = (cfg.warmup // n + (w < cfg.warmup % n), p0.prompt_len, wlen, wp)

@@ -44,8 +44,8 @@ from typing import Any
 
 from ..errors import HarnessError
 from . import media as M
-from .client import BenchConfig
 from .datasets import Prompt, _candidate_ids, _encode, _lengths, custom_prompts, text_of_length
+from .request import BenchConfig
 from .sharegpt import sharegpt_prompts
 from .slo import goodput_slo
 
