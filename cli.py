@@ -26,8 +26,8 @@ from .ledger.check import check_home
 from .ledger.errors import LedgerError
 from .ledger.graphspec import load_graph_yaml
 from .ledger.numbers import check_finite, finite_float, json_safe
-from .ledger.redact import redact_message
 from .ledger.replay import replay_task
+from .ledger.secrets.redactor import redact_message
 from .ledger.specs import (
     SpecError,
     canonical,

@@ -38,8 +38,8 @@ from eventsourcing.domain import Aggregate, event
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.payloads import GateResult
-from infer_forge.ledger.redact import Redactor
 from infer_forge.ledger.replay import replay_task
+from infer_forge.ledger.secrets.redactor import Redactor
 from infer_forge.ledger.state import TaskState, apply
 from infer_forge.ledger.store import Append, Ledger
 from infer_forge.ledger.streams import task_stream

@@ -4,7 +4,7 @@ stored (`ArtifactStore.put`), scanned by `forge secrets scan`.
 Contract:
 - `kind_of(head)`: "gzip", "zip" or "tar" from a file's first bytes (its magic), else None.
 - `redact_archive(src, kind, redactor, out)`: writes to `out` the archive `src` with every
-  member's text redacted as a stream (`redact_stream.StreamRedactor`; a member that is not
+  member's text redacted as a stream (`secrets.stream.StreamRedactor`; a member that is not
   UTF-8 is copied as is, as `put` stores binary content; an archive inside is redacted in
   turn, up to `MAX_DEPTH` deep). Returns whether anything was redacted: when not, the caller
   stores the original bytes (the same digest as before). Names, modes and times of members
@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from typing import IO
 
 from .errors import LedgerError
-from .redact import Redactor
-from .redact_stream import StreamRedactor
+from .secrets.redactor import Redactor
+from .secrets.stream import StreamRedactor
 
 MAX_EXPANDED = 1 << 30  # bytes decompressed from one artifact, all members together
 MAX_DEPTH = 3  # archives inside archives

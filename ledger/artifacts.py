@@ -27,7 +27,7 @@ from typing import BinaryIO
 
 from . import archives
 from .errors import ArtifactIntegrityError, LedgerError, NotFoundError
-from .redact import Redactor
+from .secrets.redactor import Redactor
 
 PREFIX = "sha256:"
 
@@ -129,12 +129,12 @@ class ArtifactStore:
                    _raw: bool = False) -> str:
         """Store the concatenation of `chunks` in bounded memory and return its digest.
 
-        The text is redacted as a stream (`redact_stream.StreamRedactor`): a secret cut by a
+        The text is redacted as a stream (`secrets.stream.StreamRedactor`): a secret cut by a
         chunk boundary, or split over lines that come in two chunks, is redacted as `put`
         would redact it; a part that is not UTF-8 is stored as is. Same atomicity and dedup
         as `put`; an exception from `chunks` leaves nothing behind. A stream that starts as
         a compressed archive is redacted inside (`put`)."""
-        from .redact_stream import StreamRedactor
+        from .secrets.stream import StreamRedactor
 
         red = None if _raw else (redactor or self.redactor)
         it = iter(chunks)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from .errors import CorruptEventError, LedgerError, NonFiniteError, UnknownEventError
 from .events import EVENT_TYPES, UPCASTERS, Event, check_event_values
 from .numbers import field_path
-from .redact import Redactor
+from .secrets.redactor import Redactor
 
 VERSION_KEY = "_v"
 

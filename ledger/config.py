@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .atomic import write_atomic
 from .errors import ConfigError
-from .redact import DEFAULT_SECRET_ENV
+from .secrets.redactor import DEFAULT_SECRET_ENV
 from .textfile import TextFileError, read_text
 
 CONFIG_NAME = "forge.toml"

@@ -48,7 +48,7 @@ from .candidate_keys import (
 from .clock import digest
 from .errors import SpecError
 from .ids import LEDGER_CONTEXT, InvalidIdError, check_id, from_ledger, shown
-from .spec_secrets import secret_problems
+from .secrets.spec_check import secret_problems
 from .yamlio import dotted_path, line_of, load_yaml, number_problems
 
 

@@ -56,7 +56,7 @@ from .errors import (
     NotFoundError,
 )
 from .events import EVENT_TYPES, CommandHandled, Event
-from .redact import Redactor, secret_values_from
+from .secrets.redactor import Redactor, secret_values_from
 from .streams import COMMAND_PREFIX, task_stream
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from infer_forge.ledger.artifacts import ArtifactStore
 from infer_forge.ledger.errors import ArtifactIntegrityError, NotFoundError
-from infer_forge.ledger.redact import Redactor
+from infer_forge.ledger.secrets.redactor import Redactor
 
 from .conftest import run_forge
 

@@ -19,7 +19,7 @@ from infer_forge.harness.guard.secrets_scan import scan_workspace
 from infer_forge.ledger import archives
 from infer_forge.ledger.archives import ArchiveError, ArchiveTooLarge
 from infer_forge.ledger.artifacts import ArtifactStore
-from infer_forge.ledger.redact import Redactor
+from infer_forge.ledger.secrets.redactor import Redactor
 
 from .conftest import run_forge
 

@@ -12,16 +12,16 @@ import re
 import orjson
 import pytest
 from infer_forge.ledger import events as E
-from infer_forge.ledger.redact import Redactor, secret_values_from
-from infer_forge.ledger.secret_names import (
+from infer_forge.ledger.secrets.names import (
     NAMED_SECRET_TAG as NAMED,
 )
-from infer_forge.ledger.secret_names import (
-    _redact_assignments,
+from infer_forge.ledger.secrets.names import (
     env_secret_values,
     is_secret_name,
+    redact_assignments,
 )
-from infer_forge.ledger.secret_patterns import _plugin_rules
+from infer_forge.ledger.secrets.patterns import plugin_rules
+from infer_forge.ledger.secrets.redactor import Redactor, secret_values_from
 from infer_forge.ledger.store import Append
 from infer_forge.ledger.workspace import init_workspace, open_workspace
 
@@ -146,7 +146,7 @@ def redactor() -> Redactor:
 
 
 def test_samples_cover_every_rule():
-    for rule in _plugin_rules():
+    for rule in plugin_rules():
         assert any(rule.pattern.search(text) for text, _ in SAMPLES), rule.label
 
 
@@ -408,7 +408,7 @@ def test_the_triggers_catch_every_assignment_the_rule_redacts():
     for _ in range(4000):
         text = (rng.choice(leads) + rng.choice(names) + rng.choice(seps) + rng.choice(values)
                 + rng.choice(["", "\"", "'", " tail", ",next=1"]))
-        direct = _redact_assignments(text)
+        direct = redact_assignments(text)
         if direct is text:
             continue
         checked += 1

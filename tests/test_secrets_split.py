@@ -14,9 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 from infer_forge.ledger import events as E
-from infer_forge.ledger.redact import Redactor
-from infer_forge.ledger.redact_stream import StreamRedactor
-from infer_forge.ledger.secret_names import _redact_assignments
+from infer_forge.ledger.secrets.locate import locate
+from infer_forge.ledger.secrets.names import redact_assignments
+from infer_forge.ledger.secrets.redactor import Redactor
+from infer_forge.ledger.secrets.stream import StreamRedactor
 from infer_forge.ledger.workspace import open_workspace
 
 from .conftest import REPO, run_forge
@@ -72,7 +73,7 @@ def test_a_secret_split_across_a_key_and_its_value_is_redacted(red, workspace, d
     for part in gone:
         assert part.encode() not in out, part
     assert red.json_bytes(orjson.dumps(doc)) == out
-    assert red.locate(doc)  # where, for the spec check and the scan
+    assert locate(red, doc)  # where, for the spec check and the scan
     # Through the ledger: nothing of it reaches the stored bytes.
     ev = E.MeasurementRecorded(task_id="t", block_id="b1", run_id="r1", source="s",
                                metrics={"x": 1.0}, meta={"doc": doc})
@@ -89,7 +90,7 @@ def test_ordinary_keys_and_pairs_stay_intact(red):
                 "key": "sort_key", "sha256:abc": "def", "headers": [["Accept", "text/plain"]]}
     assert not red.has_secret(ordinary)
     assert red.value(ordinary) == ordinary
-    assert red.locate(ordinary) == []
+    assert locate(red, ordinary) == []
 
 
 TEXT_PAIRS = [t.replace("VALUE", V) for t in (
@@ -175,7 +176,7 @@ def test_a_word_after_a_whole_token_is_not_taken_for_more_of_it(red):
 
 def test_the_triggers_catch_every_next_line_assignment():
     """The screen stays a necessary condition with the value on the next line (the contract
-    of secret_patterns): whenever the rule redacts, every scan path finds it."""
+    of secrets/patterns.py): whenever the rule redacts, every scan path finds it."""
     rng = random.Random(13)
     r = Redactor()
     names = ["MY_API_KEY", "password", "Authorization", "db_password", "GITHUB_TOKEN",
@@ -186,7 +187,7 @@ def test_the_triggers_catch_every_next_line_assignment():
         text = (rng.choice(["", "  ", "export ", "[ts] "]) + rng.choice(names) + ":"
                 + rng.choice(["", " ", " |", " >-", "\t"]) + rng.choice(["\n", "\r\n"])
                 + rng.choice(["", "  ", "\t"]) + rng.choice(values))
-        direct = _redact_assignments(text)
+        direct = redact_assignments(text)
         if direct is text:
             continue
         checked += 1

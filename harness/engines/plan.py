@@ -50,7 +50,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...ledger.clock import digest
-from ...ledger.secret_names import REDACTED, is_secret_name
+from ...ledger.secrets.names import REDACTED, is_secret_name
 from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
 from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of

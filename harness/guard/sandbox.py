@@ -79,7 +79,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ...ledger.secret_names import is_secret_name
+from ...ledger.secrets.names import is_secret_name
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .human_channel import KEY_ENV

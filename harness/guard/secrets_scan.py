@@ -16,7 +16,7 @@ places, all under FORGE_HOME:
 - the journal (`wiki/`) and the site (`site/`): every text file (markdown, HTML, JSON, SVG);
   binary files (a NUL in their first 8 KiB: embedding caches) are counted and skipped.
 
-What a secret is: `ledger.redact.Redactor`'s rules with the workspace's configured secret
+What a secret is: `ledger.secrets.redactor.Redactor`'s rules with the workspace's configured secret
 values (`ws.ledger.redactor`): what the redactor would have replaced had it seen the text.
 Text it already replaced (`[REDACTED:…]`) is not a finding. The ledger and the artifacts
 should never hold one (everything is redacted before it is written); a finding means a
@@ -37,8 +37,9 @@ from typing import Any
 import orjson
 
 from ...ledger import archives
-from ...ledger.redact import Redactor
-from ...ledger.redact_stream import StreamRedactor
+from ...ledger.secrets.locate import locate, shown
+from ...ledger.secrets.redactor import Redactor
+from ...ledger.secrets.stream import StreamRedactor
 from ...ledger.workspace import Workspace
 from ...ledger.yamlio import dotted_path
 from ..errors import HarnessError
@@ -130,8 +131,8 @@ def scan_workspace(ws: Workspace, progress: Progress | None = None) -> ScanRepor
 
 
 def _field(loc: tuple[Any, ...], red: Redactor) -> str:
-    """A field path that never shows a secret (`Redactor.shown`)."""
-    return dotted_path(red.shown(loc))
+    """A field path that never shows a secret (`locate.shown`)."""
+    return dotted_path(shown(red, loc))
 
 
 def _scan_ledger(ws: Workspace, red: Redactor, counts: dict[str, int], ticker: _Ticker
@@ -158,7 +159,7 @@ def _scan_ledger(ws: Workspace, red: Redactor, counts: dict[str, int], ticker: _
                 yield Hit("ledger", f"{at} ({topic})", ", ".join(new_kinds(text, clean)))
             continue
         where = f"{at} ({stream} v{version} {topic})"
-        found = red.locate(doc)
+        found = locate(red, doc)
         for loc, kind in found:
             yield Hit("ledger", f"{where} {_field(loc, red)}", kind)
         if not found:

@@ -34,8 +34,8 @@ from typing import IO, Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
-from ...ledger.redact import Redactor
-from ...ledger.secret_names import is_secret_name
+from ...ledger.secrets.names import is_secret_name
+from ...ledger.secrets.redactor import Redactor
 from ...ledger.sizes import capped, truncated
 from ...ledger.workspace import Workspace
 from ..guard.sandbox import SandboxProfile, missing_program, prepare

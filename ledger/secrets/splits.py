@@ -13,7 +13,7 @@ key and its value.
   into a mapping) — the provider rules run on key + separator + value, and a match that
   starts in the key and ends in the value names the kind.
 
-Used by `redact.Redactor` on its slow path only (text that tripped a trigger).
+Used by `redactor.Redactor` on its slow path only (text that tripped a trigger).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import bisect
 import re
 from collections.abc import Sequence
 
-from .secret_patterns import _Rule as Rule
+from .patterns import Rule
 
 _TOKEN = r"A-Za-z0-9_\-+/=."
 # A line break inside a token: `group(1)` is what the join removes.

@@ -12,7 +12,7 @@ value), and with them a run of token-only lines and the line before it (a wrappe
 waits for all of its rest); the last lines already released are kept
 as context (lookbehind: the rest of a wrapped token is redacted with its head before it).
 Each release redacts context + released + held text together and keeps the released lines
-of the result: every redaction keeps line breaks (`secret_patterns.tag_lines`), so line k of
+of the result: every redaction keeps line breaks (`patterns.tag_lines`), so line k of
 the result is line k of the input. Context grows back over a run of token-only lines (a
 wrapped token of any length keeps its head in view) and, inside an open private-key block,
 is the block's BEGIN line, so the body that follows in later chunks is redacted too.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from .redact import Redactor
+from .redactor import Redactor
 
 HOLD_LINES = 3
 CONTEXT_LINES = 4

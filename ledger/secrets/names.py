@@ -2,9 +2,9 @@
 CLI flag, the left side of `NAME=value` in text) holds a secret, which values under such a
 name are secrets, and the `NAME=value` text rule built on it.
 
-Used by `redact.Redactor` (text, structured values, JSON), the environment digest of tool
-calls and the child-process environment; names with a leading underscore are shared with
-`redact` only.
+Used by `redactor.Redactor` (text, structured values, JSON), the environment digest of tool
+calls and the child-process environment; `redactor` and `locate` use the strengths
+(`name_strength`, `is_secret_value`, `pair_strength`) and the text rules too.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ _NAME_CACHE: dict[str, int] = {}
 NOT_SECRET, WEAK, STRONG = 0, 1, 2
 
 
-def _name_strength(name: str) -> int:
+def name_strength(name: str) -> int:
     """0: not a secret name; 1: weak (key, token, …: strings only); 2: strong (any value)."""
     s = _NAME_CACHE.get(name)
     if s is None:
@@ -119,7 +119,7 @@ def _compute_strength(name: str) -> int:
 
 def is_secret_name(name: str) -> bool:
     """Whether a variable, key or flag of this name holds a secret (see the rule above)."""
-    return _name_strength(name) != NOT_SECRET
+    return name_strength(name) != NOT_SECRET
 
 
 # Values under a secret name that are not secrets: placeholders, unset markers.
@@ -129,7 +129,7 @@ _PLACEHOLDERS = frozenset({"none", "null", "nil", "true", "false", "yes", "no", 
 _SHELL_REF = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%")
 
 
-def _is_secret_value(strength: int, value: Any) -> bool:
+def is_secret_value(strength: int, value: Any) -> bool:
     """Whether `value`, found under a name of this strength, is to be redacted."""
     t = type(value)
     if t is str:
@@ -167,7 +167,7 @@ def _nontrivial(v: str) -> bool:
 
 
 # `NAME=value`, `NAME: value`, `"NAME": "value"`, `NAME => 'value'`, `--name value` in text:
-# the value is redacted when NAME is a secret name and the value passes `_is_secret_value`.
+# the value is redacted when NAME is a secret name and the value passes `is_secret_value`.
 # An unquoted value at the start of a line (`MY_API_KEY=a b c` in `env` output, a YAML line)
 # runs to the end of the line; elsewhere to the next space or delimiter.
 # The value may also stand alone on the next line, after `NAME:` ends a line (a header or a
@@ -189,7 +189,7 @@ _NUMERIC_WORD = re.compile(r"[0-9.,_+\-]*")
 _HEAD_WORD = re.compile(r"[^\s\"'`\\]*")
 
 
-def _redact_assignments(text: str) -> str:
+def redact_assignments(text: str) -> str:
     """Apply `_ASSIGN` to `text`; the same object back when nothing is redacted."""
     search = _ASSIGN.search
     pieces: list[str] = []
@@ -199,10 +199,10 @@ def _redact_assignments(text: str) -> str:
         m = search(text, pos)
         if m is None:
             break
-        strength = _name_strength(m.group("name"))
+        strength = name_strength(m.group("name"))
         quoted = m.group("vq") is not None
         vstart, vend = m.span("qv") if quoted else m.span("uv")
-        if strength and _is_secret_value(strength, text[vstart:vend]):
+        if strength and is_secret_value(strength, text[vstart:vend]):
             flag = not m.group("sep").strip()
             if flag and not quoted and text.startswith("-", vstart):
                 strength = NOT_SECRET  # `--api-key --next-flag`: no value
@@ -228,7 +228,7 @@ def _redact_assignments(text: str) -> str:
 # `{"name": "DB_PASSWORD", "value": "…"}` and its YAML form (`- name: DB_PASSWORD` /
 # `  value: …`, a Kubernetes env entry) in text: the name and its value stand under two
 # keys, so `_ASSIGN` sees neither as an assignment. The value is redacted when the name is
-# a secret name (the structured walk does the same for a mapping: `redact._POINTER_KEYS`).
+# a secret name (the structured walk does the same for a mapping: `redactor._POINTER_KEYS`).
 _POINTER_PAIR = re.compile(
     r"(?<![\w])\\?[\"']?(?:name|key|env|var|variable|field)\\?[\"']?[ \t]*[:=][ \t]*"
     r"\\?[\"']?(?P<name>[A-Za-z_][\w.\-]{0,199})\\?[\"']?[ \t]*,?[ \t]*(?:\r?\n[ \t]*)?"
@@ -238,16 +238,16 @@ _POINTER_PAIR = re.compile(
 )
 
 
-def _redact_pointer_pairs(text: str) -> str:
+def redact_pointer_pairs(text: str) -> str:
     """Apply `_POINTER_PAIR` to `text`; the same object back when nothing is redacted."""
     if "value" not in text and "default" not in text:  # the pattern's literal, cheaply
         return text
     pieces: list[str] = []
     last = 0
     for m in _POINTER_PAIR.finditer(text):
-        strength = _name_strength(m.group("name"))
+        strength = name_strength(m.group("name"))
         vstart, vend = m.span("qv") if m.group("vq") is not None else m.span("uv")
-        if strength and _is_secret_value(strength, text[vstart:vend]):
+        if strength and is_secret_value(strength, text[vstart:vend]):
             pieces.append(text[last:vstart])
             pieces.append(NAMED_SECRET_TAG)
             last = vend
@@ -260,7 +260,7 @@ def _redact_pointer_pairs(text: str) -> str:
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
-def _pair_strength(items: list[Any] | tuple[Any, ...]) -> int:
+def pair_strength(items: list[Any] | tuple[Any, ...]) -> int:
     """For a two-item list `[NAME, value]` (an HTTP header as a pair, an environment entry):
     the strength of NAME when it is a secret name written as a name (`MY_API_KEY`,
     `Authorization`, `db_password`), not one lowercase word (`["passwd", "alice"]` is a
@@ -272,6 +272,6 @@ def _pair_strength(items: list[Any] | tuple[Any, ...]) -> int:
         return NOT_SECRET
     if name.isalpha() and name.islower():
         return NOT_SECRET
-    if _ENV_NAME.fullmatch(value) and _name_strength(value) != NOT_SECRET:
+    if _ENV_NAME.fullmatch(value) and name_strength(value) != NOT_SECRET:
         return NOT_SECRET  # two names (`["HF_TOKEN", "MY_API_KEY"]`): a list, not a pair
-    return _name_strength(name)
+    return name_strength(name)

@@ -3,7 +3,7 @@ OpenAI, Slack, private keys, JWTs, basic-auth URLs, …, not its entropy, keywor
 plugins), the patterns for tokens it lacks, and the cheap *triggers* that screen text before
 any of them runs.
 
-Names with a leading underscore are shared with `redact` only.
+The rules, triggers and screens are `redactor`'s (and `splits`', `locate`'s) to run.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ _EXTRA_RULES: list[tuple[str, str, int]] = [
 # contains one of the literal anchors, so a substring test rules most text out before any
 # regex runs. Both also hold on the JSON serialization of a string (hence `\\?` before
 # quotes), which lets a whole event be screened in one pass over its JSON bytes.
-# The triggers of `_ASSIGN` (see `_LOWER_TRIGGER_SPECS`): after the name, its separator and an
+# The triggers of `_ASSIGN` (see `LOWER_TRIGGER_SPECS`): after the name, its separator and an
 # optional opening quote (also JSON-escaped, once or twice); a weak name's value must start
 # with a word that is not all digits and punctuation (so `#new-token: 32768` trips nothing).
 # (`NAME:` may end a line, the value on the next: `_ASSIGN`'s next-line form; in a JSON
@@ -63,7 +63,7 @@ _WEAK_VALUE_T = r"[ \t]*+[0-9.,_+\-]*+[^\s0-9.,_+\-\"'`\\]"
 _WEAK = r"[0-9_.\-]*+" + _SEP_T + _WEAK_VALUE_T
 _STRONG = r"[\w.\-\x80-\xff]*+" + _SEP_T + r"\S"
 _IBM = r"\\?[\"']?\]? *+[:=>]*+ *+\\?[\"']?[a-z0-9_\-]{24}"
-_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
+TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
     # Artifactory AKC…/AP…, AWS key ids, Azure storage, Google, Twilio AC…
     (r"A(?:KC|P[\dA-F]|3T|BIA|CCA|KIA|SIA|ccountKey=|Iza|C[a-z0-9]{32})", ("A",)),
     (r"://[^/\s\"@]+@", ("://",)),  # credentials in a URL (basic auth, Cloudant)
@@ -85,7 +85,7 @@ _TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
     ("hf_", ()),  # Hugging Face
 ]
 # Matched against the lowercased text (much faster than (?i)): the case-insensitive rules.
-_LOWER_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
+LOWER_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
     ("aws", ()),
     ("xox", ()), (r"hooks\.slack", ("hooks.slack",)),  # Slack
     ("softlayer", ()),
@@ -108,12 +108,12 @@ _LOWER_TRIGGER_SPECS: list[tuple[str, tuple[str, ...]]] = [
     (r"value\\{0,3}[\"']?[ \t]*+[:=]", ("value",)),
     (r"default\\{0,3}[\"']?[ \t]*+[:=]", ("default",)),
 ]
-_TRIGGERS = [t for t, _ in _TRIGGER_SPECS]
-_LOWER_TRIGGERS = [t for t, _ in _LOWER_TRIGGER_SPECS]
+TRIGGERS = [t for t, _ in TRIGGER_SPECS]
+LOWER_TRIGGERS = [t for t, _ in LOWER_TRIGGER_SPECS]
 
 
 @dataclass(frozen=True)
-class _Screen:
+class Screen:
     """One trigger for the screening pass: literal anchors, then the regex (None: the anchor
     is the whole trigger)."""
 
@@ -127,33 +127,33 @@ class _Screen:
         return False
 
 
-def _screens(specs: list[tuple[str, tuple[str, ...]]]) -> list[_Screen]:
+def screens(specs: list[tuple[str, tuple[str, ...]]]) -> list[Screen]:
     out = []
     for regex, anchors in specs:
         if anchors:
-            out.append(_Screen(tuple(a.encode() for a in anchors),
-                               re.compile(_as_bytes_trigger(regex))))
+            out.append(Screen(tuple(a.encode() for a in anchors),
+                               re.compile(as_bytes_trigger(regex))))
         else:  # a plain literal
-            out.append(_Screen((regex.encode(),), None))
+            out.append(Screen((regex.encode(),), None))
     return out
 
 
 
 @dataclass(frozen=True)
-class _Rule:
+class Rule:
     label: str
     pattern: re.Pattern[str]
     group: int  # 0: replace the whole match, n: replace group n only
 
 
 @lru_cache(maxsize=1)
-def _plugin_rules() -> tuple[_Rule, ...]:
+def plugin_rules() -> tuple[Rule, ...]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import BasePlugin
 
-    rules: list[_Rule] = []
+    rules: list[Rule] = []
     for label, regex, group in _EXTRA_RULES:
-        rules.append(_Rule(label, re.compile(regex, re.DOTALL), group))
+        rules.append(Rule(label, re.compile(regex, re.DOTALL), group))
     # The library types the values with an unbound TypeVar (type[Never]): they are plugins.
     plugins: dict[str, type[BasePlugin]] = (
         get_mapping_from_secret_type_to_class())  # type: ignore[assignment]
@@ -166,7 +166,7 @@ def _plugin_rules() -> tuple[_Rule, ...]:
                 "GitLabTokenDetector",
                 "NpmDetector",
             } else 0
-            rules.append(_Rule(label, _without_borders(pattern), group))
+            rules.append(Rule(label, _without_borders(pattern), group))
     return tuple(rules)
 
 
@@ -180,7 +180,7 @@ def _without_borders(pattern: re.Pattern[str]) -> re.Pattern[str]:
     return pattern
 
 
-def _as_bytes_trigger(pattern: str) -> bytes:
+def as_bytes_trigger(pattern: str) -> bytes:
     """A str trigger for the byte scan. The rules' \\w and \\d are Unicode-aware, so the
     byte version also accepts any non-ASCII byte where they stand: still a necessary
     condition."""
@@ -193,7 +193,7 @@ def _as_bytes_trigger(pattern: str) -> bytes:
     return pattern.encode("ascii")
 
 
-def _replace(text: str, rule: _Rule) -> str:
+def redact_matches(text: str, rule: Rule) -> str:
     tag = f"[REDACTED:{rule.label}]"
 
     def sub(m: re.Match[str]) -> str:

@@ -1,5 +1,5 @@
 """Where a structured value holds a secret, without repeating it: for the spec check
-(`spec_secrets`) and `forge secrets scan`, which name the field, never the value.
+(`spec_check`) and `forge secrets scan`, which name the field, never the value.
 
 `locate(red, value, names_ok=)`: `(location, kind)` per finding, the location as keys and
 indexes (a pydantic error location), the kind as `red`'s tag would name it (a provider's
@@ -16,21 +16,24 @@ of one (it trips a trigger and is no secret's name: `hf_token` is a name), as `[
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
-from .redact import (
-    _ENV_NAME,
-    _POINTED_VALUES,
-    _flag_values,
-    _named_secret,
-    _pointed_strength,
+from .names import NOT_SECRET, name_strength
+from .patterns import plugin_rules
+from .redactor import (
+    POINTED_VALUES,
+    flag_values,
+    named_secret,
+    pointed_strength,
 )
-from .secret_names import NOT_SECRET, _name_strength
-from .secret_patterns import _plugin_rules
-from .secret_splits import split_kind
+from .splits import split_kind
 
 if TYPE_CHECKING:
-    from .redact import Redactor
+    from .redactor import Redactor
+
+# An environment variable's name (`OPENAI_API_KEY`): what a spec names instead of a secret.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 Found = list[tuple[tuple[Any, ...], str]]
 
@@ -46,14 +49,14 @@ def locate(red: Redactor, value: Any, *, names_ok: bool = False,
             return any(named(strength, x) for x in v)
         if names_ok and isinstance(v, str) and _ENV_NAME.fullmatch(v.strip()):
             return False
-        return _named_secret(strength, v)
+        return named_secret(strength, v)
 
     def kind_of(v: Any) -> str:  # the value's own kind, if it has one
         return ", ".join(red.secret_kinds(v) if isinstance(v, str) else []) or "named-secret"
 
     out: Found = []
     if isinstance(value, dict):
-        pointed = _pointed_strength(value)
+        pointed = pointed_strength(value)
         for k, v in value.items():
             where = (*loc, k)
             if isinstance(k, str):
@@ -61,20 +64,20 @@ def locate(red: Redactor, value: Any, *, names_ok: bool = False,
                 if kinds:
                     out.append((where, ", ".join(kinds)))
                     continue
-                if isinstance(v, str) and red._is_head(k):
-                    split = split_kind(k, v, _plugin_rules())
+                if isinstance(v, str) and red.is_head(k):
+                    split = split_kind(k, v, plugin_rules())
                     if split:
                         out.append((where, split))
                         continue
-            strength = _name_strength(k) if isinstance(k, str) else NOT_SECRET
-            if not strength and pointed and k in _POINTED_VALUES:
+            strength = name_strength(k) if isinstance(k, str) else NOT_SECRET
+            if not strength and pointed and k in POINTED_VALUES:
                 strength = pointed
             if strength and named(strength, v):
                 out.append((where, kind_of(v)))
             else:
                 out += locate(red, v, names_ok=names_ok, loc=where)
     elif isinstance(value, list | tuple):
-        flagged = _flag_values(value)
+        flagged = flag_values(value)
         for i, v in enumerate(value):
             if i in flagged and not (names_ok and _ENV_NAME.fullmatch(str(v).strip())):
                 out.append(((*loc, i), kind_of(v)))
@@ -85,4 +88,4 @@ def locate(red: Redactor, value: Any, *, names_ok: bool = False,
 
 def shown(red: Redactor, loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple("[REDACTED]" if isinstance(p, str) and (red.text(p) is not p or (
-        red.might_contain_secret(p) and not _name_strength(p))) else p for p in loc)
+        red.might_contain_secret(p) and not name_strength(p))) else p for p in loc)

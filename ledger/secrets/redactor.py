@@ -13,14 +13,15 @@ necessary condition of some rule, screen the text first; only text that trips a 
 scanned with every rule (the slow, exact path) — for a long log, only the lines around a hit.
 
 Secrets split in two are found too: a token wrapped over lines or cut between a mapping's
-key and its value (`secret_splits`), a name and its value under two keys or on two lines
-(`secret_names`), a token cut by a chunk boundary of a stream (`redact_stream`). Every
-replacement keeps the text's line breaks. `locate(value)` says where a value holds a secret
-(the spec check, `forge secrets scan`) without repeating it.
+key and its value (`splits`), a name and its value under two keys or on two lines
+(`names`), a token cut by a chunk boundary of a stream (`stream`). Every
+replacement keeps the text's line breaks. `locate.locate(red, value)` says where a value holds
+a secret (the spec check, `forge secrets scan`) without repeating it.
 
 Here: the `Redactor` (text, structured values, JSON bytes) and the configured secret values.
-The secret-name rule lives in `secret_names`, the provider patterns and triggers in
-`secret_patterns`.
+The secret-name rule lives in `names`, the provider patterns and triggers in `patterns`;
+the structured walk's name helpers (`named_secret`, `pointed_strength`, `flag_values`) are
+here, shared with `locate`.
 """
 
 from __future__ import annotations
@@ -33,30 +34,30 @@ from typing import Any
 
 import orjson
 
-from .secret_names import (
+from .names import (
     NAMED_SECRET_TAG,
     NOT_SECRET,
     REDACTED,
-    _is_secret_value,
-    _name_strength,
-    _pair_strength,
-    _redact_assignments,
-    _redact_pointer_pairs,
     env_secret_values,
+    is_secret_value,
+    name_strength,
+    pair_strength,
+    redact_assignments,
+    redact_pointer_pairs,
 )
-from .secret_patterns import (
-    _LOWER_TRIGGER_SPECS,
-    _LOWER_TRIGGERS,
-    _TRIGGER_SPECS,
-    _TRIGGERS,
-    _as_bytes_trigger,
-    _plugin_rules,
-    _replace,
-    _Screen,
-    _screens,
+from .patterns import (
+    LOWER_TRIGGER_SPECS,
+    LOWER_TRIGGERS,
+    TRIGGER_SPECS,
+    TRIGGERS,
+    Screen,
+    as_bytes_trigger,
+    plugin_rules,
+    redact_matches,
+    screens,
     tag_lines,
 )
-from .secret_splits import CONTINUATION, MAX_WRAP_LINES, redact_wrapped, split_kind
+from .splits import CONTINUATION, MAX_WRAP_LINES, redact_wrapped, split_kind
 
 
 class Redactor:
@@ -82,20 +83,20 @@ class Redactor:
                 value_alts.append(re.escape(escaped))
         self._value_re = re.compile("|".join(value_alts)) if value_alts else None
         # Short strings: one combined regex, one call.
-        self._trigger = re.compile("|".join(f"(?:{t})" for t in _TRIGGERS + value_alts))
-        self._trigger_low = re.compile("|".join(f"(?:{t})" for t in _LOWER_TRIGGERS))
+        self._trigger = re.compile("|".join(f"(?:{t})" for t in TRIGGERS + value_alts))
+        self._trigger_low = re.compile("|".join(f"(?:{t})" for t in LOWER_TRIGGERS))
         # JSON documents: anchors first, regexes only past an anchor.
-        self._screens = _screens(_TRIGGER_SPECS)
-        self._screens_low = _screens(_LOWER_TRIGGER_SPECS)
+        self.screens = screens(TRIGGER_SPECS)
+        self._screens_low = screens(LOWER_TRIGGER_SPECS)
         value_forms = {v.encode("utf-8", "surrogatepass") for v in values}
         value_forms |= {orjson.dumps(v)[1:-1] for v in values}  # as they appear inside JSON
-        self._screens += [_Screen((f,), None) for f in sorted(value_forms)]
+        self.screens += [Screen((f,), None) for f in sorted(value_forms)]
         # Long text (logs): one pass per trigger over the UTF-8 bytes, each a fast
         # literal-led scan; bytes.lower() is cheap and never changes offsets.
         value_bytes = [re.escape(v).encode("utf-8", "surrogatepass") for v in values]
-        self._region_triggers = [re.compile(_as_bytes_trigger(t)) for t in _TRIGGERS]
+        self._region_triggers = [re.compile(as_bytes_trigger(t)) for t in TRIGGERS]
         self._region_triggers += [re.compile(v) for v in value_bytes]
-        self._region_triggers_low = [re.compile(_as_bytes_trigger(t)) for t in _LOWER_TRIGGERS]
+        self._region_triggers_low = [re.compile(as_bytes_trigger(t)) for t in LOWER_TRIGGERS]
         # The rules (and detect-secrets, slow to import) load on the first trigger hit:
         # commands that only read the ledger never pay for them.
         # Event payloads repeat the same strings (task ids, metric names, enum values).
@@ -115,7 +116,7 @@ class Redactor:
     def might_contain_secret_bytes(self, data: bytes) -> bool:
         """The screen: False means no rule can match `data` (UTF-8 text, or a JSON document
         whose strings are to be redacted)."""
-        for screen in self._screens:
+        for screen in self.screens:
             if screen.hit(data):
                 return True
         low = data.lower()
@@ -194,17 +195,17 @@ class Redactor:
 
     def _scrub(self, text: str) -> str:
         # Every replacement keeps the text's line breaks (`tag_lines`): the streaming
-        # redactor (`redact_stream`) maps its output back to its input line by line.
-        out = redact_wrapped(text, _plugin_rules())  # before a line's part is redacted alone
+        # redactor (`stream`) maps its output back to its input line by line.
+        out = redact_wrapped(text, plugin_rules())  # before a line's part is redacted alone
         if self._value_re is not None:
             tag = f"{REDACTED[:-1]}:configured-secret]"
             out = self._value_re.sub(lambda m: tag_lines(m.group(0), tag), out)
-        for rule in _plugin_rules():
+        for rule in plugin_rules():
             if rule.pattern.search(out) is None:
                 continue
-            out = _replace(out, rule)
+            out = redact_matches(out, rule)
         if self._assignments:
-            out = _redact_pointer_pairs(_redact_assignments(out))
+            out = redact_pointer_pairs(redact_assignments(out))
         return out
 
     def secret_kinds(self, text: str) -> list[str]:
@@ -255,14 +256,14 @@ class Redactor:
                 elif type(k) is str:
                     if not self._clean_str(k):
                         return True
-                    strength = _name_strength(k)
+                    strength = name_strength(k)
                     if strength:
-                        if _named_secret(strength, v):
+                        if named_secret(strength, v):
                             return True
                     elif k in _POINTER_KEYS:
                         pointer = True
-                    elif self._is_head(k):  # never a plain key: its value is checked with it
-                        if type(v) is str and split_kind(k, v, _plugin_rules()):
+                    elif self.is_head(k):  # never a plain key: its value is checked with it
+                        if type(v) is str and split_kind(k, v, plugin_rules()):
                             return True
                     elif len(k) < 512:
                         if len(plain) > 65536:
@@ -278,14 +279,14 @@ class Redactor:
                     if self.has_secret(v):
                         return True
             if pointer:
-                strength = _pointed_strength(value)
-                if strength and any(_named_secret(strength, value[k]) for k in _POINTED_VALUES
+                strength = pointed_strength(value)
+                if strength and any(named_secret(strength, value[k]) for k in POINTED_VALUES
                                     if k in value):
                     return True
             return False
         if t is list or t is tuple:
-            pair = _pair_strength(value)  # `["MY_API_KEY", "…"]`
-            if pair and _is_secret_value(pair, value[1]):
+            pair = pair_strength(value)  # `["MY_API_KEY", "…"]`
+            if pair and is_secret_value(pair, value[1]):
                 return True
             flag = NOT_SECRET  # the strength of a `--secret-flag` just before
             for v in value:
@@ -293,7 +294,7 @@ class Redactor:
                 if tv is str:
                     if v not in clean and not self._clean_str(v):
                         return True
-                    if flag and not v.startswith("-") and _is_secret_value(flag, v):
+                    if flag and not v.startswith("-") and is_secret_value(flag, v):
                         return True
                     flag = _flag_strength(v) if v.startswith("-") else NOT_SECRET
                     continue
@@ -314,14 +315,14 @@ class Redactor:
         if isinstance(value, str):
             return self._leaf(value)
         if isinstance(value, dict):
-            pointed = _pointed_strength(value)
+            pointed = pointed_strength(value)
             out = {}
             for k, v in value.items():
-                strength = _name_strength(k) if isinstance(k, str) else NOT_SECRET
-                if not strength and pointed and k in _POINTED_VALUES:
+                strength = name_strength(k) if isinstance(k, str) else NOT_SECRET
+                if not strength and pointed and k in POINTED_VALUES:
                     strength = pointed
-                split = (split_kind(k, v, _plugin_rules()) if isinstance(k, str)
-                         and isinstance(v, str) and self._is_head(k) else None)
+                split = (split_kind(k, v, plugin_rules()) if isinstance(k, str)
+                         and isinstance(v, str) and self.is_head(k) else None)
                 if split:  # the key holds the token's head, the value the rest: both go
                     tag = f"[REDACTED:{split}]"
                     key = tag
@@ -335,14 +336,14 @@ class Redactor:
                 out[key] = self._named_value(strength, v) if strength else self.value(v)
             return out
         if isinstance(value, list | tuple):
-            flagged = _flag_values(value)
+            flagged = flag_values(value)
             return type(value)(NAMED_SECRET_TAG if i in flagged else self.value(v)
                                for i, v in enumerate(value))
         return value
 
-    def _is_head(self, key: str) -> bool:
+    def is_head(self, key: str) -> bool:
         """Whether `key` trips a trigger (the cheap screen): only then can it hold the head
-        of a token whose rest is its value (`secret_splits.split_kind`)."""
+        of a token whose rest is its value (`splits.split_kind`)."""
         head = self._heads.get(key)
         if head is None:
             head = self.might_contain_secret(key)
@@ -352,24 +353,12 @@ class Redactor:
         return head
 
     def _named_value(self, strength: int, v: Any) -> Any:
-        if _is_secret_value(strength, v):
+        if is_secret_value(strength, v):
             return NAMED_SECRET_TAG
         if isinstance(v, list | tuple):
-            return type(v)(NAMED_SECRET_TAG if _is_secret_value(strength, x) else self.value(x)
+            return type(v)(NAMED_SECRET_TAG if is_secret_value(strength, x) else self.value(x)
                            for x in v)
         return self.value(v)
-
-    def locate(self, value: Any, *, names_ok: bool = False) -> list[tuple[tuple[Any, ...], str]]:
-        """Where `value` holds a secret: `(location, kind)` per finding (`secret_locate`)."""
-        from .secret_locate import locate
-
-        return locate(self, value, names_ok=names_ok)
-
-    def shown(self, loc: tuple[Any, ...]) -> tuple[Any, ...]:
-        """A `locate` location fit to print (`secret_locate.shown`)."""
-        from .secret_locate import shown
-
-        return shown(self, loc)
 
     def json_bytes(self, data: bytes) -> bytes:
         """Redact a JSON document given as bytes; the fast path returns `data` itself."""
@@ -381,29 +370,27 @@ class Redactor:
 
 # Keys that name another value in the same mapping, and the keys of the values they name.
 _POINTER_KEYS = frozenset({"name", "key", "path", "var", "variable", "env", "field"})
-_POINTED_VALUES = ("value", "a", "b", "old", "new", "before", "after", "from", "to", "default",
+POINTED_VALUES = ("value", "a", "b", "old", "new", "before", "after", "from", "to", "default",
                    "current", "previous")
-# An environment variable's name (`OPENAI_API_KEY`): what a spec names instead of a secret.
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 # Every secret name holds one of these (lowercased): the screen of `json_bytes`.
 _NAME_STEMS = re.compile(rb"key|token|auth|pat|pwd|secret|pass|cred")
 
 
-def _named_secret(strength: int, v: Any) -> bool:
+def named_secret(strength: int, v: Any) -> bool:
     """Whether `v`, under a name of this strength, is (or, a list, holds) a secret value."""
-    if _is_secret_value(strength, v):
+    if is_secret_value(strength, v):
         return True
     tv = type(v)
     if tv is list or tv is tuple:
-        return any(_is_secret_value(strength, x) for x in v)
+        return any(is_secret_value(strength, x) for x in v)
     return False
 
 
-def _pointed_strength(d: dict[Any, Any]) -> int:
+def pointed_strength(d: dict[Any, Any]) -> int:
     for k in _POINTER_KEYS:
         v = d.get(k)
         if type(v) is str and len(v) <= 200:
-            strength = _name_strength(v)
+            strength = name_strength(v)
             if strength:
                 return strength
     return NOT_SECRET
@@ -413,22 +400,22 @@ def _flag_strength(item: str) -> int:
     """For a list item `--api-key` (a flag whose value is the next item): its name's strength."""
     if "=" in item or len(item) > 200:
         return NOT_SECRET
-    return _name_strength(item)
+    return name_strength(item)
 
 
-def _flag_values(items: list[Any] | tuple[Any, ...]) -> set[int]:
+def flag_values(items: list[Any] | tuple[Any, ...]) -> set[int]:
     """Indexes of the items that follow a secret-named flag (`--api-key`, `-token`), and the
     value of a `[NAME, value]` pair under a secret name."""
     out: set[int] = set()
-    pair = _pair_strength(items)
-    if pair and _is_secret_value(pair, items[1]):
+    pair = pair_strength(items)
+    if pair and is_secret_value(pair, items[1]):
         out.add(1)
     for i in range(len(items) - 1):
         flag, nxt = items[i], items[i + 1]
         if (type(flag) is str and flag.startswith("-") and type(nxt) is str
                 and not nxt.startswith("-")):
             strength = _flag_strength(flag)
-            if strength and _is_secret_value(strength, nxt):
+            if strength and is_secret_value(strength, nxt):
                 out.add(i + 1)
     return out
 
