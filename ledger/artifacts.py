@@ -28,6 +28,7 @@ from typing import BinaryIO
 from . import archives
 from .errors import ArtifactIntegrityError, LedgerError, NotFoundError
 from .secrets.redactor import Redactor
+from .secrets.stream import StreamRedactor
 
 PREFIX = "sha256:"
 
@@ -134,8 +135,6 @@ class ArtifactStore:
         would redact it; a part that is not UTF-8 is stored as is. Same atomicity and dedup
         as `put`; an exception from `chunks` leaves nothing behind. A stream that starts as
         a compressed archive is redacted inside (`put`)."""
-        from .secrets.stream import StreamRedactor
-
         red = None if _raw else (redactor or self.redactor)
         it = iter(chunks)
         first = next(it, b"")

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .atomic import write_atomic
 from .errors import ConfigError
+from .numbers import bad_number, field_path
 from .secrets.redactor import DEFAULT_SECRET_ENV
 from .textfile import TextFileError, read_text
 
@@ -303,8 +304,6 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply") from None
-    from .numbers import bad_number, field_path
-
     bad = bad_number(data)
     if bad is not None:
         raise ConfigError(f"{path}: {field_path('', bad[0])}: {bad[1]}")

@@ -33,8 +33,9 @@ from pydantic import (
 )
 
 from .clock import digest
-from .errors import LedgerError
+from .errors import LedgerError, SpecError
 from .ids import InvalidIdError, check_id, from_ledger, shown
+from .yamlio import load_yaml
 
 TASK_TYPES = (
     "kernel",
@@ -374,9 +375,6 @@ def parse_edge(data: Any, where: str = "edge") -> EdgeSpec:
 def load_graph_yaml(path: str | Path) -> Any:
     """A graph or node YAML file's data, read by the specs' bounded loader (size, nesting,
     aliases, UTF-8, duplicate keys, finite numbers); a problem is one GraphSpecError line."""
-    from .errors import SpecError
-    from .yamlio import load_yaml
-
     try:
         return load_yaml(path)[0]
     except SpecError as e:

@@ -48,6 +48,7 @@ from .candidate_keys import (
 from .clock import digest
 from .errors import SpecError
 from .ids import LEDGER_CONTEXT, InvalidIdError, check_id, from_ledger, shown
+from .numbers import bad_number, field_path
 from .secrets.spec_check import secret_problems
 from .yamlio import dotted_path, line_of, load_yaml, number_problems
 
@@ -74,8 +75,6 @@ class Spec(BaseModel):
         """Free-form parts (a profile's `config`, scope values) take any value: refuse NaN,
         infinities and integers over 64 bits there too, before they can reach an event."""
         if isinstance(data, dict):
-            from .numbers import bad_number, field_path
-
             bad = bad_number(data)
             if bad is not None:
                 raise ValueError(f"{field_path('', bad[0])}: {bad[1]}")

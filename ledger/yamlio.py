@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .errors import SpecError
+from .numbers import bad_number
 from .textfile import TextFileError, read_text
 
 # Bounds on what a YAML document may cost to read: specs are a few kilobytes, so these are
@@ -181,8 +182,6 @@ def _read_text(p: Path) -> str:
 def number_problems(path: str | Path, data: Any, node: yaml.Node | None) -> list[str]:
     """A one-line problem for the first number in `data` the ledger cannot hold (NaN, an
     infinity, a float too large such as 1e400, an integer over 64 bits), or []."""
-    from .numbers import bad_number
-
     bad = bad_number(data)
     if bad is None:
         return []

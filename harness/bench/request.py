@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from ..errors import HarnessError
-from ..guard import production
+from ..guard import addresses, production
 from .datasets import Prompt
 from .media import image_part
 from .metrics import RequestRecord
@@ -193,7 +193,6 @@ def _pinned_resolver():
 
     from aiohttp.abc import AbstractResolver
 
-    from ..guard import addresses
 
     class Pinned(AbstractResolver):
         async def resolve(self, host: str, port: int = 0,

@@ -71,6 +71,7 @@ from ...ledger.workspace import Workspace, open_workspace
 from ...ledger.yamlio import load_yaml
 from ...projections.graph import GraphView, catch_up, load_graph
 from ..errors import HarnessError
+from ..nodes.registry import register_host
 from ..proc import kill_group, session_launch
 from . import lease
 from .run_record import Echo, RunSummary, echo_progress, finish_run, interrupted, quiet, start_run
@@ -167,8 +168,6 @@ def ray_inventory(node: dict[str, Any]) -> tuple[str, E.HostInventory]:
 def register_ray_nodes(ws: Workspace, nodes: list[dict[str, Any]], echo: Echo = quiet
                        ) -> list[str]:
     """Feed the alive rows of Ray's node table to the Node Registry. Returns the hosts."""
-    from ..nodes.registry import register_host
-
     hosts = []
     for row in nodes:
         if not row.get("Alive"):

@@ -46,13 +46,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...ledger import events as E
+from ...ledger.config import CONFIG_NAME, resolve_home
 from ...ledger.errors import LedgerError, NotFoundError
 from ...ledger.streams import GUARD_STREAM
-from ...ledger.workspace import Workspace
+from ...ledger.workspace import Workspace, open_workspace
 from ...projections.memory import read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
 from . import addresses
+from .approvals import require  # the gate's writes are its own (the approvals stream)
 
 APPROVAL_KIND = "production-call"
 READ_PATHS = frozenset({"/health", "/ready", "/metrics", "/server_info", "/get_server_info",
@@ -167,9 +169,6 @@ def workspace_for_guard(home: str | Path | None = None) -> Workspace | None:
     """The workspace at `home` (FORGE_HOME, ./.forge) when it has a forge.toml, else None:
     a command that does not otherwise need a workspace (`forge bench` without --record)
     still obeys the production endpoints it names. The caller closes it."""
-    from ...ledger.config import CONFIG_NAME, resolve_home
-    from ...ledger.workspace import open_workspace
-
     if not (resolve_home(home) / CONFIG_NAME).is_file():
         return None
     return open_workspace(home)
@@ -302,8 +301,6 @@ def approve_call(ws: Workspace, target: str, arguments: Mapping[str, Any], *,
     """The human gate for one production call: an approval of kind `production-call` bound
     to `target` and `arguments` (approvals.require: used once; without one it asks and
     raises ApprovalWaiting, or waits up to `timeout_s`). Returns the approval's id."""
-    from .approvals import require  # the gate's writes are its own (the approvals stream)
-
     return require(ws, APPROVAL_KIND, target, dict(arguments), actor=actor, wait=wait,
                    timeout_s=timeout_s, summary=summary)
 
