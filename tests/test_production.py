@@ -211,9 +211,9 @@ def test_bench_within_budget_runs_and_never_exceeds_max_rps(forge_home, tmp_path
 def test_the_pacer_holds_the_gap_on_the_clock_after_a_late_wake_up():
     """Slots are 0.1 s apart; the event loop is then blocked past one slot (a loaded
     machine): the late sender and the next on-time one must still start 0.1 s apart."""
-    from infer_forge.harness.bench.client import _Pacer
+    from infer_forge.harness.bench.client import Pacer
 
-    pacer = _Pacer(production.ProbeLimits(max_rps=10.0, max_duration_s=30.0, max_requests=10))
+    pacer = Pacer(production.ProbeLimits(max_rps=10.0, max_duration_s=30.0, max_requests=10))
     starts: list[float] = []
 
     async def send() -> None:

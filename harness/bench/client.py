@@ -123,7 +123,7 @@ def guarded(cfg: BenchConfig, n: int, guard: BenchGuard | None) -> BenchConfig:
     return cfg if limits is None else replace(cfg, probe=limits)
 
 
-class _Pacer:
+class Pacer:
     """Probe limits held while sending (see production.ProbeLimits): a start slot is taken
     before sleeping, so concurrent senders on the event loop get distinct slots; the gap
     holds on the clock too (`last`: the latest actual start), so a sender that woke late
@@ -182,7 +182,7 @@ async def run_bench_async(cfg: BenchConfig, prompts: Sequence[Prompt], *,
 
         warm_w, records_w, duration_w = await run_in_workers(cfg, prompts, nw)
         return _result(cfg, records_w, warm_w, duration_w, nw)
-    pacer = _Pacer(cfg.probe) if cfg.probe is not None else None
+    pacer = Pacer(cfg.probe) if cfg.probe is not None else None
     url = cfg.api_url()
     chat = cfg.endpoint == "chat"
     extra = cfg.body_extra()
