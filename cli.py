@@ -2435,7 +2435,7 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
       claude mcp add --env FORGE_HOME=$FORGE_HOME forge -- forge mcp --task tune-tiny-cpu
       forge mcp --http 127.0.0.1:8765
     """
-    from .harness.agents.mcp_server import serve as serve_mcp
+    from .harness.mcp.server import serve as serve_mcp
     from .wiki.retrieve import retrieve
     ws = open_ws(ctx)
     serve_mcp(ws, http=http, allow_remote=allow_remote, task_id=task_id,

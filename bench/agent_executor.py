@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from infer_forge.harness.agents.executor import AgentExecutor
+from infer_forge.harness.loop.agent_executor import AgentExecutor
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.evaluation import RunResult
 from infer_forge.harness.loop.run import run_task

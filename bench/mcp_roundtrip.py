@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 from _manual_task import manual_task_dir, pct  # noqa: E402  (bench/ is on sys.path)
-from infer_forge.harness.agents import tools
+from infer_forge.harness.agents import registry as tools
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import start_block
+from infer_forge.harness.mcp.tools import TOOLS
 from infer_forge.ledger import events as E
 from infer_forge.ledger.workspace import init_workspace
 
@@ -40,7 +41,8 @@ async def run(home: Path, calls: int) -> dict[str, list[float]]:
     ws, _ = init_workspace(home)
     define_task(ws, task_dir(home.parent / "specs"))
     start_block(ws, "bench-mcp", "baseline")
-    ctx = tools.ToolContext(ws, E.Actor(kind="agent", name="bench/1", model="none"), "bench-mcp")
+    ctx = tools.ToolContext(ws, E.Actor(kind="agent", name="bench/1", model="none"), "bench-mcp",
+                            tools=TOOLS)
     args = {"task_memory": {"task_id": "bench-mcp"},
             "measure": {"task_id": "bench-mcp", "metrics": {"output_throughput": 100.0}}}
     t: dict[str, list[float]] = {f"{w} {n}": [] for n in args for w in ("direct", "mcp")}

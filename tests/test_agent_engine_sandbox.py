@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from infer_forge.harness.agents import tools
-from infer_forge.harness.agents.session_tools import AgentSession, session_tools
+from infer_forge.harness.agents import registry as tools
 from infer_forge.harness.guard import sandbox as S
+from infer_forge.harness.mcp.session_tools import AgentSession, session_tools
+from infer_forge.harness.mcp.tools import TOOLS
 from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import task_stream
 
@@ -72,7 +73,8 @@ def has_bwrap() -> None:
 
 
 def agent_ctx(ws: Any, session: AgentSession, task_id: str) -> tools.ToolContext:
-    return tools.ToolContext(ws, AGENT, task_id=task_id, extra=session_tools(session))
+    return tools.ToolContext(ws, AGENT, task_id=task_id, extra=session_tools(session),
+                             tools=TOOLS)
 
 
 def ok(ctx: tools.ToolContext, name: str, args: dict[str, Any]) -> Any:

@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from infer_forge.harness.agents.executor import AgentExecutor
 from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.loop.agent_executor import AgentExecutor
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.run import run_task
 from infer_forge.harness.testing.scripted_chat import ScriptedChat

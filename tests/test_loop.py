@@ -340,13 +340,13 @@ def test_save_conflict_is_reported(workspace, task_file):
     define_task(workspace, task_file)
     start_block(workspace, "t1", "baseline")
     # A second writer moved the stream: a step computed on the old version is refused.
-    from infer_forge.harness.loop.steps import _Stepper
+    from infer_forge.harness.loop.steps import Stepper
     from infer_forge.harness.task import load_task_from_ledger
 
     lt = load_task_from_ledger(workspace, "t1")
     workspace.ledger.save(Append(task_stream("t1"), [E.LoopBlockHandedOff(
         state_reached="x", task_id="t1", block_id="b1")]))
-    st = _Stepper(workspace, lt, lambda s: None)
+    st = Stepper(workspace, lt, lambda s: None)
     with pytest.raises(HarnessError, match="changed while step"):
         st.save("b1:measure", [E.LoopBlockHandedOff(state_reached="y", task_id="t1",
                                                     block_id="b1")], version=2)

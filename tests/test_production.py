@@ -252,15 +252,16 @@ def test_a_probe_still_running_at_max_duration_is_cut_off(forge_home, tmp_path):
 
 
 def test_the_agent_bench_tool_is_refused_and_recorded(forge_home, tiny_tokenizer_dir):
-    from infer_forge.harness.agents import tools
-    from infer_forge.harness.agents.session_tools import AgentSession, session_tools
+    from infer_forge.harness.agents import registry as tools
+    from infer_forge.harness.mcp.session_tools import AgentSession, session_tools
+    from infer_forge.harness.mcp.tools import TOOLS
 
     with SGLangLike() as srv:
         configure(forge_home, [srv.url])
         ws = open_workspace(forge_home)
         try:
             ctx = tools.ToolContext(ws=ws, actor=AGENT,
-                                    extra=session_tools(AgentSession(ws)))
+                                    extra=session_tools(AgentSession(ws)), tools=TOOLS)
             res = tools.call(ctx, "bench", {"url": srv.url, "model": "prod",
                                             "tokenizer": str(tiny_tokenizer_dir),
                                             "num_prompts": 3, "input_len": 4, "output_len": 2,

@@ -12,10 +12,11 @@ import time
 import tracemalloc
 
 import pytest
-from infer_forge.harness.agents import tools as T
+from infer_forge.harness.agents import registry as T
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import handoff_block, start_block
+from infer_forge.harness.mcp.tools import TOOLS
 from infer_forge.harness.tools import calls
 from infer_forge.ledger import events as E
 from infer_forge.ledger.sizes import capped, capped_json
@@ -97,7 +98,7 @@ def test_an_argument_past_the_kernel_limit_is_recorded_capped(workspace, tmp_pat
 
 
 def test_a_refused_agent_call_stores_its_huge_arguments_capped(workspace):
-    ctx = T.ToolContext(workspace, AGENT)
+    ctx = T.ToolContext(workspace, AGENT, tools=TOOLS)
     huge = "A" * (20 << 20)
     res = T.call(ctx, "no_such_tool", {"payload": huge})
     assert not res.ok
@@ -119,7 +120,7 @@ def test_twenty_findings_of_a_megabyte_are_refused_with_one_line(workspace, tmp_
     with pytest.raises(HarnessError, match=r"finding 1 is 1048576 characters \(at most 4000"):
         handoff_block(workspace, "t1", state_reached="done", findings=findings)
     # The agent's tool refuses them before anything runs, and records the refusal capped.
-    ctx = T.ToolContext(workspace, AGENT, task_id="t1")
+    ctx = T.ToolContext(workspace, AGENT, task_id="t1", tools=TOOLS)
     res = T.call(ctx, "block_handoff", {"task_id": "t1", "state_reached": "done",
                                         "findings": findings})
     assert not res.ok and "\n" not in res.error and "4000" in res.error

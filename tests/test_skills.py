@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+from infer_forge.harness.agents import registry as T
 from infer_forge.harness.agents import skills as S
-from infer_forge.harness.agents import tools as T
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import (
@@ -21,6 +21,7 @@ from infer_forge.harness.loop.manual import (
     start_block,
     verify_block,
 )
+from infer_forge.harness.mcp.tools import TOOLS
 from infer_forge.harness.record import append_to_task
 from infer_forge.ledger import events as E
 from infer_forge.ledger.graphspec import TASK_TYPES
@@ -270,8 +271,8 @@ def test_select_by_retrieval_ranks_the_noise_skill_first(workspace):
 
 
 def test_agent_tools_list_and_get(workspace):
-    ctx = T.ToolContext(workspace, E.Actor.agent("claude-code", "m1"))
-    assert {"skills_list", "skills_get"} <= set(T.TOOLS)
+    ctx = T.ToolContext(workspace, E.Actor.agent("claude-code", "m1"), tools=TOOLS)
+    assert {"skills_list", "skills_get"} <= set(TOOLS)
     r = T.call(ctx, "skills_list", {"task_type": "kernel"})
     assert r.ok and {"kernel-verification", "handoff"} <= {x["name"] for x in r.result}
     assert all("body" not in x for x in r.result)

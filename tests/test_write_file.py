@@ -10,8 +10,9 @@ import subprocess
 import sys
 import time
 
-from infer_forge.harness.agents import tools as T
+from infer_forge.harness.agents import registry as T
 from infer_forge.harness.guard.task_dirs import scratch_dir
+from infer_forge.harness.mcp.tools import TOOLS
 from infer_forge.ledger import events as E
 
 from .helpers.tasks import open_task
@@ -40,7 +41,7 @@ print(swaps, flush=True)
 
 
 def _ctx(ws) -> T.ToolContext:
-    return T.ToolContext(ws, AGENT, task_id="t1")
+    return T.ToolContext(ws, AGENT, task_id="t1", tools=TOOLS)
 
 
 def test_a_directory_swapped_for_a_link_mid_write_never_gets_a_file_outside(workspace,

@@ -26,8 +26,8 @@ at most 63 characters, equal to the file's name), `category` (`CATEGORIES`), `ta
   the choice is by task type alone and the event's `fallback` says why (the query is kept).
   Returns the skills and an unsaved `SkillsProvided`; `provide` fills in the task and block
   (the agent executor saves it with its block).
-- Agent tools `skills_list` and `skills_get` are registered here (tools.py imports this
-  module, so they are in `tools.TOOLS` whenever the registry is).
+- Agent tools `skills_list` and `skills_get` are defined here (`TOOLS`, for a registry's user
+  to assemble: harness/mcp/tools.py, harness/loop/agent_executor.py).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from ...ledger.ids import MAX_PART_ID, is_id
 from ...ledger.workspace import Workspace
 from ...projections.embed import EmbeddingError
 from ..errors import HarnessError
-from .tools import Args, ToolContext, tool
+from .registry import AgentTool, Args, ToolContext
 
 CATEGORIES = ("sglang-upstream", "cross-library", "task", "ops")
 KEYS = ("name", "category", "task_types", "summary")
@@ -398,12 +398,17 @@ class GetArgs(Args):
                       description="the skill's name, as skills_list gives it")
 
 
-@tool("skills_list", "The skills (short guides: bench_serving, /metrics, PD, kernel checks, "
-      "handoffs, noise, …): name, category, task types, one-line summary.", ListArgs)
 def _list(ctx: ToolContext, a: ListArgs) -> Any:
     return [s.entry() for s in find(ctx.ws, category=a.category, task_type=a.task_type)]
 
 
-@tool("skills_get", "One skill's full text, by name.", GetArgs)
 def _get(ctx: ToolContext, a: GetArgs) -> Any:
     return get(ctx.ws, a.name).as_dict()
+
+
+TOOLS = [
+    AgentTool("skills_list", "The skills (short guides: bench_serving, /metrics, PD, kernel "
+              "checks, handoffs, noise, …): name, category, task types, one-line summary.",
+              ListArgs, _list),
+    AgentTool("skills_get", "One skill's full text, by name.", GetArgs, _get),
+]

@@ -57,7 +57,7 @@ def code_members(lt: LoadedTask) -> list[str]:
     return list(lt.task.code.members) if lt.task.code else []
 
 
-def _mono(ws: Workspace, lt: LoadedTask) -> MonoRepo:
+def task_monorepo(ws: Workspace, lt: LoadedTask) -> MonoRepo:
     try:
         mono = repo_commands.open_monorepo(ws)
     except RepoError as e:
@@ -105,7 +105,7 @@ def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[st
     keys = [k for k in candidate if k.startswith(CODE_PREFIX)]
     if not keys:
         return candidate
-    mono = _mono(ws, lt)
+    mono = task_monorepo(ws, lt)
     pins = pinned(ws, lt, mono)
     out = dict(candidate)
     for k in sorted(keys):
@@ -183,7 +183,7 @@ def _env_name(member: str) -> str:
 
 def worktree_env(ws: Workspace, lt: LoadedTask) -> dict[str, str]:
     """FORGE_WORKTREE_<MEMBER> and FORGE_WORKTREES for the task's worktrees (made if new)."""
-    mono = _mono(ws, lt)
+    mono = task_monorepo(ws, lt)
     pins = pinned(ws, lt, mono)
     paths = {m: str(_worktree(ws, lt, mono, m, pins).path) for m in code_members(lt)}
     return {**{_env_name(m): p for m, p in paths.items()},
@@ -198,7 +198,7 @@ def prepare(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, A
         return out
     from ..tools.build import build  # the build tool runs processes: loaded when used
 
-    mono = _mono(ws, lt)
+    mono = task_monorepo(ws, lt)
     pins = pinned(ws, lt, mono)
     paths: dict[str, str] = {}
     for m in code_members(lt):
@@ -233,7 +233,7 @@ def keep_refs(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str,
     code = {k[len(CODE_PREFIX):]: v for k, v in candidate.items() if k.startswith(CODE_PREFIX)}
     if not code:
         return events
-    mono = _mono(ws, lt)
+    mono = task_monorepo(ws, lt)
     out: list[E.Event] = []
     for ev in events:
         if not isinstance(ev, E.DeliverableAccepted | E.DirectionRejected):

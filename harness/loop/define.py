@@ -157,7 +157,8 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
             path.stem, f"{where}: task id taken from the file name (the task has no id:)")
     check_owner(ws, task_id, graph_node=graph_node)  # before anything is recorded
     if task.contract.review is not None:
-        from ..agents.review import check_reviewer
+        # In the function for start-up time: review loads the model client.
+        from .review import check_reviewer
 
         check_reviewer(ws, task, str(path))
     point_path = (path.parent / task.point).resolve()

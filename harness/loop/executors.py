@@ -241,7 +241,8 @@ def make_executor(task: TaskDefinition, *, ws: Workspace | None = None,
     if spec.kind == "agent":
         if ws is None:
             raise HarnessError("an agent executor needs the workspace (its model tiers)")
-        from ..agents.executor import AgentExecutor  # the openai client loads with it
+        # In the function for start-up time: the model client loads with it.
+        from .agent_executor import AgentExecutor
 
         return AgentExecutor(ws, task)
     return CommandExecutor(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s, ws=ws)

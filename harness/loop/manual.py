@@ -24,7 +24,7 @@ from ..tools.calls import run_tool
 from . import code
 from .decision import describe, out_of_scope
 from .routing import route
-from .steps import _start_events, _Stepper, _verify_event, _wall_elapsed
+from .steps import Stepper, _start_events, _verify_event, _wall_elapsed
 
 
 def _open(ws: Workspace, task_id: str) -> tuple[LoadedTask, TaskMemory, int]:
@@ -59,7 +59,7 @@ def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str,
                            "a candidate already tried is not run again")
     index = len(mem.execution_record) + 1
     bid = f"b{index}"
-    st = _Stepper(ws, lt, lambda _s: None)
+    st = Stepper(ws, lt, lambda _s: None)
     routing = route(lt.task, mem.no_progress_streak, None)
     evs = _start_events(st, mem, bid, index, sub_goal, routing, cand, actor or human_actor(),
                         None)
@@ -118,7 +118,7 @@ def verify_block(ws: Workspace, task_id: str, actor: E.Actor | None = None) -> d
     blk = _need_block(task_id, mem, "a verification")
     if not blk.measurements:
         raise HarnessError(f"task {task_id}: block {blk.block_id} has no measurements to verify")
-    st = _Stepper(ws, lt, lambda _s: None)
+    st = Stepper(ws, lt, lambda _s: None)
     ver = _verify_event(st, blk, mem, actor or human_actor())
     sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
     append_to_task(ws, task_id, code.with_snapshot(ver.events, sid), expected_version=version,

@@ -23,11 +23,11 @@ from .executors import CommandExecutor, make_executor
 from .human_gate import AwaitingApproval, gate_acceptance
 from .routing import route
 from .steps import (
+    Stepper,
     _contenders,
     _decide_events,
     _handoff_text,
     _start_events,
-    _Stepper,
     _stop_events,
     _verify_event,
     _wall_elapsed,
@@ -136,7 +136,7 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
          max_wall_s: float | None) -> LoopResult:
     say = progress or (lambda _s: None)
     lt = load_task_from_ledger(ws, task_id)
-    st = _Stepper(ws, lt, say)
+    st = Stepper(ws, lt, say)
     executor = executor or make_executor(lt.task, ws=ws, base_dir=lt.base_dir)
     if evaluator is None and executor.kind != "manual":
         # Before anything is recorded: a task without an evaluator records nothing.

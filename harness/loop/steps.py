@@ -32,7 +32,7 @@ from .executors import SweepExecutor
 from .verify import BlockVerification, verify
 
 
-class _Stepper:
+class Stepper:
     """Saves one step atomically with its deterministic command id; tells progress."""
 
     def __init__(self, ws: Workspace, lt: LoadedTask, progress: Progress):
@@ -97,7 +97,7 @@ def _baseline_ctx(mem: TaskMemory, ws: Workspace) -> dict[str, Any] | None:
                      for m in base.measurements]}
 
 
-def measure_events(st: _Stepper, mem: TaskMemory, blk: BlockRecord, evaluator: Evaluator, *,
+def measure_events(st: Stepper, mem: TaskMemory, blk: BlockRecord, evaluator: Evaluator, *,
                    actor: E.Actor = LOOP_ACTOR) -> list[E.Event]:
     """The measure step of the open block `blk` (the loop's, and an agent's `evaluate`): the
     candidate applied to the point and profile, its code prepared (a failed build is failed
@@ -119,7 +119,7 @@ def measure_events(st: _Stepper, mem: TaskMemory, blk: BlockRecord, evaluator: E
     return builds + _measure_events(st, blk, results, actor)
 
 
-def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult],
+def _measure_events(st: Stepper, blk: BlockRecord, results: list[RunResult],
                     actor: E.Actor = LOOP_ACTOR) -> list[E.Event]:
     evs: list[E.Event] = []
     if not results:
@@ -158,14 +158,14 @@ def _measure_events(st: _Stepper, blk: BlockRecord, results: list[RunResult],
     return evs
 
 
-def _verify_event(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
+def _verify_event(st: Stepper, blk: BlockRecord, mem: TaskMemory,
                   actor: E.Actor = LOOP_ACTOR) -> BlockVerification:
     """The block's verification: the task's verification path run in order (verify.py);
     its tool calls and the VerificationRecorded, saved together by the caller."""
     return verify(st.ws, st.lt, blk, mem, st.common(blk.block_id, actor), st.progress)
 
 
-def _decide_events(st: _Stepper, blk: BlockRecord, mem: TaskMemory,
+def _decide_events(st: Stepper, blk: BlockRecord, mem: TaskMemory,
                    executor: Executor) -> list[E.Event]:
     v = blk.verification or {}
     verdict = v.get("verdict", "inconclusive")
@@ -217,7 +217,7 @@ def _contenders(mem: TaskMemory) -> list[BlockRecord]:
             and b.verification["verdict"] == "pass" and b.decision is None]
 
 
-def _stop_events(st: _Stepper, mem: TaskMemory, reason: str, handoff: str | None
+def _stop_events(st: Stepper, mem: TaskMemory, reason: str, handoff: str | None
                  ) -> list[E.Event]:
     """The executor has nothing left: deliver the best passing contender, or hand off."""
     if st.lt.task.exit.when == "best_in_scope":
@@ -240,7 +240,7 @@ def _stop_events(st: _Stepper, mem: TaskMemory, reason: str, handoff: str | None
                          evidence=[b.block_id for b in mem.execution_record], **st.common())]
 
 
-def _start_events(st: _Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
+def _start_events(st: Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
                   routing: dict[str, Any], cand: dict[str, Any], actor: E.Actor,
                   tool_ev: E.ToolInvoked | None, *, measure_again: bool = False,
                   problem: str | None = None, decided: list[E.Event] | None = None

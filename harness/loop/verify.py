@@ -9,7 +9,7 @@ Steps:
   fail or inconclusive as their verdict (with `contract.noise: learned`, against the point's
   noise bands learned from history, projections/noise.py); with `contract.review`, a
   non-baseline block whose gates pass is then reviewed by another model family
-  (harness/agents/review.py): its gate (kind `review`) joins them, its ModelCalled and
+  (harness/loop/review.py): its gate (kind `review`) joins them, its ModelCalled and
   ReviewRecorded are saved with the verification; `decide`: always `deferred` (accept or
   reject acts on this verification's verdict, after it). The contract's gates are judged only at
   `gates`, which every path names (checked on input; a path from an older ledger that
@@ -251,7 +251,8 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
             res, judged = _phase(step, blk, mem, lt, bands)
             if judged is not None and lt.task.contract.review is not None:
                 # The contract's cross-model review joins the gates (a ModelCalled call).
-                from ..agents.review import with_review
+                # In the function for start-up time: review loads the model client.
+                from .review import with_review
 
                 res, judged, review = with_review(ws, lt, blk, mem, res, judged, common)
             gates = judged or gates

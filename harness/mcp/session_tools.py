@@ -29,7 +29,7 @@ Contract:
   agent: `guard/engine_sandbox.py`); a profile or point file the agent names may not run in a
   container image, and is refused where no sandbox can be made (only a task's own
   contract-pinned profile then starts).
-- Every refusal is a HarnessError with one line; `tools.call` records it as AgentStepFailed.
+- Every refusal is a HarnessError with one line; `registry.call` records it as AgentStepFailed.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from ...ledger.specs import (
 from ...ledger.streams import ENGINES_STREAM, task_stream
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
+from ..agents.registry import AgentTool, Args, ToolContext
 from ..errors import HarnessError
-from .tools import AgentTool, Args, ToolContext
 
 Retrieve = Callable[[str, int], Any]
 Ask = Callable[[str], Any]
@@ -345,7 +345,7 @@ class EvaluateArgs(Args):
 def _evaluate(session: AgentSession, ctx: ToolContext, a: EvaluateArgs) -> Any:
     from ..loop import code
     from ..loop.evaluator import make_evaluator
-    from ..loop.steps import _Stepper, measure_events
+    from ..loop.steps import Stepper, measure_events
     from ..task import load_task_from_ledger
 
     task_id = a.task_id or ctx.task_id
@@ -366,7 +366,7 @@ def _evaluate(session: AgentSession, ctx: ToolContext, a: EvaluateArgs) -> Any:
     if evaluator is None:
         evaluator = make_evaluator(ctx.ws, lt.task, lt.profile, base_dir=lt.base_dir)
         session.evaluators[task_id] = evaluator
-    st = _Stepper(ctx.ws, lt, ctx.progress)
+    st = Stepper(ctx.ws, lt, ctx.progress)
     evs = measure_events(st, mem, blk, evaluator, actor=ctx.actor)
     sid = code.snapshot(ctx.ws, lt, f"task {task_id} {blk.block_id} measured")
     st.save(f"{blk.block_id}:measure", code.with_snapshot(evs, sid), version)

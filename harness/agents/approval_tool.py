@@ -1,5 +1,5 @@
-"""The agent tool of the human gate: `request_approval` (registered in the agent tool
-registry, harness/agents/tools.py, which imports this module).
+"""The agent tool of the human gate: `request_approval` (`TOOLS`, for a registry's user to
+assemble: harness/mcp/tools.py, harness/loop/agent_executor.py).
 
 An agent may ASK for a person's approval of an action (a push, a production call, a cleanup,
 an acceptance); the request is recorded with the agent as its actor and `forge approvals`
@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..agents.tools import Args, ToolContext, tool
-from . import approvals
+from ..guard import approvals
+from .registry import AgentTool, Args, ToolContext
 
 
 class RequestApprovalArgs(Args):
@@ -29,12 +29,15 @@ class RequestApprovalArgs(Args):
     summary: str = Field(min_length=1, max_length=2000, description="why, for the person")
 
 
-@tool("request_approval", "Ask a person to approve an action that needs one (a push to a "
-      "protected ref, a mutating production call, a cleanup, an acceptance). Returns the "
-      "approval id; a person decides it with forge approve/deny. Agents cannot grant "
-      "approvals.", RequestApprovalArgs, writes=True)
 def _request_approval(ctx: ToolContext, a: RequestApprovalArgs) -> Any:
     aid = approvals.request(ctx.ws, a.kind, a.target, a.arguments, a.summary, ctx.actor)
     gate = approvals.check(ctx.ws, a.kind, a.target, a.arguments)
     return {"approval_id": aid, "state": gate.state,
             "next": "a person decides: " + approvals.waiting_line(aid)}
+
+
+TOOLS = [AgentTool(
+    "request_approval", "Ask a person to approve an action that needs one (a push to a "
+    "protected ref, a mutating production call, a cleanup, an acceptance). Returns the "
+    "approval id; a person decides it with forge approve/deny. Agents cannot grant "
+    "approvals.", RequestApprovalArgs, _request_approval, writes=True)]

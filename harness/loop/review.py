@@ -46,8 +46,12 @@ from ...ledger.payloads import GateResult, StepResult
 from ...ledger.specs import CODE_PREFIX, TaskDefinition
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
+from ...repos.errors import RepoError
+from ...repos.git import out
+from ..agents.models import call_model, tier_settings
 from ..errors import HarnessError
-from .models import call_model, tier_settings
+from .code import pinned, task_monorepo
+from .routing import route
 
 GATE_NAME = "review"
 MAX_DIFF_CHARS = 40_000  # the diff shown to the reviewer (all members together)
@@ -116,8 +120,6 @@ def executor_tiers(task: TaskDefinition, models: Mapping[str, ModelSettings]) ->
     (harness/loop/routing.route): its first tier and every tier escalation can move it to
     (routing.escalate_after), and an agent's planner tier. An agent calls a model; a command
     policy is taken to when its routing names a tier; a sweep or a person calls none."""
-    from ..loop.routing import route
-
     ex, routing = task.executor, task.routing
     if ex.kind not in ("agent", "command") or (ex.kind == "command"
                                                and not routing.model_tier):
@@ -216,11 +218,7 @@ def _diffs(ws: Workspace, lt: Any, candidate: dict[str, Any]) -> dict[str, tuple
             if k.startswith(CODE_PREFIX) and isinstance(v, str)}
     if not code:
         return {}
-    from ...repos.errors import RepoError
-    from ...repos.git import out
-    from ..loop.code import _mono, pinned
-
-    mono = _mono(ws, lt)
+    mono = task_monorepo(ws, lt)
     pins = pinned(ws, lt, mono)
     diffs: dict[str, tuple[str, str, str]] = {}
     for m, sha in sorted(code.items()):

@@ -9,9 +9,9 @@ Contract:
 - The model gets a system prompt with the task (goal, scope, contract, exit criteria), a
   summary of Task Memory and the skills chosen for the block (`skills.select` on the
   sub-goal the last handoff proposed, else the goal; once per query in one run), and the
-  tools: the registry's read tools (`task_memory`, `task_show`, …),
-  `write_file`, a `run_command` that runs in the task's scratch directory or worktrees before
-  the block exists, and two decision tools: `propose {candidate, sub_goal}` and
+  tools: the read tools of `TOOLS` (`task_memory`, `task_show`, `skills_list`,
+  `skills_get`), `write_file`, a `run_command` that runs in the task's scratch directory or
+  worktrees before the block exists, and two decision tools: `propose {candidate, sub_goal}` and
   `stop {reason, handoff}`. It has `executor.max_steps` turns (model calls) and
   `executor.timeout_s` seconds for one decision.
 - Topologies: `single`; `planner-executor`: the planner tier (routing's `planner_tier`)
@@ -60,12 +60,10 @@ from ...ledger.specs import (
 )
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
-from ..errors import HarnessError
-from ..guard.task_dirs import dir_in_task
-from ..loop.decision import Decision, describe, out_of_scope
-from ..loop.routing import route
-from . import tools as T
-from .context import (
+from ..agents import approval_tool, task_tools
+from ..agents import registry as T
+from ..agents import skills as S
+from ..agents.context import (
     PLAN_PROMPT,
     REVIEW_PROMPT,
     SYSTEM_PROMPT,
@@ -73,9 +71,17 @@ from .context import (
     one_line,
     task_view,
 )
-from .models import ModelReply, call_model, put_json
+from ..agents.models import ModelReply, call_model, put_json
+from ..errors import HarnessError
+from ..guard.task_dirs import dir_in_task
+from ..tools.calls import run_tool
+from .decision import Decision, describe, out_of_scope
+from .routing import route
 
 AGENT_NAME = "forge-agent"
+# The registry tools a decision's calls may name (the loop's own steps are not among them:
+# no block is open while deciding); it offers the read ones and write_file, and adds its own.
+TOOLS = T.registry(task_tools.TOOLS, approval_tool.TOOLS, S.TOOLS)
 MAX_COMMAND_S = 120.0  # one run_command while deciding
 
 class ProposeArgs(BaseModel):
@@ -171,7 +177,7 @@ class AgentExecutor:
         actor = E.Actor.agent(AGENT_NAME, settings.model)
         task_id = str(s.memory.task_id)
         ctx = T.ToolContext(self.ws, actor, task_id, collect=s.events,
-                            extra=self._decision_tools(s, actor))
+                            extra=self._decision_tools(s, actor), tools=TOOLS)
         schemas = T.openai_schemas(ctx, names=self._offered(ctx))
         context = "\n\n".join(x for x in (
             f"Your task id: {task_id}.",
@@ -312,7 +318,7 @@ class AgentExecutor:
 
     def _offered(self, ctx: T.ToolContext) -> list[str]:
         """The registry's read tools, write_file, and this executor's own."""
-        names = [t.name for t in T.TOOLS.values() if not t.writes]
+        names = [t.name for t in ctx.tools.values() if not t.writes]
         return [*names, "write_file", *ctx.extra]
 
     def _decision_tools(self, s: _Session, actor: E.Actor) -> dict[str, T.AgentTool]:
@@ -342,9 +348,7 @@ class AgentExecutor:
             s.stopped = (a.reason, a.handoff)
             return {"stopped": True}
 
-        def run_command(_ctx: T.ToolContext, a: T.RunArgs) -> Any:
-            from ..tools.calls import run_tool
-
+        def run_command(_ctx: T.ToolContext, a: task_tools.RunArgs) -> Any:
             # Made without following a link, as the MCP run_command's (task_dirs.dir_in_task).
             cwd = dir_in_task(ws, str(s.memory.task_id), a.cwd or ".", "cwd")
             left = max(1.0, min(MAX_COMMAND_S, s.deadline - time.monotonic()))
@@ -364,7 +368,7 @@ class AgentExecutor:
             "run_command": T.AgentTool(
                 "run_command", "Run a command (argv) in the task's scratch directory or its "
                 "worktrees (cwd), recorded with the block this decision starts.",
-                T.RunArgs, run_command, writes=True),
+                task_tools.RunArgs, run_command, writes=True),
         }
 
     def _tool(self, ctx: T.ToolContext, s: _Session, name: str, arguments: str) -> str:
@@ -454,13 +458,8 @@ class AgentExecutor:
     def _skills(self, s: _Session, actor: E.Actor) -> str:
         """The skills for this block as prompt text, their choice recorded (SkillsProvided):
         harness/agents/skills.py's `select(ws, task_type, query, k)` on the sub-goal the last
-        handoff proposed (else the task's goal), when that module is there."""
-        import importlib
-
-        try:
-            mod = importlib.import_module(f"{__package__}.skills")
-        except ImportError:
-            return ""
+        handoff proposed (else the task's goal)."""
+        mod = S
         nb = s.memory.next_block or {}
         query = str(nb.get("sub_goal") or s.task.goal)
         key = (s.task.type, query)

@@ -2,10 +2,10 @@
 agent (Claude Code, Codex CLI, any MCP client) drives a task's loop under its contract.
 
 Contract:
-- Tools: every tool of the registry (`tools.available(ctx)`: the task tools of tools.py, the
-  skills tools of skills.py, this session's tools of session_tools.py), each
+- Tools: every agent tool (`tools.TOOLS`: the task tools, the loop's steps, the approval
+  request, the skills; then this session's tools of session_tools.py), each
   with its pydantic parameters' JSON schema as `inputSchema`. Every call goes through
-  `tools.call`: a refusal (a candidate outside the scope, a write to the task definition or
+  `registry.call`: a refusal (a candidate outside the scope, a write to the task definition or
   its gates, a path or cwd outside the task's directories, an unknown tool, arguments that do
   not validate) is recorded as AgentStepFailed and answered as a tool error (`isError`, the
   one-line reason as its text); a result is its JSON as text.
@@ -46,9 +46,10 @@ from ...ledger.errors import LedgerError
 from ...ledger.workspace import Workspace
 from ...projections.errors import ProjectionError
 from ...projections.memory import read_memory
+from ..agents import registry, skills
 from ..errors import HarnessError
-from . import skills, tools
 from .session_tools import AgentSession, Ask, Retrieve, session_tools
+from .tools import TOOLS
 
 MODEL_ENV = "FORGE_AGENT_MODEL"
 META_MODEL_KEY = "model"  # a call's `_meta.model`: the model the client runs
@@ -138,7 +139,7 @@ def _server_class() -> type:
 
         # --- tools ---------------------------------------------------------------------
 
-        def tool_context(self, context: Any = None) -> tools.ToolContext:
+        def tool_context(self, context: Any = None) -> registry.ToolContext:
             info = meta = None
             if context is not None:
                 with contextlib.suppress(ValueError):  # no request: an in-process call
@@ -146,14 +147,15 @@ def _server_class() -> type:
                     params = rc.session.client_params
                     info = params.client_info if params is not None else None
                     meta = rc.meta
-            return tools.ToolContext(self.ws, actor_of(info, meta, self.default_model),
-                                     self.task_id, self.progress, dict(self.extra))
+            return registry.ToolContext(self.ws, actor_of(info, meta, self.default_model),
+                                     self.task_id, self.progress, dict(self.extra),
+                                     tools=TOOLS)
 
         async def list_tools(self) -> list[MCPTool]:
             return [MCPTool(name=t.name, description=t.description,
                             input_schema=t.params.model_json_schema(),
                             annotations=ToolAnnotations(read_only_hint=not t.writes))
-                    for t in tools.available(self.tool_context()).values()]
+                    for t in registry.available(self.tool_context()).values()]
 
         async def call_tool(self, name: str, arguments: dict[str, Any],
                             context: Any = None) -> CallToolResult:
@@ -207,18 +209,18 @@ def _server_class() -> type:
     return ForgeMCPServer
 
 
-def _call(ctx: tools.ToolContext, name: str, arguments: dict[str, Any]) -> tools.ToolResult:
-    """`tools.call`; a fault of forge's own (an exception it does not expect) is still a
+def _call(ctx: registry.ToolContext, name: str, arguments: dict[str, Any]) -> registry.ToolResult:
+    """`registry.call`; a fault of forge's own (an exception it does not expect) is still a
     recorded failed step and a tool error, with its traceback on the server's stderr."""
     try:
-        return tools.call(ctx, name, arguments)
+        return registry.call(ctx, name, arguments)
     except Exception as e:  # noqa: BLE001 - the agent gets an answer, the ledger the fact
         traceback.print_exc(file=sys.stderr)
         why = f"{name}: internal error: {type(e).__name__}: {_one_line(e)}"[:1000]
         tid = arguments.get("task_id")
-        tools.record_failure(ctx, name, why, arguments,
+        registry.record_failure(ctx, name, why, arguments,
                              tid if isinstance(tid, str) else ctx.task_id)
-        return tools.ToolResult(False, error=why)
+        return registry.ToolResult(False, error=why)
 
 
 def _definition(ws: Workspace, task_id: str) -> dict[str, Any]:
