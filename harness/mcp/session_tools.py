@@ -56,7 +56,16 @@ from ...ledger.streams import ENGINES_STREAM, task_stream
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ..agents.registry import AgentTool, Args, ToolContext
+from ..engines import engine_for
+from ..engines.base import engine_config_of
+from ..engines.whole import deploy_whole
 from ..errors import HarnessError
+from ..loop import code
+from ..loop.decision import out_of_scope
+from ..loop.steps import Stepper, measure_events
+from ..models.weights import model_path, parse_name, pull
+from ..record import task_append
+from ..task import load_task_from_ledger
 
 Retrieve = Callable[[str, int], Any]
 Ask = Callable[[str], Any]
@@ -147,8 +156,6 @@ def _retarget(ws: Workspace, h: EngineHandle) -> None:
 
 def _model_dir(ws: Workspace, source: str) -> str:
     """The point's model on disk (a `forge:` recipe is pulled when missing)."""
-    from ..models.weights import model_path, parse_name, pull
-
     try:
         return str(model_path(Path(ws.home), source))
     except HarnessError:
@@ -158,8 +165,6 @@ def _model_dir(ws: Workspace, source: str) -> str:
 
 
 def _open_task(ctx: ToolContext, task_id: str) -> tuple[Any, Any]:
-    from ..task import load_task_from_ledger
-
     lt = load_task_from_ledger(ctx.ws, task_id)
     mem, _ = read_memory(ctx.ws.ledger, task_id)
     if mem.status == "exited":
@@ -183,12 +188,6 @@ class EngineUpArgs(Args):
 
 
 def _engine_up(session: AgentSession, ctx: ToolContext, a: EngineUpArgs) -> Any:
-    from ..engines import engine_for
-    from ..engines.base import engine_config_of
-    from ..engines.whole import deploy_whole
-    from ..loop.decision import out_of_scope
-    from ..record import task_append
-
     task_id = a.task_id or (ctx.task_id if not (a.profile or a.point) else None)
     if sum(x is not None for x in (task_id, a.profile, a.point)) != 1:
         raise HarnessError("engine_up: give one of task_id, profile or point")
@@ -289,6 +288,7 @@ def _length(value: Any) -> int:
 
 
 def _bench(session: AgentSession, ctx: ToolContext, a: BenchArgs) -> Any:
+    # In the function for start-up time: `forge mcp` starts without the bench client.
     from ..bench.client import bench_command
 
     task_id = a.task_id or ctx.task_id
@@ -343,10 +343,8 @@ class EvaluateArgs(Args):
 
 
 def _evaluate(session: AgentSession, ctx: ToolContext, a: EvaluateArgs) -> Any:
-    from ..loop import code
+    # In the function for start-up time: `forge mcp` starts without the evaluators.
     from ..loop.evaluator import make_evaluator
-    from ..loop.steps import Stepper, measure_events
-    from ..task import load_task_from_ledger
 
     task_id = a.task_id or ctx.task_id
     if task_id is None:
@@ -415,6 +413,7 @@ class AskArgs(Args):
 
 
 def _compare(ctx: ToolContext, a: CompareArgs) -> Any:
+    # In the function for start-up time (here and below): the queries load on first use.
     from ...projections.queries import compare_ws
 
     return compare_ws(ctx.ws, a.a, a.b)
