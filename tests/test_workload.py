@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 from infer_forge.harness.bench.client import run_bench
-from infer_forge.harness.bench.datasets import Prompt, _encode, load_tokenizer, random_prompts
+from infer_forge.harness.bench.datasets import Prompt, encode_text, load_tokenizer, random_prompts
 from infer_forge.harness.bench.metrics import RequestRecord, compute_metrics
 from infer_forge.harness.bench.request import BenchConfig
 from infer_forge.harness.bench.slo import goodput_slo, slo_gates, with_slo_gates
@@ -83,7 +83,7 @@ def test_distribution_lengths_are_exact_at_token_level(tok):
     w = workload_for(point({"input_len": {"kind": "uniform", "mean": 20, "min": 5, "max": 40},
                             "output_len": {"kind": "fixed", "mean": 3}, "num_prompts": 12}), tok)
     assert {p.output_len for p in w.prompts} == {3}
-    assert all(len(_encode(tok, p.prompt)) == p.prompt_len for p in w.prompts)
+    assert all(len(encode_text(tok, p.prompt)) == p.prompt_len for p in w.prompts)
     assert len({p.prompt_len for p in w.prompts}) > 3
 
 
@@ -137,8 +137,8 @@ def test_a_sharegpt_file_is_a_dataset(tok, tmp_path, form):
         row = firsts[p.prompt]
         reply = row["conversations"][1]["value"] if "conversations" in row \
             else row["messages"][1]["content"]
-        assert p.output_len == len(_encode(tok, reply))
-        assert p.prompt_len == len(_encode(tok, p.prompt))
+        assert p.output_len == len(encode_text(tok, reply))
+        assert p.prompt_len == len(encode_text(tok, p.prompt))
     with pytest.raises(HarnessError, match=r"has 13 usable conversations .* asks for 14"):
         workload_for(point({"num_prompts": 14, "dataset": f"sharegpt:{f}"}), tok)
 
@@ -192,7 +192,7 @@ def test_shared_prefix_groups_arrive_as_the_point_says(tok, scripted_server):
     assert all(r.success for r in res.records)
     got = received(url)
     assert len(got) == 21 and all(g["endpoint"] == "completions" for g in got)
-    ids = [_encode(tok, g["text"]) for g in got]
+    ids = [encode_text(tok, g["text"]) for g in got]
     assert all(len(x) == 40 for x in ids)  # exact lengths, prefix and suffix together
     groups: dict[tuple[int, ...], list[list[int]]] = {}
     for x in ids:
@@ -369,7 +369,7 @@ def test_a_text_point_against_real_transformers_serve(hf_server):
     assert m["slo_attainment"] == 1.0
     assert m["request_goodput"] == pytest.approx(
         bench_serving_goodput(res.records, res.duration_s, w.slo)[0])
-    heads = {tuple(_encode(tok, p.prompt)[:12]) for p in w.prompts}
+    heads = {tuple(encode_text(tok, p.prompt)[:12]) for p in w.prompts}
     assert len(heads) == 2
 
 

@@ -52,11 +52,11 @@ def load_tokenizer(path: str | Path):
         raise HarnessError(f"cannot load tokenizer from {p}: {' '.join(str(e).split())}") from None
 
 
-def _encode(tok, text: str) -> list[int]:
+def encode_text(tok, text: str) -> list[int]:
     return list(tok.encode(text, add_special_tokens=False))
 
 
-def _candidate_ids(tok) -> np.ndarray:
+def token_pool(tok) -> np.ndarray:
     special = set(getattr(tok, "all_special_ids", []) or [])
     size = len(tok)
     import numpy as np  # here: only building prompts needs it
@@ -72,12 +72,12 @@ def text_of_length(tok, n: int, rng: np.random.Generator, pool: np.ndarray | Non
     """A text that encodes to exactly `n` tokens (no special tokens)."""
     if n <= 0:
         return ""
-    pool = _candidate_ids(tok) if pool is None else pool
+    pool = token_pool(tok) if pool is None else pool
     for _attempt in range(8):
         ids = rng.choice(pool, size=n).tolist()
         for _ in range(max_rounds):
             text = tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-            got = _encode(tok, text)
+            got = encode_text(tok, text)
             if len(got) == n:
                 return text
             # Trim to n, or extend with fresh random ids, and try the round trip again.
@@ -89,7 +89,7 @@ def text_of_length(tok, n: int, rng: np.random.Generator, pool: np.ndarray | Non
         ids, last = rng.choice(pool, size=n).tolist(), -1
         for _ in range(max_rounds):
             text = tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-            got = _encode(tok, text)
+            got = encode_text(tok, text)
             if len(got) == n:
                 return text
             k = min(n, 1 + (len(got) == last) * 2)
@@ -99,7 +99,7 @@ def text_of_length(tok, n: int, rng: np.random.Generator, pool: np.ndarray | Non
     raise HarnessError(f"could not build a prompt of exactly {n} tokens with this tokenizer")
 
 
-def _lengths(rng: np.random.Generator, length: int, ratio: float, n: int) -> list[int]:
+def random_lengths(rng: np.random.Generator, length: int, ratio: float, n: int) -> list[int]:
     if length < 1:
         raise HarnessError(f"length {length} must be at least 1")
     if not 0.0 <= ratio <= 1.0:
@@ -116,9 +116,9 @@ def random_prompts(tokenizer, num_prompts: int, input_len: int, output_len: int,
     import numpy as np  # here: only building prompts needs it
 
     rng = np.random.default_rng(seed)
-    ins = _lengths(rng, input_len, range_ratio, num_prompts)
-    outs = _lengths(rng, output_len, range_ratio, num_prompts)
-    pool = _candidate_ids(tokenizer)
+    ins = random_lengths(rng, input_len, range_ratio, num_prompts)
+    outs = random_lengths(rng, output_len, range_ratio, num_prompts)
+    pool = token_pool(tokenizer)
     return [Prompt(text_of_length(tokenizer, i, rng, pool), i, o) for i, o in zip(ins, outs,
                                                                                    strict=True)]
 
@@ -132,14 +132,14 @@ def shared_prefix_prompts(tokenizer, num_groups: int, prompts_per_group: int,
     import numpy as np  # here: only building prompts needs it
 
     rng = np.random.default_rng(seed)
-    pool = _candidate_ids(tokenizer)
+    pool = token_pool(tokenizer)
     out: list[Prompt] = []
     for _ in range(num_groups):
         system = text_of_length(tokenizer, system_prompt_len, rng, pool)
         for _ in range(prompts_per_group):
             question = text_of_length(tokenizer, question_len, rng, pool)
             full = f"{system}\n\n{question}"
-            out.append(Prompt(full, len(_encode(tokenizer, full)), output_len))
+            out.append(Prompt(full, len(encode_text(tokenizer, full)), output_len))
     order = rng.permutation(len(out)).tolist()
     return [out[i] for i in order]
 
@@ -162,7 +162,7 @@ def custom_prompts(path: str | Path, tokenizer=None, default_output_len: int | N
             raise HarnessError(f"{where}: field 'output_len' must be an integer ≥ 1, "
                                f"got {out_len!r}")
         if tokenizer is not None:
-            plen = len(_encode(tokenizer, prompt))
+            plen = len(encode_text(tokenizer, prompt))
         else:
             plen = obj.get("prompt_len", 0)
             if isinstance(plen, bool) or not isinstance(plen, int) or plen < 0:

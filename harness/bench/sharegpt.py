@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HarnessError
-from .datasets import Prompt, _encode
+from .datasets import Prompt, encode_text
 
 MIN_TOKENS = 4
 
@@ -83,8 +83,8 @@ def sharegpt_prompts(path: str | Path, tokenizer, *, num_prompts: int,
         turns = _turns(where, obj)
         if not turns or (len(turns) < 2 and default_output_len is None):
             continue
-        prompt_len = len(_encode(tokenizer, turns[0]))
-        out_len = len(_encode(tokenizer, turns[1])) if len(turns) > 1 else default_output_len
+        prompt_len = len(encode_text(tokenizer, turns[0]))
+        out_len = len(encode_text(tokenizer, turns[1])) if len(turns) > 1 else default_output_len
         assert out_len is not None
         if prompt_len < MIN_TOKENS or out_len < MIN_TOKENS:
             continue

@@ -44,7 +44,14 @@ from typing import Any
 
 from ..errors import HarnessError
 from . import media as M
-from .datasets import Prompt, _candidate_ids, _encode, _lengths, custom_prompts, text_of_length
+from .datasets import (
+    Prompt,
+    custom_prompts,
+    encode_text,
+    random_lengths,
+    text_of_length,
+    token_pool,
+)
 from .request import BenchConfig
 from .sharegpt import sharegpt_prompts
 from .slo import goodput_slo
@@ -102,7 +109,7 @@ class Workload:
 def sample_lengths(rng: Any, spec: Any, ratio: float, n: int, name: str) -> list[int]:
     """`n` lengths of `spec` (an int or a Distribution; module contract)."""
     if isinstance(spec, int):
-        return _lengths(rng, spec, ratio, n)
+        return random_lengths(rng, spec, ratio, n)
     kind, mean = spec.kind, float(spec.mean)
     lo = 1 if spec.min is None else max(1, int(math.ceil(spec.min)))
     hi = math.inf if spec.max is None else float(spec.max)
@@ -151,7 +158,7 @@ def _exact_suffix(tok: Any, prefix_ids: list[int], prefix: str, n: int, rng: Any
     suffix = ""
     for _ in range(16):
         suffix = text_of_length(tok, n, rng, pool)
-        ids = _encode(tok, prefix + suffix)
+        ids = encode_text(tok, prefix + suffix)
         if ids[:len(prefix_ids)] == prefix_ids and len(ids) == len(prefix_ids) + n:
             return suffix
     raise HarnessError(f"could not build a suffix of {n} tokens that keeps the shared prefix "
@@ -168,7 +175,7 @@ def generated_prompts(tok: Any, traffic: Any, seed: int, group: int
     rng = np.random.default_rng(seed)
     ins = sample_lengths(rng, traffic.input_len, traffic.range_ratio, n, "input_len")
     outs = sample_lengths(rng, traffic.output_len, traffic.range_ratio, n, "output_len")
-    pool = _candidate_ids(tok)
+    pool = token_pool(tok)
     p = float(traffic.prefix_reuse)
     if p <= 0:
         return [Prompt(text_of_length(tok, i, rng, pool), i, o)
@@ -178,7 +185,7 @@ def generated_prompts(tok: Any, traffic: Any, seed: int, group: int
     groups: list[int] = []
     for g, start in enumerate(range(0, n, group)):
         prefix = text_of_length(tok, plen, rng, pool)
-        prefix_ids = _encode(tok, prefix)
+        prefix_ids = encode_text(tok, prefix)
         for i in range(start, min(n, start + group)):
             rest = 0 if p >= 1 else max(ins[i] - plen, 1)
             suffix = _exact_suffix(tok, prefix_ids, prefix, rest, rng, pool) if rest else ""

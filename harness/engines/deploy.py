@@ -116,7 +116,7 @@ class Deployment:
     def _check_flags(self) -> None:
         """Every server's flags against its own launcher's `--help` (run once per launcher,
         so a container-wrapped command asks the image's server), before any server starts."""
-        from .sglang import _server_help, check_flags
+        from .sglang import check_flags, server_help
 
         helps: dict[tuple[str, ...], str] = {}
         for p in self.plan.processes:
@@ -125,7 +125,7 @@ class Deployment:
             i = p.argv.index("--model-path")
             launcher = tuple(p.argv[:i])
             if launcher not in helps:
-                helps[launcher] = _server_help(list(p.argv),
+                helps[launcher] = server_help(list(p.argv),
                                                  for_launch(self.ws, self.sink.fields))
                 if self.ws is not None:
                     self.help_digests[p.name] = self.ws.artifacts.put(helps[launcher])

@@ -394,7 +394,7 @@ class SGLangEngine(Engine):
             (logs_dir / f"{stem}.yaml").write_text(yaml_text, encoding="utf-8")
         help_digest = None
         if cfg.get("check_flags"):
-            help_text = _server_help(cmd, for_launch(ws, event_fields or {}))
+            help_text = server_help(cmd, for_launch(ws, event_fields or {}))
             help_digest = ws.artifacts.put(help_text) if ws is not None else None
             if yaml_text is None:
                 check_flags(cmd[cmd.index("--model-path"):], help_text, version)
@@ -435,7 +435,7 @@ class SGLangEngine(Engine):
         return running
 
 
-def _server_help(cmd: list[str], sandbox: EngineSandbox | None = None) -> str:
+def server_help(cmd: list[str], sandbox: EngineSandbox | None = None) -> str:
     """The launcher's `--help` (run in the launch's sandbox when it is an agent's)."""
     launcher = [*cmd[:cmd.index("--model-path")], "--help"]
     env = None

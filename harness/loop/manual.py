@@ -24,7 +24,7 @@ from ..tools.calls import run_tool
 from . import code
 from .decision import describe, out_of_scope
 from .routing import route
-from .steps import Stepper, _start_events, _verify_event, _wall_elapsed
+from .steps import Stepper, start_events, verify_event, wall_elapsed
 
 
 def _open(ws: Workspace, task_id: str) -> tuple[LoadedTask, TaskMemory, int]:
@@ -61,7 +61,7 @@ def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str,
     bid = f"b{index}"
     st = Stepper(ws, lt, lambda _s: None)
     routing = route(lt.task, mem.no_progress_streak, None)
-    evs = _start_events(st, mem, bid, index, sub_goal, routing, cand, actor or human_actor(),
+    evs = start_events(st, mem, bid, index, sub_goal, routing, cand, actor or human_actor(),
                         None)
     st.save(f"{bid}:start", evs, version)
     return {"task_id": task_id, "block_id": bid, "index": index, "candidate": cand}
@@ -119,7 +119,7 @@ def verify_block(ws: Workspace, task_id: str, actor: E.Actor | None = None) -> d
     if not blk.measurements:
         raise HarnessError(f"task {task_id}: block {blk.block_id} has no measurements to verify")
     st = Stepper(ws, lt, lambda _s: None)
-    ver = _verify_event(st, blk, mem, actor or human_actor())
+    ver = verify_event(st, blk, mem, actor or human_actor())
     sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
     append_to_task(ws, task_id, code.with_snapshot(ver.events, sid), expected_version=version,
                    command_id=f"{task_id}:{blk.block_id}:verify:{ver.event.event_id}")
@@ -225,7 +225,7 @@ def exit_task(ws: Workspace, task_id: str, state: str, reason: str, *, handoff: 
             raise HarnessError("follow-up-handoff needs --handoff NOTE for whoever picks it up")
     elif state == "failed-budget":
         ex = lt.task.exit
-        if len(mem.execution_record) < ex.max_blocks and _wall_elapsed(mem) < ex.max_wall_s:
+        if len(mem.execution_record) < ex.max_blocks and wall_elapsed(mem) < ex.max_wall_s:
             raise HarnessError(f"task {task_id}: budget not spent ({len(mem.execution_record)}"
                                f"/{ex.max_blocks} blocks); use another state")
     elif state == "failed-no-progress":

@@ -24,14 +24,14 @@ from .human_gate import AwaitingApproval, gate_acceptance
 from .routing import route
 from .steps import (
     Stepper,
-    _contenders,
-    _decide_events,
-    _handoff_text,
-    _start_events,
-    _stop_events,
-    _verify_event,
-    _wall_elapsed,
+    contenders,
+    decide_events,
+    handoff_text,
     measure_events,
+    start_events,
+    stop_events,
+    verify_event,
+    wall_elapsed,
 )
 
 
@@ -90,18 +90,18 @@ def exit_due(lt: LoadedTask, mem: TaskMemory, max_wall_s: float | None = None
     if len(mem.execution_record) >= ex.max_blocks:
         return ("failed-budget", f"block budget spent: {len(mem.execution_record)} of "
                 f"{ex.max_blocks} blocks", [b.block_id for b in mem.execution_record],
-                _handoff_text(mem))
-    elapsed = _wall_elapsed(mem)
+                handoff_text(mem))
+    elapsed = wall_elapsed(mem)
     if elapsed >= wall:
         return ("failed-budget", f"wall-time budget spent: {elapsed:.0f}s of {wall:.0f}s",
-                [], _handoff_text(mem))
+                [], handoff_text(mem))
     if mem.no_progress_streak >= ex.no_progress_blocks:
         last = mem.execution_record[-mem.no_progress_streak:]
         return ("failed-no-progress", f"{mem.no_progress_streak} blocks in a row without "
-                "measurable progress", [b.block_id for b in last], _handoff_text(mem))
+                "measurable progress", [b.block_id for b in last], handoff_text(mem))
     over = model_budget_spent(lt, mem)
     if over is not None:
-        return ("failed-budget", over, [], _handoff_text(mem))
+        return ("failed-budget", over, [], handoff_text(mem))
     return None
 
 
@@ -160,9 +160,9 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
             if due is not None:
                 state, reason, evidence, handoff = due
                 if state in ("failed-budget", "failed-no-progress") \
-                        and lt.task.exit.when == "best_in_scope" and _contenders(mem):
+                        and lt.task.exit.when == "best_in_scope" and contenders(mem):
                     # Out of budget, but a passing candidate is in hand: deliver the best.
-                    evs, also = gate_acceptance(ws, lt, _stop_events(st, mem, reason, None))
+                    evs, also = gate_acceptance(ws, lt, stop_events(st, mem, reason, None))
                     st.save(f"exit:v{version}", evs, version, also=also)
                     continue
                 st.save(f"exit:v{version}",
@@ -188,11 +188,11 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
                 if d.action == "stop":
                     also = []
                     if d.exit_state is None:
-                        evs, also = gate_acceptance(ws, lt, _stop_events(st, mem, d.reason,
+                        evs, also = gate_acceptance(ws, lt, stop_events(st, mem, d.reason,
                                                                          d.handoff))
                     else:  # an executor that cannot go on (its endpoint down, its budget)
                         evs = [E.TaskExited(state=d.exit_state, reason=d.reason,
-                                            handoff=d.handoff or _handoff_text(mem),
+                                            handoff=d.handoff or handoff_text(mem),
                                             **st.common())]
                     if d.tool_event is not None:
                         evs.insert(0, d.tool_event.model_copy(update=st.common()))
@@ -208,7 +208,7 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
                 decision_cand = code.resolve(ws, lt, decision_cand)
             except HarnessError as e:
                 problem = str(e)
-            st.save(f"{bid}:start", _start_events(st, mem, bid, index, sub_goal, routing,
+            st.save(f"{bid}:start", start_events(st, mem, bid, index, sub_goal, routing,
                                                   decision_cand, actor, tool_ev,
                                                   measure_again=again, problem=problem,
                                                   decided=decided),
@@ -229,11 +229,11 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
             sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} measured")
             st.save(f"{blk.block_id}:measure", code.with_snapshot(evs, sid), version)
         elif blk.verification is None:
-            evs = _verify_event(st, blk, mem).events
+            evs = verify_event(st, blk, mem).events
             sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
             st.save(f"{blk.block_id}:verify", code.with_snapshot(evs, sid), version)
         else:
-            evs, also = gate_acceptance(ws, lt, _decide_events(st, blk, mem, executor))
+            evs, also = gate_acceptance(ws, lt, decide_events(st, blk, mem, executor))
             evs = code.keep_refs(ws, lt, blk.block_id, blk.candidate, evs)
             st.save(f"{blk.block_id}:handoff", evs, version, also=also)
 

@@ -68,7 +68,7 @@ class Stepper:
         self.progress(f"saved {step} ({', '.join(e.TYPE for e in events)})")
 
 
-def _wall_elapsed(mem: TaskMemory) -> float:
+def wall_elapsed(mem: TaskMemory) -> float:
     """Seconds the task has run since its first block (time spent exited before a reopen
     does not count)."""
     if not mem.first_block_at:
@@ -77,7 +77,7 @@ def _wall_elapsed(mem: TaskMemory) -> float:
         - mem.paused_s
 
 
-def _handoff_text(mem: TaskMemory) -> str:
+def handoff_text(mem: TaskMemory) -> str:
     best = mem.best_so_far or {}
     parts = [f"best so far: {describe(best.get('candidate') or {})} "
              f"({best.get('metric')} median {best.get('median')})"]
@@ -158,14 +158,14 @@ def _measure_events(st: Stepper, blk: BlockRecord, results: list[RunResult],
     return evs
 
 
-def _verify_event(st: Stepper, blk: BlockRecord, mem: TaskMemory,
+def verify_event(st: Stepper, blk: BlockRecord, mem: TaskMemory,
                   actor: E.Actor = LOOP_ACTOR) -> BlockVerification:
     """The block's verification: the task's verification path run in order (verify.py);
     its tool calls and the VerificationRecorded, saved together by the caller."""
     return verify(st.ws, st.lt, blk, mem, st.common(blk.block_id, actor), st.progress)
 
 
-def _decide_events(st: Stepper, blk: BlockRecord, mem: TaskMemory,
+def decide_events(st: Stepper, blk: BlockRecord, mem: TaskMemory,
                    executor: Executor) -> list[E.Event]:
     v = blk.verification or {}
     verdict = v.get("verdict", "inconclusive")
@@ -211,17 +211,17 @@ def _decide_events(st: Stepper, blk: BlockRecord, mem: TaskMemory,
     return evs
 
 
-def _contenders(mem: TaskMemory) -> list[BlockRecord]:
+def contenders(mem: TaskMemory) -> list[BlockRecord]:
     """Candidates that passed every gate and await the end of a best_in_scope search."""
     return [b for b in mem.execution_record if not b.is_baseline and b.verification
             and b.verification["verdict"] == "pass" and b.decision is None]
 
 
-def _stop_events(st: Stepper, mem: TaskMemory, reason: str, handoff: str | None
+def stop_events(st: Stepper, mem: TaskMemory, reason: str, handoff: str | None
                  ) -> list[E.Event]:
     """The executor has nothing left: deliver the best passing contender, or hand off."""
     if st.lt.task.exit.when == "best_in_scope":
-        passing = _contenders(mem)
+        passing = contenders(mem)
         metric = mem.primary_metric
         if passing and metric:
             higher = mem.primary_direction == "at_least"
@@ -235,12 +235,12 @@ def _stop_events(st: Stepper, mem: TaskMemory, reason: str, handoff: str | None
                               f"candidate passing every gate ({reason})",
                               evidence=[str(acc.event_id), vid], **st.common())
             return [acc, ex]
-    text = handoff or f"{reason}; no candidate passed every gate. {_handoff_text(mem)}"
+    text = handoff or f"{reason}; no candidate passed every gate. {handoff_text(mem)}"
     return [E.TaskExited(state="follow-up-handoff", reason=reason, handoff=text,
                          evidence=[b.block_id for b in mem.execution_record], **st.common())]
 
 
-def _start_events(st: Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
+def start_events(st: Stepper, mem: TaskMemory, bid: str, index: int, sub_goal: str,
                   routing: dict[str, Any], cand: dict[str, Any], actor: E.Actor,
                   tool_ev: E.ToolInvoked | None, *, measure_again: bool = False,
                   problem: str | None = None, decided: list[E.Event] | None = None
