@@ -86,6 +86,7 @@ MODEL_MAX_BYTES = 32 * 1024 * 1024  # a chat completion this big is not one
 def _client(url: str, key: str, timeout_s: float) -> Any:
     import openai  # loaded when a model is called: `forge --help` stays fast
 
+    # In the function for start-up time: the one outbound client loads when a model is called.
     from ..guard import outbound
 
     c = _CLIENTS.get((url, key, timeout_s))

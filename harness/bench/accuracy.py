@@ -115,6 +115,7 @@ def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "comp
     path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
     spec: str | dict[str, Any] = (task_config(task, include_path) if include_path else None) \
         or task  # not a shipped task: lm_eval's own registry (gsm8k, mmlu, gpqa, ...)
+    # In the function for start-up time: the loopback relay loads when lm_eval runs.
     from ..guard.relay import Relay
 
     with Relay(f"{base}{path}", timeout_s=timeout_s) as relay:

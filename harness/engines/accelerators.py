@@ -90,6 +90,8 @@ def host_accelerators(ws: Workspace | None, nvml: Any = None
                       ) -> tuple[E.HostInventory | None, str]:
     """(this host's inventory, where it came from). NVML first; else the registry."""
     from ..nodes.identity import local_host
+
+    # In the function for start-up time: NVML's probe loads when devices are read.
     from ..nodes.observe import Probe
 
     host = local_host()

@@ -334,6 +334,7 @@ def grant(ws: Workspace, approval_id: str, reason: str, by: str | None = None, *
     """`forge approve`: a person grants a pending request, confirmed on a human channel
     (`human_channel.confirm`: the approver key, or the terminal) before anything is written;
     the approval as it now stands."""
+    # In the function for start-up time: the human channel loads when a person decides.
     from . import human_channel
 
     if not reason.strip():
@@ -352,6 +353,7 @@ def deny(ws: Workspace, approval_id: str, reason: str, by: str | None = None
          ) -> dict[str, Any]:
     """`forge deny`: a denial needs no proof (whoever denies only stops an action); recorded
     with the OS user, `by` as what they said."""
+    # In the function for start-up time: the human channel loads when a person decides.
     from . import human_channel
 
     return decide(ws, approval_id, False, reason, human_channel.actor(by, "cli"))
@@ -364,6 +366,7 @@ def approve_push(ws: Workspace, member: str, remote: str, ref: str, old: str, ne
     (revs or shas); (the approval, created). A grant of the same push that is still unused
     is returned as it is (created False); a pending request of it (a refused push) is
     granted; else the request and the grant are recorded now."""
+    # In the function for start-up time: the push guard (~25 ms) loads for a push only.
     from ...repos.guard import push_action, resolve_push
 
     if not reason.strip():
@@ -373,6 +376,7 @@ def approve_push(ws: Workspace, member: str, remote: str, ref: str, old: str, ne
     r, o, n = resolve_push(ws, member, remote, ref, old, new)
     kind, target, args = push_action(member, remote, r, o, n)
     digest = action_digest(kind, target, args)
+    # In the function for start-up time: the human channel loads when a person decides.
     from . import human_channel
 
     book, now = read_approvals(ws.ledger), clock()

@@ -208,6 +208,7 @@ def worktree_git_dirs(ws: Workspace, worktree: Path) -> list[Path]:
     worktree forge made of a member. Found as forge made them (repos/worktrees.py `locate`),
     never from the worktree's `.git` file or the admin's `commondir`: an earlier call may
     have rewritten those to name any directory, which this call would then get writable."""
+    # In the function for start-up time: MonoRepo modules (~30 ms), for worktrees only.
     from ...repos.commands import maybe_monorepo
     from ...repos.errors import RepoError
     from ...repos.worktrees import BRANCH_PREFIX, locate

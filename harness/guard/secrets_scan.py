@@ -280,6 +280,8 @@ _TEXT_TYPES = ("VARCHAR", "JSON")
 def _scan_index(ws: Workspace, red: Redactor, counts: dict[str, int], ticker: _Ticker
                 ) -> Iterator[Hit]:
     from ...projections.errors import ProjectionError
+
+    # In the function for start-up time: the index session (~40 ms).
     from ...projections.index.session import read_index
 
     try:

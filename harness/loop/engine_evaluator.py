@@ -192,6 +192,7 @@ class EngineEvaluator:
     def _accuracy(self, url: str, model: str, cls: str, say: Any) -> dict[str, Any]:
         """Each accuracy gate's lm_eval task on the running engine: {gate: {task, accuracy,
         items: [[doc_id, 0|1], ...]}}, or {gate: {task, error}} (judged inconclusive)."""
+        # In the function for start-up time: lm_eval's wrapper (~75 ms).
         from ..bench import accuracy
 
         contract = getattr(self.task, "contract", None)

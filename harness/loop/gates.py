@@ -249,6 +249,7 @@ def _judge_level(gate: Gate, runs: Sequence[dict[str, Any]],
 
 def _accuracy_of(runs: Sequence[dict[str, Any]], name: str) -> tuple[Any, str | None]:
     """The block's per-item results of accuracy gate `name` (an AccuracyRun), or None and why."""
+    # In the function for start-up time: lm_eval's wrapper (~75 ms).
     from ..bench.accuracy import AccuracyRun
 
     why = None
@@ -268,6 +269,7 @@ def _accuracy(gate: Gate, runs: Sequence[dict[str, Any]],
               baseline: Sequence[dict[str, Any]] | None, *, contract: Contract) -> GateResult:
     """Non-inferiority of the block's accuracy vs the baseline block's on the same items
     (harness/bench/accuracy.py `judge_accuracy`); missing items are `inconclusive`."""
+    # In the function for start-up time: lm_eval's wrapper (~75 ms).
     from ..bench.accuracy import judge_accuracy
 
     margin = gate.margin_or_default

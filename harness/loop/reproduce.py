@@ -126,6 +126,7 @@ def resolve(ws: Workspace, ident: str) -> Target:
 
 
 def _local_inventory() -> E.HostInventory:
+    # In the function for start-up time: NVML's probe loads when a reproduction reads the host.
     from ..nodes.observe import Probe
 
     probe = Probe()
