@@ -45,7 +45,7 @@ from ...ledger import events as E
 from ...ledger.graphspec import TASK_TYPES
 from ...ledger.ids import MAX_PART_ID, is_id
 from ...ledger.workspace import Workspace
-from ...projections.embed import EmbeddingError
+from ...projections.embed import EmbeddingCache, EmbeddingError, encode_query, text_key
 from ..errors import HarnessError
 from .registry import AgentTool, Args, ToolContext
 
@@ -318,8 +318,6 @@ def lint(ws: Workspace) -> list[str]:
 
 def _similarities(ws: Workspace, skills: list[Skill], query: str) -> list[float]:
     """Cosine similarity of `query` to each skill (raises EmbeddingError)."""
-    from ...projections.embed import EmbeddingCache, encode_query, text_key
-
     model = ws.config.settings.wiki.embedding_model
     cache = EmbeddingCache(ws.home / CACHE_NAME, model)
     texts = [s.embed_text() for s in skills]

@@ -42,12 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...ledger.specs import load_point
 from ..errors import HarnessError
 from . import media as M
+from .client import bench_command
 from .datasets import (
     Prompt,
     custom_prompts,
     encode_text,
+    load_tokenizer,
     random_lengths,
     text_of_length,
     token_pool,
@@ -259,10 +262,6 @@ def bench_point(point_file: str | Path, *, url: str, model: str, tokenizer_dir: 
     """`forge bench --point FILE`: the point's workload run by `client.bench_command` (its
     other arguments in `kw`: engine, warmup, transport, recording, …); the summary gains
     `workload` (what was sent)."""
-    from ...ledger.specs import load_point
-    from .client import bench_command
-    from .datasets import load_tokenizer
-
     if not tokenizer_dir:
         raise HarnessError("--point needs --tokenizer (the model's tokenizer directory)")
     pt = load_point(point_file)

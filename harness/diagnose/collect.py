@@ -30,8 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
+from ...ledger.errors import NotFoundError
+from ...ledger.specs import load_point
 from ...ledger.streams import DIAGNOSES_STREAM
 from ...ledger.workspace import Workspace
+from ...projections.memory import read_memory
 from ..engines.base import request_text
 from ..engines.metrics import bucket_bound, nonfinite, parse_prometheus, summarize
 from ..errors import HarnessError
@@ -146,8 +149,6 @@ def parse_slo(text: str) -> dict[str, float]:
 
 
 def slo_of_point(path: str | Path) -> dict[str, float]:
-    from ...ledger.specs import load_point
-
     slo = load_point(path).scenario.slo
     return {f"{m}.{stat}": float(v) for m in _SLO_KEYS
             for stat, v in sorted(getattr(slo, m).items())}
@@ -214,9 +215,6 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
 
 
 def _open_block(ws: Workspace, task_id: str) -> str | None:
-    from ...ledger.errors import NotFoundError
-    from ...projections.memory import read_memory
-
     try:
         mem = read_memory(ws.ledger, task_id)[0]
     except NotFoundError:

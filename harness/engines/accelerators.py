@@ -20,7 +20,9 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.specs import Accelerator
 from ...ledger.workspace import Workspace
+from ...projections.nodes import read_hosts
 from ..errors import HarnessError
+from ..nodes.identity import local_host
 
 MEMORY_TOLERANCE = 0.10
 MIB_PER_GB = 1024  # nominal GPU "GB" are GiB: an H200's 141 GB is 143771 MiB to NVML
@@ -89,8 +91,6 @@ def check_accelerator(acc: Accelerator, inventory: E.HostInventory | None,
 def host_accelerators(ws: Workspace | None, nvml: Any = None
                       ) -> tuple[E.HostInventory | None, str]:
     """(this host's inventory, where it came from). NVML first; else the registry."""
-    from ..nodes.identity import local_host
-
     # In the function for start-up time: NVML's probe loads when devices are read.
     from ..nodes.observe import Probe
 
@@ -102,7 +102,6 @@ def host_accelerators(ws: Workspace | None, nvml: Any = None
         probe.close()
     if inv.gpus or ws is None:
         return inv, f"host {host} (NVML)" if inv.gpus else f"host {host}"
-    from ...projections.nodes import read_hosts
 
     known = read_hosts(ws.ledger).hosts.get(host)
     if known is not None and known.inventory.gpus:

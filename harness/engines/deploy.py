@@ -36,9 +36,10 @@ from ...ledger import events as E
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..guard.engine_sandbox import for_launch
-from .base import EventSink, log_dir
+from .base import EventSink, log_dir, request_json
 from .plan import LaunchPlan, ProcessPlan
 from .process import ServerProcess, exit_reason, http_get, tail
+from .sglang import check_flags, server_help, validate_server_info
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1"}
 ROUTER_VIEW_TIMEOUT_S = 60.0
@@ -116,8 +117,6 @@ class Deployment:
     def _check_flags(self) -> None:
         """Every server's flags against its own launcher's `--help` (run once per launcher,
         so a container-wrapped command asks the image's server), before any server starts."""
-        from .sglang import check_flags, server_help
-
         helps: dict[tuple[str, ...], str] = {}
         for p in self.plan.processes:
             if p.role == "router":
@@ -180,9 +179,6 @@ class Deployment:
                 interval = min(POLL_MAX_S, interval * 1.5)
 
     def _ready(self, p: ProcessPlan) -> None:
-        from .base import request_json
-        from .sglang import validate_server_info
-
         info: dict[str, Any] = {}
         if p.role != "router":
             info = validate_server_info(request_json("GET", p.url + "/server_info",
@@ -205,8 +201,6 @@ class Deployment:
 
     def _check_router_view(self, router: ProcessPlan) -> None:
         """Poll the router's worker list until it shows every planned server, healthy."""
-        from .base import request_json
-
         want = {p.url.rstrip("/"): ("regular" if p.role == "colocated" else p.role)
                 for p in self.plan.processes if p.role in ("prefill", "decode", "colocated")}
         deadline = time.monotonic() + self.router_view_timeout_s

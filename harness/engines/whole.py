@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ...ledger.candidate_keys import role_key
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
@@ -38,19 +39,21 @@ from .base import RunningEngine, engine_config_of
 from .deploy import Deployment
 from .host_plan import plan_here
 from .image import (
+    ContainerRuntime,
     ImageUse,
     argv_options,
     check_server,
     clear_stale_container,
     container_name,
     ensure_image,
+    image_ref,
     image_use,
     name_of,
     owned,
     profile_label,
     remove_container,
 )
-from .plan import LaunchPlan, ProcessPlan, roles_of, wrap_plan
+from .plan import LaunchPlan, ProcessPlan, plan_point, roles_of, wrap_plan
 
 Say = Callable[[str], None]
 
@@ -77,8 +80,6 @@ def shown_in_image(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "
     nothing pulled): wrapped for the runtime found, for `docker` when there is none and the
     profile refuses the local install; as planned without an image or with the local
     fallback on a host without a runtime."""
-    from .image import ContainerRuntime, ImageUse, image_ref
-
     ref = image_ref(profile)
     if ref is None:
         return plan
@@ -171,8 +172,6 @@ class RunningPoint(RunningEngine):
 
 def deployable(key: str) -> bool:
     """A candidate key a whole deployment can take (the rest is the experiment or code)."""
-    from ...ledger.candidate_keys import role_key
-
     head = key.partition(".")[0]
     return head in ("engine", "profile", "topology") or role_key(key) is not None
 
@@ -210,7 +209,6 @@ def placement_problem(point: DeploymentPoint | None, profile: RuntimeProfile | N
                     f"{point.topology.architecture} with {servers} servers is deployed for "
                     "sglang only")
         return None
-    from .plan import plan_point
 
     try:
         if not engine_config_of(profile)[1].get("version"):
@@ -236,7 +234,6 @@ def point_parallelism(point: DeploymentPoint, profile: RuntimeProfile,
     profile contradicting it is refused by the plan), when the flags' version is pinned."""
     if not config.get("version"):
         return {}
-    from .plan import plan_point
 
     plan = plan_point(point, profile, None, model="-")  # pure: the checks and the sizes
     par = plan.processes[0].parallelism

@@ -34,6 +34,7 @@ from ...ledger import events as E
 from ...ledger.atomic import replacing
 from ...ledger.text import printable
 from ...ledger.workspace import Workspace
+from ...projections.approvals import bound_action
 from ..errors import HarnessError
 
 KEY_FILE = "approver.key"
@@ -87,8 +88,6 @@ def _ask_on_tty(prompt: str) -> str | None:
 def _describe(approval: dict[str, Any]) -> str:
     """The bound action and who asked, as `forge approvals` shows them (the one sanitiser:
     stored text cannot move the cursor on the person's terminal)."""
-    from ...projections.approvals import bound_action
-
     who = (approval.get("requested_by") or {}).get("name", "?")
     return "\n".join([
         f"approval {printable(approval['approval_id'])}",

@@ -42,6 +42,7 @@ from ...ledger.secrets.redactor import Redactor
 from ...ledger.secrets.stream import StreamRedactor
 from ...ledger.workspace import Workspace
 from ...ledger.yamlio import dotted_path
+from ...projections.errors import ProjectionError
 from ..errors import HarnessError
 
 Progress = Callable[[str], None]
@@ -279,8 +280,6 @@ _TEXT_TYPES = ("VARCHAR", "JSON")
 
 def _scan_index(ws: Workspace, red: Redactor, counts: dict[str, int], ticker: _Ticker
                 ) -> Iterator[Hit]:
-    from ...projections.errors import ProjectionError
-
     # In the function for start-up time: the index session (~40 ms).
     from ...projections.index.session import read_index
 

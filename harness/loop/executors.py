@@ -47,6 +47,7 @@ from ...ledger.specs import (
 )
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
+from ...projections.noise import point_band
 from ..engines.whole import placement_problem
 from ..errors import HarnessError
 from ..jsonl import last_json_line
@@ -220,8 +221,6 @@ def _point_band(ws: Workspace | None) -> Callable[[TaskMemory], float] | None:
         return None
 
     def band(mem: TaskMemory) -> float:
-        from ...projections.noise import point_band
-
         if not mem.point_hash or not mem.primary_metric:
             return 0.0
         b = point_band(ws.ledger, mem.point_hash, mem.primary_metric)

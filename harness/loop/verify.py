@@ -50,7 +50,9 @@ from ...ledger.payloads import Difference, StepResult
 from ...ledger.specs import VERIFICATION_PHASES, VerificationStep, step_name
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
+from ...projections.noise import point_bands
 from ..bench.slo import with_slo_gates
+from ..errors import HarnessError
 from ..task import LoadedTask
 from ..tools.calls import run_tool
 from .gates import Verdict, judge
@@ -109,7 +111,6 @@ def _bands(ws: Workspace, lt: LoadedTask) -> dict[str, Any] | None:
     c = lt.task.contract
     if c.noise != "learned" or not lt.point_hash:
         return None
-    from ...projections.noise import point_bands
 
     return dict(point_bands(ws.ledger, lt.point_hash, [g.metric for g in c.gates if g.metric]))
 
@@ -195,7 +196,6 @@ def _diagnose(ws: Workspace, lt: LoadedTask, blk: BlockRecord, step: Verificatio
               fields: dict[str, Any], say: Say) -> tuple[StepResult, E.Event | None]:
     # In the function for start-up time: diagnose (~20 ms), on a failure only.
     from ..diagnose.collect import diagnosis
-    from ..errors import HarnessError
 
     check = step.diagnose
     assert check is not None

@@ -33,11 +33,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...ledger import events as E
+from ...ledger.archives import ArchiveError
 from ...ledger.clock import digest
 from ...ledger.secrets.names import is_secret_name
 from ...ledger.secrets.redactor import Redactor
 from ...ledger.sizes import capped, truncated
 from ...ledger.workspace import Workspace
+from ...repos.git import untrusted_state
 from ..guard.sandbox import SandboxProfile, missing_program, prepare
 from ..proc import kill_group, session_launch
 
@@ -81,8 +83,6 @@ def repo_digest(cwd: str | Path) -> str | None:
     """Digest of HEAD + working-tree status + diff when `cwd` is inside a git work tree. The
     call that ran there may have made that repository and its config: git runs as
     repos/git.py `untrusted_state` says (no hook, fsmonitor, filter or driver of its)."""
-    from ...repos.git import untrusted_state
-
     state = untrusted_state(cwd)
     return digest(state) if state is not None else None
 
@@ -203,8 +203,6 @@ def run_captured(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str]
 def store_capture(store: Any, capture: _Capture, red: Redactor) -> str:
     """The artifact of one stream; a compressed stream that cannot be redacted (damaged,
     a bomb: ledger/archives.py) is not stored: a line saying why, with the mark, is."""
-    from ...ledger.archives import ArchiveError
-
     try:
         return store.put_stream(capture.chunks(), redactor=red)
     except ArchiveError as e:
