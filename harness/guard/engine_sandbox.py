@@ -21,7 +21,7 @@ remote code, a launcher) would run that code as the user, outside every guard. S
   name the task: the session tool then launches the task's contract-pinned profile with a
   candidate in its scope): nothing an agent supplied starts unsandboxed.
 
-The session tool (`agents/session_tools.engine_up`) also refuses an agent-supplied profile or
+The session tool (`mcp/session_tools.engine_up`) also refuses an agent-supplied profile or
 point that runs in a container image: the container runtime's daemon is outside any sandbox
 forge can make.
 """
