@@ -1,0 +1,127 @@
+"""The house's import rules, read from the code itself (ARCHITECTURE.md): every import of the
+package's own modules, at the top of a file or inside a function, is an arrow.
+
+- The floors: `cli.py` > `harness/`, `wiki/` > `projections/`, `repos/` > `ledger/`; nothing
+  imports a floor above its own, and `harness/` and `wiki/` never import each other.
+- No circle of modules, and no circle of rooms (a room: a subpackage of `harness/` or
+  `ledger/`, or one of their top-level modules), counting in-function imports: a circle hidden
+  inside a function body is still a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PKG = "infer_forge"
+SKIP = {"tests", "bench", "notebooks", "examples", "docs", ".venv"}
+FLOOR = {"cli": 4, "harness": 3, "wiki": 3, "projections": 2, "repos": 2, "ledger": 1}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in REPO.rglob("*.py"):
+        rel = path.relative_to(REPO)
+        if rel.parts[0] in SKIP or any(p.startswith(".") for p in rel.parts):
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (anywhere in the file)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        here = name.split(".") if is_pkg else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+                    stem = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                elif node.module and node.module.startswith(PKG + "."):
+                    stem = node.module[len(PKG) + 1:]
+                else:
+                    continue
+                targets = [f"{stem}.{a.name}" if stem else a.name for a in node.names] + [stem]
+            elif isinstance(node, ast.Import):
+                targets = [a.name[len(PKG) + 1:] for a in node.names
+                           if a.name.startswith(PKG + ".")]
+            for t in targets:
+                while t and t not in mods:  # `from .x import name`: the module x
+                    t = t.rpartition(".")[0]
+                if t and t != name and not (is_pkg and t.startswith(name + ".")):
+                    graph[name].add(t)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] in ("harness", "ledger") and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def test_no_floor_imports_a_floor_above_it():
+    graph = imports(modules())
+    wrong = sorted(f"{a} -> {b}" for a, bs in graph.items() for b in bs
+                   if FLOOR.get(b.split(".")[0], 0) > FLOOR.get(a.split(".")[0], 0)
+                   or {a.split(".")[0], b.split(".")[0]} == {"harness", "wiki"})
+    assert wrong == []
+
+
+def test_no_circle_of_modules():
+    assert circles(imports(modules())) == []
+
+
+def test_no_circle_of_rooms_inside_harness_and_ledger():
+    rooms: dict[str, set[str]] = defaultdict(set)
+    for a, bs in imports(modules()).items():
+        for b in bs:
+            if room(a) != room(b) and a.split(".")[0] == b.split(".")[0] \
+                    and a.split(".")[0] in ("harness", "ledger"):
+                rooms[room(a)].add(room(b))
+    assert circles(rooms) == []
