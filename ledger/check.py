@@ -23,7 +23,7 @@ from .config import load_config
 from .errors import DamagedLedgerError, LedgerError
 from .events import CommandHandled
 from .state import TaskState, apply
-from .store import one_line
+from .store import Ledger, one_line
 from .streams import COMMAND_PREFIX, is_task_stream
 from .workspace import Workspace, open_workspace
 
@@ -106,7 +106,7 @@ def _scan(ws: Workspace, report: CheckReport, progress: Callable[[int], None] | 
                             "(PostgreSQL sequences are not transactional; no event is missing)")
 
 
-def _scan_rows(ledger, sqlite: bool, report: CheckReport,
+def _scan_rows(ledger: Ledger, sqlite: bool, report: CheckReport,
                progress: Callable[[int], None] | None, versions: dict[str, int],
                tasks: dict[str, TaskState], saved: dict[str, list[tuple[int, int, str]]]
                ) -> None:

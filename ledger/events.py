@@ -136,7 +136,8 @@ EVENT_TYPES: dict[str, type[Event]] = {}
 UPCASTERS: dict[tuple[str, int], Callable[[JSON], JSON]] = {}
 
 
-def upcaster(type_name: str, from_version: int):
+def upcaster(type_name: str, from_version: int
+             ) -> Callable[[Callable[[JSON], JSON]], Callable[[JSON], JSON]]:
     """Register `fn(payload) -> payload` lifting `type_name` from `from_version` to +1."""
 
     def register(fn: Callable[[JSON], JSON]) -> Callable[[JSON], JSON]:

@@ -337,7 +337,7 @@ class GraphView:
             return 0.0
         return n.duration_s if n.duration_s is not None else n.spec.est_s
 
-    def nx_graph(self) -> nx.MultiDiGraph:
+    def nx_graph(self) -> nx.MultiDiGraph[str]:
         import networkx as nx
 
         g: nx.MultiDiGraph[str] = nx.MultiDiGraph()
@@ -348,7 +348,7 @@ class GraphView:
                        label=es.spec.label, delivered=es.delivered)
         return g
 
-    def gating_dag(self) -> nx.DiGraph:
+    def gating_dag(self) -> nx.DiGraph[str]:
         import networkx as nx
 
         g: nx.DiGraph[str] = nx.DiGraph()

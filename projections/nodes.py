@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from ..ledger import events as E
 from ..ledger.store import Ledger, Recorded
@@ -189,7 +189,7 @@ def heartbeats(ledger: Ledger, claim_id: str) -> int:
     return ledger.version(claim_stream(claim_id))
 
 
-def host_listing(ledger: Ledger) -> list[dict]:
+def host_listing(ledger: Ledger) -> list[dict[str, Any]]:
     """Each registered host: inventory, last seen, and each GPU's latest observed state."""
     book = read_hosts(ledger)
     out = []

@@ -200,7 +200,7 @@ class Subject:
     runs: str = "valid_runs"  # the relation of valid runs to query (see `valid_runs`)
 
 
-def _exists(con, sql: str, params: list[Any]) -> bool:
+def _exists(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> bool:
     return con.execute(sql, params).fetchone() is not None
 
 
@@ -328,7 +328,7 @@ def _side(con: duckdb.DuckDBPyConnection, text: str, runs: str) -> _Side:
     return s, _dims(con, s), _metrics(con, s), _gates(con, s)
 
 
-def _dims(con, s: Subject) -> dict[str, str | None]:
+def _dims(con: duckdb.DuckDBPyConnection, s: Subject) -> dict[str, str | None]:
     # DISTINCT rows, then per-dimension value sets in Python (cheaper than 18 string_aggs).
     cols = ", ".join(COMPARE_DIMS)
     rows = con.execute(f"SELECT DISTINCT {cols} FROM {s.runs} WHERE {s.where}",
@@ -340,7 +340,7 @@ def _dims(con, s: Subject) -> dict[str, str | None]:
     return out
 
 
-def _metrics(con, s: Subject) -> dict[str, tuple[float | None, int]]:
+def _metrics(con: duckdb.DuckDBPyConnection, s: Subject) -> dict[str, tuple[float | None, int]]:
     # Unnest only the subject's runs (filter first, then explode the metric maps).
     rows = con.execute(f"SELECT kv.key, median(kv.value), count(kv.value) FROM "
                        f"(SELECT unnest(map_entries(metrics)) kv FROM {s.runs} "
@@ -348,7 +348,7 @@ def _metrics(con, s: Subject) -> dict[str, tuple[float | None, int]]:
     return {m: (v, n) for m, v, n in rows}
 
 
-def _gates(con, s: Subject) -> list[dict[str, Any]]:
+def _gates(con: duckdb.DuckDBPyConnection, s: Subject) -> list[dict[str, Any]]:
     """Gates of the latest verification of each (task, block) the subject's measurements
     come from."""
     # Joined on positions (integers, ordered: zone maps prune) rather than event ids; a

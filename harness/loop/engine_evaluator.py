@@ -217,7 +217,7 @@ class EngineEvaluator:
                            "items": [[i, int(c)] for i, c in run.items]}
         return out
 
-    def _token_match(self, outputs: list, baseline: Mapping[str, Any] | None) -> float | None:
+    def _token_match(self, outputs: list[Any], baseline: Mapping[str, Any] | None) -> float | None:
         if baseline is None:
             return 1.0 if all(o.success for o in outputs) else None
         digest = None

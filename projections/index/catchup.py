@@ -116,20 +116,21 @@ class CatchUpResult:
     position: int
     seconds: float
     batches: int
-    skipped: list[tuple] = field(default_factory=list)  # (position, stream, version, type, error)
+    # (position, stream, version, type, error)
+    skipped: list[tuple[Any, ...]] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def batch_ops(p: Projector, raw: pa.Table) -> list[tuple]:
+def batch_ops(p: Projector, raw: pa.Table) -> list[tuple[Any, ...]]:
     """The projector's pending batch as database operations (Arrow tables built here, in the
     caller's thread): ("raw", rows, runs) for `events` and the SQL path (`raw`: the batch's
     stored rows, `raw_table`), ("sql", text, params) and ("insert", table, arrow) steps."""
     import pyarrow as pa
 
-    ops: list[tuple] = []
+    ops: list[tuple[Any, ...]] = []
     if p.b_kept:
         rows = raw.append_column("keep", pa.array(p.b_keep, pa.bool_())).append_column(
             "sql", pa.array(p.b_sql, pa.bool_()))
@@ -192,8 +193,8 @@ def batch_ops(p: Projector, raw: pa.Table) -> list[tuple]:
     return ops
 
 
-def prepare_batch(proj: Projector, cur: duckdb.DuckDBPyConnection, rows: list[tuple],
-                  sql_path: bool = True) -> list[tuple]:
+def prepare_batch(proj: Projector, cur: duckdb.DuckDBPyConnection, rows: list[tuple[Any, ...]],
+                  sql_path: bool = True) -> list[tuple[Any, ...]]:
     """The reading thread's whole work on one batch of stored rows: Arrow columns, seals,
     DuckDB's key counts (on `cur`), the check and projection, and the database operations
     (`batch_ops`) the writer applies. `sql_path=False`: every row checked and projected in
@@ -207,7 +208,7 @@ def prepare_batch(proj: Projector, cur: duckdb.DuckDBPyConnection, rows: list[tu
     return batch_ops(proj, raw)
 
 
-def apply(con: duckdb.DuckDBPyConnection, ops: list[tuple]) -> None:
+def apply(con: duckdb.DuckDBPyConnection, ops: list[tuple[Any, ...]]) -> None:
     for op in ops:
         if op[0] == "sql":
             con.execute(op[1], op[2])
@@ -251,7 +252,7 @@ def _runs_table(p: Projector) -> pa.Table | None:
         "metrics": _metrics_map(p.b_mx_off, p.b_mx_metric, p.b_mx_value)}), p, dims)
 
 
-def _metrics_map(offsets: list[int], names: list[str], values: list) -> pa.Array:
+def _metrics_map(offsets: list[int], names: list[str], values: list[Any]) -> pa.Array:
     """Runs' metrics as one MAP per run, from flat names and values and each run's offset
     into them (no per-value Python work)."""
     import pyarrow as pa
@@ -274,7 +275,7 @@ def _with_dims(tbl: pa.Table, p: Projector, dims: list[int]) -> pa.Table:
     return tbl
 
 
-def raw_table(rows: list[tuple]) -> pa.Table:
+def raw_table(rows: list[tuple[Any, ...]]) -> pa.Table:
     """Stored rows `(position, stream, version, type, state)` as Arrow columns. A payload
     that is not UTF-8 text is NULL here (no such row is kept: orjson refuses it too)."""
     import pyarrow as pa
@@ -298,7 +299,7 @@ def _text(b: bytes) -> str | None:
 
 
 def key_counts(cur: duckdb.DuckDBPyConnection, raw: pa.Table,
-               sealed: bytes | bytearray | None = None) -> list:
+               sealed: bytes | bytearray | None = None) -> list[Any]:
     """Per row of `raw`: DuckDB's count of its top-level keys (None where not asked, or not
     JSON to DuckDB, or `sealed`: the codec wrote it, no key twice). Runs on its own cursor
     (the reading thread)."""
@@ -393,7 +394,7 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, tbl: pa.Table) -> None:
         con.unregister(name)
 
 
-def _commit_batch(con: duckdb.DuckDBPyConnection, ops: list[tuple], first: int, last: int,
+def _commit_batch(con: duckdb.DuckDBPyConnection, ops: list[tuple[Any, ...]], first: int, last: int,
                   before_commit: Callable[[int], None] | None) -> None:
     """One batch's rows and the new tracking position, in one transaction."""
     import duckdb
@@ -443,7 +444,7 @@ def catch_up(
         return CatchUpResult(0, 0, start, time.perf_counter() - t0, 0)
     proj = Projector(con, artifacts)  # reads its caches now, before the writer owns the connection
     cur = con.cursor()  # the reading thread's own, for `key_counts`
-    work: queue.Queue = queue.Queue(maxsize=1)
+    work: queue.Queue[Any] = queue.Queue(maxsize=1)
     failed: list[BaseException] = []
     committed = [start, 0]  # last position, batches
 
@@ -476,7 +477,7 @@ def catch_up(
     sys.setswitchinterval(min(switch, CATCH_UP_SWITCH_INTERVAL))
     thread.start()
     read = kept = 0
-    skipped: list[tuple] = []
+    skipped: list[tuple[Any, ...]] = []
     pos = start + 1
     try:
         while pos <= head and not failed:

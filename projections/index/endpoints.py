@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class EndpointBatch:
-    windows: list[tuple] = field(default_factory=list)
+    windows: list[tuple[Any, ...]] = field(default_factory=list)
     samples: dict[str, list[Any]] = field(default_factory=lambda: {
         k: [] for k in ("position", "url", "t", "metric", "value")})
-    diagnoses: list[tuple] = field(default_factory=list)
+    diagnoses: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def on_summary(b: EndpointBatch, artifacts: Callable[[str], bytes] | None, pos: int,
@@ -72,11 +72,11 @@ def on_diagnosis(b: EndpointBatch, pos: int, d: dict[str, Any]) -> None:
                         bool(get("healthy")), fired))
 
 
-def ops(b: EndpointBatch) -> list[tuple]:
+def ops(b: EndpointBatch) -> list[tuple[Any, ...]]:
     """("insert", table, arrow) steps for the batch."""
     import pyarrow as pa
 
-    out: list[tuple] = []
+    out: list[tuple[Any, ...]] = []
     ts, s, i, f = pa.timestamp("us", tz="UTC"), pa.string(), pa.int64(), pa.float64()
     if b.windows:
         out.append(("insert", "endpoint_windows", _cols(b.windows, [
@@ -97,7 +97,7 @@ def ops(b: EndpointBatch) -> list[tuple]:
     return out
 
 
-def _cols(rows: list[tuple], spec: list[tuple[str, pa.DataType]]) -> pa.Table:
+def _cols(rows: list[tuple[Any, ...]], spec: list[tuple[str, pa.DataType]]) -> pa.Table:
     import pyarrow as pa
 
     cols = list(zip(*rows, strict=True))

@@ -47,7 +47,7 @@ class _Rows:
 
     def __init__(self, names: list[str]):
         self.names = names
-        self.rows: list[tuple] = []
+        self.rows: list[tuple[Any, ...]] = []
         self.append = self.rows.append
 
     def columns(self) -> dict[str, Any]:
@@ -103,7 +103,7 @@ class Projector:
         self.profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
         self._task_dims: dict[str, dict[str, Any]] = {}
-        self._task_dims_row: dict[str, tuple] = {}
+        self._task_dims_row: dict[str, tuple[Any, ...]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -136,7 +136,7 @@ class Projector:
         # Runs share their task's dimensions: each run keeps an index into the batch's
         # distinct dimension tuples, expanded by Arrow's `take` (no per-run Python work).
         self.b_meas_dims: list[int] = []
-        self.b_dims_index: dict[tuple, int] = {}
+        self.b_dims_index: dict[tuple[Any, ...], int] = {}
         self.b_metric: list[str] = []
         self.b_value: list[float | None] = []
         self.b_moff: list[int] = []
@@ -155,10 +155,10 @@ class Projector:
             "position", "host", "t", "cpu_pct", "mem_used_mib")}
         self.b_gsamp: dict[str, list[Any]] = {k: [] for k in (
             "position", "host", "gpu_uuid", "t", "util", "mem_used_mib", "procs")}
-        self.b_skipped: list[tuple] = []  # (position, stream, version, type, error)
+        self.b_skipped: list[tuple[Any, ...]] = []  # (position, stream, version, type, error)
         self.b_endpoints = EndpointBatch()  # forge monitor / diagnose (endpoints.py)
 
-    def project(self, rows: list[tuple], counts: Sequence[Any] = (),
+    def project(self, rows: list[tuple[Any, ...]], counts: Sequence[Any] = (),
                 sealed: bytes | bytearray = b"") -> int:
         """Add one batch of stored rows `(position, stream, version, type, state)` (as
         `Ledger.rows` gives them) to the pending rows. Returns events kept.
@@ -248,7 +248,7 @@ class Projector:
         return self.b_kept
 
     @staticmethod
-    def sealed_rows(rows: list[tuple]) -> bytearray:
+    def sealed_rows(rows: list[tuple[Any, ...]]) -> bytearray:
         """Per row of the batch, 1 when its save's marker (`CommandHandled`, after the
         save's events) is in the batch and carries a seal equal to `codec.seal` of the rows
         just before it: their types and payloads are exactly what the codec wrote. Anything
@@ -372,7 +372,7 @@ class Projector:
             self._task_dims[tid] = dims  # type: ignore[index]
         return dims
 
-    def _dims_row(self, tid: str | None) -> tuple:
+    def _dims_row(self, tid: str | None) -> tuple[Any, ...]:
         """The task's dimensions as a tuple in DIM_NAMES order (cached with `_dims`)."""
         row = self._task_dims_row.get(tid)  # type: ignore[arg-type]
         if row is None:
