@@ -29,7 +29,7 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 # Contract gates (`specs.Gate.kind`): absolute, relative, stability. A graph node's checks:
 # `command` (a verify command), `metric` (a bound on the work's metrics line), `work` (the
 # node's work command itself), `deliverables` (its files exist), `task-loop` (a loop task).
-# `review`: a contract's cross-model review (harness/agents/review.py).
+# `review`: a contract's cross-model review (harness/loop/review.py).
 # `accuracy`: task accuracy non-inferior to the baseline's (harness/bench/accuracy.py).
 GateKind = Literal["absolute", "relative", "stability", "accuracy", "command", "metric", "work",
                    "deliverables", "task-loop", "review"]

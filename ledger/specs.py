@@ -380,7 +380,7 @@ class ReviewSpec(Spec):
     """Cross-model adversarial review, a gate of the contract: the model of `tier`
     ([models.<tier>] in forge.toml, of another family than the executor's) approves each
     candidate's deliverable or objects with reasons pointing at evidence; `timeout_s` bounds
-    its call (harness/agents/review.py)."""
+    its call (harness/loop/review.py)."""
 
     tier: str = Field(min_length=1)
     timeout_s: float = Field(300, gt=0)

@@ -13,7 +13,7 @@
 - `repos`: the MonoRepo's facts (init, snapshots, restores, push approvals and refusals,
   syncs). Written by `repos/record.py` only.
 - `agents`: agent steps that name no task (`AgentStepFailed` of an MCP call without a
-  task). Written by `harness/agents/tools.py`.
+  task). Written by `harness/agents/registry.py`.
 - `guard`: the Safety Guard's facts that name no task (`ProductionRefused` of a call made
   outside any task). Written by `harness/guard/`.
 - `approvals`: the human gate: requests, grants, denials, uses and refusals of approvals

@@ -12,7 +12,7 @@ Contract:
   Hugging Face cache and offline switches (`HF_HOME`, `HF_HUB_CACHE`, `HF_HUB_OFFLINE`,
   `HF_DATASETS_OFFLINE`, `TRANSFORMERS_OFFLINE`, `TOKENIZERS_PARALLELISM`), the names in
   `[guard] sandbox_env` and in the task's `sandbox.env`; a secret-named variable (the one
-  rule, `secret_names.is_secret_name`, or `[secrets] env`) among them is dropped unless the
+  rule, `ledger.secrets.names.is_secret_name`, or `[secrets] env`) among them is dropped unless the
   task names it in `sandbox.secret_env` or `sandbox.env`. On top: what forge sets for this call
   (`env=`: FORGE_CANDIDATE, FORGE_TASK_ID, ...), then `HOME` and `TMPDIR` (a scratch home and
   temp directory in the task's scratch directory), `FORGE_SCRATCH` (that directory) and

@@ -58,8 +58,8 @@ class _NotStarted(Exception):
 
 def env_digest(env: Mapping[str, str], secret_names: Sequence[str] = ()) -> str:
     """Digest of the environment; values of secret-named variables (configured, or by the one
-    rule `secret_names.is_secret_name`) are never hashed in (a hash of a short secret could be
-    brute-forced), only the fact that they were set."""
+    rule `ledger.secrets.names.is_secret_name`) are never hashed in (a hash of a short secret
+    could be brute-forced), only the fact that they were set."""
     secret = set(secret_names)
     items = {}
     for k, v in env.items():
