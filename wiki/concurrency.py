@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ..ledger.store import Ledger
 from ..projections.concurrency import (
     Period,
     concurrency,
@@ -70,7 +71,7 @@ def _when(iso: str) -> str:
     return f"{datetime.fromisoformat(iso):%Y-%m-%d %H:%M:%S} UTC"
 
 
-def concurrency_page(ledger: Any, position: int, known_tasks: set[str],
+def concurrency_page(ledger: Ledger, position: int, known_tasks: set[str],
                      on_error: Any = None) -> Page | None:
     """The page, or None when no task was ever in flight. An undecodable event is left out
     (handed to `on_error`, default: ignored here, as `forge check` lists it)."""

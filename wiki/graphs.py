@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ledger.errors import LedgerError
+from ..ledger.store import Ledger
 from ..projections.errors import ProjectionError
 from ..projections.graph import list_graphs, load_graph, node_task_id
 from ..projections.graph_views import summary, to_mermaid
@@ -121,7 +122,7 @@ def graph_page(view: Any, position: int, known_tasks: set[str]) -> Page:
     return p
 
 
-def graph_pages(ledger: Any, position: int, known_tasks: set[str],
+def graph_pages(ledger: Ledger, position: int, known_tasks: set[str],
                 on_error: Any = None) -> list[Page]:
     """One page per defined graph, plus an index of graphs when there is any. An event the
     ledger cannot decode is left out (handed to `on_error`, default: ignored here, as

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ...ledger.specs import SLO, Contract, Gate
+from ...ledger.specs import SLO, Contract, DeploymentPoint, Gate
 
 # SLO field → (goodput key, metrics name)
 _METRICS = {"ttft_ms": ("ttft", "ttft"), "tpot_ms": ("tpot", "tpot"),
@@ -69,7 +69,7 @@ def _reported(runs: Iterable[Mapping[str, Any]]) -> set[str]:
     return {k for r in runs for k in (r.get("metrics") or {})}
 
 
-def with_slo_gates(contract: Contract, point: Any,
+def with_slo_gates(contract: Contract, point: DeploymentPoint,
                    *runs: Sequence[Mapping[str, Any]] | None) -> Contract:
     """`contract` plus the point's SLO gates it does not already cover (module contract);
     `runs`: the judged runs (block, baseline), whose reported metrics bound what is added."""

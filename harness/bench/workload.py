@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...ledger.specs import load_point
+from ...ledger.specs import DeploymentPoint, load_point
 from ..errors import HarnessError
 from . import media as M
 from .client import bench_command
@@ -198,7 +198,7 @@ def generated_prompts(tok: Any, traffic: Any, seed: int, group: int
     return [prompts[i] for i in order], [groups[i] for i in order], plen
 
 
-def _media_check(point: Any) -> tuple[int, str | None]:
+def _media_check(point: DeploymentPoint) -> tuple[int, str | None]:
     t, modality = point.scenario.traffic, point.scenario.modality
     if modality in ("video", "audio"):
         raise HarnessError(f"scenario.modality {modality}: the workload generator makes images "
@@ -217,7 +217,7 @@ def _media_check(point: Any) -> tuple[int, str | None]:
     return t.media_count, t.resolution
 
 
-def workload_for(point: Any, tokenizer: Any, *, base_dir: str | Path | None = None,
+def workload_for(point: DeploymentPoint, tokenizer: Any, *, base_dir: str | Path | None = None,
                  seed: int = 42) -> Workload:
     """The workload `point` describes (module contract); raises HarnessError naming the field."""
     t = point.scenario.traffic

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from ...ledger import events as E
+from ...ledger.specs import DeploymentPoint, TaskDefinition
 from ...ledger.workspace import Workspace
 from ..bench.client import BenchGuard, run_bench
 from ..bench.correctness import (
@@ -64,7 +65,8 @@ class WorkloadError(HarnessError):
 
 
 class EngineEvaluator:
-    def __init__(self, ws: Workspace, task: Any, *, greedy_max_tokens: int = GREEDY_MAX_TOKENS,
+    def __init__(self, ws: Workspace, task: TaskDefinition, *,
+                 greedy_max_tokens: int = GREEDY_MAX_TOKENS,
                  base_dir: str | Path | None = None):
         self.ws = ws
         self.task = task
@@ -76,7 +78,7 @@ class EngineEvaluator:
 
     # --- setup, once per evaluator ---------------------------------------------------------
 
-    def _model(self, point: Any) -> Path:
+    def _model(self, point: DeploymentPoint) -> Path:
         if self._model_dir is None:
             source = point.model.source
             try:
@@ -95,7 +97,7 @@ class EngineEvaluator:
         return Path(self.base_dir) / Path(rel).parent if isinstance(rel, str) else \
             Path(self.base_dir)
 
-    def _setup(self, point: Any) -> Workload:
+    def _setup(self, point: DeploymentPoint) -> Workload:
         """The point's workload (bench/workload.py; built, with the tokenizer, on first use)."""
         if self._workload is None:
             model_dir = self._model(point)

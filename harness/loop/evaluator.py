@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger.numbers import metric_value
+from ...ledger.specs import RuntimeProfile, SandboxSpec, TaskDefinition
 from ...ledger.workspace import Workspace
 from ..engines import ENGINES
 from ..errors import HarnessError
@@ -81,7 +82,7 @@ class CommandEvaluator:
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path | None = None,
                  timeout_s: float = 600.0, env: dict[str, str] | None = None,
-                 sandbox: Any = None):
+                 sandbox: SandboxSpec | None = None):
         if not argv:
             raise HarnessError("evaluator.argv: empty command")
         self.argv = [str(a) for a in argv]
@@ -162,8 +163,8 @@ class CommandEvaluator:
 # --- choosing an evaluator for a task ---------------------------------------------------
 
 
-def make_evaluator(ws: Workspace, task: Any, profile: Any, *, base_dir: str | Path | None = None
-                   ) -> Evaluator:
+def make_evaluator(ws: Workspace, task: TaskDefinition, profile: RuntimeProfile | None, *,
+                   base_dir: str | Path | None = None) -> Evaluator:
     """The evaluator a task's loop uses: `evaluator: {kind: command, argv}` in the task YAML
     gives a CommandEvaluator (argv run in the task file's directory); otherwise the engine
     evaluator, for a runtime profile on any engine (hf, sglang, external)."""

@@ -47,7 +47,7 @@ from ...ledger import events as E
 from ...ledger.candidates import differences
 from ...ledger.errors import SpecError
 from ...ledger.payloads import Difference, StepResult
-from ...ledger.specs import VERIFICATION_PHASES, VerificationStep, step_name
+from ...ledger.specs import VERIFICATION_PHASES, TaskDefinition, VerificationStep, step_name
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ...projections.noise import point_bands
@@ -91,7 +91,7 @@ class BlockVerification:
         return "; ".join(parts) or "every step passed"
 
 
-def path_of(task: Any) -> list[str | VerificationStep]:
+def path_of(task: TaskDefinition) -> list[str | VerificationStep]:
     """The task's verification path; `gates` at its end when an older definition left it
     out (the contract's gates always judge a block)."""
     path = list(task.verification)

@@ -51,6 +51,7 @@ from ...ledger.atomic import write_atomic
 from ...ledger.clock import digest, utcnow
 from ...ledger.errors import NotFoundError
 from ...ledger.payloads import Digest, MemberState
+from ...ledger.specs import SandboxSpec
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ...repos import worktrees
@@ -192,7 +193,7 @@ def _failure(member: str, code: int | None, error: str | None, stderr: str) -> s
 
 def build(ws: Workspace, mono: MonoRepo, member: str, workdir: Path, *, force: bool = False,
           tee: bool = False, progress: Progress | None = None, task: str | None = None,
-          sandbox: Any = None) -> BuildOutcome:
+          sandbox: SandboxSpec | None = None) -> BuildOutcome:
     """Build `member` in `workdir` (its checkout or a worktree of it), or return the cached
     outcome of the same inputs (module contract). The tool event is returned, not saved.
     `task`, `sandbox` (its `SandboxSpec`): the task whose directories the build may write."""

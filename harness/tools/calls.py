@@ -38,6 +38,7 @@ from ...ledger.clock import digest
 from ...ledger.secrets.names import is_secret_name
 from ...ledger.secrets.redactor import Redactor
 from ...ledger.sizes import capped, truncated
+from ...ledger.specs import SandboxSpec
 from ...ledger.workspace import Workspace
 from ...repos.git import untrusted_state
 from ..guard.sandbox import SandboxProfile, missing_program, prepare
@@ -223,7 +224,7 @@ def run_tool(
     on_start: Callable[[int], None] | None = None,
     own_session: bool = False,
     task: str | None = None,
-    sandbox: Any = None,
+    sandbox: SandboxSpec | None = None,
     prepared: SandboxProfile | None = None,
 ) -> ToolRun:
     """Run `argv`; return the `ToolInvoked` event (not saved) and the captured output.

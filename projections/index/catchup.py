@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # imported where used: importing the index (every forge comma
     import duckdb
     import pyarrow as pa
 
+    from ...ledger.store import Ledger
+
 # Notifications per transaction. Large: a table's insert of a full row group (122,880 rows)
 # is written straight to the database file instead of the WAL, and each commit has a fixed
 # cost. Memory stays bounded by ~3 batches (one read, one queued, one being written).
@@ -417,7 +419,7 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, ops: list[tuple[Any, ...]], fi
 
 def catch_up(
     con: duckdb.DuckDBPyConnection,
-    ledger: Any,
+    ledger: Ledger,
     *,
     batch: int = DEFAULT_BATCH,
     stop: int | None = None,

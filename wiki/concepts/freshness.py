@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from ...ledger.workspace import Workspace
 from .evidence import Draft, Evidence
 from .model import Catalog, ConceptPage, Freshness
 
@@ -51,7 +51,7 @@ def page_states(ev: Evidence, catalog: Catalog,
             for slug, p in sorted(catalog.pages.items())}
 
 
-def states_for(ws: Any) -> tuple[Catalog, dict[str, State]]:
+def states_for(ws: Workspace) -> tuple[Catalog, dict[str, State]]:
     """The workspace's catalog and its pages' states now (opens the index, catching up)."""
     from ...projections.index import open_index
     from . import evidence
