@@ -4,8 +4,9 @@ Every append to a task stream (`task:<id>`) comes through here: the loop's steps
 path (`forge block …`, `forge run`, `forge measure`, `forge task …`), `forge bench --record`,
 `forge bench import`, correctness checks and graph node work. Before anything is written:
 
-- The task's state is read (Task Memory, `projections.memory.read_memory`) with its stream
-  version, and the events are checked against it in order (`check_events`):
+- The task's state is the Task Memory the caller already read, with the version it read it
+  at (`memory=`, one fold per step), or else is read now (`projections.memory.read_memory`,
+  a fold of the whole stream); the events are checked against it in order (`check_events`):
   - a task is defined first (`TaskDefined` opens an empty stream, and only it);
   - nothing is recorded in an exited task, except `TaskReopened`, which needs one;
   - a block starts only when none is open; tool calls, measurements, verifications and
@@ -17,6 +18,9 @@ path (`forge block …`, `forge run`, `forge measure`, `forge task …`), `forge
   - every event names this task.
 - The events are appended with that version expected: a writer that moved the stream in
   between makes the save fail with ConflictError (optimistic concurrency), never interleave.
+  A caller's memory is trusted only at its version (the stream's version is read, one row,
+  not folded): a caller that expects that version gets ConflictError when the stream moved;
+  one that does not (a long `forge run`) has the stream read and folded again, as without.
 - Saves carry the caller's deterministic command id (a retried save adds nothing).
 
 `task_append` returns the checked `Append` for a save that also writes another stream (graph
@@ -108,27 +112,46 @@ def _not_open(what: str, bid: str | None, open_block: str | None, blocks: set[st
 
 
 def task_append(ws: Workspace, task_id: str, events: Sequence[E.Event], *,
-                expected_version: int | None = None) -> Append:
+                expected_version: int | None = None, memory: TaskMemory | None = None,
+                version: int | None = None) -> Append:
     """The checked Append of `events` to the task's stream, expecting the version read now
     (or, given `expected_version`, that one: a stream that moved since raises
-    ConflictError at the save, as a concurrent writer would)."""
+    ConflictError, as a concurrent writer would).
+
+    `memory`: the task's memory the caller read at `version` (default `expected_version`),
+    checked against instead of folding the stream again while the stream is still at that
+    version."""
+    stream = task_stream(task_id)
+    if memory is not None:
+        held = expected_version if version is None else version
+        if held is None:
+            raise TypeError("task_append: a memory needs the version it was read at")
+        now = ws.ledger.version(stream)  # one row, no fold
+        if expected_version is not None and now != expected_version:
+            raise ConflictError(stream, expected_version, now)
+        if now == held:
+            check_events(task_id, memory, events)
+            return Append(stream, list(events), now)
     try:
-        mem, version = read_memory(ws.ledger, task_id)
+        mem, current = read_memory(ws.ledger, task_id)
     except NotFoundError:  # an empty stream: only a TaskDefined may open it
-        mem, version = build_memory(()), 0
-    if expected_version is not None and version != expected_version:
+        mem, current = build_memory(()), 0
+    if expected_version is not None and current != expected_version:
         # Computed on a state that has moved: a conflict, whatever the events are.
-        raise ConflictError(task_stream(task_id), expected_version, version)
+        raise ConflictError(stream, expected_version, current)
     check_events(task_id, mem, events)
-    return Append(task_stream(task_id), list(events),
-                  version if expected_version is None else expected_version)
+    return Append(stream, list(events),
+                  current if expected_version is None else expected_version)
 
 
 def append_to_task(ws: Workspace, task_id: str, events: Sequence[E.Event], *,
                    command_id: str | None = None, expected_version: int | None = None,
+                   memory: TaskMemory | None = None, version: int | None = None,
                    also: Sequence[Append] = ()) -> SaveResult:
-    """Check and append `events` to the task's stream (with `also`, in the same save)."""
-    return ws.ledger.save(task_append(ws, task_id, events, expected_version=expected_version),
+    """Check and append `events` to the task's stream (with `also`, in the same save);
+    `memory` and `version` as for `task_append`."""
+    return ws.ledger.save(task_append(ws, task_id, events, expected_version=expected_version,
+                                      memory=memory, version=version),
                           *also, command_id=command_id)
 
 

@@ -63,7 +63,7 @@ def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str,
     routing = route(lt.task, mem.no_progress_streak, None)
     evs = start_events(st, mem, bid, index, sub_goal, routing, cand, actor or human_actor(),
                         None)
-    st.save(f"{bid}:start", evs, version)
+    st.save(f"{bid}:start", evs, version, memory=mem)
     return {"task_id": task_id, "block_id": bid, "index": index, "candidate": cand}
 
 
@@ -80,8 +80,9 @@ def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = 
                                  "input_digests": lt.digests})
     # The state the command ran on (when the workspace has a MonoRepo).
     evs = code.with_snapshot([run.event], code.snapshot(ws, lt, f"task {task_id} tool call"))
-    # The block's version is read again now: the command may have run a long time.
-    append_to_task(ws, task_id, evs,
+    # No version expected: the command may have run a long time, and what was recorded
+    # meanwhile stands (the writer reads the stream again only if it moved since `version`).
+    append_to_task(ws, task_id, evs, memory=mem, version=version,
                    command_id=f"{task_id}:{blk.block_id}:run:{run.event.event_id}")
     return {"task_id": task_id, "block_id": blk.block_id, "exit_code": run.returncode,
             "error": run.event.error, "stdout_digest": run.event.stdout_digest,
@@ -105,7 +106,7 @@ def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *
                                actor=actor or human_actor(), input_digests=lt.digests)
     sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} measured")
     append_to_task(ws, task_id, code.with_snapshot([ev], sid), expected_version=version,
-                   command_id=f"{task_id}:{blk.block_id}:measure:{ev.event_id}")
+                   memory=mem, command_id=f"{task_id}:{blk.block_id}:measure:{ev.event_id}")
     return {"task_id": task_id, "block_id": blk.block_id, "run_id": ev.run_id,
             "event_id": str(ev.event_id)}
 
@@ -122,7 +123,7 @@ def verify_block(ws: Workspace, task_id: str, actor: E.Actor | None = None) -> d
     ver = verify_event(st, blk, mem, actor or human_actor())
     sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
     append_to_task(ws, task_id, code.with_snapshot(ver.events, sid), expected_version=version,
-                   command_id=f"{task_id}:{blk.block_id}:verify:{ver.event.event_id}")
+                   memory=mem, command_id=f"{task_id}:{blk.block_id}:verify:{ver.event.event_id}")
     ev = ver.event
     return {"task_id": task_id, "block_id": blk.block_id, "verdict": ev.verdict,
             "reason": ver.reason(), "gates": [g.to_dict() for g in ev.gates],
@@ -142,7 +143,7 @@ def handoff_block(ws: Workspace, task_id: str, *, state_reached: str, findings: 
                               task_id=task_id, block_id=blk.block_id,
                               actor=actor or human_actor(),
                               input_digests=lt.digests)
-    append_to_task(ws, task_id, [ev], expected_version=version,
+    append_to_task(ws, task_id, [ev], expected_version=version, memory=mem,
                    command_id=f"{task_id}:{blk.block_id}:handoff")
     return {"task_id": task_id, "block_id": blk.block_id, "outcome": outcome}
 
@@ -187,7 +188,7 @@ def accept(ws: Workspace, task_id: str, *, block: str | None = None, summary: st
                                verification_event_id=v["event_id"], evidence=[v["event_id"]],
                                task_id=task_id, block_id=b.block_id,
                                actor=actor or human_actor(), input_digests=lt.digests)
-    append_to_task(ws, task_id, [ev], expected_version=version,
+    append_to_task(ws, task_id, [ev], expected_version=version, memory=mem,
                    command_id=f"{task_id}:{b.block_id}:accept:{ev.event_id}")
     return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
 
@@ -201,7 +202,7 @@ def reject(ws: Workspace, task_id: str, reason: str, *, block: str | None = None
                              evidence=[v for v in [(b.verification or {}).get("event_id")] if v],
                              task_id=task_id, block_id=b.block_id, actor=human_actor(),
                              input_digests=lt.digests)
-    append_to_task(ws, task_id, [ev], expected_version=version,
+    append_to_task(ws, task_id, [ev], expected_version=version, memory=mem,
                    command_id=f"{task_id}:{b.block_id}:reject:{ev.event_id}")
     return {"task_id": task_id, "block_id": b.block_id, "event_id": str(ev.event_id)}
 
@@ -238,7 +239,7 @@ def exit_task(ws: Workspace, task_id: str, state: str, reason: str, *, handoff: 
     ev = E.TaskExited(state=state, reason=reason, handoff=handoff,
                       evidence=evidence, task_id=task_id, actor=actor or human_actor(),
                       input_digests=lt.digests)
-    append_to_task(ws, task_id, [ev], expected_version=version,
+    append_to_task(ws, task_id, [ev], expected_version=version, memory=mem,
                    command_id=f"{task_id}:exit:{ev.event_id}")
     return {"task_id": task_id, "state": state, "event_id": str(ev.event_id)}
 
@@ -273,7 +274,7 @@ def reopen_task(ws: Workspace, task_id: str, reason: str, *, actor: E.Actor | No
                                  ("profile", mem.profile_hash)) if v}
     ev = E.TaskReopened(reason=reason, task_id=task_id, actor=actor or human_actor(),
                         input_digests=digests)
-    append_to_task(ws, task_id, [ev], expected_version=version,
+    append_to_task(ws, task_id, [ev], expected_version=version, memory=mem,
                    command_id=f"{task_id}:reopen:{ev.event_id}")
     return {"task_id": task_id, "reopened": mem.exit_state, "reason": reason,
             "event_id": str(ev.event_id)}

@@ -163,11 +163,11 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
                         and lt.task.exit.when == "best_in_scope" and contenders(mem):
                     # Out of budget, but a passing candidate is in hand: deliver the best.
                     evs, also = gate_acceptance(ws, lt, stop_events(st, mem, reason, None))
-                    st.save(f"exit:v{version}", evs, version, also=also)
+                    st.save(f"exit:v{version}", evs, version, also=also, memory=mem)
                     continue
                 st.save(f"exit:v{version}",
                         [E.TaskExited(state=state, reason=reason, evidence=evidence,
-                                      handoff=handoff, **st.common())], version)
+                                      handoff=handoff, **st.common())], version, memory=mem)
                 continue
             index = len(mem.execution_record) + 1
             bid = f"b{index}"
@@ -199,7 +199,7 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
                     # What deciding recorded (model calls, failed steps): task-level.
                     upd = {"task_id": task_id, "block_id": None}
                     evs[:0] = [e.model_copy(update=upd) for e in d.events]
-                    st.save(f"stop:v{version}", evs, version, also=also)
+                    st.save(f"stop:v{version}", evs, version, also=also, memory=mem)
                     continue
                 decision_cand, sub_goal = d.candidate, d.sub_goal
                 actor, tool_ev, decided = d.actor or LOOP_ACTOR, d.tool_event, d.events
@@ -212,7 +212,7 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
                                                   decision_cand, actor, tool_ev,
                                                   measure_again=again, problem=problem,
                                                   decided=decided),
-                    version)
+                    version, memory=mem)
             continue
         if not blk.measurements:
             assert evaluator is not None
@@ -224,18 +224,21 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
                     E.LoopBlockHandedOff(outcome="failed", state_reached="evaluator failed",
                                          findings=[str(e)], **st.common(blk.block_id)),
                     E.TaskExited(state="failed-blocked", reason=f"evaluator failed: {e}",
-                                 evidence=[blk.block_id], **st.common())], version)
+                                 evidence=[blk.block_id], **st.common())],
+                    version, memory=mem)
                 continue
             sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} measured")
-            st.save(f"{blk.block_id}:measure", code.with_snapshot(evs, sid), version)
+            st.save(f"{blk.block_id}:measure", code.with_snapshot(evs, sid), version,
+                    memory=mem)
         elif blk.verification is None:
             evs = verify_event(st, blk, mem).events
             sid = code.snapshot(ws, lt, f"task {task_id} {blk.block_id} verified")
-            st.save(f"{blk.block_id}:verify", code.with_snapshot(evs, sid), version)
+            st.save(f"{blk.block_id}:verify", code.with_snapshot(evs, sid), version,
+                    memory=mem)
         else:
             evs, also = gate_acceptance(ws, lt, decide_events(st, blk, mem, executor))
             evs = code.keep_refs(ws, lt, blk.block_id, blk.candidate, evs)
-            st.save(f"{blk.block_id}:handoff", evs, version, also=also)
+            st.save(f"{blk.block_id}:handoff", evs, version, also=also, memory=mem)
 
 
 def run_task_file(ws: Workspace, path: str | Path, *, task_id: str | None = None,

@@ -43,16 +43,18 @@ class Stepper:
                 "input_digests": self.lt.digests}
 
     def save(self, step: str, events: list[E.Event], version: int,
-             also: Sequence[Append] = ()) -> None:
+             also: Sequence[Append] = (), *, memory: TaskMemory | None = None) -> None:
         """`also`: other streams' appends in the same save (an acceptance's use of its
         approval). When the approvals stream moved under it, nothing is saved: the loop
-        reads the ledger again and recomputes the step."""
+        reads the ledger again and recomputes the step. `memory`: the Task Memory the step
+        was computed from, read at `version` (the writer checks against it rather than
+        folding the stream again: one fold per step)."""
         cid = f"{self.lt.task_id}:{step}"
         try:
             # The one task-stream writer: checks the step against Task Memory, expects
             # `version` (what this step was computed from).
             res = append_to_task(self.ws, self.lt.task_id, events, expected_version=version,
-                                 command_id=cid, also=also)
+                                 memory=memory, command_id=cid, also=also)
         except ConflictError as e:
             if e.stream == APPROVALS_STREAM and also:
                 self.progress(f"approvals moved while saving {step}: again")

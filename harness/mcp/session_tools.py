@@ -367,7 +367,7 @@ def _evaluate(session: AgentSession, ctx: ToolContext, a: EvaluateArgs) -> Any:
     st = Stepper(ctx.ws, lt, ctx.progress)
     evs = measure_events(st, mem, blk, evaluator, actor=ctx.actor)
     sid = code.snapshot(ctx.ws, lt, f"task {task_id} {blk.block_id} measured")
-    st.save(f"{blk.block_id}:measure", code.with_snapshot(evs, sid), version)
+    st.save(f"{blk.block_id}:measure", code.with_snapshot(evs, sid), version, memory=mem)
     runs = [e for e in evs if isinstance(e, E.MeasurementRecorded)]
     return {"task_id": task_id, "block_id": blk.block_id, "candidate": blk.candidate,
             "runs": [{"run_id": r.run_id, "success": r.success, "error": r.error,
