@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..ledger.config import WikiSettingsToml
 from ..ledger.workspace import Workspace
 from ..projections.index import open_index
 from . import narrative, trace_cache
@@ -35,7 +36,6 @@ from .chat import Post
 from .concepts.site import catalog_digest, llms_txt, site_pages
 from .concurrency import concurrency_page
 from .endpoints import endpoints_page
-from .errors import WikiError
 from .files import write_if_changed
 from .graphs import GRAPH_INDEX, graph_pages
 from .page import Page, link, text, to_html, to_markdown
@@ -67,14 +67,12 @@ class WikiSettings:
     narrative_key_env: str | None = None
 
     @classmethod
-    def from_config(cls, raw: dict[str, Any], embeddings: bool = True) -> WikiSettings:
-        w = raw.get("wiki", {}) if isinstance(raw, dict) else {}
-        n = w.get("narrative", {}) if isinstance(w.get("narrative"), dict) else {}
-        if not isinstance(w, dict):
-            raise WikiError("forge.toml: [wiki] must be a table")
-        return cls(embeddings=embeddings and w.get("embeddings", True) is not False,
-                   model=w.get("embedding_model"), narrative_url=n.get("url"),
-                   narrative_model=n.get("model"), narrative_key_env=n.get("api_key_env"))
+    def from_config(cls, w: WikiSettingsToml, embeddings: bool = True) -> WikiSettings:
+        """From forge.toml's `[wiki]` as the one strict schema read it (ledger/config.py)."""
+        n = w.narrative
+        return cls(embeddings=embeddings and w.embeddings, model=w.embedding_model,
+                   narrative_url=n.url if n else None, narrative_model=n.model if n else None,
+                   narrative_key_env=n.api_key_env if n else None)
 
     def key(self) -> dict[str, Any]:
         return {"v": BUILD_VERSION, "embeddings": self.embeddings, "model": self.model,
@@ -310,7 +308,7 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
 def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
           settings: WikiSettings | None = None, post: Post | None = None) -> BuildReport:
     t0 = time.perf_counter()
-    settings = settings or WikiSettings.from_config(ws.config.raw, embeddings)
+    settings = settings or WikiSettings.from_config(ws.config.settings.wiki, embeddings)
     wiki_dir, site_dir = Path(ws.home) / "wiki", Path(ws.home) / "site"
     timings: dict[str, float] = {}
     with open_index(ws) as s:

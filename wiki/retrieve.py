@@ -134,7 +134,7 @@ def warm_retriever(ws: Workspace, model: str | None = None) -> Retriever:
 def retrieve(ws: Workspace, query: str, k: int = 10, kinds: tuple[str, ...] = (),
              model: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    model = model or (ws.config.raw.get("wiki", {}) or {}).get("embedding_model")
+    model = model or ws.config.settings.wiki.embedding_model
     r = warm_retriever(ws, model)
     t1 = time.perf_counter()
     results = r.search(query, k, kinds)

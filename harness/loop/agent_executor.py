@@ -143,7 +143,7 @@ class AgentExecutor:
     def __init__(self, ws: Workspace, task: TaskDefinition):
         self.ws, self.task = ws, task
         self.models = ws.config.settings.models
-        self.model_tiers = {k: v for k, v in ws.config.raw.get("model_tiers", {}).items()
+        self.model_tiers = {k: v for k, v in ws.config.settings.model_tiers.model_dump().items()
                             if v}
         tier = route(task, 0, self.model_tiers, self.models)["model_tier"]
         if tier not in self.models:
