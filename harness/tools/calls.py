@@ -170,6 +170,25 @@ class Captured:
         self.stderr.close()
 
 
+def _attend(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, input: str | None,
+            tee: bool = False) -> list[threading.Thread]:
+    """Pump the child's stdout and stderr into `out` and `err` (and on to forge's own when
+    `tee`) and feed it `input`; the pumping threads, to join once the child has exited."""
+    threads = [threading.Thread(target=_pump, args=(proc.stdout, out, sys.stdout if tee
+                                                    else None), daemon=True),
+               threading.Thread(target=_pump, args=(proc.stderr, err, sys.stderr if tee
+                                                    else None), daemon=True)]
+    for t in threads:
+        t.start()
+    if input is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(input.encode("utf-8"))
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+    return threads
+
+
 def run_captured(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str],
                  input: str | None = None, timeout: float | None = None) -> Captured:
     """Run `argv` (already prepared: sandboxed) with its output captured as `run_tool`
@@ -179,16 +198,7 @@ def run_captured(argv: Sequence[str], *, cwd: str | Path, env: Mapping[str, str]
     proc = subprocess.Popen(list(argv), cwd=cwd, env=dict(env),
                             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    threads = [threading.Thread(target=_pump, args=(proc.stdout, out, None), daemon=True),
-               threading.Thread(target=_pump, args=(proc.stderr, err, None), daemon=True)]
-    for t in threads:
-        t.start()
-    if input is not None and proc.stdin is not None:
-        try:
-            proc.stdin.write(input.encode("utf-8"))
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
+    threads = _attend(proc, out, err, input)
     timed_out = False
     try:
         code: int | None = proc.wait(timeout=timeout)
@@ -272,18 +282,7 @@ def run_tool(
     else:
         if on_start:
             on_start(proc.pid)
-        threads = [threading.Thread(target=_pump, args=(proc.stdout, out, sys.stdout if tee
-                                                        else None), daemon=True),
-                   threading.Thread(target=_pump, args=(proc.stderr, err, sys.stderr if tee
-                                                        else None), daemon=True)]
-        for t in threads:
-            t.start()
-        if input is not None and proc.stdin is not None:
-            try:
-                proc.stdin.write(input.encode("utf-8"))
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
+        threads = _attend(proc, out, err, input, tee)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
