@@ -141,7 +141,7 @@ def _run(ws: Workspace, task_id: str, *, evaluator: Evaluator | None,
     if evaluator is None and executor.kind != "manual":
         # Before anything is recorded: a task without an evaluator records nothing.
         evaluator = make_evaluator(ws, lt.task, lt.profile, base_dir=lt.base_dir)
-    model_tiers = {k: v for k, v in ws.config.raw.get("model_tiers", {}).items() if v}
+    model_tiers = {k: v for k, v in ws.config.settings.model_tiers.model_dump().items() if v}
     models = ws.config.settings.models
     while True:
         mem, version = read_memory(ws.ledger, task_id)
