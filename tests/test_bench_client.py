@@ -581,3 +581,37 @@ def test_interrupted_or_killed_client_leaves_no_worker(scripted_server, how):
         except ProcessLookupError:
             pass
         p.wait(10)
+
+
+@pytest.mark.parametrize("head,keep", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", True),
+    (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", False),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", False),  # http.server's default
+    (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", True),
+])
+def test_a_connection_is_kept_only_when_the_response_keeps_it(head, keep):
+    """An HTTP/1.0 answer closes unless it says keep-alive: the raw client reused such
+    connections and raced the server's close ("connection closed by server", a failed request
+    on a stand-in server under load)."""
+    import asyncio
+
+    from infer_forge.harness.bench.metrics import RequestRecord
+    from infer_forge.harness.bench.sse_client import StreamState, _Conn
+
+    class _T:
+        def write(self, data):
+            pass
+
+        def close(self):
+            pass
+
+    async def go() -> bool:
+        conn = _Conn()
+        conn.connection_made(_T())
+        fut = asyncio.get_running_loop().create_future()
+        conn.start(b"", StreamState(RequestRecord(), False, 0.0), fut)
+        conn.data_received(head, 1.0)
+        await fut
+        return conn.keep_alive
+
+    assert asyncio.run(go()) is keep

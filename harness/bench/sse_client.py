@@ -183,6 +183,9 @@ class _Conn:
             return
         length = None
         chunked = False
+        # HTTP/1.0 closes after the response unless it says keep-alive (RFC 9112, 9.3):
+        # reusing such a connection raced the server's close.
+        self.keep_alive = not parts[0].upper().startswith("HTTP/1.0")
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
@@ -191,8 +194,8 @@ class _Conn:
                 length = int(value)
             elif name == "transfer-encoding" and "chunked" in value:
                 chunked = True
-            elif name == "connection" and value == "close":
-                self.keep_alive = False
+            elif name == "connection" and value in ("close", "keep-alive"):
+                self.keep_alive = value == "keep-alive"
         if chunked:
             self.state = _BODY_CHUNKED
         elif length is not None:
@@ -448,7 +451,7 @@ class RawClient:
             rec.start_time = st
             conn = None
             try:
-                while self.idle and conn is None:
+                while attempt == 0 and self.idle and conn is None:  # a retry: a new one
                     conn = self.idle.pop()
                     if conn.closed:
                         conn = None
