@@ -19,16 +19,12 @@ from infer_forge.repos.hooks import CHAINED, MARK
 from infer_forge.repos.root import MonoRepo
 
 from .conftest import run_forge
-from .helpers.gitrepos import make_remote, write_manifest
+from .helpers.gitrepos import alpha_monorepo
 
 
 @pytest.fixture
 def mono(tmp_path, workspace) -> MonoRepo:
-    make_remote(tmp_path, "alpha", {"README.md": "alpha\n"})
-    manifest = write_manifest(tmp_path / "manifests" / "stack.yaml", [
-        {"name": "alpha", "url": "../remotes/alpha.git", "branch": "main"}])
-    C.init(workspace, manifest)
-    return C.open_monorepo(workspace)
+    return alpha_monorepo(tmp_path, workspace, {"README.md": "alpha\n"})
 
 
 def _bare(tmp_path: Path) -> Path:

@@ -12,20 +12,16 @@ from pathlib import Path
 import pytest
 from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import APPROVALS_STREAM, REPOS_STREAM
-from infer_forge.repos import commands as C
 from infer_forge.repos.git import git, git_path, out
 from infer_forge.repos.hooks import MARK, RECEIVE, refresh_hooks
 
 from .conftest import run_forge
-from .helpers.gitrepos import make_remote, write_manifest
+from .helpers.gitrepos import alpha_monorepo
 
 
 @pytest.fixture
 def mono(tmp_path, workspace):
-    make_remote(tmp_path, "alpha", {"README.md": "alpha\n"})
-    C.init(workspace, write_manifest(tmp_path / "manifests" / "stack.yaml", [
-        {"name": "alpha", "url": "../remotes/alpha.git", "branch": "main"}]))
-    return C.open_monorepo(workspace)
+    return alpha_monorepo(tmp_path, workspace, {"README.md": "alpha\n"})
 
 
 def _bare(tmp_path: Path) -> Path:

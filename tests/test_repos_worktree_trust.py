@@ -22,17 +22,14 @@ from infer_forge.repos import worktrees as W
 from infer_forge.repos.errors import RepoError
 from infer_forge.repos.git import git, out
 
-from .helpers.gitrepos import make_remote, write_manifest
+from .helpers.gitrepos import alpha_monorepo
 
 TASK = "trust-t"
 
 
 @pytest.fixture
 def mono(tmp_path, workspace):
-    make_remote(tmp_path, "alpha", {"value.txt": "0\n"})
-    C.init(workspace, write_manifest(tmp_path / "manifests" / "stack.yaml", [
-        {"name": "alpha", "url": "../remotes/alpha.git", "branch": "main"}]))
-    return C.open_monorepo(workspace)
+    return alpha_monorepo(tmp_path, workspace, {"value.txt": "0\n"})
 
 
 @pytest.fixture

@@ -49,6 +49,17 @@ def write_manifest(path: Path, members: list[dict[str, Any]], name: str = "test-
     return path
 
 
+def alpha_monorepo(tmp_path: Path, ws: Any, files: dict[str, str | bytes]) -> Any:
+    """A MonoRepo of one member, `alpha` (branch main), cloned from a bare remote at
+    `tmp_path/remotes/alpha.git` holding `files`; the opened MonoRepo."""
+    from infer_forge.repos import commands as C
+
+    make_remote(tmp_path, "alpha", files)
+    C.init(ws, write_manifest(tmp_path / "manifests" / "stack.yaml", [
+        {"name": "alpha", "url": "../remotes/alpha.git", "branch": "main"}]))
+    return C.open_monorepo(ws)
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     """path -> sha256 (and mode) of every file under `root`, .git excluded: byte-exact trees."""
     outd: dict[str, str] = {}
