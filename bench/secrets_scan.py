@@ -3,9 +3,10 @@ wiki, site), per source.
 
 Either an existing workspace (`--home DIR`: e.g. the demo's, kept by `bench/demo.py --keep
 DIR`), or a demo-like one built here: `--tasks N` loop tasks run to delivery with a command
-evaluator (4 blocks of 3 runs each, the pattern of tests/test_loop.py), then the index and
-the wiki (no embeddings). The scan is the one `forge secrets scan` runs (`scan_workspace`),
-timed `--repeat` times; the first includes opening DuckDB and loading the redaction rules.
+evaluator (4 blocks of 3 runs each, the pattern of tests/harness/loop/test_loop.py), then the
+index and the wiki (no embeddings). The scan is the one `forge secrets scan` runs
+(`scan_workspace`), timed `--repeat` times; the first includes opening DuckDB and loading
+the redaction rules.
 
     .venv/bin/python bench/secrets_scan.py [--home DIR | --tasks N] [--repeat 3]
 """

@@ -14,6 +14,7 @@ import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
 FORGE = [sys.executable, "-m", "infer_forge.cli"]
 
 
@@ -74,7 +75,7 @@ def pg_server():
     (tests/helpers/postgres.py)."""
     import tempfile
 
-    from .helpers import postgres
+    from tests.helpers import postgres
 
     try:
         import psycopg
@@ -170,7 +171,8 @@ def run_forge(*args: str, home: Path | None = None, input: str | None = None,
     """Run the real CLI in a subprocess, in a session of its own (no controlling terminal:
     nothing it runs can ask on the developer's). A person's grants (`forge approve`) are
     confirmed with the workspace's approver key, as a script of theirs would
-    (`FORGE_APPROVER_KEY_FILE`; tests/test_human_channel.py checks the channel itself)."""
+    (`FORGE_APPROVER_KEY_FILE`; tests/harness/guard/test_human_channel.py checks the
+    channel itself)."""
     e = dict(os.environ)
     if home is not None:
         e["FORGE_HOME"] = str(home)

@@ -45,7 +45,7 @@ _EXTRA_RULES: list[tuple[str, str, int]] = [
 ]
 
 # Triggers: cheap necessary conditions. Every match of every rule contains a match of one of
-# these (tests/test_redact.py checks each rule's sample through every scan path), so text
+# these (tests/ledger/test_redact.py checks each rule's sample through every scan path), so text
 # without a trigger hit holds no secret. Each is (regex, anchors): every match of the regex
 # contains one of the literal anchors, so a substring test rules most text out before any
 # regex runs. Both also hold on the JSON serialization of a string (hence `\\?` before

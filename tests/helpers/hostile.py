@@ -1,9 +1,10 @@
 """A ledger written by a hostile user through the real CLI: script, markup and foreign links
 planted in every text field a user or an agent types, then the wiki built.
 
-Used by tests/test_wiki_safety.py (fast, parses the produced HTML) and tests/test_browser.py
-(headless Chromium loads every page). `build_hostile(home, tmp)` returns the field markers:
-each field's text starts with its marker, so a test can see that the field reached a page.
+Used by tests/wiki/test_wiki_safety.py (fast, parses the produced HTML) and
+tests/wiki/test_browser.py (headless Chromium loads every page). `build_hostile(home, tmp)`
+returns the field markers: each field's text starts with its marker, so a test can see that
+the field reached a page.
 """
 
 from __future__ import annotations

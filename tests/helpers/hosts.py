@@ -1,4 +1,4 @@
-"""A simulated host on a shared ledger (tests/test_ledger_backends.py): one process with its
+"""A simulated host on a shared ledger (tests/ledger/test_ledger_backends.py): one process with its
 own node identity (`FORGE_NODE`, read through harness/nodes/identity.py `local_host()`) that
 runs a scripted share of work through the real writers. Run from the repository root:
 

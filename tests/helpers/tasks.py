@@ -11,7 +11,7 @@ from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import start_block
 from infer_forge.ledger.streams import task_stream
 
-from tests.test_loop import make_task_dir
+from ..harness.loop.test_loop import make_task_dir
 
 
 def open_task(ws: Any, root: Path, task_id: str = "t1") -> str:
