@@ -24,9 +24,12 @@ the reads and opening the backend (with its damage checks) share the recorder an
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -142,10 +145,12 @@ class SaveResult:
 class Ledger:
     """Append, read, stream and replay events. Open with `Ledger.open(home)`."""
 
-    def __init__(self, config: Config, recorder: Recorder, factory: Any):
+    def __init__(self, config: Config, recorder: Recorder, factory: Any,
+                 file_key: tuple[int, int] | None = None):
         self.config = config
         self.recorder = recorder
         self._factory = factory
+        self._file_key = file_key  # the SQLite file this ledger holds open (see _OPEN_FILES)
         self.redactor = Redactor(secret_values_from(config.secret_env, config.secret_files)
                                  + config.secret_values())
         self._versions: dict[str, int] = {}  # stream -> last version this process wrote
@@ -167,7 +172,7 @@ class Ledger:
         # opening at once would also collide in the catalog ("tuple concurrently updated").
         env["CREATE_TABLE"] = "false"
         db_file = None if postgres else Path(env["SQLITE_DBNAME"])
-        if db_file is not None:
+        if db_file is not None and not _held_open(db_file):
             check_sqlite_file(db_file, missing_ok=create)
         try:
             factory = InfrastructureFactory.construct(env)
@@ -191,10 +196,13 @@ class Ledger:
                 raise DamagedLedgerError(str(db_file), one_line(e)) from None
             raise LedgerError(config.scrub(f"cannot open ledger {config.display_url}: "
                                            f"{one_line(e)}")) from None
-        return cls(config, recorder, factory)
+        return cls(config, recorder, factory, _hold(db_file) if db_file is not None else None)
 
     def close(self) -> None:
+        key, self._file_key = self._file_key, None
         self._factory.close()
+        if key is not None:
+            _release(key)
 
     def __enter__(self) -> Ledger:
         return self
@@ -556,6 +564,47 @@ def _raw_task_id(ledger: Ledger, u: Undecodable) -> Any:
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# The SQLite ledger files this process holds open, by (device, inode), and how many times.
+# POSIX locks belong to the process: closing ANY descriptor of a file drops every lock the
+# process holds on it, SQLite's included. `check_sqlite_file` opens and closes the file to
+# read its header; done while a connection of this process is open (a second workspace
+# opened in a long-lived process: the MCP server, a graph run's workers, the tests' in-process
+# CLI) it dropped that connection's shared lock, so another process closing the ledger took
+# it for the last user, checkpointed and deleted the write-ahead log under the open
+# connection: later writes went unseen ("file is not a database"). The header is read only
+# when this process holds the file nowhere; SQLite itself shares its descriptors safely.
+_OPEN_FILES: Counter[tuple[int, int]] = Counter()
+_OPEN_LOCK = threading.Lock()
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _held_open(path: Path) -> bool:
+    key = _file_key(path)
+    with _OPEN_LOCK:
+        return key is not None and _OPEN_FILES[key] > 0
+
+
+def _hold(path: Path) -> tuple[int, int] | None:
+    key = _file_key(path)
+    if key is not None:
+        with _OPEN_LOCK:
+            _OPEN_FILES[key] += 1
+    return key
+
+
+def _release(key: tuple[int, int]) -> None:
+    with _OPEN_LOCK:
+        _OPEN_FILES[key] -= 1
+        if _OPEN_FILES[key] <= 0:
+            del _OPEN_FILES[key]
 
 
 def check_sqlite_file(path: Path, *, missing_ok: bool = False) -> None:

@@ -456,3 +456,23 @@ def test_two_appends_to_one_stream_in_one_save_are_refused_at_once(workspace):
     with pytest.raises(LedgerError, match="appends to claims more than once"):
         workspace.ledger.save(Append("claims", [ev]), Append("claims", [ev]))
     assert workspace.ledger.max_position() == before
+
+
+def test_a_second_open_in_one_process_keeps_the_first_connections_writes_visible(sqlite_home):
+    """A long-lived process (the MCP server, a graph run's workers, the tests' in-process CLI)
+    opens the ledger again while a connection of its own is open. Reading the file's header
+    used to close a descriptor of the file, which drops every POSIX lock the process holds on
+    it: another process closing the ledger then took itself for the last user and deleted
+    the write-ahead log under the open connection, whose next saves no other process saw."""
+    reader = [sys.executable, "-c", "import sys\nfrom infer_forge.ledger.store import Ledger\n"
+              "lg = Ledger.open(sys.argv[1])\n"
+              "print(len(lg.stream('task:t1')), len(lg.stream('task:other')))", str(sqlite_home)]
+    with Ledger.open(sqlite_home) as first:
+        first.append("task:t1", [define()])
+        Ledger.open(sqlite_home).close()  # the second open and close, in this process
+        [other] = _run_together([_spawn("free", str(sqlite_home), "task:other", "w", "1")])
+        assert other["ok"] == 1
+        first.append("task:t1", [measurement(1)])  # after the other process closed
+        seen = subprocess.run(reader, capture_output=True, text=True, timeout=60)
+        assert seen.returncode == 0, seen.stderr
+        assert seen.stdout.split() == ["2", "1"]  # was ['1', '1']: the save went unseen
