@@ -340,7 +340,11 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
                 load=asdict(load), bench=bench, names=tuple(n for n, _ in files),
                 digests=digests, summary=summary, task_id=task_id, block_id=block_id,
                 actor=actor)
-    command_id = f"perf:{task_id or ''}:{block_id or ''}:{','.join(digests)}"
+    # The capture's own id: a retried save of this event adds nothing, while another capture
+    # whose traces came out byte-identical (same engine, same trace) is still recorded. (Keyed
+    # by the traces' digests, the second of two such captures was dropped as a retry and the
+    # command printed an event id the ledger did not hold.)
+    command_id = f"perf:{ev.event_id}"
     if task_id is not None:
         append_to_task(ws, task_id, [ev], command_id=command_id)
         stream = task_stream(task_id)
