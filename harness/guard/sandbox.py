@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -180,14 +181,47 @@ def _empty_file() -> Path:
 
 
 def _scratch_without_workspace() -> Path:
-    """A scratch directory for calls made without a workspace (one per process)."""
+    """A scratch directory for calls made without a workspace (one per process), removed at
+    exit. A process killed before its exit leaves it: the next process sweeps those of dead
+    processes (`_scratch_parent`)."""
     if not _process_scratch:
         import atexit
 
-        d = Path(tempfile.mkdtemp(prefix="forge-scratch-"))
+        parent = _scratch_parent()
+        d = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-" if parent else "forge-scratch-",
+                                  dir=parent))
         atexit.register(shutil.rmtree, d, True)
         _process_scratch.append(d)
     return _process_scratch[0]
+
+
+def _scratch_parent() -> Path | None:
+    """`$TMPDIR/forge-scratch-<uid>` (0700, ours, not a link), with the scratch directories
+    of processes no longer running removed (`<pid>-…`: a killed forge's); None, and a plain
+    temporary directory instead, where it cannot be trusted."""
+    base = Path(tempfile.gettempdir()) / f"forge-scratch-{os.getuid()}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(base)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None  # another user's, or a link: not a place to sweep or to write in
+    for child in base.iterdir():
+        pid = child.name.split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(child, ignore_errors=True)
+    return base
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def scratch_of(ws: Workspace | None, task: str | None) -> Path:

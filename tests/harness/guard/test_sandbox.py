@@ -376,3 +376,32 @@ def test_a_call_never_reads_forges_own_stdin(workspace, tmp_path):
     assert "read:" in r.stdout and "client-request-42" not in r.stdout
     [ev] = tool_events(workspace, "stdin-t")
     assert ev.exit_code == 0 and ev.argv[0] == "sh"
+
+
+def test_a_killed_processs_scratch_is_swept_by_the_next_one(tmp_path):
+    """A call without a workspace gets a scratch directory of its process's, removed at exit;
+    a process killed first (kill -9: no exit handlers) left it behind for good. The next
+    process removes those of processes that no longer run, and keeps a running one's."""
+    import signal
+    import subprocess
+
+    code = ("import sys\nfrom infer_forge.harness.guard.sandbox import _scratch_without_workspace"
+            "\nprint(_scratch_without_workspace(), flush=True)\nsys.stdin.readline()\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+
+    def start():
+        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)
+        return p, Path(p.stdout.readline().strip())
+
+    killed, killed_dir = start()
+    alive, alive_dir = start()
+    assert killed_dir.parent == alive_dir.parent == tmp_path / f"forge-scratch-{os.getuid()}"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    assert killed_dir.is_dir()  # what a kill -9 leaves
+    third, third_dir = start()
+    assert not killed_dir.exists() and alive_dir.is_dir() and third_dir.is_dir()
+    for p in (alive, third):
+        p.communicate("\n", timeout=30)
+    assert not alive_dir.exists() and not third_dir.exists()  # removed at their exit
