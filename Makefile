@@ -20,11 +20,17 @@ venv: $(STAMP)
 demo: $(STAMP)
 	FORGE_HOME=$${FORGE_HOME:-$(CURDIR)/.forge} $(BIN)/forge demo
 
+# Two pytest workers (pytest-xdist), a test file per worker at a time (--dist loadfile:
+# a module's fixtures are set up once); then each file's time against its budget
+# (tests/budgets.toml, checked by tests/budgets.py from the JUnit report).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs --durations=15
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --durations=15 \
+	  --junitxml=.pytest-report.xml
+	$(BIN)/python tests/budgets.py .pytest-report.xml
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -rs -m "not slow"
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # mypy checks the package as `infer_forge` (settings in pyproject.toml [tool.mypy]); the
 # repository root is that package, so a link under .venv gives it the name.

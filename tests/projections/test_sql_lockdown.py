@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
 import duckdb
 import pytest
+from infer_forge.ledger.workspace import init_workspace, open_workspace
 from infer_forge.projections import index as I
 from infer_forge.projections import queries as Q
 from infer_forge.projections.errors import ProjectionError
@@ -22,10 +24,25 @@ from tests.helpers.index_ledger import build
 SECRET = "forge-test-secret-7d1c"
 
 
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory) -> Path:
+    """The hand-built ledger and its index, made once for the module (~2.5 s)."""
+    home = tmp_path_factory.mktemp("sql-lockdown") / "home"
+    ws, _ = init_workspace(home)
+    try:
+        build(ws)
+        I.update(ws)
+    finally:
+        ws.close()
+    return home
+
+
 @pytest.fixture
-def built(workspace, tmp_path):
-    build(workspace)
-    I.update(workspace)
+def built(built_once, forge_home, tmp_path):
+    """A copy of that workspace of this test's own (a refused statement must change
+    nothing in it: each test checks its own copy)."""
+    shutil.copytree(built_once, forge_home)
+    workspace = open_workspace(forge_home)
     # Files a hostile query would like to read: planted with a marker it must never print.
     (tmp_path / "plain.txt").write_text(SECRET + "\n")
     (tmp_path / "rows.csv").write_text(f"a,b\n1,{SECRET}\n")
@@ -33,7 +50,8 @@ def built(workspace, tmp_path):
     con = duckdb.connect()
     con.execute(f"COPY (SELECT '{SECRET}' AS s) TO '{tmp_path / 'rows.parquet'}'")
     con.close()
-    return workspace
+    yield workspace
+    workspace.close()
 
 
 def _files(root: Path) -> dict[str, str]:

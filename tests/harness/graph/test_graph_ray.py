@@ -258,7 +258,7 @@ nodes:
     shadow = tmp_path / "shadow" / "ray"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('no ray here')\n")
-    r = run_forge("graph", "run", "--backend", "ray",
+    r = run_forge("graph", "run", "--backend", "ray", process=True,
                   env={"PYTHONPATH": f"{shadow.parent}{os.pathsep}"
                                      f"{os.environ.get('PYTHONPATH', '')}"})
     assert r.returncode == 1

@@ -51,7 +51,7 @@ def granted(ws) -> list[E.ApprovalGranted]:
 
 def test_without_a_terminal_or_the_key_nothing_is_granted(workspace):
     aid = ask(workspace)
-    r = run_forge("approve", aid, "--reason", "ok", "--by", "alice", env=NO_KEY)
+    r = run_forge("approve", aid, "--reason", "ok", "--by", "alice", env=NO_KEY, process=True)
     assert r.returncode != 0 and "no terminal to confirm on" in r.stderr
     assert f"--key-file {key_path(workspace)}" in r.stderr and len(r.stderr.splitlines()) == 1
     assert state(workspace, aid) == "pending" and granted(workspace) == []
