@@ -16,6 +16,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 FORGE = [sys.executable, "-m", "infer_forge.cli"]
+# FORGE_TEST_CLI=process: every run_forge through the installed entry point, as a subprocess
+# (how the suite ran before the in-process runner; bench/suite.py times the two).
+CLI_IN_PROCESS = os.environ.get("FORGE_TEST_CLI", "") != "process"
 
 
 def pytest_sessionstart(session) -> None:
@@ -211,7 +214,7 @@ def run_forge(*args: str, home: Path | None = None, input: str | None = None,
         e["FORGE_APPROVER_KEY_FILE"] = str(Path(forge_home) / "approver.key")
     if env:
         e.update(env)
-    if process:
+    if process or not CLI_IN_PROCESS:
         return subprocess.run([*FORGE, *args], capture_output=True, text=True, input=input,
                               env={**os.environ, **e}, timeout=timeout, cwd=str(REPO),
                               start_new_session=True)

@@ -265,7 +265,8 @@ nodes:
     assert r.stderr.strip() == ("Error: the Ray backend needs ray: pip install "
                                 "'infer-forge[ray]'")
     if HAS_RAY:  # nothing listening there: refused at once, not retried for minutes
-        r = run_forge("graph", "run", "--backend", "ray", "--address", "127.0.0.1:1")
+        r = run_forge("graph", "run", "--backend", "ray", "--address", "127.0.0.1:1",
+                      process=True)  # in process, ray.init keeps the cluster it joined first
         assert r.returncode == 1
         assert r.stderr.strip().startswith("Error: cannot reach Ray at 127.0.0.1:1: ")
     # none of these recorded a run
