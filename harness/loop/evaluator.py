@@ -1,4 +1,4 @@
-"""The evaluators and the choice of one for a task (the interface: evaluation.py).
+"""The evaluators and the choice of one for a task (the interface: evaluator_protocol.py).
 
 `CommandEvaluator` is the generic path: it runs a configured argv once per repeat with the
 candidate as JSON on stdin and in `$FORGE_CANDIDATE`, and reads a JSON object of metrics from
@@ -32,7 +32,7 @@ from ..tools.calls import (
     store_capture,
 )
 from .engine_evaluator import EngineEvaluator
-from .evaluation import EvalContext, Evaluator, RunResult
+from .evaluator_protocol import EvalContext, Evaluator, RunResult
 
 # Keys of the JSON line that are not metrics.
 _RESERVED = {"success", "error", "meta", "outputs"}

@@ -61,7 +61,7 @@ from ..errors import HarnessError
 from ..models.weights import MANIFEST, model_path, parse_name, read_manifest, verify_model
 from ..task import LoadedTask, load_task_from_ledger
 from . import code
-from .evaluation import EvalContext
+from .evaluator_protocol import EvalContext
 from .evaluator import make_evaluator
 
 ACTOR = E.Actor.tool("forge-reproduce")

@@ -17,7 +17,7 @@ from ..task import LOOP_ACTOR, LoadedTask, Progress, load_task_from_ledger
 from . import code
 from .decision import Executor, describe
 from .define import define_task
-from .evaluation import Evaluator
+from .evaluator_protocol import Evaluator
 from .evaluator import make_evaluator
 from .executors import CommandExecutor, make_executor
 from .human_gate import AwaitingApproval, gate_acceptance

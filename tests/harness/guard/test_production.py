@@ -281,7 +281,7 @@ def test_a_loop_evaluation_of_a_production_profile_sends_no_load(forge_home, tmp
     names the task and block but goes on the `guard` stream (the step's save owns the
     task's)."""
     from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
-    from infer_forge.harness.loop.evaluation import EvalContext
+    from infer_forge.harness.loop.evaluator_protocol import EvalContext
     from infer_forge.ledger.specs import RuntimeProfile, load_point
 
     from tests.conftest import REPO

@@ -10,7 +10,7 @@ import pytest
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
-from infer_forge.harness.loop.evaluation import EvalContext
+from infer_forge.harness.loop.evaluator_protocol import EvalContext
 from infer_forge.harness.loop.evaluator import CommandEvaluator, make_evaluator, parse_metrics_line
 from infer_forge.harness.loop.executors import CommandExecutor, ManualExecutor, SweepExecutor, grid
 from infer_forge.harness.loop.run import run_task
