@@ -344,7 +344,7 @@ class EvaluateArgs(Args):
 
 def _evaluate(session: AgentSession, ctx: ToolContext, a: EvaluateArgs) -> Any:
     # In the function for start-up time: `forge mcp` starts without the evaluators.
-    from ..loop.evaluator import make_evaluator
+    from ..loop.command_evaluator import make_evaluator
 
     task_id = a.task_id or ctx.task_id
     if task_id is None:

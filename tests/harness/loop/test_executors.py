@@ -8,10 +8,14 @@ import sys
 
 import pytest
 from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.loop.command_evaluator import (
+    CommandEvaluator,
+    make_evaluator,
+    parse_metrics_line,
+)
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
 from infer_forge.harness.loop.evaluator_protocol import EvalContext
-from infer_forge.harness.loop.evaluator import CommandEvaluator, make_evaluator, parse_metrics_line
 from infer_forge.harness.loop.executors import CommandExecutor, ManualExecutor, SweepExecutor, grid
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger.specs import Range, effective_digest, load_point, load_profile, load_task
