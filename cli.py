@@ -2267,7 +2267,7 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
     Example:
       forge build sglang --task tune-tiny-cpu
     """
-    from .harness.tools.build import build_command
+    from .harness.tool_calls.build import build_command
 
     out = build_command(open_ws(ctx), member, task_id, force=no_cache, tee=not as_json,
                         progress=None if as_json else lambda s: click.echo(s, err=True))

@@ -74,7 +74,7 @@ from ..agents.context import (
 from ..agents.models import ModelReply, call_model, put_json
 from ..errors import HarnessError
 from ..guard.task_dirs import dir_in_task
-from ..tools.calls import run_tool
+from ..tool_calls.calls import run_tool
 from .decision import Decision, describe, out_of_scope
 from .routing import route
 

@@ -220,7 +220,7 @@ def test_routing_is_recorded_and_escalates(specs):
 
 
 def test_tool_calls_record_without_secret_values(workspace, tmp_path, monkeypatch):
-    from infer_forge.harness.tools.calls import env_digest, run_tool
+    from infer_forge.harness.tool_calls.calls import env_digest, run_tool
 
     assert env_digest({"HF_TOKEN": "a", "X": "1"}) == env_digest({"HF_TOKEN": "b", "X": "1"})
     assert env_digest({"X": "1"}) != env_digest({"X": "2"})
