@@ -48,8 +48,8 @@ from ...projections.errors import ProjectionError
 from ...projections.memory import read_memory
 from ..agents import registry, skills
 from ..errors import HarnessError
+from .loop_tools import TOOLS
 from .session_tools import AgentSession, Ask, Retrieve, session_tools
-from .tools import TOOLS
 
 MODEL_ENV = "FORGE_AGENT_MODEL"
 META_MODEL_KEY = "model"  # a call's `_meta.model`: the model the client runs

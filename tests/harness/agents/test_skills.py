@@ -21,7 +21,7 @@ from infer_forge.harness.loop.manual import (
     start_block,
     verify_block,
 )
-from infer_forge.harness.mcp.tools import TOOLS
+from infer_forge.harness.mcp.loop_tools import TOOLS
 from infer_forge.harness.record import append_to_task
 from infer_forge.ledger import events as E
 from infer_forge.ledger.graphspec import TASK_TYPES

@@ -131,8 +131,8 @@ def events(home: Path, stream: str) -> list[E.Event]:
 def registry_schemas(home: Path) -> dict[str, dict]:
     """What the server must list: every registry tool, the session's tools (with the
     journal's retrieval, which the CLI passes), each with its parameters' JSON schema."""
+    from infer_forge.harness.mcp.loop_tools import TOOLS
     from infer_forge.harness.mcp.session_tools import AgentSession, session_tools
-    from infer_forge.harness.mcp.tools import TOOLS
 
     extra = session_tools(AgentSession(None), retrieve=lambda q, k: None,  # type: ignore[arg-type]
                           ask=lambda q: None)
