@@ -18,7 +18,7 @@
   outside any task). Written by `harness/guard/`.
 - `approvals`: the human gate: requests, grants, denials, uses and refusals of approvals
   (`Approval*`). Written by `harness/guard/approvals.py`, and by the push guard
-  (`repos/guard.py`: a refused push's request, a push's use) in the save of its own facts.
+  (`repos/push_guard.py`: a refused push's request, a push's use) in the save of its own facts.
 - `nodes`: the Node Registry's observations: hosts registered (inventory), GPU compute
   process changes, periodic summaries. Written by `harness/nodes/registry.py`.
 - `claims`: leases on resources (GPUs, ports, whole hosts), their releases and cleanups.
