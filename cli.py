@@ -44,6 +44,11 @@ from .projections.errors import ProjectionError
 from .repos.errors import RepoError
 from .wiki.errors import WikiError
 
+# Every in-function import in this module is for start-up time: each command imports the
+# harness, projections, wiki or repos function it calls in its own body, so one `forge` call
+# loads its own command's floors, not every command's (ARCHITECTURE.md; held by
+# tests/cli/test_startup.py).
+
 # --- shared helpers ---------------------------------------------------------------------
 
 # The packages' own error bases: each becomes one line (and a non-zero exit).

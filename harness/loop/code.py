@@ -196,7 +196,9 @@ def prepare(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, A
     out = Prepared()
     if not code_members(lt):
         return out
-    from ..tool_calls.build import build  # the build tool runs processes: loaded when used
+    # In the function for start-up time: the build tool (~30 ms, its supervisor and cache)
+    # loads for a task with code members only; every loop module imports this one.
+    from ..tool_calls.build import build
 
     mono = task_monorepo(ws, lt)
     pins = pinned(ws, lt, mono)

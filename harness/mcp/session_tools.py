@@ -413,13 +413,14 @@ class AskArgs(Args):
 
 
 def _compare(ctx: ToolContext, a: CompareArgs) -> Any:
-    # In the function for start-up time (here and below): the queries load on first use.
+    # In the function for start-up time: `forge mcp` starts without the queries (~20 ms).
     from ...projections.queries import compare_ws
 
     return compare_ws(ctx.ws, a.a, a.b)
 
 
 def _filter(ctx: ToolContext, a: FilterArgs) -> Any:
+    # In the function for start-up time: the queries, as `_compare`.
     from ...projections.queries import filter_ws
 
     crit = a.model_dump(exclude={"limit"})
@@ -428,6 +429,7 @@ def _filter(ctx: ToolContext, a: FilterArgs) -> Any:
 
 
 def _sql(ctx: ToolContext, a: SqlArgs) -> Any:
+    # In the function for start-up time: the queries, as `_compare`.
     from ...projections.queries import sql_ws
 
     t = sql_ws(ctx.ws, a.query, max_rows=a.max_rows, timeout_s=a.timeout_s)
