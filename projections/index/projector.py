@@ -584,3 +584,46 @@ def _dicts(rel: duckdb.DuckDBPyConnection) -> Iterator[dict[str, Any]]:
     names = [c[0] for c in rel.description]
     for row in rel.fetchall():
         yield dict(zip(names, row, strict=True))
+
+PROJECTED_TYPES = frozenset(_HANDLERS)
+
+# The fields of each projected event that no column of its tables holds under the field's own
+# name: where they went instead, or that they stay in `events.payload` only (queryable as
+# JSON, not as a column). A new field of a projected event is a column or is named here
+# (tests/projections/test_index_fields.py, against a real catch-up).
+PAYLOAD_ONLY = "in `events.payload` only"
+LEFT_OUT: dict[str, dict[str, str]] = {
+    "DeploymentPointPinned": {"source": PAYLOAD_ONLY},
+    "TaskDefined": {"profile_hash": PAYLOAD_ONLY + " (the point's `service`, `rev` are columns)"},
+    "TaskExited": {"state": "tasks.exit_state", "reason": "tasks.exit_reason",
+                   "handoff": "tasks.exit_handoff (and a `handoffs` row)",
+                   "evidence": PAYLOAD_ONLY},
+    "TaskReopened": {"reason": PAYLOAD_ONLY + " (the task's exit columns are cleared)"},
+    "LoopBlockStarted": {"index": "loop_blocks.block_index", "host": PAYLOAD_ONLY},
+    "ToolInvoked": {"cwd": PAYLOAD_ONLY, "env_digest": PAYLOAD_ONLY, "sandbox": PAYLOAD_ONLY},
+    "MeasurementRecorded": {"error": PAYLOAD_ONLY, "artifact_digest": PAYLOAD_ONLY,
+                            "meta": PAYLOAD_ONLY},
+    "VerificationRecorded": {"steps": PAYLOAD_ONLY, "differs": PAYLOAD_ONLY},
+    "DeliverableAccepted": {"summary": "decisions.reason"},
+    "SkillsProvided": {"skills": "one skills_provided row each (`skill`, `rank`)",
+                       "scores": "skills_provided.score"},
+    "HostSummarized": {"start": "start_at", "end": "end_at",
+                       "gpus": "one gpu_windows row each"},
+    "GpuProcessesChanged": {"at": "gpu_changes.observed_at"},
+    "EndpointSummarized": {"start": "endpoint_windows.start_at",
+                           "end": "endpoint_windows.end_at",
+                           "stats": PAYLOAD_ONLY + " (the samples in endpoint_samples)"},
+    "DiagnosisRecorded": {"findings": "diagnoses.rules_fired (each finding's rule)",
+                          **dict.fromkeys(("start", "end", "interval_s", "window", "log_file",
+                                           "log_lines_read", "slo_ms", "rules"),
+                                          PAYLOAD_ONLY)},
+    "ProfileCaptured": {"top": "one profile_ops row each (`rank`, `name`, `total_ms`, ...)",
+                        **dict.fromkeys(("url", "duration_s", "load", "bench", "traces",
+                                         "trace_names", "unit", "samples"), PAYLOAD_ONLY)},
+}
+# The envelope (every event's common fields) is the `events` table's, but for these.
+ENVELOPE_LEFT_OUT: dict[str, str] = {
+    "actor": "events.actor_kind, actor_name, actor_model",
+    "input_digests": PAYLOAD_ONLY + " (a run's point and repo snapshot: measurement_runs' "
+                     "dimensions and `repo_snapshot`)",
+}
