@@ -14,7 +14,7 @@
   syncs). Written by `repos/record.py`, and by the push guard (`repos/push_guard.py`) in
   the save of its approvals.
 - `agents`: agent steps that name no task (`AgentStepFailed` of an MCP call without a
-  task). Written by `harness/agents/registry.py`.
+  task). Written by `harness/agents/tool_registry.py`.
 - `guard`: the Safety Guard's facts that name no task (`ProductionRefused` of a call made
   outside any task). Written by `harness/guard/`.
 - `approvals`: the human gate: requests, grants, denials, uses and refusals of approvals

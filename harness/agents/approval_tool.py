@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..guard import approvals
-from .registry import AgentTool, Args, ToolContext
+from .tool_registry import AgentTool, Args, ToolContext
 
 
 class RequestApprovalArgs(Args):

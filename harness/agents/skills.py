@@ -47,7 +47,7 @@ from ...ledger.ids import MAX_PART_ID, is_id
 from ...ledger.workspace import Workspace
 from ...projections.embed import EmbeddingCache, EmbeddingError, encode_query, text_key
 from ..errors import HarnessError
-from .registry import AgentTool, Args, ToolContext
+from .tool_registry import AgentTool, Args, ToolContext
 
 CATEGORIES = ("sglang-upstream", "cross-library", "task", "ops")
 KEYS = ("name", "category", "task_types", "summary")

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ...projections.memory import read_memory, task_summary
 from ..guard.task_dirs import write_in_task
-from .registry import AgentTool, Args, ToolContext
+from .tool_registry import AgentTool, Args, ToolContext
 
 
 class TaskArgs(Args):

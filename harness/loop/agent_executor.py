@@ -61,8 +61,8 @@ from ...ledger.specs import (
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
 from ..agents import approval_tool, task_tools
-from ..agents import registry as T
 from ..agents import skills as S
+from ..agents import tool_registry as T
 from ..agents.context import (
     PLAN_PROMPT,
     REVIEW_PROMPT,

@@ -55,7 +55,7 @@ from ...ledger.specs import (
 from ...ledger.streams import ENGINES_STREAM, task_stream
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
-from ..agents.registry import AgentTool, Args, ToolContext
+from ..agents.tool_registry import AgentTool, Args, ToolContext
 from ..engines import engine_for
 from ..engines.base import engine_config_of
 from ..engines.whole import deploy_whole

@@ -12,7 +12,7 @@ import time
 import tracemalloc
 
 import pytest
-from infer_forge.harness.agents import registry as T
+from infer_forge.harness.agents import tool_registry as T
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import handoff_block, start_block

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from infer_forge.harness.agents import registry as T
 from infer_forge.harness.agents import skills as S
+from infer_forge.harness.agents import tool_registry as T
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import (

@@ -252,7 +252,7 @@ def test_a_probe_still_running_at_max_duration_is_cut_off(forge_home, tmp_path):
 
 
 def test_the_agent_bench_tool_is_refused_and_recorded(forge_home, tiny_tokenizer_dir):
-    from infer_forge.harness.agents import registry as tools
+    from infer_forge.harness.agents import tool_registry as tools
     from infer_forge.harness.mcp.loop_tools import TOOLS
     from infer_forge.harness.mcp.session_tools import AgentSession, session_tools
 

@@ -357,7 +357,7 @@ def test_unknown_bound_task_fails_at_start(forge_home):
 
 
 def test_a_fault_of_forge_is_a_recorded_tool_error(workspace):
-    from infer_forge.harness.agents import registry as tools
+    from infer_forge.harness.agents import tool_registry as tools
     from infer_forge.harness.mcp.server import _call
 
     def boom(_ctx: Any, _a: Any) -> Any:
