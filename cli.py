@@ -44,6 +44,11 @@ from .projections.errors import ProjectionError
 from .repos.errors import RepoError
 from .wiki.errors import WikiError
 
+# Every in-function import in this module is for start-up time: each command imports the
+# harness, projections, wiki or repos function it calls in its own body, so one `forge` call
+# loads its own command's floors, not every command's (ARCHITECTURE.md; held by
+# tests/cli/test_startup.py).
+
 # --- shared helpers ---------------------------------------------------------------------
 
 # The packages' own error bases: each becomes one line (and a non-zero exit).
@@ -2267,7 +2272,7 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
     Example:
       forge build sglang --task tune-tiny-cpu
     """
-    from .harness.tools.build import build_command
+    from .harness.tool_calls.build import build_command
 
     out = build_command(open_ws(ctx), member, task_id, force=no_cache, tee=not as_json,
                         progress=None if as_json else lambda s: click.echo(s, err=True))

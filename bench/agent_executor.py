@@ -22,7 +22,7 @@ from pathlib import Path
 
 from infer_forge.harness.loop.agent_executor import AgentExecutor
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.loop.evaluation import RunResult
+from infer_forge.harness.loop.evaluator_protocol import RunResult
 from infer_forge.harness.loop.run import run_task
 from infer_forge.harness.task import load_task_from_ledger
 from infer_forge.harness.testing.scripted_chat import ScriptedChat

@@ -7,7 +7,7 @@ A member (a local bare remote, a MonoRepo root made by `forge repos init`, all i
 directory removed at the end) whose build compiles `--files` small C files with `cc -O2`
 into build/app (without a C compiler: `python -m compileall` over 25x as many files). Each
 round runs, in this process: the bare build command (`subprocess`, no forge: the baseline), a
-miss (`harness.tools.build.build` with an environment variable set to the round's number, so
+miss (`harness.tool_calls.build.build` with an environment variable set to the round's number, so
 that the key is new), and a hit (the same inputs again). Reported: min and median seconds of
 each, the ratio miss/hit and the miss's cost over the bare command.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO.parent))
 
-from infer_forge.harness.tools.build import build  # noqa: E402
+from infer_forge.harness.tool_calls.build import build  # noqa: E402
 from infer_forge.ledger.workspace import init_workspace  # noqa: E402
 from infer_forge.repos import commands as C  # noqa: E402
 from infer_forge.repos.git import git  # noqa: E402

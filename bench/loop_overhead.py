@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.loop.evaluation import RunResult
+from infer_forge.harness.loop.evaluator_protocol import RunResult
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import events as E
 from infer_forge.ledger.store import Append

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from _manual_task import manual_task_dir, pct  # noqa: E402  (bench/ is on sys.path)
-from infer_forge.harness.agents import registry as tools
+from infer_forge.harness.agents import tool_registry as tools
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import start_block
-from infer_forge.harness.mcp.tools import TOOLS
+from infer_forge.harness.mcp.loop_tools import TOOLS
 from infer_forge.ledger import events as E
 from infer_forge.ledger.workspace import init_workspace
 

@@ -31,7 +31,7 @@ from _manual_task import manual_task_dir, pct  # noqa: E402  (bench/ is on sys.p
 from infer_forge.harness.guard import sandbox as S
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import start_block
-from infer_forge.harness.tools.calls import run_tool
+from infer_forge.harness.tool_calls.calls import run_tool
 from infer_forge.ledger.workspace import init_workspace
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,20 +11,23 @@
   `--task` the capture goes to that task's stream (naming its block when given), so two
   blocks' profiles sit in their task's history. Written by `harness/perf/capture.py`.
 - `repos`: the MonoRepo's facts (init, snapshots, restores, push approvals and refusals,
-  syncs). Written by `repos/record.py` only.
+  syncs). Written by `repos/record.py`, and by the push guard (`repos/push_guard.py`) in
+  the save of its approvals.
 - `agents`: agent steps that name no task (`AgentStepFailed` of an MCP call without a
-  task). Written by `harness/agents/registry.py`.
+  task). Written by `harness/agents/tool_registry.py`.
 - `guard`: the Safety Guard's facts that name no task (`ProductionRefused` of a call made
   outside any task). Written by `harness/guard/`.
 - `approvals`: the human gate: requests, grants, denials, uses and refusals of approvals
   (`Approval*`). Written by `harness/guard/approvals.py`, and by the push guard
-  (`repos/guard.py`: a refused push's request, a push's use) in the save of its own facts.
+  (`repos/push_guard.py`: a refused push's request, a push's use) in the save of its own facts.
 - `nodes`: the Node Registry's observations: hosts registered (inventory), GPU compute
   process changes, periodic summaries. Written by `harness/nodes/registry.py`.
 - `claims`: leases on resources (GPUs, ports, whole hosts), their releases and cleanups.
   `claim:<claim id>`: that lease's heartbeats (one stream each, so the `claims` stream stays
   short and a lease's age is one row read). Both written by `harness/nodes/claims.py`; a
-  claim is appended under the `claims` stream's version (racing claims cannot both win).
+  claim is appended under the `claims` stream's version (racing claims cannot both win). A
+  graph node's claim and its releases are saved by `harness/graph/` with the graph's own
+  events (built in `harness/graph/lease.py`).
 - `diagnoses`: `forge diagnose`'s results (`DiagnosisRecorded`) that name no task; with
   `--task` the diagnosis goes to that task's stream instead (in its open block), so a
   `diagnosis` task's history holds its evidence. Written by `harness/diagnose/collect.py`.
@@ -35,6 +38,7 @@
   block reproduced): not the task's stream, whose task has usually exited and whose history
   is the loop's. Written by `harness/loop/reproduce.py`.
 - `command:<command id>`: the store's bookkeeping marker of a save (`CommandHandled`).
+  Written by `ledger/store.py` alone.
 """
 
 from __future__ import annotations

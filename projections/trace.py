@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..ledger import codec
 from ..ledger import events as E
 from ..ledger.errors import NotFoundError
 from ..ledger.ids import shown
@@ -61,8 +62,6 @@ def find_event(ledger: Ledger, ident: str) -> Recorded:
     if len(found) > 1:
         raise NotFoundError(f"event id prefix {shown(ident)} is not unique: give more of it")
     pos, stream, version, topic, state = found[0]
-    from ..ledger import codec
-
     return Recorded(pos, stream, version, codec.decode(stream, version, topic, state))
 
 

@@ -23,8 +23,10 @@ from . import snapshot as snap
 from . import worktrees
 from .errors import RepoError
 from .git import Tree
+from .hooks import install_hooks
 from .record import append, record_snapshot
 from .root import MonoRepo, init_root
+from .sync import sync as sync_members
 
 Progress = Callable[[str], None]
 
@@ -52,8 +54,6 @@ def worktree_base(ws: Workspace) -> Path:
 def init(ws: Workspace, manifest: str | Path, progress: Progress | None = None
          ) -> dict[str, Any]:
     mono, adopted = init_root(manifest, root_of(ws), progress)
-    from .hooks import install_hooks  # the push guard's pre-push, in the root and every member
-
     install_hooks(mono, ws.home)
     text = (mono.root / "forge-repos.yaml").read_bytes()
     append(ws, [E.MonoRepoInitialized(root=str(mono.root),
@@ -125,8 +125,6 @@ def sync(ws: Workspace, member: str | None = None, progress: Progress | None = N
     """`forge repos sync`: fetch and bring the members' branches onto their upstream
     (repos/sync.py), and record one RepoSynced per branch (conflicts and failures too);
     `branch`: that task branch alone."""
-    from .sync import sync as sync_members  # repos/sync.py: the git work, no ledger
-
     events = sync_members(open_monorepo(ws), member, progress, branch=branch)
     if events:
         append(ws, events)

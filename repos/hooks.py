@@ -5,7 +5,7 @@
 (`git rev-parse --git-path hooks`: a submodule's lives under the root's `.git/modules/…`,
 and task worktrees share their member's). The hook is a small sh script that exports
 FORGE_HOME and hands git's arguments and stdin to `forge repos pre-push --member NAME`
-(repos/guard.py decides and records); it exits non-zero, and git aborts the push, when the
+(repos/push_guard.py decides and records); it exits non-zero, and git aborts the push, when the
 guard refuses or cannot run at all (fail closed).
 
 A client hook is advice, not a guard: `git push --no-verify`, `git -c core.hooksPath=...`

@@ -1,4 +1,4 @@
-"""Pushing under the push guard (repos/guard.py): the hook's entry point and forge's own path.
+"""Pushing under the push guard (repos/push_guard.py): the hook's entry point and forge's own path.
 
 - `hook_check(ws, member, remote, url, text)`: what the pre-push hook runs on git's input;
   the one-line refusals (empty: the push may go ahead). Decisions are recorded by the guard.
@@ -36,8 +36,8 @@ from typing import Any
 from ..ledger.workspace import Workspace
 from .errors import RepoError
 from .git import commit_of, git, out, read_small
-from .guard import SHA, ZERO, Update, check_push, full_ref, member_repo, refusal_line
 from .hooks import managed
+from .push_guard import SHA, ZERO, Update, check_push, full_ref, member_repo, refusal_line
 from .root import MonoRepo
 
 PREAPPROVED_ENV = "FORGE_PUSH_APPROVALS"

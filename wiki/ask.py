@@ -35,10 +35,17 @@ from ..ledger.workspace import Workspace
 from ..projections.index import open_index, tracked_position
 from .chat import Post
 from .concepts import claims as C
+from .concepts import evidence
+from .concepts.compiler import ask as chat
+from .concepts.compiler import tier_settings
 from .concepts.evidence import lookup, payloads
-from .concepts.model import Citation, ConceptPage, load_catalog
+from .concepts.freshness import page_states
+from .concepts.model import Catalog, Citation, ConceptPage, load_catalog
+from .embed import EmbeddingCache
 from .errors import WikiError
 from .pages import decision_path, task_path
+from .record_lint import stale_by_decision
+from .retrieve import Retriever, corpus_docs
 
 MAX_CLAIMS = 8
 MAX_CONCEPTS = 3
@@ -275,9 +282,6 @@ def _rank(scored: list[tuple[float, _Doc]]) -> list[tuple[float, _Doc]]:
 
 
 def _retrieval_docs(ws: Workspace, question: str, con: Any) -> list[_Doc]:
-    from .embed import EmbeddingCache
-    from .retrieve import Retriever, corpus_docs
-
     # The retriever of `forge retrieve`, on this session's connection (the index is locked)
     model = ws.config.settings.wiki.embedding_model
     corpus = corpus_docs(con)
@@ -313,11 +317,6 @@ def caveats(con: Any, wiki_dir: Path, answer: Answer) -> None:
     """What the reader should know about a claim: a finding it cites whose runtime profile
     moved on without a re-verification (lint's stale claims), a concept page it comes from
     that is stale or orphaned now."""
-    from .concepts import evidence
-    from .concepts.freshness import page_states
-    from .concepts.model import Catalog
-    from .record_lint import stale_by_decision
-
     stale = stale_by_decision(con)
     pages = {p.path: p for p in load_catalog(wiki_dir).pages.values()}
     used = {c.source: pages[c.source] for c in answer.claims if c.source in pages}
@@ -340,8 +339,6 @@ def caveats(con: Any, wiki_dir: Path, answer: Answer) -> None:
 def phrase(con: Any, tier: str, settings: Any, answer: Answer, post: Post | None = None
            ) -> None:
     """Let the tier's model phrase `answer` from its claims; keep what passes the check."""
-    from .concepts.compiler import ask as chat
-
     ids = answer.cited()
     evidence = payloads(con, ids)
     lines = []
@@ -378,8 +375,6 @@ def ask(ws: Workspace, question: str, *, tier: str | None = None,
     """Answer `question` from the journal (module contract). The model tier: `tier`, else
     `[models.wiki]` when forge.toml has it (as `forge wiki compile`); none if
     `deterministic`; its requests sent by `post`. `embeddings`: may fall back to retrieval."""
-    from .concepts.compiler import tier_settings
-
     question = " ".join(question.split())
     if not terms(question):
         raise WikiError(f"question {question[:80]!r}: no word to look for (ask about a flag, "

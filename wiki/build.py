@@ -35,6 +35,7 @@ from .answers import answer_pages
 from .chat import Post
 from .concepts.site import catalog_digest, llms_txt, site_pages
 from .concurrency import concurrency_page
+from .embed import EmbeddingCache
 from .endpoints import endpoints_page
 from .files import write_if_changed
 from .graphs import GRAPH_INDEX, graph_pages
@@ -109,8 +110,6 @@ def add_related(pages: list[Page], settings: WikiSettings, cache_dir: Path,
     cand = [p for p in pages if p.kind in ("task", "decision")]
     if len(cand) < 2:
         if settings.embeddings and extra_texts:
-            from .embed import EmbeddingCache
-
             cache = EmbeddingCache(cache_dir / "_embeddings.npz", settings.model)
             cache.embed(list(extra_texts))
             cache.save()
@@ -126,8 +125,6 @@ def add_related(pages: list[Page], settings: WikiSettings, cache_dir: Path,
             codes[i, j] = -1 - i if v is None else vocab.setdefault(v, len(vocab))
     vecs = None
     if settings.embeddings:
-        from .embed import EmbeddingCache
-
         cache = EmbeddingCache(cache_dir / "_embeddings.npz", settings.model)
         vecs = cache.embed([embed_text(p) for p in cand])
         cache.embed(list(extra_texts))

@@ -136,6 +136,8 @@ def lint(ws: Workspace, record: bool = True) -> LintReport:
     rep = lint_dir(wiki_dir)
     rep.ledger_position = ws.ledger.max_position()
     if record:
+        # In the function for start-up time: `--files-only` does not load the record's
+        # checks and the concepts (~140 ms).
         from .concepts.model import load_catalog
         from .record_lint import check_record
 
@@ -153,6 +155,7 @@ def lint(ws: Workspace, record: bool = True) -> LintReport:
 def concepts_known(con: Any) -> dict[str, str]:
     """Concept page path -> concept key, for every concept the index shows now (what
     `forge wiki compile` would write a page for)."""
+    # In the function for start-up time: the concepts' evidence, with the record's checks.
     from .concepts.evidence import derive, load
     from .concepts.model import concept_path
 

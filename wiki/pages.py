@@ -333,6 +333,8 @@ def _add_trace(p: Page, c: dict[str, Any]) -> None:
     """The decision's traceable path (`forge trace`, projections/trace.py): block and routing,
     tool calls, measurements, gates, handoff, graph edges fed, artifacts. Every value is
     plain text or code: argv, reasons and findings never form a link or markup."""
+    # In the function for start-up time: the trace reads (~20 ms) load for a decision's page,
+    # not for every user of the pages' paths (`forge wiki ask`, retrieval).
     from ..projections.trace import gate_line
 
     p.add("h", "Traceable path")

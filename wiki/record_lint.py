@@ -33,6 +33,7 @@ import orjson
 
 from ..ledger.workspace import Workspace
 from ..projections.index import open_index
+from .concepts.model import concept_path, concept_slug
 
 K_BAND = 4.0
 DEFAULT_CV = 0.05  # the run-to-run CV assumed where history supports no learned band
@@ -177,8 +178,6 @@ def contradictions(findings: list[Finding], cvs: dict[tuple[str, str], float | N
 def flag_pages(candidate: dict[str, Any]) -> list[str]:
     """The concept pages (`flag:<key>=<value>`, as wiki/concepts/evidence.py names them) of a
     candidate's settings."""
-    from .concepts.model import concept_path, concept_slug
-
     return [concept_path(concept_slug(
         "flag", f"{k}={v if isinstance(v, str) else orjson.dumps(v).decode()}"))
         for k, v in sorted(candidate.items())]
@@ -258,6 +257,8 @@ def check_record(ws: Workspace, concept_pages: set[str] | None = None,
                  concepts_known: Any = None) -> RecordReport:
     """Contradictions, stale claims and (given the journal's concept page paths and a
     `concepts_known(con) -> {path: concept key}`) concepts without a page."""
+    # In the function for start-up time: `forge wiki ask` reads stale claims here without
+    # the noise bands (~25 ms).
     from ..projections.noise import point_bands
 
     rep = RecordReport()
@@ -280,8 +281,6 @@ def check_record(ws: Workspace, concept_pages: set[str] | None = None,
     rep.stale_claims = stale_claims(findings, revs, verified)
     rep.known_concepts = dict(known)
     if concept_pages is not None:
-        from .concepts.model import concept_path, concept_slug
-
         rep.missing_concepts = [{"page": p, "concept": name, "mentioned_in": None}
                                 for p, name in sorted(known.items()) if p not in concept_pages]
         shown = set(known) | concept_pages

@@ -43,6 +43,8 @@ def traces(ws: Workspace, snap: Snapshot, wiki_dir: Path, graph_pos: int
            ) -> tuple[dict[str, dict[str, Any]], int]:
     """Decision id -> trace for every decision of the snapshot, and how many were traced
     afresh (the others come from the record, which is rewritten when anything changed)."""
+    # In the function for start-up time: a fresh build returns before it traces; the trace
+    # reads (~20 ms) load when decisions are traced.
     from ..projections.trace import traces_for
 
     path = wiki_dir / TRACES

@@ -1,5 +1,5 @@
 """The agent tool of the human gate: `request_approval` (`TOOLS`, for a registry's user to
-assemble: harness/mcp/tools.py, harness/loop/agent_executor.py).
+assemble: harness/mcp/loop_tools.py, harness/loop/agent_executor.py).
 
 An agent may ASK for a person's approval of an action (a push, a production call, a cleanup,
 an acceptance); the request is recorded with the agent as its actor and `forge approvals`
@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..guard import approvals
-from .registry import AgentTool, Args, ToolContext
+from .tool_registry import AgentTool, Args, ToolContext
 
 
 class RequestApprovalArgs(Args):

@@ -27,7 +27,7 @@ at most 63 characters, equal to the file's name), `category` (`CATEGORIES`), `ta
   Returns the skills and an unsaved `SkillsProvided`; `provide` fills in the task and block
   (the agent executor saves it with its block).
 - Agent tools `skills_list` and `skills_get` are defined here (`TOOLS`, for a registry's user
-  to assemble: harness/mcp/tools.py, harness/loop/agent_executor.py).
+  to assemble: harness/mcp/loop_tools.py, harness/loop/agent_executor.py).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from ...ledger.ids import MAX_PART_ID, is_id
 from ...ledger.workspace import Workspace
 from ...projections.embed import EmbeddingCache, EmbeddingError, encode_query, text_key
 from ..errors import HarnessError
-from .registry import AgentTool, Args, ToolContext
+from .tool_registry import AgentTool, Args, ToolContext
 
 CATEGORIES = ("sglang-upstream", "cross-library", "task", "ops")
 KEYS = ("name", "category", "task_types", "summary")

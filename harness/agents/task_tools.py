@@ -2,7 +2,7 @@
 (Task Memory and the task's summary, read-only) and `write_file` (a file under the task's
 worktrees or scratch directory, through harness/guard/task_dirs.py `write_in_task`: never
 the task definition, never its gates, never through a link). `TOOLS` in that order; the
-loop's steps as tools (`block_start`, …, `run_command`, `measure`) are harness/mcp/tools.py's.
+loop's steps as tools (`block_start`, …, `run_command`, `measure`) are harness/mcp/loop_tools.py's.
 `RunArgs` is the arguments of every `run_command` (the MCP's, the agent executor's own).
 """
 
@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ...projections.memory import read_memory, task_summary
 from ..guard.task_dirs import write_in_task
-from .registry import AgentTool, Args, ToolContext
+from .tool_registry import AgentTool, Args, ToolContext
 
 
 class TaskArgs(Args):

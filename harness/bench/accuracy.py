@@ -261,7 +261,8 @@ def evaluate_accuracy(ws: Workspace, url: str, model: str, task: str = "arith", 
         raise HarnessError(f"margin {margin}: must be >= 0")
     # lm_eval sends its own requests, unpaced: against a production endpoint that is load
     # beyond any probe budget, refused (and recorded) before anything is sent unless forge.toml
-    # allows it and a person approved this exact run.
+    # allows it and a person approved this exact run. In the function for start-up time: the
+    # production guard (~5 ms, its task reads) loads for a run, not for the gates judging one.
     from ..guard import production
 
     path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"

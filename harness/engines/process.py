@@ -37,6 +37,7 @@ from typing import BinaryIO
 
 from ..errors import HarnessError
 from ..guard.engine_sandbox import EngineSandbox
+from ..guard.outbound import fetch
 from ..proc import die_with_parent, group_alive
 
 TAIL_LINES = 20
@@ -59,8 +60,6 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     0 (not an exception). The second happens while a server is starting: polling a port in
     the ephemeral range before anything listens on it can connect the socket to itself, and
     the poll then reads its own request back (`BadStatusLine: GET /health HTTP/1.1`)."""
-    from ..guard.outbound import fetch  # the one outbound client: deadline and byte cap
-
     try:
         r = fetch("GET", url, timeout_s=timeout, max_bytes=HEALTH_MAX_BYTES)
     except HarnessError:

@@ -33,7 +33,7 @@ from ..loop.run import run_task
 from ..nodes.identity import local_host
 from ..proc import CommandOutcome, last_line, run_in_session
 from ..record import append_to_task
-from ..tools.calls import capture_redactor
+from ..tool_calls.calls import capture_redactor
 from . import lease
 from .commands import ACTOR, handoff_events
 

@@ -37,7 +37,7 @@ once, and not after its `expires_at`. Everything is an event on the `approvals` 
   confirmed the same way.
 
 Expiry follows the module's `clock` (UTC now by default): tests set their own instead of
-sleeping. The push guard (repos/guard.py, below harness) reads the same fold and writes the
+sleeping. The push guard (repos/push_guard.py, below harness) reads the same fold and writes the
 same events for a refused push (its request) and an allowed one (its use).
 """
 
@@ -367,7 +367,7 @@ def approve_push(ws: Workspace, member: str, remote: str, ref: str, old: str, ne
     is returned as it is (created False); a pending request of it (a refused push) is
     granted; else the request and the grant are recorded now."""
     # In the function for start-up time: the push guard (~25 ms) loads for a push only.
-    from ...repos.guard import push_action, resolve_push
+    from ...repos.push_guard import push_action, resolve_push
 
     if not reason.strip():
         raise HarnessError("approve: --reason must say why the push may go ahead")

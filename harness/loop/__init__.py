@@ -25,7 +25,7 @@ Contracts:
 Modules: `task` (a task loaded from the ledger), `define` (spec registration), `steps`
 (each step's events and the stepper that saves them), `run` (the automatic loop), `manual`
 (the manual path and the task lifecycle commands: exit, reopen), `verify` (a block's
-verification path), `evaluator` and
+verification path), `evaluator_protocol` (the interface), `command_evaluator` and
 `engine_evaluator` (measuring a candidate), `executors` (choosing the next candidate),
 `gates` (judging runs against the contract), `routing` (executor, model tier, topology).
 The task's state and the read queries (task list, show, memory) live in

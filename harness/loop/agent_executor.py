@@ -61,8 +61,8 @@ from ...ledger.specs import (
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory
 from ..agents import approval_tool, task_tools
-from ..agents import registry as T
 from ..agents import skills as S
+from ..agents import tool_registry as T
 from ..agents.context import (
     PLAN_PROMPT,
     REVIEW_PROMPT,
@@ -74,7 +74,7 @@ from ..agents.context import (
 from ..agents.models import ModelReply, call_model, put_json
 from ..errors import HarnessError
 from ..guard.task_dirs import dir_in_task
-from ..tools.calls import run_tool
+from ..tool_calls.calls import run_tool
 from .decision import Decision, describe, out_of_scope
 from .routing import route
 

@@ -9,7 +9,7 @@
   What the block records is that commit id, so a candidate is exactly re-runnable.
 - `prepare`: before a block is measured, every changed member's worktree is put on the
   block's commit (its pinned commit for a block without `code.<member>`, the baseline), built
-  (harness/tools/build.py, cached) and handed to the evaluator as `FORGE_WORKTREE_<MEMBER>`
+  (harness/tool_calls/build.py, cached) and handed to the evaluator as `FORGE_WORKTREE_<MEMBER>`
   and `FORGE_WORKTREES` (JSON). A failed build is a failed run, as data.
 - `keep_refs`: a decided block's commits stay findable: `refs/forge/accepted/<task>/<block>`
   or `refs/forge/rejected/<task>/<block>` in the member, named in the decision's evidence.
@@ -196,7 +196,9 @@ def prepare(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, A
     out = Prepared()
     if not code_members(lt):
         return out
-    from ..tools.build import build  # the build tool runs processes: loaded when used
+    # In the function for start-up time: the build tool (~30 ms, its supervisor and cache)
+    # loads for a task with code members only; every loop module imports this one.
+    from ..tool_calls.build import build
 
     mono = task_monorepo(ws, lt)
     pins = pinned(ws, lt, mono)

@@ -1,6 +1,6 @@
 """Evaluating a candidate on a real engine: launch, check outputs, benchmark, tear down.
 
-Contract (an `Evaluator`, see evaluation.py):
+Contract (an `Evaluator`, see evaluator_protocol.py):
 - One deployment per candidate: the whole of `ctx.point` served by `ctx.profile` (the loop
   has applied the candidate: `engine.<key>`, `profile.<field>`, `topology.<path>` and role
   keys such as `prefill.tp`), through `engines.whole.deploy_whole` (one colocated server
@@ -55,7 +55,7 @@ from ..errors import HarnessError
 from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
 from ..models.weights import model_path, parse_name, pull
-from .evaluation import EvalContext, RunResult
+from .evaluator_protocol import EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32
 

@@ -52,7 +52,7 @@ from ..engines.whole import placement_problem
 from ..errors import HarnessError
 from ..jsonl import last_json_line
 from ..proc import last_line
-from ..tools.calls import run_tool
+from ..tool_calls.calls import run_tool
 from .decision import Decision, Executor, describe
 from .search import Halving
 from .search import key as candidate_key

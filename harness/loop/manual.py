@@ -20,7 +20,7 @@ from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
 from ..task import LoadedTask, human_actor, load_task_from_ledger
-from ..tools.calls import run_tool
+from ..tool_calls.calls import run_tool
 from . import code
 from .decision import describe, out_of_scope
 from .routing import route

@@ -19,7 +19,7 @@ Contract:
   or an accelerator this host lacks (a non-CPU point needs that many GPUs of that vendor whose
   name contains the point's model, from the Node Registry's probe; a profile on the
   `external` engine runs wherever its endpoint is, so its accelerator is not checked).
-- The run: the task's own evaluator (`evaluator.make_evaluator`, the loop's), the block's
+- The run: the task's own evaluator (`command_evaluator.make_evaluator`, the loop's), the block's
   candidate, the contract's repeats (or `repeats`), the baseline's outputs for token match.
   Nothing is written to the task's stream (it has usually exited); engine launches go to the
   engines stream naming the task and block, as the measure step's do.
@@ -61,8 +61,8 @@ from ..errors import HarnessError
 from ..models.weights import MANIFEST, model_path, parse_name, read_manifest, verify_model
 from ..task import LoadedTask, load_task_from_ledger
 from . import code
-from .evaluation import EvalContext
-from .evaluator import make_evaluator
+from .command_evaluator import make_evaluator
+from .evaluator_protocol import EvalContext
 
 ACTOR = E.Actor.tool("forge-reproduce")
 K_CV = 3.0

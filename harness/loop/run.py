@@ -15,10 +15,10 @@ from ...repos.errors import RepoError
 from ..errors import HarnessError
 from ..task import LOOP_ACTOR, LoadedTask, Progress, load_task_from_ledger
 from . import code
+from .command_evaluator import make_evaluator
 from .decision import Executor, describe
 from .define import define_task
-from .evaluation import Evaluator
-from .evaluator import make_evaluator
+from .evaluator_protocol import Evaluator
 from .executors import CommandExecutor, make_executor
 from .human_gate import AwaitingApproval, gate_acceptance
 from .routing import route

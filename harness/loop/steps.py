@@ -27,7 +27,7 @@ from ..record import append_to_task
 from ..task import LOOP_ACTOR, LoadedTask, Progress
 from . import code
 from .decision import Executor, describe, out_of_scope
-from .evaluation import EvalContext, Evaluator, RunResult
+from .evaluator_protocol import EvalContext, Evaluator, RunResult
 from .executors import SweepExecutor
 from .verify import BlockVerification, verify
 

@@ -54,7 +54,7 @@ from ...projections.noise import point_bands
 from ..bench.slo import with_slo_gates
 from ..errors import HarnessError
 from ..task import LoadedTask
-from ..tools.calls import run_tool
+from ..tool_calls.calls import run_tool
 from .gates import Verdict, judge
 
 TAIL_LINES = 5  # the last lines of a command step's output kept in its result

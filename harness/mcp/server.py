@@ -2,13 +2,13 @@
 agent (Claude Code, Codex CLI, any MCP client) drives a task's loop under its contract.
 
 Contract:
-- Tools: every agent tool (`tools.TOOLS`: the task tools, the loop's steps, the approval
-  request, the skills; then this session's tools of session_tools.py), each
+- Tools: every agent tool (`loop_tools.TOOLS`: the task tools, the loop's steps, the
+  approval request, the skills; then this session's tools of session_tools.py), each
   with its pydantic parameters' JSON schema as `inputSchema`. Every call goes through
-  `registry.call`: a refusal (a candidate outside the scope, a write to the task definition or
-  its gates, a path or cwd outside the task's directories, an unknown tool, arguments that do
-  not validate) is recorded as AgentStepFailed and answered as a tool error (`isError`, the
-  one-line reason as its text); a result is its JSON as text.
+  `tool_registry.call`: a refusal (a candidate outside the scope, a write to the task
+  definition or its gates, a path or cwd outside the task's directories, an unknown tool,
+  arguments that do not validate) is recorded as AgentStepFailed and answered as a tool
+  error (`isError`, the one-line reason as its text); a result is its JSON as text.
 - The actor of every event a call records: `Actor(kind="agent", name="<client>/<version>"`
   from the client's `initialize` clientInfo, `model=` the call's `_meta.model` when the
   client says it, else `FORGE_AGENT_MODEL` in the server's environment (set it in the
@@ -46,10 +46,10 @@ from ...ledger.errors import LedgerError
 from ...ledger.workspace import Workspace
 from ...projections.errors import ProjectionError
 from ...projections.memory import read_memory
-from ..agents import registry, skills
+from ..agents import skills, tool_registry
 from ..errors import HarnessError
+from .loop_tools import TOOLS
 from .session_tools import AgentSession, Ask, Retrieve, session_tools
-from .tools import TOOLS
 
 MODEL_ENV = "FORGE_AGENT_MODEL"
 META_MODEL_KEY = "model"  # a call's `_meta.model`: the model the client runs
@@ -139,7 +139,7 @@ def _server_class() -> type:
 
         # --- tools ---------------------------------------------------------------------
 
-        def tool_context(self, context: Any = None) -> registry.ToolContext:
+        def tool_context(self, context: Any = None) -> tool_registry.ToolContext:
             info = meta = None
             if context is not None:
                 with contextlib.suppress(ValueError):  # no request: an in-process call
@@ -147,7 +147,7 @@ def _server_class() -> type:
                     params = rc.session.client_params
                     info = params.client_info if params is not None else None
                     meta = rc.meta
-            return registry.ToolContext(self.ws, actor_of(info, meta, self.default_model),
+            return tool_registry.ToolContext(self.ws, actor_of(info, meta, self.default_model),
                                      self.task_id, self.progress, dict(self.extra),
                                      tools=TOOLS)
 
@@ -155,7 +155,7 @@ def _server_class() -> type:
             return [MCPTool(name=t.name, description=t.description,
                             input_schema=t.params.model_json_schema(),
                             annotations=ToolAnnotations(read_only_hint=not t.writes))
-                    for t in registry.available(self.tool_context()).values()]
+                    for t in tool_registry.available(self.tool_context()).values()]
 
         async def call_tool(self, name: str, arguments: dict[str, Any],
                             context: Any = None) -> CallToolResult:
@@ -209,18 +209,19 @@ def _server_class() -> type:
     return ForgeMCPServer
 
 
-def _call(ctx: registry.ToolContext, name: str, arguments: dict[str, Any]) -> registry.ToolResult:
-    """`registry.call`; a fault of forge's own (an exception it does not expect) is still a
+def _call(ctx: tool_registry.ToolContext, name: str, arguments: dict[str, Any]
+          ) -> tool_registry.ToolResult:
+    """`tool_registry.call`; a fault of forge's own (an exception it does not expect) is still a
     recorded failed step and a tool error, with its traceback on the server's stderr."""
     try:
-        return registry.call(ctx, name, arguments)
+        return tool_registry.call(ctx, name, arguments)
     except Exception as e:  # noqa: BLE001 - the agent gets an answer, the ledger the fact
         traceback.print_exc(file=sys.stderr)
         why = f"{name}: internal error: {type(e).__name__}: {_one_line(e)}"[:1000]
         tid = arguments.get("task_id")
-        registry.record_failure(ctx, name, why, arguments,
+        tool_registry.record_failure(ctx, name, why, arguments,
                              tid if isinstance(tid, str) else ctx.task_id)
-        return registry.ToolResult(False, error=why)
+        return tool_registry.ToolResult(False, error=why)
 
 
 def _definition(ws: Workspace, task_id: str) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProjectionError
 from .endpoints import ops as endpoint_ops
-from .projector import SQL_TOPICS, Projector, _Rows
+from .projector import SQL_TOPICS, Projector, TableRows
 from .schema import DIM_NAMES, DIMS, PROJECTION, tracked_position
 
 if TYPE_CHECKING:  # imported where used: importing the index (every forge command) stays fast
@@ -269,7 +269,7 @@ def _with_dims(tbl: pa.Table, p: Projector, dims: list[int]) -> pa.Table:
     index into the projector's `b_dims_index`)."""
     import pyarrow as pa
 
-    distinct = _Rows(DIM_NAMES)
+    distinct = TableRows(DIM_NAMES)
     distinct.rows.extend(p.b_dims_index)  # insertion order = index order
     take = pa.array(dims, pa.int32())
     for name, arr in zip(DIM_NAMES, _table(distinct).columns, strict=True):
@@ -344,7 +344,7 @@ def arrow_types() -> dict[str, pa.DataType]:
     }
 
 
-def _table(rows: _Rows) -> pa.Table:
+def _table(rows: TableRows) -> pa.Table:
     import pyarrow as pa
 
     types = arrow_types()

@@ -1,7 +1,8 @@
 """Dimensions and column values of the index's rows. A point's dimensions and a profile's
 columns are read from their one stored shape (`specs.stored_point` / `stored_profile`); gate
-rows from `GateResult` payloads (the projector). The underscored converters (for free-form
-JSON such as a block's routing) are shared by the modules of this package only."""
+rows from `GateResult` payloads (the projector). The converters of a free-form JSON value
+(such as a block's routing) to a column's type (`as_int`, `as_float`, `as_str`: None when it
+has none; `sorted_json`) serve this package's modules."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from ...ledger.specs import DeploymentPoint, RuntimeProfile
 from .schema import DIM_NAMES
 
 
-def _int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
+    """An integer column's value: an int (not a bool), a whole float or a string of digits;
+    else None."""
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -25,7 +28,8 @@ def _int(v: Any) -> int | None:
     return None
 
 
-def _float(v: Any) -> float | None:
+def as_float(v: Any) -> float | None:
+    """A float column's value: any int or float (not a bool); else None."""
     if isinstance(v, bool):
         return None
     if isinstance(v, int | float):
@@ -33,7 +37,8 @@ def _float(v: Any) -> float | None:
     return None
 
 
-def _str(v: Any) -> str | None:
+def as_str(v: Any) -> str | None:
+    """A text column's value: the string itself, any other value's str(); None stays None."""
     if v is None:
         return None
     return v if isinstance(v, str) else str(v)
@@ -67,7 +72,7 @@ def profile_row(profile: RuntimeProfile) -> dict[str, Any]:
     return {"engine": profile.engine,
             "image": (image.digest or image.name) if image is not None else None,
             "framework": f"{fw.kind} {fw.version or ''}".strip() if fw is not None else None,
-            "config": _json(profile.config)}
+            "config": sorted_json(profile.config)}
 
 
 def candidate_key(candidate: Any) -> str:
@@ -75,5 +80,6 @@ def candidate_key(candidate: Any) -> str:
     return orjson.dumps(candidate or {}, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _json(v: Any) -> str:
+def sorted_json(v: Any) -> str:
+    """A JSON column's text: sorted keys, so equal values compare equal."""
     return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()

@@ -13,7 +13,7 @@ import orjson
 
 from ...ledger.errors import LedgerError
 from ...ledger.samples import decode_samples
-from .dims import _float, _int
+from .dims import as_float, as_int
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,8 +34,8 @@ def on_summary(b: EndpointBatch, artifacts: Callable[[str], bytes] | None, pos: 
     url, art = d.get("url"), d.get("samples_artifact")
     loaded = bool(art) and artifacts is not None and _load(b, artifacts, pos, str(url),
                                                              str(art))
-    b.windows.append((pos, url, d.get("start"), d.get("end"), _float(d.get("interval_s")),
-                      _int(d.get("samples")), _int(d.get("missed")), _int(d.get("errors")),
+    b.windows.append((pos, url, d.get("start"), d.get("end"), as_float(d.get("interval_s")),
+                      as_int(d.get("samples")), as_int(d.get("missed")), as_int(d.get("errors")),
                       d.get("last_error"), _slo(d.get("slo_ms")), art, loaded))
 
 
@@ -68,7 +68,7 @@ def on_diagnosis(b: EndpointBatch, pos: int, d: dict[str, Any]) -> None:
     get = d.get
     fired = [str(f.get("rule")) for f in (get("findings") or []) if isinstance(f, dict)]
     b.diagnoses.append((pos, get("event_id"), get("occurred_at"), get("task_id"),
-                        get("block_id"), get("url"), _int(get("samples")),
+                        get("block_id"), get("url"), as_int(get("samples")),
                         bool(get("healthy")), fired))
 
 

@@ -26,7 +26,15 @@ from ...ledger.payloads import Digest
 from ...ledger.samples import decode_samples
 from ...ledger.specs import stored_point, stored_profile
 from ...ledger.store import BOOKKEEPING_TYPES
-from .dims import _float, _int, _json, _str, candidate_key, point_dims, profile_row
+from .dims import (
+    as_float,
+    as_int,
+    as_str,
+    candidate_key,
+    point_dims,
+    profile_row,
+    sorted_json,
+)
 from .endpoints import EndpointBatch, on_diagnosis, on_summary
 from .schema import DIM_NAMES
 
@@ -39,7 +47,7 @@ _POINT_HASH_AT = DIM_NAMES.index("point_hash")
 SQL_TOPICS = frozenset({"ToolInvoked", "MeasurementRecorded", "LoopBlockHandedOff"})
 
 
-class _Rows:
+class TableRows:
     """Rows for one table in one batch, as tuples in `names` order: handlers append one
     tuple per row; `columns()` transposes them in C (zip) when the batch is written."""
 
@@ -130,9 +138,9 @@ class Projector:
         self.b_points: dict[str, dict[str, Any]] = {}
         self.b_profiles: dict[tuple[str, int | None], dict[str, Any]] = {}
         self.b_tasks: dict[str, dict[str, Any]] = {}
-        self.b_blocks = _Rows(_BLOCK_COLS)
-        self.b_tools = _Rows(_TOOL_COLS)
-        self.b_meas = _Rows(_MEAS_EV_COLS)
+        self.b_blocks = TableRows(_BLOCK_COLS)
+        self.b_tools = TableRows(_TOOL_COLS)
+        self.b_meas = TableRows(_MEAS_EV_COLS)
         # Runs share their task's dimensions: each run keeps an index into the batch's
         # distinct dimension tuples, expanded by Arrow's `take` (no per-run Python work).
         self.b_meas_dims: list[int] = []
@@ -140,16 +148,16 @@ class Projector:
         self.b_metric: list[str] = []
         self.b_value: list[float | None] = []
         self.b_moff: list[int] = []
-        self.b_inval = _Rows(["position", "event_id", "measurement_event_id", "reason"])
-        self.b_verif = _Rows(_VERIF_COLS)
-        self.b_gates = _Rows(_GATE_COLS)
-        self.b_dec = _Rows(_DEC_COLS)
-        self.b_hand = _Rows(_HAND_COLS)
-        self.b_skills = _Rows(_SKILL_COLS)
-        self.b_hwin = _Rows(_HWIN_COLS)
-        self.b_gwin = _Rows(_GWIN_COLS)
-        self.b_gchg = _Rows(_GCHG_COLS)
-        self.b_profops = _Rows(_PROF_COLS)
+        self.b_inval = TableRows(["position", "event_id", "measurement_event_id", "reason"])
+        self.b_verif = TableRows(_VERIF_COLS)
+        self.b_gates = TableRows(_GATE_COLS)
+        self.b_dec = TableRows(_DEC_COLS)
+        self.b_hand = TableRows(_HAND_COLS)
+        self.b_skills = TableRows(_SKILL_COLS)
+        self.b_hwin = TableRows(_HWIN_COLS)
+        self.b_gwin = TableRows(_GWIN_COLS)
+        self.b_gchg = TableRows(_GCHG_COLS)
+        self.b_profops = TableRows(_PROF_COLS)
         # Samples as flat columns (a day of a cluster is millions of rows: no tuple per row).
         self.b_hsamp: dict[str, list[Any]] = {k: [] for k in (
             "position", "host", "t", "cpu_pct", "mem_used_mib")}
@@ -316,8 +324,8 @@ class Projector:
         except ValidationError:  # not a deployment point (the event is kept in `events`)
             row = dict.fromkeys(DIM_NAMES)
         row.pop("task_type")
-        row.update(point_hash=ph, name=_str(d.get("name")), position=pos,
-                   pinned_at=d.get("occurred_at"), point=_json(point))
+        row.update(point_hash=ph, name=as_str(d.get("name")), position=pos,
+                   pinned_at=d.get("occurred_at"), point=sorted_json(point))
         self._fill_engine(row)
         self.points[ph] = row
         self.b_points[ph] = row
@@ -334,7 +342,7 @@ class Projector:
             "service": d["service"], "rev": d["rev"],
             "profile_hash": d["profile_hash"], "previous_hash": d.get("previous_hash"),
             **typed, "position": pos, "revised_at": d.get("occurred_at"),
-            "profile": _json(prof), "changes": _json(d.get("changes") or {}),
+            "profile": sorted_json(prof), "changes": sorted_json(d.get("changes") or {}),
         }
         key = (row["service"], row["rev"])
         self.profiles[key] = row
@@ -348,7 +356,7 @@ class Projector:
         ph = d.get("point_hash")
         dims = self._fill_engine(self._point_dims(ph))
         dims["point_hash"] = ph
-        dims["task_type"] = _str(d.get("task_type"))
+        dims["task_type"] = as_str(d.get("task_type"))
         prior = self.tasks.get(tid) or {}
         row = {
             **dims, "task_id": tid, "title": d.get("title"), "goal": d.get("goal"),
@@ -356,7 +364,7 @@ class Projector:
             "defined_position": prior.get("defined_position") or pos,
             "defined_at": prior.get("defined_at") or d.get("occurred_at"),
             "last_position": pos, "exit_state": None, "exit_reason": None,
-            "exit_handoff": None, "exited_at": None, "definition": _json(definition),
+            "exit_handoff": None, "exited_at": None, "definition": sorted_json(definition),
         }
         self.tasks[tid] = row
         self.b_tasks[tid] = row
@@ -407,10 +415,10 @@ class Projector:
         ckey = candidate_key(cand)
         self.b_blocks.append((
             pos, d.get("event_id"), d.get("occurred_at"), d.get("task_id"),
-            d.get("block_id") or f"b{d.get('index')}", _int(d.get("index")),
-            d.get("sub_goal"), _str(routing.get("model_tier")),
-            _str(routing.get("agent_topology")), _str(routing.get("executor")),
-            _json(routing), ckey, ckey))
+            d.get("block_id") or f"b{d.get('index')}", as_int(d.get("index")),
+            d.get("sub_goal"), as_str(routing.get("model_tier")),
+            as_str(routing.get("agent_topology")), as_str(routing.get("executor")),
+            sorted_json(routing), ckey, ckey))
 
     def _on_tool(self, pos: int, d: dict[str, Any]) -> None:
         argv = d.get("argv") or []
@@ -418,7 +426,7 @@ class Projector:
         self.b_tools.append((
             pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
             get("tool"), [a if type(a) is str else str(a) for a in argv],
-            _int(get("exit_code")), _float(get("duration_s")), get("error"),
+            as_int(get("exit_code")), as_float(get("duration_s")), get("error"),
             get("repo_digest"), get("stdout_digest"), get("stderr_digest")))
 
     def _run_dims(self, tid: Any, ref: Any) -> int:
@@ -441,17 +449,17 @@ class Projector:
         i = self._run_dims(tid, digests.get(Digest.POINT))
         ckey = candidate_key(get("candidate"))
         self.b_meas.append((pos, get("event_id"), get("occurred_at"), tid, get("block_id"),
-                            get("run_id"), get("source"), _int(get("repeat")),
+                            get("run_id"), get("source"), as_int(get("repeat")),
                             bool(get("success", True)), ckey, ckey,
                             digests.get(Digest.REPO_SNAPSHOT)))
         self.b_meas_dims.append(i)
         self.b_moff.append(len(self.b_metric))
         metrics = get("metrics") or {}
         self.b_metric.extend(metrics)
-        self.b_value.extend(v if type(v) is float else _float(v) for v in metrics.values())
+        self.b_value.extend(v if type(v) is float else as_float(v) for v in metrics.values())
 
     def _on_invalidated(self, pos: int, d: dict[str, Any]) -> None:
-        self.b_inval.append((pos, d.get("event_id"), _str(d.get("measurement_event_id")),
+        self.b_inval.append((pos, d.get("event_id"), as_str(d.get("measurement_event_id")),
                              d.get("reason")))
 
     def _on_verification(self, pos: int, d: dict[str, Any]) -> None:
@@ -462,12 +470,12 @@ class Projector:
         ckey = candidate_key(cand)
         self.b_verif.append((
             pos, vid, d.get("occurred_at"), tid, bid, d.get("verdict"), d.get("passed"),
-            d.get("contract_hash"), d.get("point_hash"), ckey, ckey, _json(gates),
+            d.get("contract_hash"), d.get("point_hash"), ckey, ckey, sorted_json(gates),
             [str(x) for x in d.get("evidence") or []]))
         for g in gates:  # GateResult payloads (fields left at their default may be absent)
             self.b_gates.append((
                 pos, vid, tid, bid, g["name"], g.get("metric"), g["verdict"], g.get("median"),
-                g.get("threshold"), g.get("baseline_median"), g.get("reason", ""), _json(g)))
+                g.get("threshold"), g.get("baseline_median"), g.get("reason", ""), sorted_json(g)))
 
     def _on_decision(self, pos: int, d: dict[str, Any], kind: str) -> None:
         tid = d.get("task_id")
@@ -477,7 +485,7 @@ class Projector:
         self.b_dec.append((
             pos, d.get("event_id"), d.get("occurred_at"), tid, d.get("block_id"), kind, ckey,
             ckey, reason, [str(x) for x in d.get("evidence") or []],
-            _str(d.get("verification_event_id")), *self._dims_row(tid)))
+            as_str(d.get("verification_event_id")), *self._dims_row(tid)))
 
     def _on_handoff(self, pos: int, d: dict[str, Any]) -> None:
         self.b_hand.append((
@@ -491,7 +499,7 @@ class Projector:
         for rank, name in enumerate(get("skills") or [], 1):
             self.b_skills.append((
                 pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
-                _str(name), rank, _float(scores.get(name)), get("query"), get("fallback")))
+                as_str(name), rank, as_float(scores.get(name)), get("query"), get("fallback")))
 
     def _on_host_summary(self, pos: int, d: dict[str, Any]) -> None:
         host, start, end = d.get("host"), d.get("start"), d.get("end")
@@ -499,15 +507,15 @@ class Projector:
         loaded = False
         if art and self.artifacts is not None:
             loaded = self._load_samples(pos, str(host), art)
-        self.b_hwin.append((pos, host, start, end, _float(d.get("interval_s")),
-                            _int(d.get("samples")), _int(d.get("missed")),
-                            _float(d.get("cpu_pct_mean")), _float(d.get("cpu_pct_max")),
-                            _int(d.get("mem_used_max_mib")), d.get("nvml"), art, loaded))
+        self.b_hwin.append((pos, host, start, end, as_float(d.get("interval_s")),
+                            as_int(d.get("samples")), as_int(d.get("missed")),
+                            as_float(d.get("cpu_pct_mean")), as_float(d.get("cpu_pct_max")),
+                            as_int(d.get("mem_used_max_mib")), d.get("nvml"), art, loaded))
         for g in d.get("gpus") or []:
-            self.b_gwin.append((pos, host, g.get("uuid"), start, end, _int(g.get("samples")),
-                                _float(g.get("util_mean")), _float(g.get("util_max")),
-                                _int(g.get("mem_used_max_mib")), _int(g.get("busy_samples")),
-                                _int(g.get("idle_streak"))))
+            self.b_gwin.append((pos, host, g.get("uuid"), start, end, as_int(g.get("samples")),
+                                as_float(g.get("util_mean")), as_float(g.get("util_max")),
+                                as_int(g.get("mem_used_max_mib")), as_int(g.get("busy_samples")),
+                                as_int(g.get("idle_streak"))))
 
     def _load_samples(self, pos: int, host: str, art: str) -> bool:
         assert self.artifacts is not None
@@ -544,9 +552,9 @@ class Projector:
         head = (pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
                 get("engine"), get("method"), get("kind"))
         for rank, op in enumerate(get("top") or [], 1):  # ProfileOp payloads, ranked
-            self.b_profops.append((*head, rank, _str(op.get("name")),
-                                   _float(op.get("total_ms")), _float(op.get("share")),
-                                   _int(op.get("count"))))
+            self.b_profops.append((*head, rank, as_str(op.get("name")),
+                                   as_float(op.get("total_ms")), as_float(op.get("share")),
+                                   as_int(op.get("count"))))
 
 
 _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
@@ -576,3 +584,46 @@ def _dicts(rel: duckdb.DuckDBPyConnection) -> Iterator[dict[str, Any]]:
     names = [c[0] for c in rel.description]
     for row in rel.fetchall():
         yield dict(zip(names, row, strict=True))
+
+PROJECTED_TYPES = frozenset(_HANDLERS)
+
+# The fields of each projected event that no column of its tables holds under the field's own
+# name: where they went instead, or that they stay in `events.payload` only (queryable as
+# JSON, not as a column). A new field of a projected event is a column or is named here
+# (tests/projections/test_index_fields.py, against a real catch-up).
+PAYLOAD_ONLY = "in `events.payload` only"
+LEFT_OUT: dict[str, dict[str, str]] = {
+    "DeploymentPointPinned": {"source": PAYLOAD_ONLY},
+    "TaskDefined": {"profile_hash": PAYLOAD_ONLY + " (the point's `service`, `rev` are columns)"},
+    "TaskExited": {"state": "tasks.exit_state", "reason": "tasks.exit_reason",
+                   "handoff": "tasks.exit_handoff (and a `handoffs` row)",
+                   "evidence": PAYLOAD_ONLY},
+    "TaskReopened": {"reason": PAYLOAD_ONLY + " (the task's exit columns are cleared)"},
+    "LoopBlockStarted": {"index": "loop_blocks.block_index", "host": PAYLOAD_ONLY},
+    "ToolInvoked": {"cwd": PAYLOAD_ONLY, "env_digest": PAYLOAD_ONLY, "sandbox": PAYLOAD_ONLY},
+    "MeasurementRecorded": {"error": PAYLOAD_ONLY, "artifact_digest": PAYLOAD_ONLY,
+                            "meta": PAYLOAD_ONLY},
+    "VerificationRecorded": {"steps": PAYLOAD_ONLY, "differs": PAYLOAD_ONLY},
+    "DeliverableAccepted": {"summary": "decisions.reason"},
+    "SkillsProvided": {"skills": "one skills_provided row each (`skill`, `rank`)",
+                       "scores": "skills_provided.score"},
+    "HostSummarized": {"start": "start_at", "end": "end_at",
+                       "gpus": "one gpu_windows row each"},
+    "GpuProcessesChanged": {"at": "gpu_changes.observed_at"},
+    "EndpointSummarized": {"start": "endpoint_windows.start_at",
+                           "end": "endpoint_windows.end_at",
+                           "stats": PAYLOAD_ONLY + " (the samples in endpoint_samples)"},
+    "DiagnosisRecorded": {"findings": "diagnoses.rules_fired (each finding's rule)",
+                          **dict.fromkeys(("start", "end", "interval_s", "window", "log_file",
+                                           "log_lines_read", "slo_ms", "rules"),
+                                          PAYLOAD_ONLY)},
+    "ProfileCaptured": {"top": "one profile_ops row each (`rank`, `name`, `total_ms`, ...)",
+                        **dict.fromkeys(("url", "duration_s", "load", "bench", "traces",
+                                         "trace_names", "unit", "samples"), PAYLOAD_ONLY)},
+}
+# The envelope (every event's common fields) is the `events` table's, but for these.
+ENVELOPE_LEFT_OUT: dict[str, str] = {
+    "actor": "events.actor_kind, actor_name, actor_model",
+    "input_digests": PAYLOAD_ONLY + " (a run's point and repo snapshot: measurement_runs' "
+                     "dimensions and `repo_snapshot`)",
+}

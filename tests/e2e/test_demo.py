@@ -10,7 +10,7 @@ import re
 import pytest
 from infer_forge.harness.demo import DEMO_TASK
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.loop.evaluation import RunResult
+from infer_forge.harness.loop.evaluator_protocol import RunResult
 from infer_forge.harness.loop.run import run_task
 from infer_forge.projections.memory import task_memory
 

@@ -10,7 +10,7 @@ from infer_forge.harness.bench.importer import iter_results
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.graph.work import last_json
 from infer_forge.harness.jsonl import iter_jsonl, iter_jsonl_text, last_json_line
-from infer_forge.harness.loop.evaluator import parse_metrics_line
+from infer_forge.harness.loop.command_evaluator import parse_metrics_line
 
 GOOD = b'{"prompt": "a", "output_len": 2, "completed": 1}\n'
 

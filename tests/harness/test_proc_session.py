@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from infer_forge.harness.proc import alive, group_alive, run_in_session, session_launch
-from infer_forge.harness.tools.calls import run_tool
+from infer_forge.harness.tool_calls.calls import run_tool
 
 from tests.conftest import REPO
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import orjson
 import pytest
 from infer_forge.harness.bench.metrics import numeric_metrics
+from infer_forge.harness.loop.command_evaluator import CommandEvaluator, parse_metrics_line
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.loop.evaluation import EvalContext
-from infer_forge.harness.loop.evaluator import CommandEvaluator, parse_metrics_line
+from infer_forge.harness.loop.evaluator_protocol import EvalContext
 from infer_forge.harness.loop.manual import record_measurement, start_block
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import codec

@@ -299,7 +299,7 @@ def test_ordinary_names(name):
 
 
 def test_the_environment_digest_uses_the_same_rule():
-    from infer_forge.harness.tools.calls import env_digest
+    from infer_forge.harness.tool_calls.calls import env_digest
 
     for name in SECRET_NAMES:
         if name.replace("_", "").isalnum():

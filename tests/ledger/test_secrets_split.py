@@ -214,7 +214,7 @@ print("done")
 
 
 def test_a_child_writing_a_token_in_pieces_is_redacted(workspace, tmp_path):
-    from infer_forge.harness.tools.calls import run_tool
+    from infer_forge.harness.tool_calls.calls import run_tool
 
     script = tmp_path / "child.py"
     script.write_text(CHILD)

@@ -12,12 +12,12 @@ import time
 import tracemalloc
 
 import pytest
-from infer_forge.harness.agents import registry as T
+from infer_forge.harness.agents import tool_registry as T
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import handoff_block, start_block
-from infer_forge.harness.mcp.tools import TOOLS
-from infer_forge.harness.tools import calls
+from infer_forge.harness.mcp.loop_tools import TOOLS
+from infer_forge.harness.tool_calls import calls
 from infer_forge.ledger import events as E
 from infer_forge.ledger.sizes import capped, capped_json
 from infer_forge.ledger.streams import AGENTS_STREAM, task_stream

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
-from infer_forge.harness.tools.build import build, build_command, cache_dir
+from infer_forge.harness.tool_calls.build import build, build_command, cache_dir
 from infer_forge.ledger.payloads import Digest
 from infer_forge.ledger.streams import task_stream
 from infer_forge.repos import commands as C

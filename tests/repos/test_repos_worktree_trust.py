@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from infer_forge.harness.errors import HarnessError
-from infer_forge.harness.tools.calls import run_tool
+from infer_forge.harness.tool_calls.calls import run_tool
 from infer_forge.repos import commands as C
 from infer_forge.repos import snapshot as S
 from infer_forge.repos import worktrees as W

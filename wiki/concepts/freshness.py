@@ -12,8 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...ledger.workspace import Workspace
-from .evidence import Draft, Evidence
-from .model import Catalog, ConceptPage, Freshness
+from ...projections.index import open_index
+from . import evidence
+from .evidence import Draft, Evidence, derive
+from .model import Catalog, ConceptPage, Freshness, load_catalog
 
 State = tuple[Freshness, tuple[str, ...]]
 
@@ -44,8 +46,6 @@ def page_state(page: ConceptPage, draft: Draft | None, ev: Evidence) -> State:
 def page_states(ev: Evidence, catalog: Catalog,
                 drafts: dict[str, Draft] | None = None) -> dict[str, State]:
     """Each catalog page's state (by slug) against `ev`."""
-    from .evidence import derive
-
     drafts = derive(ev) if drafts is None else drafts
     return {slug: page_state(p, drafts.get(p.concept), ev)
             for slug, p in sorted(catalog.pages.items())}
@@ -53,10 +53,6 @@ def page_states(ev: Evidence, catalog: Catalog,
 
 def states_for(ws: Workspace) -> tuple[Catalog, dict[str, State]]:
     """The workspace's catalog and its pages' states now (opens the index, catching up)."""
-    from ...projections.index import open_index
-    from . import evidence
-    from .model import load_catalog
-
     catalog = load_catalog(Path(ws.home) / "wiki")
     with open_index(ws) as s:
         ev = evidence.load(s.con)

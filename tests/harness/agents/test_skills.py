@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from infer_forge.harness.agents import registry as T
 from infer_forge.harness.agents import skills as S
+from infer_forge.harness.agents import tool_registry as T
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import (
@@ -21,7 +21,7 @@ from infer_forge.harness.loop.manual import (
     start_block,
     verify_block,
 )
-from infer_forge.harness.mcp.tools import TOOLS
+from infer_forge.harness.mcp.loop_tools import TOOLS
 from infer_forge.harness.record import append_to_task
 from infer_forge.ledger import events as E
 from infer_forge.ledger.graphspec import TASK_TYPES

@@ -425,7 +425,7 @@ def test_the_engine_evaluator_benchmarks_the_points_workload(workspace, tmp_path
     import shutil
 
     from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
-    from infer_forge.harness.loop.evaluation import EvalContext
+    from infer_forge.harness.loop.evaluator_protocol import EvalContext
     from infer_forge.ledger.specs import load_profile, load_task
 
     from tests.conftest import REPO

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from infer_forge.harness.agents import registry as tools
+from infer_forge.harness.agents import tool_registry as tools
 from infer_forge.harness.guard import sandbox as S
+from infer_forge.harness.mcp.loop_tools import TOOLS
 from infer_forge.harness.mcp.session_tools import AgentSession, session_tools
-from infer_forge.harness.mcp.tools import TOOLS
 from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import task_stream
 

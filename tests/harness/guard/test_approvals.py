@@ -33,7 +33,7 @@ from infer_forge.projections.memory import task_memory
 
 from tests.conftest import run_forge
 
-from ...repos.test_repos_guard import _bare, _commit, _main, _member, _remote_ref, mono  # noqa: F401
+from ...repos.test_repos_push_guard import _bare, _commit, _main, _member, _remote_ref, mono  # noqa: F401
 from ..loop.test_loop import make_task_dir
 from ..mcp.test_mcp import call, events, stdio_client
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from infer_forge.harness.guard import approvals as A
 from infer_forge.harness.guard.human_channel import KEY_ENV, approver_key, key_path, os_user
-from infer_forge.harness.tools.calls import run_tool
+from infer_forge.harness.tool_calls.calls import run_tool
 from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import APPROVALS_STREAM
 

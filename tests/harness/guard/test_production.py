@@ -252,9 +252,9 @@ def test_a_probe_still_running_at_max_duration_is_cut_off(forge_home, tmp_path):
 
 
 def test_the_agent_bench_tool_is_refused_and_recorded(forge_home, tiny_tokenizer_dir):
-    from infer_forge.harness.agents import registry as tools
+    from infer_forge.harness.agents import tool_registry as tools
+    from infer_forge.harness.mcp.loop_tools import TOOLS
     from infer_forge.harness.mcp.session_tools import AgentSession, session_tools
-    from infer_forge.harness.mcp.tools import TOOLS
 
     with SGLangLike() as srv:
         configure(forge_home, [srv.url])
@@ -281,7 +281,7 @@ def test_a_loop_evaluation_of_a_production_profile_sends_no_load(forge_home, tmp
     names the task and block but goes on the `guard` stream (the step's save owns the
     task's)."""
     from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
-    from infer_forge.harness.loop.evaluation import EvalContext
+    from infer_forge.harness.loop.evaluator_protocol import EvalContext
     from infer_forge.ledger.specs import RuntimeProfile, load_point
 
     from tests.conftest import REPO

@@ -22,7 +22,7 @@ from infer_forge.harness.guard import sandbox as S
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.manual import run_command, start_block
 from infer_forge.harness.loop.run import run_task
-from infer_forge.harness.tools.calls import run_tool
+from infer_forge.harness.tool_calls.calls import run_tool
 from infer_forge.ledger import events as E
 from infer_forge.ledger.codec import decode
 from infer_forge.ledger.config import load_config
@@ -118,7 +118,7 @@ def test_a_build_is_sandboxed_too(workspace, tmp_path):
     """The build tool runs its command in the sandbox (under its supervisor): the member's
     build writes outside the member and fails until forge.toml lets it."""
     has_bwrap()
-    from infer_forge.harness.tools.build import build
+    from infer_forge.harness.tool_calls.build import build
 
     from ...repos.test_build import Setup, let_builds_reach
 

@@ -47,7 +47,7 @@ DRIVER = """\
 import json, os, site, sys
 site.addsitedir(sys.argv[1])
 from pathlib import Path
-from infer_forge.harness.tools.calls import run_tool
+from infer_forge.harness.tool_calls.calls import run_tool
 from infer_forge.ledger.workspace import open_workspace
 home, cwd, timeout, *argv = sys.argv[2:]
 argv = [a.replace("{forge_pid}", str(os.getpid())).replace("{python}", sys.executable)
@@ -84,7 +84,7 @@ def _python_for(user: User) -> str | None:
             continue
         # (exec may find a path the process then cannot stat: forge checks it does exist)
         p = subprocess.run([*_as(user), exe, "-c", f"import site; site.addsitedir({SITE!r}); "
-                            "import infer_forge.harness.tools.calls, os, sys; "
+                            "import infer_forge.harness.tool_calls.calls, os, sys; "
                             "assert os.access(sys.executable, os.X_OK)"],
                            capture_output=True, cwd="/", timeout=60)
         if p.returncode == 0:
@@ -432,7 +432,7 @@ def test_a_host_without_pid_namespaces_gets_no_weaker_sandbox(workspace, tmp_pat
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     from infer_forge.harness.errors import HarnessError
-    from infer_forge.harness.tools.calls import run_tool
+    from infer_forge.harness.tool_calls.calls import run_tool
 
     from .test_sandbox import set_guard
 

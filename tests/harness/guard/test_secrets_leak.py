@@ -232,7 +232,7 @@ def test_values_set_for_the_child_only_are_redacted_from_its_output(workspace, p
     """`run_tool` with an env the forge process does not have: the child's secret-named values
     are redacted from its captured stdout/stderr (artifacts and the returned text), from argv
     (a shell expands them) and the environment digest ignores them."""
-    from infer_forge.harness.tools.calls import run_tool
+    from infer_forge.harness.tool_calls.calls import run_tool
 
     key, pw = planted["env_api_key"], planted["env_password"]
     env = {"MY_API_KEY": key, "DB_PASSWORD": pw, "TOKENIZERS_PARALLELISM": "false"}

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-from infer_forge.harness.agents import registry as T
+from infer_forge.harness.agents import tool_registry as T
 from infer_forge.harness.guard.task_dirs import scratch_dir
-from infer_forge.harness.mcp.tools import TOOLS
+from infer_forge.harness.mcp.loop_tools import TOOLS
 from infer_forge.ledger import events as E
 
 from tests.helpers.tasks import open_task

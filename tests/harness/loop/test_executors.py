@@ -8,10 +8,14 @@ import sys
 
 import pytest
 from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.loop.command_evaluator import (
+    CommandEvaluator,
+    make_evaluator,
+    parse_metrics_line,
+)
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
-from infer_forge.harness.loop.evaluation import EvalContext
-from infer_forge.harness.loop.evaluator import CommandEvaluator, make_evaluator, parse_metrics_line
+from infer_forge.harness.loop.evaluator_protocol import EvalContext
 from infer_forge.harness.loop.executors import CommandExecutor, ManualExecutor, SweepExecutor, grid
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger.specs import Range, effective_digest, load_point, load_profile, load_task
@@ -216,7 +220,7 @@ def test_routing_is_recorded_and_escalates(specs):
 
 
 def test_tool_calls_record_without_secret_values(workspace, tmp_path, monkeypatch):
-    from infer_forge.harness.tools.calls import env_digest, run_tool
+    from infer_forge.harness.tool_calls.calls import env_digest, run_tool
 
     assert env_digest({"HF_TOKEN": "a", "X": "1"}) == env_digest({"HF_TOKEN": "b", "X": "1"})
     assert env_digest({"X": "1"}) != env_digest({"X": "2"})

@@ -131,8 +131,8 @@ def events(home: Path, stream: str) -> list[E.Event]:
 def registry_schemas(home: Path) -> dict[str, dict]:
     """What the server must list: every registry tool, the session's tools (with the
     journal's retrieval, which the CLI passes), each with its parameters' JSON schema."""
+    from infer_forge.harness.mcp.loop_tools import TOOLS
     from infer_forge.harness.mcp.session_tools import AgentSession, session_tools
-    from infer_forge.harness.mcp.tools import TOOLS
 
     extra = session_tools(AgentSession(None), retrieve=lambda q, k: None,  # type: ignore[arg-type]
                           ask=lambda q: None)
@@ -357,7 +357,7 @@ def test_unknown_bound_task_fails_at_start(forge_home):
 
 
 def test_a_fault_of_forge_is_a_recorded_tool_error(workspace):
-    from infer_forge.harness.agents import registry as tools
+    from infer_forge.harness.agents import tool_registry as tools
     from infer_forge.harness.mcp.server import _call
 
     def boom(_ctx: Any, _a: Any) -> Any:

@@ -14,8 +14,8 @@ from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import APPROVALS_STREAM, REPOS_STREAM
 from infer_forge.repos import commands as C
 from infer_forge.repos.git import git, git_path, out
-from infer_forge.repos.guard import ZERO, protected
 from infer_forge.repos.hooks import CHAINED, MARK
+from infer_forge.repos.push_guard import ZERO, protected
 from infer_forge.repos.root import MonoRepo
 
 from tests.conftest import run_forge

@@ -17,8 +17,8 @@ from pydantic import Field
 
 from ...ledger import sizes
 from ..agents import approval_tool, skills
-from ..agents.registry import AgentTool, ToolContext, registry
 from ..agents.task_tools import TASK_MEMORY, TASK_SHOW, WRITE_FILE, RunArgs, TaskArgs
+from ..agents.tool_registry import AgentTool, ToolContext, registry
 from ..guard.task_dirs import dir_in_task
 from ..loop.manual import (
     handoff_block,

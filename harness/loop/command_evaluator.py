@@ -1,9 +1,9 @@
-"""The evaluators and the choice of one for a task (the interface: evaluation.py).
+"""The evaluators and the choice of one for a task (the interface: evaluator_protocol.py).
 
 `CommandEvaluator` is the generic path: it runs a configured argv once per repeat with the
 candidate as JSON on stdin and in `$FORGE_CANDIDATE`, and reads a JSON object of metrics from
 the last non-empty line of stdout. Its stdout/stderr are read and kept as a tool call's
-(tools/calls.py: streamed, capped with the size and digest of the whole). The engine
+(tool_calls/calls.py: streamed, capped with the size and digest of the whole). The engine
 evaluator (engine_evaluator.py) launches the runtime profile's engine and benchmarks it.
 """
 
@@ -24,7 +24,7 @@ from ..errors import HarnessError
 from ..guard.sandbox import missing_program, prepare
 from ..jsonl import last_json_line
 from ..proc import last_line
-from ..tools.calls import (
+from ..tool_calls.calls import (
     capture_redactor,
     env_digest,
     repo_digest,
@@ -32,7 +32,7 @@ from ..tools.calls import (
     store_capture,
 )
 from .engine_evaluator import EngineEvaluator
-from .evaluation import EvalContext, Evaluator, RunResult
+from .evaluator_protocol import EvalContext, Evaluator, RunResult
 
 # Keys of the JSON line that are not metrics.
 _RESERVED = {"success", "error", "meta", "outputs"}
@@ -110,7 +110,7 @@ class CommandEvaluator:
         try:
             if profile.kind == "bwrap" and missing_program(self.argv, env, cwd):
                 raise FileNotFoundError(self.argv[0])
-            # Its output is read as run_tool reads a call's: bounded (tools/calls.py).
+            # Its output is read as run_tool reads a call's: bounded (tool_calls/calls.py).
             proc = run_captured(launch, input=payload, cwd=cwd, env=env,
                                 timeout=self.timeout_s)
         except FileNotFoundError:

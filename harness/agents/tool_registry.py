@@ -1,7 +1,7 @@
 """The agent tool registry: what a tool is, and the one way an agent's call runs. Below the
 loop; the tools themselves live with what they call (task_tools.py, skills.py,
-approval_tool.py here; the loop's steps in harness/mcp/tools.py), and each user assembles
-its own list (`registry(...)`): the MCP server all of them (harness/mcp/tools.py `TOOLS`),
+approval_tool.py here; the loop's steps in harness/mcp/loop_tools.py), and each user assembles
+its own list (`registry(...)`): the MCP server all of them (harness/mcp/loop_tools.py `TOOLS`),
 the agent executor the ones it offers (harness/loop/agent_executor.py).
 
 - A tool (`AgentTool`) is a name, a description, a pydantic model of its arguments (its JSON

@@ -9,9 +9,9 @@ Contract:
 - Metric names follow `sglang.bench_serving` (output_throughput, request_throughput,
   median_ttft_ms, p99_ttft_ms, mean_tpot_ms, median_itl_ms, median_e2e_latency_ms, completed,
   failed, …) plus `token_match` when correctness was measured against the baseline.
-- The evaluators: `CommandEvaluator` (evaluator.py: a configured argv, metrics from its last
+- The evaluators: `CommandEvaluator` (command_evaluator.py: a configured argv, metrics from its last
   stdout line) and `EngineEvaluator` (engine_evaluator.py: launch, check outputs, benchmark);
-  `evaluator.make_evaluator` chooses one for a task.
+  `command_evaluator.make_evaluator` chooses one for a task.
 """
 
 from __future__ import annotations
