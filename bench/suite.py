@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT = ["tests/cli", "tests/ledger/test_ledger_integrity.py", "tests/harness/guard/test_approvals.py",
-           "tests/harness/nodes", "tests/projections/test_queries.py"]
+DEFAULT = ["tests/cli", "tests/ledger/test_ledger_integrity.py",
+           "tests/harness/guard/test_approvals.py", "tests/harness/nodes",
+           "tests/projections/test_queries.py"]
 
 
 def run(files: list[str], *, workers: int, in_process: bool) -> tuple[float, str]:
