@@ -52,6 +52,7 @@ from ...ledger.errors import LedgerError
 from ...ledger.ids import shown
 from ...ledger.specs import DeploymentPoint, apply_candidate
 from ...ledger.streams import REPRODUCTIONS_STREAM, WORKSPACE_STREAM
+from ...ledger.task import MeasurementRecord
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ...projections.noise import point_bands
@@ -82,7 +83,7 @@ class Target:
     lt: LoadedTask
     mem: TaskMemory
     block: BlockRecord
-    runs: list[dict[str, Any]]  # the recorded measurements judged against
+    runs: list[MeasurementRecord]  # the recorded measurements judged against
     measurement_id: str | None = None
 
 

@@ -181,8 +181,8 @@ def _measure_lines(d: Deliverable, label: str, blk: BlockRecord) -> list[str]:
     d.cite(blk.block_id, *ids)
     lines = [f"{label} (block {blk.block_id}): {ok} of {len(runs)} runs succeeded; "
              f"measurement events: {', '.join(ids) or 'none'}"]
-    errors = sorted({m["error"] for m in blk.measurements
-                     if not m.get("invalidated") and not m["success"] and m.get("error")})
+    errors = sorted({m["error"] or "" for m in blk.measurements
+                     if not m.get("invalidated") and not m["success"] and m["error"]})
     if errors:
         lines.append(f"  failed runs: {'; '.join(errors)[:500]}")
     for metric, (med, n) in _medians(blk).items():

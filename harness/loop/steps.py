@@ -169,7 +169,7 @@ def verify_event(st: Stepper, blk: BlockRecord, mem: TaskMemory,
 
 def decide_events(st: Stepper, blk: BlockRecord, mem: TaskMemory,
                    executor: Executor) -> list[E.Event]:
-    v = blk.verification or {}
+    v: dict[str, Any] = dict(blk.verification or {})
     verdict = v.get("verdict", "inconclusive")
     gates = v.get("gates", [])
     reasons = [f"{g['name']} {g['verdict']}: {g['reason']}" for g in gates]

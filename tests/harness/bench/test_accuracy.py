@@ -232,10 +232,12 @@ def test_task_memory_runs_carry_the_accuracy_meta():
     from infer_forge.projections.memory import BlockRecord
 
     acc = {"acc": {"task": "arith", "accuracy": 1.0, "items": [[0, 1]]}}
+    rec = {"event_id": "e", "run_id": "r", "repeat": None, "error": None, "source": "s",
+           "artifact_digest": None}
     b = BlockRecord(block_id="b", index=0, sub_goal="s", measurements=[
-        {"metrics": {"x": 1.0}, "success": True, "meta": {"accuracy": acc}},
-        {"metrics": {"x": 2.0}, "success": True, "meta": {"engine": "hf"}},
-        {"metrics": {"x": 3.0}, "success": True, "meta": {"accuracy": acc},
+        {**rec, "metrics": {"x": 1.0}, "success": True, "meta": {"accuracy": acc}},
+        {**rec, "metrics": {"x": 2.0}, "success": True, "meta": {"engine": "hf"}},
+        {**rec, "metrics": {"x": 3.0}, "success": True, "meta": {"accuracy": acc},
          "invalidated": "bad"}])
     assert b.runs() == [{"metrics": {"x": 1.0}, "success": True, "accuracy": acc},
                         {"metrics": {"x": 2.0}, "success": True}]
