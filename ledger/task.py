@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, NotRequired
 
@@ -122,29 +123,34 @@ class Block(BaseModel):
     def is_baseline(self) -> bool:
         return not self.candidate
 
-    def runs(self) -> list[dict[str, Any]]:
-        """The valid runs' metrics and success; `accuracy` too where the run's meta has
-        the contract's accuracy gates' results (what the gates judge)."""
+    def runs(self) -> list[Run]:
+        """The valid runs (what the gates judge)."""
         return runs_of(m for m in self.measurements if not m.get("invalidated"))
 
     def median(self, metric: str) -> float | None:
         return median_of(self.runs(), metric)
 
 
-def runs_of(measurements: Iterable[MeasurementRecord]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run as the gates judge it: its metrics, whether it succeeded and, where its
+    measurement's meta has them, the contract's accuracy gates' results by gate name (task,
+    accuracy, items [[doc_id, 0|1], ...], or an error)."""
+
+    metrics: Mapping[str, float]
+    success: bool = True
+    accuracy: Mapping[str, Any] | None = None
+
+
+def runs_of(measurements: Iterable[MeasurementRecord]) -> list[Run]:
     """The runs of these measurements (see `Block.runs`)."""
-    out = []
-    for m in measurements:
-        r = {"metrics": m["metrics"], "success": m["success"]}
-        if acc := (m.get("meta") or {}).get("accuracy"):
-            r["accuracy"] = acc
-        out.append(r)
-    return out
+    return [Run(m["metrics"], m["success"], (m.get("meta") or {}).get("accuracy") or None)
+            for m in measurements]
 
 
-def median_of(runs: Sequence[dict[str, Any]], metric: str) -> float | None:
+def median_of(runs: Sequence[Run], metric: str) -> float | None:
     """The median of `metric` over the successful runs that have it."""
-    xs = [r["metrics"][metric] for r in runs if r["success"] and metric in r["metrics"]]
+    xs = [r.metrics[metric] for r in runs if r.success and metric in r.metrics]
     return statistics.median(xs) if xs else None
 
 

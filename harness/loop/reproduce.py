@@ -62,7 +62,7 @@ from ..errors import HarnessError
 from ..models.weights import MANIFEST, model_path, parse_name, read_manifest, verify_model
 from ..task import LoadedTask, load_task_from_ledger
 from . import code
-from .evaluation import EvalContext
+from .evaluation import Baseline, EvalContext, baseline_of
 from .evaluator import make_evaluator
 
 ACTOR = E.Actor.tool("forge-reproduce")
@@ -247,16 +247,9 @@ def band_rule(cpu: bool, override: float | None) -> str:
 # --- reproduce --------------------------------------------------------------------------
 
 
-def _baseline(mem: TaskMemory, block: BlockRecord) -> dict[str, Any] | None:
-    """What the measure step hands a candidate block (steps._baseline_ctx): the baseline's
-    recorded runs, whose outputs token match compares against."""
-    base = mem.baseline_block()
-    if block.is_baseline or base is None:
-        return None
-    return {"block_id": base.block_id,
-            "runs": [{"metrics": m["metrics"], "success": m["success"],
-                      "meta": m.get("meta", {}), "artifact_digest": m.get("artifact_digest")}
-                     for m in base.measurements]}
+def _baseline(mem: TaskMemory, block: BlockRecord) -> Baseline | None:
+    """What the measure step hands a candidate block (`evaluation.baseline_of`)."""
+    return None if block.is_baseline else baseline_of(mem)
 
 
 def reproduce(ws: Workspace, ident: str, *, repeats: int | None = None,

@@ -48,7 +48,7 @@ class LoopResult:
 def _baseline_problem(base: BlockRecord) -> tuple[str, str, list[str]] | None:
     """(exit state, reason, evidence) when a measured baseline blocks the task."""
     runs = base.runs()
-    if runs and not any(r["success"] for r in runs):
+    if runs and not any(r.success for r in runs):
         return ("failed-blocked", "every baseline run failed: "
                 + "; ".join(sorted({m["error"] or "?" for m in base.measurements}))[:300],
                 [m["event_id"] for m in base.measurements])

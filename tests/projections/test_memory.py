@@ -122,7 +122,7 @@ def test_best_so_far_is_judged_on_the_runs_its_verification_saw():
     assert after.best_so_far == {"block_id": "b2", "candidate": {"a": 1}, "median": 120.0,
                                  "metric": "output_throughput", "verdict": "pass"}
     # ... while the block's runs (what the gates read next) leave it out.
-    assert [r["metrics"]["output_throughput"] for r in after.block("b2").runs()] == [110, 120]
+    assert [r.metrics["output_throughput"] for r in after.block("b2").runs()] == [110, 120]
     assert after.block("b2").measurements[1]["invalidated"] == "noisy"
     # Invalidated before it: the verification saw two runs.
     before = build_memory(_task(*b1, _verify("b1"), *b2, _invalidate(b2[2]), _verify("b2")))
