@@ -18,6 +18,9 @@ either a stored payload that `codec.load_current` accepted (replay's fast path: 
 fields left at their default may be absent) or a decoded event's own fields (`apply`). Both
 give the same state: ids and times are kept as their text, nested payload models as their
 JSON forms, a missing field reads as its class default.
+
+(Just over 500 lines: the state, its one fold and its rules are read together, as the one
+place that says how a task changes.)
 """
 
 from __future__ import annotations
