@@ -690,10 +690,10 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
     click.echo(f"  no-progress streak: {mem.no_progress_streak}")
     click.echo(f"  execution record ({len(mem.execution_record)} blocks):")
     for b in mem.execution_record:
-        v = (b.verification or {}).get("verdict", "-")
+        v = b.verdict or "-"
         click.echo(f"    {b.block_id:<5} {b.routing.get('model_tier', '-'):<6} {v:<12} "
                    f"{b.decision or '-':<9} {json.dumps(b.candidate, sort_keys=True)}")
-        if steps := (b.verification or {}).get("steps"):
+        if b.verification and (steps := b.verification["steps"]):
             click.echo(f"    {'':<5} steps: {_steps_text(steps)}")
     for r in mem.rejected:
         click.echo(f"  rejected {r['block_id']}: {json.dumps(r['candidate'], sort_keys=True)}: "

@@ -40,9 +40,9 @@ from infer_forge.ledger import events as E
 from infer_forge.ledger.payloads import GateResult
 from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.secrets.redactor import Redactor
-from infer_forge.ledger.state import TaskState, apply
 from infer_forge.ledger.store import Append, Ledger
 from infer_forge.ledger.streams import task_stream
+from infer_forge.ledger.task import Task, apply
 from infer_forge.ledger.workspace import init_workspace
 
 POINT = "sha256:" + "3f" * 32
@@ -322,7 +322,7 @@ def main() -> None:
             n = sum(1 for _ in ledger.log())
             log_r.append(n / (time.perf_counter() - t))
             t = time.perf_counter()  # the previous path: every event validated into an object
-            full = TaskState()
+            full = Task(records=False)  # what replay folds
             for _pos, version, topic, raw in ledger.stream_rows(task_stream("big")):
                 apply(full, codec.decode("task:big", version, topic, raw))
             full_r.append(full.version / (time.perf_counter() - t))

@@ -6,7 +6,9 @@ path (`forge block …`, `forge run`, `forge measure`, `forge task …`), `forge
 
 - The task's state is the Task Memory the caller already read, with the version it read it
   at (`memory=`, one fold per step), or else is read now (`projections.memory.read_memory`,
-  a fold of the whole stream); the events are checked against it in order (`check_events`):
+  a fold of the whole stream); the events are checked against the folded task in order
+  with the task's rules (`ledger.task.Task.check`; `check_events` turns its TaskRuleError
+  into a HarnessError with the same line):
   - a task is defined first (`TaskDefined` opens an empty stream, and only it);
   - nothing is recorded in an exited task, except `TaskReopened`, which needs one;
   - a block starts only when none is open; tool calls, measurements, verifications and
@@ -34,81 +36,21 @@ from collections.abc import Sequence
 
 from ..ledger import events as E
 from ..ledger.errors import ConflictError, NotFoundError
-from ..ledger.ids import shown, unknown_id_hint
 from ..ledger.store import Append, SaveResult
 from ..ledger.streams import MEASUREMENTS_STREAM, task_stream
+from ..ledger.task import TaskRuleError
 from ..ledger.workspace import Workspace
 from ..projections.memory import TaskMemory, build_memory, read_memory
 from .errors import HarnessError
 
-# Events that belong to the open block when they name one, and to the task when they do not.
-_IN_BLOCK = (E.ToolInvoked, E.MeasurementRecorded, E.MeasurementInvalidated,
-             E.EngineLaunched, E.EngineStopped, E.LaunchPlanned)
-# A tool call without a block: the executor's own call that decided to stop the task (saved
-# with its TaskExited, when no block is open).
-_TASK_LEVEL = (E.MeasurementRecorded, E.MeasurementInvalidated, E.EngineLaunched,
-               E.EngineStopped, E.ToolInvoked, E.LaunchPlanned)
-
 
 def check_events(task_id: str, mem: TaskMemory, events: Sequence[E.Event]) -> None:
     """Raise HarnessError (one line naming the task, block and event) when `events`, in order,
-    do not follow the task's state `mem` (module contract)."""
-    defined = mem.status != "undefined"
-    exited = mem.status == "exited"
-    open_block = mem.current_block.block_id if mem.current_block is not None else None
-    blocks = {b.block_id for b in mem.execution_record}
-    for ev in events:
-        what = f"task {task_id}: {ev.TYPE}"
-        if ev.task_id != task_id:
-            raise HarnessError(f"{what} names task {shown(str(ev.task_id))}: an event on a "
-                               "task's stream names that task")
-        if isinstance(ev, E.TaskDefined):
-            if defined:
-                raise HarnessError(f"{what}: the task is already defined")
-            defined = True
-            continue
-        if not defined:
-            raise HarnessError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)} "
-                               "(define it with forge task new FILE.yaml)")
-        if isinstance(ev, E.TaskReopened):
-            if not exited:
-                raise HarnessError(f"{what}: the task has not exited")
-            exited = False
-            continue
-        if exited:
-            state = mem.exit_state if mem.status == "exited" else "earlier in this save"
-            raise HarnessError(f"task {task_id} has exited ({state}); nothing more is "
-                               f"recorded in it ({ev.TYPE} refused; forge task reopen)")
-        bid = ev.block_id
-        if isinstance(ev, E.LoopBlockStarted):
-            if open_block is not None:
-                raise HarnessError(f"{what}: block {open_block} is still open; hand it off "
-                                   "first (forge block handoff)")
-            open_block = bid
-            blocks.add(str(bid))
-        elif isinstance(ev, E.TaskExited):
-            exited = True
-        elif isinstance(ev, E.DeliverableAccepted | E.DirectionRejected):
-            if bid is not None and bid not in blocks:
-                raise HarnessError(f"{what}: the task has no block {bid}")
-        elif isinstance(ev, (E.LoopBlockHandedOff, E.VerificationRecorded, *_IN_BLOCK)):
-            if bid is None and isinstance(ev, _TASK_LEVEL):
-                continue  # task-level: no block needed
-            if bid is None or bid != open_block:
-                raise HarnessError(_not_open(what, bid, open_block, blocks))
-            if isinstance(ev, E.LoopBlockHandedOff):
-                open_block = None
-
-
-def _not_open(what: str, bid: str | None, open_block: str | None, blocks: set[str]) -> str:
-    """Why an event of a block cannot go where it names (one line)."""
-    now = f"the open block is {open_block}" if open_block else \
-        "no block is open (forge block start)"
-    if bid is None:
-        return f"{what} belongs in a block; {now}"
-    if bid in blocks:
-        return f"{what}: block {bid} is handed off; {now}"
-    return f"{what}: the task has no block {bid}; {now}"
+    do not follow the task's state `mem` (the task's rules: `ledger.task.Task.check`)."""
+    try:
+        mem.task.check(task_id, events)
+    except TaskRuleError as e:
+        raise HarnessError(str(e)) from None
 
 
 def task_append(ws: Workspace, task_id: str, events: Sequence[E.Event], *,

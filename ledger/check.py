@@ -3,7 +3,7 @@
 Checks: the backend's own integrity check (SQLite `PRAGMA integrity_check`), gap-free global
 positions (on PostgreSQL a rolled-back insert leaves a gap in the sequence: a note, not a
 problem), every stream's versions contiguous from 1, every event decodes (known type, valid
-payload, upcastable) and every task stream replays (with the one task fold of `state`, as
+payload, upcastable) and every task stream replays (with the one task fold of `task`, as
 `forge replay` and Task Memory fold it), every save is whole (its events match its
 CommandHandled marker, and the seal the marker carries), every artifact hashes to its digest.
 """
@@ -22,9 +22,9 @@ from . import codec
 from .config import load_config
 from .errors import DamagedLedgerError, LedgerError
 from .events import CommandHandled
-from .state import TaskState, apply
 from .store import Ledger, one_line
 from .streams import COMMAND_PREFIX, is_task_stream
+from .task import Task, apply
 from .workspace import Workspace, open_workspace
 
 
@@ -88,7 +88,7 @@ def _scan(ws: Workspace, report: CheckReport, progress: Callable[[int], None] | 
     ledger = ws.ledger
     sqlite = ws.config.backend == "sqlite"
     versions: dict[str, int] = {}
-    tasks: dict[str, TaskState] = {}
+    tasks: dict[str, Task] = {}
     saved: dict[str, list[tuple[int, int, str]]] = {}  # stream -> [(first, last, command)]
     try:
         _scan_rows(ledger, sqlite, report, progress, versions, tasks, saved)
@@ -108,7 +108,7 @@ def _scan(ws: Workspace, report: CheckReport, progress: Callable[[int], None] | 
 
 def _scan_rows(ledger: Ledger, sqlite: bool, report: CheckReport,
                progress: Callable[[int], None] | None, versions: dict[str, int],
-               tasks: dict[str, TaskState], saved: dict[str, list[tuple[int, int, str]]]
+               tasks: dict[str, Task], saved: dict[str, list[tuple[int, int, str]]]
                ) -> None:
     expected_pos = 1
     since_marker: list[tuple[int, str, bytes]] = []  # a save's events precede its marker
@@ -146,7 +146,7 @@ def _scan_rows(ledger: Ledger, sqlite: bool, report: CheckReport,
                     "since)")
             since_marker.clear()
         if is_task_stream(stream):
-            apply(tasks.setdefault(stream, TaskState()), event)
+            apply(tasks.setdefault(stream, Task(records=False)), event)
         if progress is not None and report.events % 10000 == 0:
             progress(report.events)
 

@@ -1,4 +1,5 @@
-"""Replay a task stream up to a global position: the task's state at that point."""
+"""Replay a task stream up to a global position: the task's state at that point, folded by
+the task aggregate (`ledger.task`) and shown as replay's view (`ledger.state`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import orjson
 from . import codec
 from .errors import LedgerError, NotFoundError
 from .ids import shown, unknown_id_hint
-from .state import FOLDS, TaskState, apply
+from .state import TaskState, view
 from .store import Ledger
 from .streams import task_stream
+from .task import FOLDS, Task, apply
 
 
 def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskState:
@@ -34,20 +36,21 @@ def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskS
     rows = ledger.stream_rows(stream, stop=until)
     if not rows and (until is None or not ledger.stream_rows(stream)):
         raise NotFoundError(f"unknown task {shown(task_id)}{unknown_id_hint(task_id)}")
-    return replay_rows(stream, rows)
+    return view(replay_rows(stream, rows))
 
 
 def replay_rows(stream: str, rows: list[tuple[int, int, str, bytes]],
-                state: TaskState | None = None) -> TaskState:
-    """Fold raw rows `(position, version, type, state)` of one stream into task state, with
-    the one fold of `ledger.state`.
+                state: Task | None = None) -> Task:
+    """Fold raw rows `(position, version, type, state)` of one stream into the task, with
+    the one fold of `ledger.task`.
 
     A row whose payload is a known, current-version, exactly typed payload (checked field by
     field by `codec.load_current`) is folded from its dict; any other row is decoded in full
     (`codec.decode`: upcast, coerced, or rejected with the error naming stream and version)
     and folded from the event's fields. Both give the same state; the first skips building
-    objects."""
-    state = state or TaskState()
+    objects. `state`: the task to fold into (default: one without records, all replay's view
+    reads)."""
+    state = state or Task(records=False)  # replay's view reads no records
     # The payloads are acyclic and die by reference counting; left on, the cyclic collector
     # is triggered by their allocations and re-walks the whole heap (~10% of a long replay).
     gc_was_on = gc.isenabled()
@@ -62,7 +65,7 @@ def replay_rows(stream: str, rows: list[tuple[int, int, str, bytes]],
     return state
 
 
-def _fold_rows(stream: str, rows: list[tuple[int, int, str, bytes]], state: TaskState) -> None:
+def _fold_rows(stream: str, rows: list[tuple[int, int, str, bytes]], state: Task) -> None:
     # codec.load_current + apply_payload, inlined: this loop runs once per event of a task.
     checks: dict[str, Any] = {}
     folds = FOLDS

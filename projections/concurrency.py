@@ -3,7 +3,7 @@ tasks were being worked on at once, across graphs and runs, overall, per enginee
 with the peak (the figure the method quotes: peak concurrent tasks) and the peak of each day,
 week or month.
 
-In flight. A task is in flight while the one task fold (`ledger.state`) has it `running`:
+In flight. A task is in flight while the one task fold (`ledger.task`) has it `running`:
 from its first loop block's start until it exits, and again from a reopening (or a block
 started after an exit) until it exits again. So a reopened task counts once more, as a new
 stretch, and never twice at one moment. The time between two blocks of a task counts: the
@@ -43,9 +43,9 @@ from typing import Any, Literal
 
 from ..ledger import events as E
 from ..ledger.clock import utcnow
-from ..ledger.state import TaskState, apply
 from ..ledger.store import Ledger, OnError, Recorded
 from ..ledger.streams import GRAPH_PREFIX, task_of
+from ..ledger.task import Task, apply
 from .errors import ProjectionError
 from .graph import node_task_id
 
@@ -89,7 +89,7 @@ class _Segment:
 
 @dataclass
 class _Task:
-    state: TaskState = field(default_factory=TaskState)
+    state: Task = field(default_factory=lambda: Task(records=False))
     definer: E.Actor | None = None
     segments: list[_Segment] = field(default_factory=list)
 

@@ -100,9 +100,9 @@ def _groups(ledger: Ledger, point_hash: str, metrics: Iterable[str]
     for tid in point_tasks(ledger, point_hash):
         mem, _ = read_memory(ledger, tid)
         for blk in mem.execution_record:
-            runs = [r for r in blk.runs() if r["success"]]
+            runs = [r for r in blk.runs() if r.success]
             for m in wanted:
-                xs = [float(r["metrics"][m]) for r in runs if m in r["metrics"]]
+                xs = [float(r.metrics[m]) for r in runs if m in r.metrics]
                 if xs:
                     out[m].append(xs)
     return out

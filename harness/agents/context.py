@@ -62,8 +62,8 @@ def memory_view(mem: TaskMemory) -> dict[str, Any]:
         med = b.median(metric) if metric else None
         blocks.append({"block_id": b.block_id, "candidate": b.candidate,
                        "sub_goal": b.sub_goal, "status": b.status,
-                       "verdict": (b.verification or {}).get("verdict"),
-                       "decision": b.decision, "outcome": (b.handoff or {}).get("outcome"),
+                       "verdict": b.verdict, "decision": b.decision,
+                       "outcome": b.handoff["outcome"] if b.handoff else None,
                        **({f"{metric} median": med} if metric and med is not None else {})})
     return {"status": mem.status, "primary_metric": metric, "blocks": blocks,
             "baseline": mem.baseline, "best_so_far": mem.best_so_far,

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from ...ledger.specs import SLO, Contract, DeploymentPoint, Gate
+from ...ledger.task import Run
 
 # SLO field → (goodput key, metrics name)
 _METRICS = {"ttft_ms": ("ttft", "ttft"), "tpot_ms": ("tpot", "tpot"),
@@ -65,12 +65,12 @@ def slo_gates(slo: SLO | None) -> list[Gate]:
     return gates
 
 
-def _reported(runs: Iterable[Mapping[str, Any]]) -> set[str]:
-    return {k for r in runs for k in (r.get("metrics") or {})}
+def _reported(runs: Iterable[Run]) -> set[str]:
+    return {k for r in runs for k in r.metrics}
 
 
 def with_slo_gates(contract: Contract, point: DeploymentPoint,
-                   *runs: Sequence[Mapping[str, Any]] | None) -> Contract:
+                   *runs: Sequence[Run] | None) -> Contract:
     """`contract` plus the point's SLO gates it does not already cover (module contract);
     `runs`: the judged runs (block, baseline), whose reported metrics bound what is added."""
     slo = getattr(getattr(point, "scenario", None), "slo", None)

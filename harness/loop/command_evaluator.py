@@ -102,7 +102,8 @@ class CommandEvaluator:
                      "FORGE_REPEAT": str(repeat), "FORGE_TASK_ID": ctx.task_id,
                      "FORGE_BLOCK_ID": ctx.block_id}
         if ctx.baseline is not None:
-            forge_env["FORGE_BASELINE"] = json.dumps(ctx.baseline, sort_keys=True, default=str)
+            forge_env["FORGE_BASELINE"] = json.dumps(ctx.baseline.to_json(), sort_keys=True,
+                                                   default=str)
         cwd = Path(self.cwd or os.getcwd()).resolve()
         launch, env, profile = prepare(ctx.workspace, self.argv, cwd=cwd, task=ctx.task_id,
                                        env=forge_env, spec=self.sandbox)

@@ -29,7 +29,6 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ from ..errors import HarnessError
 from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
 from ..models.weights import model_path, parse_name, pull
-from .evaluator_protocol import EvalContext, RunResult
+from .evaluator_protocol import Baseline, EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32
 
@@ -219,12 +218,12 @@ class EngineEvaluator:
                            "items": [[i, int(c)] for i, c in run.items]}
         return out
 
-    def _token_match(self, outputs: list[Any], baseline: Mapping[str, Any] | None) -> float | None:
+    def _token_match(self, outputs: list[Any], baseline: Baseline | None) -> float | None:
         if baseline is None:
             return 1.0 if all(o.success for o in outputs) else None
         digest = None
-        for run in baseline.get("runs", []):
-            digest = (run.get("meta") or {}).get("outputs_digest")
+        for run in baseline.runs:
+            digest = run.meta.get("outputs_digest")
             if digest:
                 break
         if not digest:

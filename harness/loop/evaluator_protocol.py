@@ -16,12 +16,16 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
+from ...ledger.task import Block
 from ...ledger.workspace import Workspace
+
+if TYPE_CHECKING:
+    from ...projections.memory import TaskMemory
 
 
 @dataclass(frozen=True)
@@ -40,19 +44,56 @@ def _no_progress(_: str) -> None:
 
 
 @dataclass(frozen=True)
+class BaselineRun:
+    """One recorded run of the baseline block, as an evaluator compares against it."""
+
+    metrics: Mapping[str, float]
+    success: bool
+    meta: Mapping[str, Any]
+    artifact_digest: str | None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline block's runs handed to a candidate block's evaluator: every measurement
+    it recorded (invalidated ones too: their outputs are still what the baseline served)."""
+
+    block_id: str
+    runs: tuple[BaselineRun, ...]
+
+    @classmethod
+    def of(cls, block: Block) -> Baseline:
+        return cls(block.block_id, tuple(
+            BaselineRun(m["metrics"], m["success"], m.get("meta", {}), m.get("artifact_digest"))
+            for m in block.measurements))
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON form, as a command evaluator reads it (`FORGE_BASELINE`)."""
+        return {"block_id": self.block_id,
+                "runs": [{"metrics": r.metrics, "success": r.success, "meta": r.meta,
+                          "artifact_digest": r.artifact_digest} for r in self.runs]}
+
+
+def baseline_of(mem: TaskMemory) -> Baseline | None:
+    """The task's latest measured baseline block as a candidate block's evaluator gets it."""
+    base = mem.baseline_block()
+    return None if base is None else Baseline.of(base)
+
+
+@dataclass(frozen=True)
 class EvalContext:
     """What an evaluator may use besides the candidate. `point` and `profile` already have the
     candidate applied (`ledger.specs.apply_candidate`): launch exactly what they say. For a
-    candidate block, `baseline` is `{"block_id", "runs": [{"metrics", "success", "meta",
-    "artifact_digest"}, ...]}` from the baseline block's measurements (None for the baseline
-    itself): token match compares against what the baseline run kept in `meta`/artifacts."""
+    candidate block, `baseline` is the baseline block's recorded runs (`Baseline`; None for
+    the baseline itself): token match compares against what a baseline run kept in its
+    `meta`/artifacts."""
 
     workspace: Workspace | None
     task_id: str
     block_id: str
     point: DeploymentPoint | None
     profile: RuntimeProfile | None
-    baseline: dict[str, Any] | None = None  # e.g. {"outputs": [...]} from the baseline run
+    baseline: Baseline | None = None
     progress: Callable[[str], None] = _no_progress
     # Extra environment for what the evaluator runs: the task's worktrees of the members it
     # changes (FORGE_WORKTREE_<MEMBER>, FORGE_WORKTREES), harness/loop/code.py.

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ...ledger import payloads
 from ...ledger.payloads import GateResult
 from ...ledger.specs import Contract, Gate
+from ...ledger.task import Run
 from ..errors import HarnessError
 
 if TYPE_CHECKING:
@@ -99,9 +100,8 @@ def bootstrap_ci(
     return (float(lo), float(hi))
 
 
-def _values(runs: Sequence[dict[str, Any]], metric: str) -> list[float]:
-    return [float(r["metrics"][metric]) for r in runs
-            if r.get("success", True) and metric in r.get("metrics", {})]
+def _values(runs: Sequence[Run], metric: str) -> list[float]:
+    return [float(r.metrics[metric]) for r in runs if r.success and metric in r.metrics]
 
 
 def _not_finite(named: Mapping[str, float | None]) -> str | None:
@@ -144,11 +144,11 @@ def runs_needed(n: int, lo: float, hi: float, estimate: float, threshold: float)
     return max(n + 1, math.ceil(n * (half / margin) ** 2))
 
 
-def judge_gate(gate: Gate, runs: Sequence[dict[str, Any]],
-               baseline: Sequence[dict[str, Any]] | None, *, contract: Contract,
+def judge_gate(gate: Gate, runs: Sequence[Run],
+               baseline: Sequence[Run] | None, *, contract: Contract,
                default_metric: str | None = None,
                bands: Mapping[str, NoiseBand] | None = None) -> GateResult:
-    """Judge one gate. `runs`/`baseline`: [{"metrics": {...}, "success": bool}, ...];
+    """Judge one gate on the block's runs and the baseline's (`ledger.task.Run`);
     `bands`: the point's noise bands by metric, used when `contract.noise` is `learned`."""
     if gate.kind == "stability":
         return _stability(gate, runs, default_metric)
@@ -189,8 +189,8 @@ def _with_band(gate: Gate, res: GateResult, band: NoiseBand | None) -> GateResul
                                          **upd, "reason": res.reason + "; " + "; ".join(notes)})
 
 
-def _judge_level(gate: Gate, runs: Sequence[dict[str, Any]],
-                 baseline: Sequence[dict[str, Any]] | None, *, contract: Contract) -> GateResult:
+def _judge_level(gate: Gate, runs: Sequence[Run],
+                 baseline: Sequence[Run] | None, *, contract: Contract) -> GateResult:
     assert gate.metric is not None
     direction = "at_least" if gate.at_least is not None else "at_most"
     threshold = float(gate.at_least if gate.at_least is not None else gate.at_most)  # type: ignore[arg-type]
@@ -247,14 +247,14 @@ def _judge_level(gate: Gate, runs: Sequence[dict[str, Any]],
                              **common)
 
 
-def _accuracy_of(runs: Sequence[dict[str, Any]], name: str) -> tuple[Any, str | None]:
+def _accuracy_of(runs: Sequence[Run], name: str) -> tuple[Any, str | None]:
     """The block's per-item results of accuracy gate `name` (an AccuracyRun), or None and why."""
     # In the function for start-up time: lm_eval's wrapper (~75 ms).
     from ..bench.accuracy import AccuracyRun
 
     why = None
     for r in runs:
-        acc = (r.get("accuracy") or {}).get(name)
+        acc = (r.accuracy or {}).get(name)
         if not acc:
             continue
         if acc.get("error"):
@@ -265,8 +265,8 @@ def _accuracy_of(runs: Sequence[dict[str, Any]], name: str) -> tuple[Any, str | 
     return None, why or "no per-item results recorded"
 
 
-def _accuracy(gate: Gate, runs: Sequence[dict[str, Any]],
-              baseline: Sequence[dict[str, Any]] | None, *, contract: Contract) -> GateResult:
+def _accuracy(gate: Gate, runs: Sequence[Run],
+              baseline: Sequence[Run] | None, *, contract: Contract) -> GateResult:
     """Non-inferiority of the block's accuracy vs the baseline block's on the same items
     (harness/bench/accuracy.py `judge_accuracy`); missing items are `inconclusive`."""
     # In the function for start-up time: lm_eval's wrapper (~75 ms).
@@ -291,12 +291,12 @@ def _accuracy(gate: Gate, runs: Sequence[dict[str, Any]],
                                  n=len(cand.items), median=_r(cand.accuracy), **common)
 
 
-def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
+def _stability(gate: Gate, runs: Sequence[Run],
                default_metric: str | None) -> GateResult:
     metric = gate.metric or default_metric
     need = gate.repeats or 3
-    failed_runs = sum(1 for r in runs if not r.get("success", True))
-    per_run_failed = [float(r.get("metrics", {}).get("failed", 0.0)) for r in runs]
+    failed_runs = sum(1 for r in runs if not r.success)
+    per_run_failed = [float(r.metrics.get("failed", 0.0)) for r in runs]
     worst = max(per_run_failed, default=0.0)
     allowed = gate.max_failed_requests if gate.max_failed_requests is not None else 0
     xs = _values(runs, metric) if metric else []
@@ -339,8 +339,8 @@ def _stability(gate: Gate, runs: Sequence[dict[str, Any]],
         else ""), **common)
 
 
-def judge(contract: Contract, runs: Sequence[dict[str, Any]],
-          baseline: Sequence[dict[str, Any]] | None, *, skip_relative: bool = False,
+def judge(contract: Contract, runs: Sequence[Run],
+          baseline: Sequence[Run] | None, *, skip_relative: bool = False,
           bands: Mapping[str, NoiseBand] | None = None) -> Verdict:
     """Judge every gate of `contract`; `skip_relative` judges the baseline against itself;
     `bands` as in `judge_gate`."""

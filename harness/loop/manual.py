@@ -199,7 +199,7 @@ def reject(ws: Workspace, task_id: str, reason: str, *, block: str | None = None
     lt, mem, version = _open(ws, task_id)
     b = _target_block(task_id, mem, block)
     ev = E.DirectionRejected(candidate=b.candidate, reason=reason,
-                             evidence=[v for v in [(b.verification or {}).get("event_id")] if v],
+                             evidence=[b.verification["event_id"]] if b.verification else [],
                              task_id=task_id, block_id=b.block_id, actor=human_actor(),
                              input_digests=lt.digests)
     append_to_task(ws, task_id, [ev], expected_version=version, memory=mem,

@@ -52,6 +52,7 @@ from ...ledger.errors import LedgerError
 from ...ledger.ids import shown
 from ...ledger.specs import DeploymentPoint, apply_candidate
 from ...ledger.streams import REPRODUCTIONS_STREAM, WORKSPACE_STREAM
+from ...ledger.task import MeasurementRecord
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ...projections.noise import point_bands
@@ -62,7 +63,7 @@ from ..models.weights import MANIFEST, model_path, parse_name, read_manifest, ve
 from ..task import LoadedTask, load_task_from_ledger
 from . import code
 from .command_evaluator import make_evaluator
-from .evaluator_protocol import EvalContext
+from .evaluator_protocol import Baseline, EvalContext, baseline_of
 
 ACTOR = E.Actor.tool("forge-reproduce")
 K_CV = 3.0
@@ -82,7 +83,7 @@ class Target:
     lt: LoadedTask
     mem: TaskMemory
     block: BlockRecord
-    runs: list[dict[str, Any]]  # the recorded measurements judged against
+    runs: list[MeasurementRecord]  # the recorded measurements judged against
     measurement_id: str | None = None
 
 
@@ -246,16 +247,9 @@ def band_rule(cpu: bool, override: float | None) -> str:
 # --- reproduce --------------------------------------------------------------------------
 
 
-def _baseline(mem: TaskMemory, block: BlockRecord) -> dict[str, Any] | None:
-    """What the measure step hands a candidate block (steps._baseline_ctx): the baseline's
-    recorded runs, whose outputs token match compares against."""
-    base = mem.baseline_block()
-    if block.is_baseline or base is None:
-        return None
-    return {"block_id": base.block_id,
-            "runs": [{"metrics": m["metrics"], "success": m["success"],
-                      "meta": m.get("meta", {}), "artifact_digest": m.get("artifact_digest")}
-                     for m in base.measurements]}
+def _baseline(mem: TaskMemory, block: BlockRecord) -> Baseline | None:
+    """What the measure step hands a candidate block (`evaluation.baseline_of`)."""
+    return None if block.is_baseline else baseline_of(mem)
 
 
 def reproduce(ws: Workspace, ident: str, *, repeats: int | None = None,

@@ -168,21 +168,21 @@ def _fmt(x: Any) -> str:
 def _medians(blk: BlockRecord) -> dict[str, tuple[float, int]]:
     by: dict[str, list[float]] = {}
     for r in blk.runs():
-        if r["success"]:
-            for k, v in r["metrics"].items():
+        if r.success:
+            for k, v in r.metrics.items():
                 by.setdefault(k, []).append(float(v))
     return {k: (statistics.median(v), len(v)) for k, v in sorted(by.items())}
 
 
 def _measure_lines(d: Deliverable, label: str, blk: BlockRecord) -> list[str]:
     runs = blk.runs()
-    ok = sum(1 for r in runs if r["success"])
+    ok = sum(1 for r in runs if r.success)
     ids = [m["event_id"] for m in blk.measurements if not m.get("invalidated")]
     d.cite(blk.block_id, *ids)
     lines = [f"{label} (block {blk.block_id}): {ok} of {len(runs)} runs succeeded; "
              f"measurement events: {', '.join(ids) or 'none'}"]
-    errors = sorted({m["error"] for m in blk.measurements
-                     if not m.get("invalidated") and not m["success"] and m.get("error")})
+    errors = sorted({m["error"] or "" for m in blk.measurements
+                     if not m.get("invalidated") and not m["success"] and m["error"]})
     if errors:
         lines.append(f"  failed runs: {'; '.join(errors)[:500]}")
     for metric, (med, n) in _medians(blk).items():

@@ -48,11 +48,11 @@ class LoopResult:
 def _baseline_problem(base: BlockRecord) -> tuple[str, str, list[str]] | None:
     """(exit state, reason, evidence) when a measured baseline blocks the task."""
     runs = base.runs()
-    if runs and not any(r["success"] for r in runs):
+    if runs and not any(r.success for r in runs):
         return ("failed-blocked", "every baseline run failed: "
                 + "; ".join(sorted({m["error"] or "?" for m in base.measurements}))[:300],
                 [m["event_id"] for m in base.measurements])
-    stab = [g for g in (base.verification or {}).get("gates", [])
+    stab = [g for g in (base.verification["gates"] if base.verification else [])
             if g.get("kind") == "stability"]
     if stab and stab[0].get("verdict") == "fail":
         return ("failed-unverifiable", f"the baseline is not stable: {stab[0]['reason']}",

@@ -27,7 +27,7 @@ from ..record import append_to_task
 from ..task import LOOP_ACTOR, LoadedTask, Progress
 from . import code
 from .decision import Executor, describe, out_of_scope
-from .evaluator_protocol import EvalContext, Evaluator, RunResult
+from .evaluator_protocol import EvalContext, Evaluator, RunResult, baseline_of
 from .executors import SweepExecutor
 from .verify import BlockVerification, verify
 
@@ -89,16 +89,6 @@ def handoff_text(mem: TaskMemory) -> str:
     return ". ".join(parts)
 
 
-def _baseline_ctx(mem: TaskMemory, ws: Workspace) -> dict[str, Any] | None:
-    base = mem.baseline_block()
-    if base is None:
-        return None
-    return {"block_id": base.block_id,
-            "runs": [{"metrics": m["metrics"], "success": m["success"],
-                      "meta": m.get("meta", {}), "artifact_digest": m.get("artifact_digest")}
-                     for m in base.measurements]}
-
-
 def measure_events(st: Stepper, mem: TaskMemory, blk: BlockRecord, evaluator: Evaluator, *,
                    actor: E.Actor = LOOP_ACTOR) -> list[E.Event]:
     """The measure step of the open block `blk` (the loop's, and an agent's `evaluate`): the
@@ -110,7 +100,7 @@ def measure_events(st: Stepper, mem: TaskMemory, blk: BlockRecord, evaluator: Ev
     point, profile = apply_candidate(lt.point, lt.profile, blk.candidate)
     prep = code.prepare(st.ws, lt, blk.block_id, blk.candidate, say)
     ctx = EvalContext(st.ws, lt.task_id, blk.block_id, point, profile,
-                      None if blk.is_baseline else _baseline_ctx(mem, st.ws), say, env=prep.env)
+                      None if blk.is_baseline else baseline_of(mem), say, env=prep.env)
     if prep.failure is not None:  # a failed build is a failed run, as data
         results = [RunResult({}, success=False, error=prep.failure)
                    for _ in range(lt.task.contract.repeats)]
@@ -169,7 +159,7 @@ def verify_event(st: Stepper, blk: BlockRecord, mem: TaskMemory,
 
 def decide_events(st: Stepper, blk: BlockRecord, mem: TaskMemory,
                    executor: Executor) -> list[E.Event]:
-    v = blk.verification or {}
+    v: dict[str, Any] = dict(blk.verification or {})
     verdict = v.get("verdict", "inconclusive")
     gates = v.get("gates", [])
     reasons = [f"{g['name']} {g['verdict']}: {g['reason']}" for g in gates]
@@ -183,7 +173,7 @@ def decide_events(st: Stepper, blk: BlockRecord, mem: TaskMemory,
     state = f"{describe(blk.candidate)}: verdict {verdict}" + (
         f", {primary} median {med:.4g}" if med is not None else "")
     if blk.is_baseline:
-        outcome = "progress" if any(r["success"] for r in blk.runs()) else "failed"
+        outcome = "progress" if any(r.success for r in blk.runs()) else "failed"
         state = "baseline measured: " + state
     elif verdict == "pass" and st.lt.task.exit.when == "all_gates_pass":
         evs.append(E.DeliverableAccepted(

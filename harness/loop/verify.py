@@ -125,13 +125,13 @@ def _phase(name: str, blk: BlockRecord, mem: TaskMemory, lt: LoadedTask,
         if base is None:
             return StepResult(name=name, kind="phase", outcome="fail",
                                 detail="no baseline measured to compare against"), None
-        ok = sum(1 for r in base.runs() if r["success"])
+        ok = sum(1 for r in base.runs() if r.success)
         return StepResult(name=name, kind="phase", outcome="pass" if ok else "fail",
                             detail=f"baseline {base.block_id}: {ok} of {len(base.runs())} "
                                    "runs succeeded"), None
     if name == "measure":
         runs = blk.runs()
-        ok = sum(1 for r in runs if r["success"])
+        ok = sum(1 for r in runs if r.success)
         if ok:
             return StepResult(name=name, kind="phase", outcome="pass",
                                 detail=f"{ok} of {len(runs)} runs succeeded"), None
@@ -172,7 +172,7 @@ def _command(ws: Workspace, lt: LoadedTask, blk: BlockRecord, step: Verification
         else ["bash", "-c", subst(step.sh or "")]
     # Without the accuracy gates' per-item results: thousands of items could pass the size
     # one environment variable may have.
-    runs = [{k: v for k, v in r.items() if k != "accuracy"} for r in blk.runs()]
+    runs = [{"metrics": r.metrics, "success": r.success} for r in blk.runs()]
     env = {"FORGE_HOME": str(ws.home), "FORGE_TASK_ID": lt.task_id,
            "FORGE_BLOCK_ID": blk.block_id,
            "FORGE_CANDIDATE": json.dumps(blk.candidate, sort_keys=True),

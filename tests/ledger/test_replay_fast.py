@@ -1,5 +1,6 @@
 """Replay's fast path (payload dicts checked field by field, folded without event objects)
-gives exactly the state of folding fully validated events, and fails as loudly: unknown
+gives exactly the task of folding fully validated events (the whole aggregate: Task
+Memory's records too, not only replay's view), and fails as loudly: unknown
 types, corrupt JSON, newer schema versions and mistyped fields raise the codec's one-line
 errors naming stream and version."""
 
@@ -13,11 +14,13 @@ from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
 from infer_forge.ledger.errors import CorruptEventError, UnknownEventError
 from infer_forge.ledger.payloads import GateResult
-from infer_forge.ledger.replay import replay_task
-from infer_forge.ledger.state import TaskState, apply, apply_payload, fingerprint
+from infer_forge.ledger.replay import replay_rows, replay_task
+from infer_forge.ledger.state import TaskState, fingerprint, view
 from infer_forge.ledger.store import Ledger
 from infer_forge.ledger.streams import task_stream
+from infer_forge.ledger.task import Task, apply, apply_payload
 from infer_forge.ledger.workspace import init_workspace
+from infer_forge.projections.memory import memory_of
 
 from tests.conftest import insert_raw_event
 
@@ -84,14 +87,18 @@ def _history(task: str) -> list[list[E.Event]]:
     ]
 
 
-def _full_fold(ledger: Ledger, stream: str, until: int | None = None) -> TaskState:
+def _full_task(ledger: Ledger, stream: str, until: int | None = None) -> Task:
     """The reference: every event validated into its object, folded with `apply`."""
-    state = TaskState()
+    task = Task()
     rows = ledger.stream_rows(stream, stop=until)
     for _pos, version, topic, raw in rows:
-        apply(state, codec.decode(stream, version, topic, raw))
-    state.last_position = rows[-1][0]
-    return state
+        apply(task, codec.decode(stream, version, topic, raw))
+    task.last_position = rows[-1][0]
+    return task
+
+
+def _full_fold(ledger: Ledger, stream: str, until: int | None = None) -> TaskState:
+    return view(_full_task(ledger, stream, until))
 
 
 
@@ -106,11 +113,23 @@ def test_fast_replay_equals_full_validation_at_every_position(home):
         full = replay_task(ledger, "t1")
         assert fingerprint(full) == fingerprint(_full_fold(ledger, "task:t1"))
         assert full.model_dump() == _full_fold(ledger, "task:t1").model_dump()
-        by_payload = TaskState()  # the public dict fold, row by row
+        by_payload = Task()  # the public dict fold, row by row
         for _p, _v, topic, raw in rows:
             apply_payload(by_payload, topic, codec.load_current(topic, raw))
         by_payload.last_position = rows[-1][0]
-        assert fingerprint(by_payload) == fingerprint(full)
+        assert fingerprint(view(by_payload)) == fingerprint(full)
+        # The whole aggregate, and the Task Memory computed from it, alike either way.
+        reference = _full_task(ledger, "task:t1")
+        fast = replay_rows("task:t1", rows, Task())
+        assert fast.model_dump() == by_payload.model_dump() == reference.model_dump()
+        assert memory_of(fast).model_dump() == memory_of(reference).model_dump()
+        assert memory_of(fast).paused_s == memory_of(reference).paused_s > 0
+        assert fast.blocks[0].measurements[1]["invalidated"] == "thermal throttling"
+        assert fast.blocks[0].verification["gates"] == reference.blocks[0].verification["gates"]
+        # Folded without records (replay's default), the view is the same.
+        lean = replay_rows("task:t1", rows)
+        assert not lean.records and not lean.blocks[0].measurements
+        assert view(lean).model_dump() == view(reference).model_dump()
         for pos, *_ in rows:
             assert fingerprint(replay_task(ledger, "t1", until=pos)) == fingerprint(
                 _full_fold(ledger, "task:t1", pos))

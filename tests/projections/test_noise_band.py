@@ -26,6 +26,7 @@ from infer_forge.harness.loop.run import run_task
 from infer_forge.harness.loop.search import Halving
 from infer_forge.harness.testing.synthetic_search import synthetic_space
 from infer_forge.ledger.specs import Contract
+from infer_forge.ledger.task import Run
 from infer_forge.projections.memory import task_memory
 from infer_forge.projections.noise import learn, point_band, point_groups, point_tasks
 
@@ -115,8 +116,8 @@ def test_band_is_learned_per_point_and_rejects_a_gain_inside_it(workspace, tmp_p
     # The plain gate passes the +3 % gain ...
     contract = Contract.model_validate(task_memory(workspace.ledger, t).definition["contract"])
     plain = judge(contract.model_copy(update={"noise": None}),
-                  [{"metrics": {TPUT: v}, "success": True} for v in cand],
-                  [{"metrics": {TPUT: v}, "success": True} for v in base])
+                  [Run({TPUT: v}) for v in cand],
+                  [Run({TPUT: v}) for v in base])
     assert plain.verdict == "pass"
     # ... the gate with the point's band rejects it, and quotes the band.
     out = verify_block(workspace, t)
@@ -147,8 +148,8 @@ def test_a_gain_beyond_the_band_passes_and_default_contracts_are_unchanged():
         "noise": "learned"})
     band = learn(TPUT, [[100.0, 101.0, 99.0], [50.0, 50.5, 49.5]])
     assert band is not None and band.cv == pytest.approx(0.01)
-    runs = [{"metrics": {TPUT: v}, "success": True} for v in (103.0, 103.1, 102.9)]
-    base = [{"metrics": {TPUT: v}, "success": True} for v in (100.0, 100.2, 99.8)]
+    runs = [Run({TPUT: v}) for v in (103.0, 103.1, 102.9)]
+    base = [Run({TPUT: v}) for v in (100.0, 100.2, 99.8)]
     g = judge(contract, runs, base, bands={TPUT: band}).gates[0]
     assert g.verdict == "pass" and g.band == pytest.approx(0.01) and "noise band" in g.reason
     # A latency gate (smaller is better) asks for a gain too: 3 % faster inside a 5 % band.
@@ -157,8 +158,8 @@ def test_a_gain_beyond_the_band_passes_and_default_contracts_are_unchanged():
         "noise": "learned"})
     wide = learn("median_ttft_ms", [[100.0, 105.0, 95.0]])
     assert wide is not None and wide.cv == pytest.approx(0.05)
-    fast = [{"metrics": {"median_ttft_ms": v}, "success": True} for v in (97.0, 97.1, 96.9)]
-    slow = [{"metrics": {"median_ttft_ms": v}, "success": True} for v in (100.0, 100.1, 99.9)]
+    fast = [Run({"median_ttft_ms": v}) for v in (97.0, 97.1, 96.9)]
+    slow = [Run({"median_ttft_ms": v}) for v in (100.0, 100.1, 99.9)]
     assert judge(ttft.model_copy(update={"noise": None}), fast, slow).verdict == "pass"
     g = judge(ttft, fast, slow, bands={"median_ttft_ms": wide}).gates[0]
     assert g.verdict == "fail" and "gain 3.00% inside the noise band" in g.reason
@@ -178,9 +179,9 @@ def test_inconclusive_states_the_runs_that_would_decide():
     contract = Contract.model_validate({"gates": [
         {"name": "throughput", "metric": TPUT, "vs_baseline": "ratio", "at_least": 1.05}],
         "noise": "learned"})
-    base = [{"metrics": {TPUT: v}, "success": True} for v in (100.0, 104.0, 96.0, 100.0)]
-    runs = [{"metrics": {TPUT: v}, "success": True} for v in (106.0, 112.0, 100.0, 108.0)]
-    band = learn(TPUT, [[r["metrics"][TPUT] for r in base], [r["metrics"][TPUT] for r in runs]])
+    base = [Run({TPUT: v}) for v in (100.0, 104.0, 96.0, 100.0)]
+    runs = [Run({TPUT: v}) for v in (106.0, 112.0, 100.0, 108.0)]
+    band = learn(TPUT, [[r.metrics[TPUT] for r in base], [r.metrics[TPUT] for r in runs]])
     g = judge(contract, runs, base, bands={TPUT: band}).gates[0]
     assert g.verdict == "inconclusive" and g.ci is not None and g.ratio is not None
     assert g.runs_needed == runs_needed(4, g.ci[0], g.ci[1], g.ratio, 1.05)

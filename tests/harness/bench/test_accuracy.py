@@ -20,6 +20,7 @@ from infer_forge.harness.bench.accuracy import (
 )
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.testing.scripted_arith import ScriptedArith, solve
+from infer_forge.ledger.task import Run
 
 from tests.conftest import need
 
@@ -157,8 +158,7 @@ def _block(correct: list[bool] | None, *, tput: float = 100.0, error: str | None
     acc = {"acc": {"task": "arith", "error": error}} if error else {} if correct is None else {
         "acc": {"task": "arith", "accuracy": sum(correct) / len(correct),
                 "items": [[i, int(c)] for i, c in enumerate(correct)]}}
-    return [{"metrics": {"output_throughput": tput + i}, "success": True,
-             **({"accuracy": acc} if acc else {})} for i in range(3)]
+    return [Run({"output_throughput": tput + i}, accuracy=acc or None) for i in range(3)]
 
 
 def test_contract_accuracy_gate_shape_and_hash():
@@ -232,13 +232,14 @@ def test_task_memory_runs_carry_the_accuracy_meta():
     from infer_forge.projections.memory import BlockRecord
 
     acc = {"acc": {"task": "arith", "accuracy": 1.0, "items": [[0, 1]]}}
+    rec = {"event_id": "e", "run_id": "r", "repeat": None, "error": None, "source": "s",
+           "artifact_digest": None}
     b = BlockRecord(block_id="b", index=0, sub_goal="s", measurements=[
-        {"metrics": {"x": 1.0}, "success": True, "meta": {"accuracy": acc}},
-        {"metrics": {"x": 2.0}, "success": True, "meta": {"engine": "hf"}},
-        {"metrics": {"x": 3.0}, "success": True, "meta": {"accuracy": acc},
+        {**rec, "metrics": {"x": 1.0}, "success": True, "meta": {"accuracy": acc}},
+        {**rec, "metrics": {"x": 2.0}, "success": True, "meta": {"engine": "hf"}},
+        {**rec, "metrics": {"x": 3.0}, "success": True, "meta": {"accuracy": acc},
          "invalidated": "bad"}])
-    assert b.runs() == [{"metrics": {"x": 1.0}, "success": True, "accuracy": acc},
-                        {"metrics": {"x": 2.0}, "success": True}]
+    assert b.runs() == [Run({"x": 1.0}, True, acc), Run({"x": 2.0})]
 
 
 @pytest.mark.slow
@@ -267,7 +268,7 @@ def test_engine_evaluator_runs_the_accuracy_gate_and_the_gate_rejects(tmp_path):
     assert any("accuracy gate acc" in s for s in said)
 
     def runs(acc):
-        return [{"metrics": {"output_throughput": 100.0}, "success": True, "accuracy": acc}]
+        return [Run({"output_throughput": 100.0}, accuracy=acc)]
 
     v = judge(c, runs(cand), runs(base))
     assert v.verdict == "fail" and v.gates[1].verdict == "fail", v.reason()

@@ -21,6 +21,7 @@ from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.gates import judge
 from infer_forge.harness.testing.received import image_size
 from infer_forge.ledger.specs import SLO, Contract, DeploymentPoint, Distribution
+from infer_forge.ledger.task import Run
 
 from tests.conftest import run_forge
 
@@ -315,8 +316,8 @@ def test_the_points_slo_yields_bench_servings_goodput(tok, scripted_server):
     assert again["slo_attainment_by_metric"] == m["slo_attainment_by_metric"]
 
 
-def runs(**metrics: float) -> list[dict]:
-    return [{"metrics": dict(metrics), "success": True} for _ in range(3)]
+def runs(**metrics: float) -> list[Run]:
+    return [Run(dict(metrics)) for _ in range(3)]
 
 
 def test_the_slo_becomes_the_default_latency_gates():

@@ -235,3 +235,33 @@ def test_tool_calls_record_without_secret_values(workspace, tmp_path, monkeypatc
     assert run_tool(workspace, ["true"], cwd=REPO).event.repo_digest.startswith("sha256:")
     missing = run_tool(workspace, ["/nonexistent/tool"]).event
     assert missing.exit_code is None and "cannot start" in missing.error
+
+
+def test_the_baseline_a_candidate_is_handed_is_typed_and_its_json_unchanged():
+    from infer_forge.harness.loop.evaluator_protocol import Baseline, BaselineRun, baseline_of
+    from infer_forge.ledger import events as E
+    from infer_forge.projections.memory import build_memory
+
+    c = {"task_id": "t"}
+    m = [E.MeasurementRecorded(run_id=f"r{i}", source="x", metrics={"tput": 1.0 + i},
+                               meta={"outputs_digest": f"sha256:{i}"}, block_id="b1",
+                               artifact_digest=f"sha256:a{i}", success=i != 1, **c)
+         for i in range(3)]
+    mem = build_memory([
+        E.TaskDefined(title="t", task_type="x", goal="g", definition={}, definition_hash="h",
+                      **c),
+        E.LoopBlockStarted(index=1, sub_goal="base", block_id="b1", **c), *m,
+        E.MeasurementInvalidated(measurement_event_id=m[2].event_id, reason="r",
+                                 block_id="b1", **c),
+        E.LoopBlockHandedOff(block_id="b1", **c),
+        E.LoopBlockStarted(index=2, sub_goal="cand", block_id="b2", candidate={"a": 1}, **c)])
+    base = baseline_of(mem)
+    assert isinstance(base, Baseline) and base.block_id == "b1"
+    assert base.runs[1] == BaselineRun({"tput": 2.0}, False, {"outputs_digest": "sha256:1"},
+                                       "sha256:a1")
+    # What a command evaluator reads in FORGE_BASELINE: every recorded run, as before.
+    assert base.to_json() == {"block_id": "b1", "runs": [
+        {"metrics": {"tput": 1.0 + i}, "success": i != 1,
+         "meta": {"outputs_digest": f"sha256:{i}"}, "artifact_digest": f"sha256:a{i}"}
+        for i in range(3)]}
+    assert baseline_of(build_memory([])) is None

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from infer_forge.harness.loop.gates import bootstrap_ci, judge, judge_gate
 from infer_forge.ledger.specs import Contract, Gate
+from infer_forge.ledger.task import Run
 
 C = Contract(gates=[Gate(name="stability", repeats=3, max_cv=0.1)])
 
 
 def runs(values, metric="output_throughput", **extra):
-    return [{"metrics": {metric: v, **extra}, "success": True} for v in values]
+    return [Run({metric: v, **extra}) for v in values]
 
 
 def rel(at_least=None, at_most=None, metric="output_throughput"):
@@ -66,10 +68,10 @@ def test_stability():
     assert r.verdict == "fail" and "CV" in r.reason
     # A run with failed requests cannot pass stability.
     rs = runs([100, 101, 99])
-    rs[1]["metrics"]["failed"] = 1
+    rs[1] = Run({**rs[1].metrics, "failed": 1})
     assert judge_gate(g, rs, None, **kw).verdict == "fail"
     rs = runs([100, 101, 99])
-    rs[2] = {"metrics": {}, "success": False}
+    rs[2] = Run({}, success=False)
     r = judge_gate(g, rs, None, **kw)
     assert r.verdict == "fail" and r.failed_runs == 1
     r = judge_gate(g, runs([100, 101]), None, **kw)
@@ -134,3 +136,28 @@ def test_overflowing_gates_make_a_storable_verdict():
     assert v.verdict == "fail" and all(g.verdict == "fail" for g in v.gates)
     for g in v.gates:
         check_finite(g.model_dump(), g.name)
+
+
+def test_a_blocks_runs_are_typed_and_leave_invalidated_measurements_out():
+    from dataclasses import FrozenInstanceError
+
+    from infer_forge.ledger.task import Block
+
+    def rec(x, **kw):
+        return {"event_id": f"e{x}", "run_id": f"r{x}", "repeat": None, "error": None,
+                "source": "s", "artifact_digest": None, "metrics": {"output_throughput": x},
+                "success": True, "meta": {}, **kw}
+
+    acc = {"acc": {"task": "arith", "accuracy": 1.0, "items": [[0, 1]]}}
+    b = Block(block_id="b1", index=1, sub_goal="s", measurements=[
+        rec(100.0), rec(300.0, invalidated="noisy"), rec(102.0, meta={"accuracy": acc}),
+        rec(0.0, success=False)])
+    assert b.runs() == [Run({"output_throughput": 100.0}), Run({"output_throughput": 102.0},
+                                                               accuracy=acc),
+                        Run({"output_throughput": 0.0}, success=False)]
+    assert b.median("output_throughput") == 101.0
+    with pytest.raises(FrozenInstanceError):
+        b.runs()[0].success = False  # type: ignore[misc]
+    # The gates judge them as they are.
+    assert judge_gate(Gate(name="t", metric="output_throughput", at_least=50), b.runs(), None,
+                      contract=C).verdict == "pass"

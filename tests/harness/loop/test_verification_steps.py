@@ -36,8 +36,9 @@ from infer_forge.ledger.codec import decode
 from infer_forge.ledger.ids import LEDGER_CONTEXT
 from infer_forge.ledger.replay import replay_task
 from infer_forge.ledger.specs import SpecError, TaskDefinition, load_spec
-from infer_forge.ledger.state import TaskState, apply
+from infer_forge.ledger.state import view
 from infer_forge.ledger.store import Append, task_stream
+from infer_forge.ledger.task import Task, apply
 from infer_forge.projections.memory import task_memory
 from infer_forge.wiki.build import build as build_wiki
 
@@ -125,11 +126,11 @@ def test_every_step_passes_each_recorded_in_order(workspace, tmp_path):
     rows = workspace.ledger.stream_rows(task_stream("t1"))
     assert all(codec.load_current(topic, raw) is not None for _p, _v, topic, raw in rows
                if topic == "VerificationRecorded")
-    full = TaskState()
+    full = Task()
     for _p, version, topic, raw in rows:
         apply(full, codec.decode(task_stream("t1"), version, topic, raw))
     full.last_position = rows[-1][0]
-    assert full.model_dump() == state.model_dump()
+    assert view(full).model_dump() == state.model_dump()
     shown = run_forge("replay", "t1", home=workspace.home)
     assert "steps: baseline pass, measure pass, one pass, gates pass, two pass, decide " \
         "deferred" in shown.stdout
