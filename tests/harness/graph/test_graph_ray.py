@@ -308,7 +308,10 @@ def test_serving_project_on_ray_with_2_workers_equals_the_local_backend(ray_addr
                                           "serving-project.yaml"), home=home)
         assert r.returncode == 0, r.stderr
         args = ["--backend", "ray", "--address", ray_address] if backend == "ray" else []
-        r = run_forge("graph", "run", "-j", "2", *args, "--json", home=home, timeout=600)
+        # Ray's driver as a process of its own: ray.init joins a process to one cluster for
+        # its life, and the tasks' workers flush what they did when their driver exits.
+        r = run_forge("graph", "run", "-j", "2", *args, "--json", home=home, timeout=600,
+                      process=backend == "ray")
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         ws, _ = init_workspace(home)
         with ws:

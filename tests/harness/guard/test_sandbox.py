@@ -405,3 +405,32 @@ def test_a_killed_processs_scratch_is_swept_by_the_next_one(tmp_path):
     for p in (alive, third):
         p.communicate("\n", timeout=30)
     assert not alive_dir.exists() and not third_dir.exists()  # removed at their exit
+
+
+def test_a_scratch_parent_that_is_a_link_or_too_open_is_not_used(tmp_path):
+    """`$TMPDIR/forge-scratch-<uid>` planted by someone else (a link to their directory, or a
+    directory others may write in) is neither swept nor written in: the process takes a
+    plain temporary directory of its own instead."""
+    import subprocess
+
+    code = ("from infer_forge.harness.guard.sandbox import _scratch_without_workspace\n"
+            "print(_scratch_without_workspace())\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    planted = tmp_path / f"forge-scratch-{os.getuid()}"
+    theirs = tmp_path / "theirs"
+    (theirs / "1-keep").mkdir(parents=True)  # looks like a dead process's scratch
+    for kind in ("link", "open"):
+        if kind == "link":
+            planted.symlink_to(theirs)
+        else:
+            planted.mkdir()
+            planted.chmod(0o777)
+            (planted / "1-keep").mkdir()
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        used = Path(out.stdout.strip())
+        assert used.parent == tmp_path and used.name.startswith("forge-scratch-"), kind
+        assert (planted / "1-keep").is_dir(), kind  # nothing swept there
+        if kind == "link":
+            planted.unlink()
