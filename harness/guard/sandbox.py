@@ -83,6 +83,7 @@ from pydantic import BaseModel, ConfigDict
 from ...ledger.secrets.names import is_secret_name
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..proc import alive
 from .human_channel import KEY_ENV
 from .task_dirs import allowed_roots, scratch_dir
 
@@ -209,19 +210,9 @@ def _scratch_parent() -> Path | None:
         return None  # another user's, or a link: not a place to sweep or to write in
     for child in base.iterdir():
         pid = child.name.split("-", 1)[0]
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(child, ignore_errors=True)
     return base
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def scratch_of(ws: Workspace | None, task: str | None) -> Path:
