@@ -64,6 +64,10 @@ class TaskState(BaseModel):
     version: int = 0
     exits: list[dict[str, Any]] = Field(default_factory=list)
 
+    def block(self, block_id: str | None) -> BlockState | None:
+        """The latest block with this id (as the view had it before the aggregate moved)."""
+        return next((b for b in reversed(self.blocks) if b.block_id == block_id), None)
+
 
 def _block(b: Block) -> BlockState:
     return BlockState.model_construct(
