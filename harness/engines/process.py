@@ -225,6 +225,12 @@ class ServerProcess:
                     _signal_group(pgid, signal.SIGKILL)
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=5)
+                    # The other members are killed too, but may still be exiting (on a busy
+                    # host, for a moment): a stop returns when the group is gone, so the
+                    # next start finds its port and its GPU memory free.
+                    deadline = time.monotonic() + 5
+                    while group_alive(pgid) and time.monotonic() < deadline:
+                        time.sleep(0.01)
             self.exit_code = proc.poll() if self.exit_code is None else self.exit_code
         finally:
             with _LIVE_LOCK:
