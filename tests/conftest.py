@@ -241,8 +241,12 @@ def _run_in_process(args: list[str], env: dict[str, str], input: str | None
                                     prog_name="forge", catch_exceptions=True)
     finally:
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
+        # Put the environment back key by key (never empty: other threads may read it).
+        for k in [k for k in os.environ if k not in saved_env]:
+            del os.environ[k]
+        for k, v in saved_env.items():
+            if os.environ.get(k) != v:
+                os.environ[k] = v
         for s, h in saved_signals.items():
             signal.signal(s, h)
         root.handlers[:], root.level = saved_handlers, saved_level
