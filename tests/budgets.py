@@ -38,6 +38,17 @@ def file_times(report: Path) -> dict[str, float]:
     return dict(times)
 
 
+def load_budgets(path: Path) -> tuple[float, dict[str, float]]:
+    """(the default budget, {test file: budget}) from a budgets.toml; ValueError naming the
+    fault when it is not one."""
+    try:
+        spec = tomllib.loads(path.read_text())
+        return float(spec["default"]), {str(k): float(v)
+                                        for k, v in spec.get("files", {}).items()}
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
 def over_budget(times: dict[str, float], budgets: dict[str, float], default: float
                 ) -> list[tuple[str, float, float]]:
     """(file, seconds, budget) for every file over its budget, slowest first."""
@@ -53,11 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args(argv)
     try:
-        spec = tomllib.loads(a.budgets.read_text())
-        default = float(spec["default"])
-        budgets = {str(k): float(v) for k, v in spec.get("files", {}).items()}
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
-        print(f"budgets: {a.budgets}: {e}", file=sys.stderr)
+        default, budgets = load_budgets(a.budgets)
+    except ValueError as e:
+        print(f"budgets: {e}", file=sys.stderr)
         return 2
     try:
         times = file_times(a.report)

@@ -76,6 +76,13 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(text[-lines:])
 
 
+def _wait_group_gone(pgid: int, seconds: float) -> None:
+    """Return when no member of the group is alive, or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 class ServerProcess:
     """One server subprocess. Use as a context manager, or call start/wait_ready/stop."""
 
@@ -218,9 +225,7 @@ class ServerProcess:
                     proc.wait(timeout=self.grace_s)
                 except subprocess.TimeoutExpired:
                     pass
-                deadline = time.monotonic() + self.grace_s
-                while group_alive(pgid) and time.monotonic() < deadline:
-                    time.sleep(0.05)  # members other than the leader may still be exiting
+                _wait_group_gone(pgid, self.grace_s)  # members other than the leader
                 if group_alive(pgid) or proc.poll() is None:
                     _signal_group(pgid, signal.SIGKILL)
                     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -228,9 +233,7 @@ class ServerProcess:
                     # The other members are killed too, but may still be exiting (on a busy
                     # host, for a moment): a stop returns when the group is gone, so the
                     # next start finds its port and its GPU memory free.
-                    deadline = time.monotonic() + 5
-                    while group_alive(pgid) and time.monotonic() < deadline:
-                        time.sleep(0.01)
+                    _wait_group_gone(pgid, 5.0)
             self.exit_code = proc.poll() if self.exit_code is None else self.exit_code
         finally:
             with _LIVE_LOCK:
