@@ -103,8 +103,8 @@ class _Any(metaclass=_Meta):
     def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
-        return False
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 class StubModule(types.ModuleType):
@@ -171,7 +171,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def _from_sglang(self) -> bool:
         """Whether the import statement being run is in SGLang's own code."""
-        frame = sys._getframe(1)
+        frame: types.FrameType | None = sys._getframe(1)
         while frame is not None:
             fn = frame.f_code.co_filename
             if not (fn.startswith("<frozen") or "importlib" in fn or fn == __file__):
