@@ -45,6 +45,7 @@ from ..errors import HarnessError
 from ..guard import outbound
 from ..guard.engine_sandbox import EngineSandbox, for_launch
 from ..models.weights import model_path
+from . import sglang_profile_req
 from .base import (
     Engine,
     EventSink,
@@ -296,11 +297,9 @@ class SGLangClient:
         return {"endpoint": path, "message": text.strip()}
 
     def _start_profile(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        allowed = {"output_dir", "start_step", "num_steps", "activities", "profile_by_stage",
-                   "with_stack", "record_shapes", "profile_id", "merge_profiles"}
-        bad = sorted(set(options) - allowed)
-        if bad:
-            raise HarnessError(f"sglang start_profile: unknown option(s) {', '.join(bad)}")
+        """POST /start_profile, after checking each option is one the server's release reads
+        (it would drop any other silently: sglang_profile_req)."""
+        sglang_profile_req.check(options, str(self.server_info()["version"]))
         payload = dict(options)
         if "output_dir" in payload:
             payload["output_dir"] = str(payload["output_dir"])

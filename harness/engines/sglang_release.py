@@ -28,6 +28,14 @@ from ..errors import HarnessError
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(\.post\d+|rc\d+)?$")
 
 
+def version_key(version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a release name ("0.5.23", "0.5.6.post2", "v0.5.0rc1")."""
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    if not m:
+        raise HarnessError(f"sglang version {version!r}: expected MAJOR.MINOR[.PATCH]")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
 def cache_dir() -> Path:
     env = os.environ.get("FORGE_SGLANG_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "infer-forge" / "sglang"

@@ -1,9 +1,12 @@
 """The scripted server with SGLang's profiler endpoints, for `forge perf capture` tests and
 benchmarks.
 
-Speaks SGLang's protocol (python/sglang/srt/entrypoints/http_server.py): `POST /start_profile`
-with a JSON `ProfileReqInput` (output_dir, start_step, num_steps, activities, with_stack,
-record_shapes, profile_by_stage, profile_id, merge_profiles; unknown fields 400) answers
+Speaks the protocol of the SGLang release given by `--version` (default the latest the
+harness knows), as its own source has it (sglang/srt/entrypoints/http_server.py): `/server_info`
+(from 0.5.6; `/get_server_info` before) answers `{model_path, version}`; `POST /start_profile`
+with a JSON body reads the fields that release's request type has
+(harness/data/sglang_profile_req.json, generated from the wheels) and drops any other key
+silently, as the real server's pydantic schema does (`extra_behavior="ignore"`); it answers
 `Start profiling.`; a second start while profiling answers 500 (the scheduler's "Profiling
 is already in progress. Call /stop_profile first."). `POST /stop_profile` answers `Stop
 profiling. This will take some time.` after writing one gzipped chrome trace per rank,
@@ -28,22 +31,31 @@ from pathlib import Path
 
 import orjson
 
+from ..engines.sglang_profile_req import fields_for
+from ..engines.sglang_release import version_key
 from .scripted_server import MODEL, Script, ScriptedServer
 
-PROFILE_FIELDS = {"output_dir", "start_step", "num_steps", "activities", "with_stack",
-                  "record_shapes", "profile_by_stage", "profile_id", "merge_profiles"}
+LATEST = "0.5.23"
+SERVER_INFO_SINCE = (0, 5, 6)  # /server_info and /model_info; /get_server_info before
 TEXT = b"text/plain; charset=utf-8"
 
 
 class ProfilingServer(ScriptedServer):
-    def __init__(self, trace: bytes, ranks: int = 1, **kwargs):
+    def __init__(self, trace: bytes, ranks: int = 1, version: str = LATEST, **kwargs):
         super().__init__(**kwargs)
-        self.trace, self.ranks = trace, ranks
+        self.trace, self.ranks, self.version = trace, ranks, version
+        self.fields = fields_for(version)
+        self.info_path = ("/server_info" if version_key(version) >= SERVER_INFO_SINCE
+                          else "/get_server_info")
         self.profiling: dict | None = None
         self.written: list[str] = []
 
     def handle(self, proto, req):
         plain = proto._plain
+        if req.method == "GET" and req.path == self.info_path:
+            info = {"model_path": self.script.model, "version": self.version}
+            proto._write(plain(200, orjson.dumps(info), req.close))
+            return None
         if req.path not in ("/start_profile", "/stop_profile") or req.method not in (
                 "GET", "POST"):
             return super().handle(proto, req)
@@ -55,11 +67,7 @@ class ProfilingServer(ScriptedServer):
             except ValueError as e:
                 proto._write(plain(400, orjson.dumps({"error": f"bad JSON: {e}"}), req.close))
                 return None
-            bad = sorted(set(body) - PROFILE_FIELDS)
-            if bad:
-                proto._write(plain(400, orjson.dumps({"detail": f"unknown fields {bad}"}),
-                                   req.close))
-                return None
+            body = {k: v for k, v in body.items() if k in self.fields}  # the rest: dropped
             if self.profiling is not None:
                 proto._write(plain(500, b"Profiling is already in progress. Call "
                                    b"/stop_profile first.", req.close, TEXT))
@@ -93,8 +101,9 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--ranks", type=int, default=1)
     ap.add_argument("--itl-ms", type=float, default=0.0)
     ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--version", default=LATEST, help="the SGLang release to speak as")
     a = ap.parse_args(list(argv) if argv is not None else None)
-    ProfilingServer(Path(a.trace).read_bytes(), a.ranks,
+    ProfilingServer(Path(a.trace).read_bytes(), a.ranks, a.version,
                     script=Script(itl_ms=a.itl_ms, model=a.model), host=a.host,
                     port=a.port).serve_until_interrupted()
 
