@@ -6,7 +6,10 @@ the recorded 0.5.x responses beside this file over the real HTTP protocol: /heal
 /start_profile, /stop_profile, /flush_cache, and /v1/completions (`stream: true`: SSE),
 /v1/chat/completions and /generate that echo the prompt and name the server's
 `--disaggregation-mode` (an `--encoder-only` server refuses them, as an encoder serves no
-text). `--help` prints the recorded help text.
+text). Their streams have the chunks SGLang 0.5.23's serving_completions.py, serving_chat.py
+and http_server.py's /generate write (see openai_stream, Handler.native); the real bench
+clients of 0.4.0, 0.5.1, 0.5.6 and 0.5.23 run against them in
+tests/harness/bench/test_real_bench_client*.py. `--help` prints the recorded help text.
 FAKE_SGLANG_MODE: "ok" (default), "crash" (dies while starting, like a CUDA OOM),
 "slow:N" (503 for the first N health checks), "malformed" (truncated server_info and
 unparsable metrics), "die-after:N" (exits after N requests, i.e. mid-benchmark).

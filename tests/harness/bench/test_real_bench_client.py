@@ -1,0 +1,106 @@
+"""SGLang 0.5.23's own bench client (`python -m sglang.benchmark.serving`, from the released
+wheel, under the kit) against the stand-in server (tests/data/sglang/fake_server.py) with each
+backend — `sglang` (streaming `/generate`), `sglang-oai`, `sglang-oai-chat` — and against the
+scripted server's `/generate`; its output imported by `forge bench import`, and its keys held
+against the committed golden output (tests/data/sglang/golden/bench/sglang-0.5.23.jsonl).
+One child process runs every client run of this module."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from infer_forge.harness.bench.importer import Given, parse_results
+from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.testing.scripted_server import ScriptedServer
+
+from tests.conftest import run_forge
+from tests.helpers import real_bench_client as C
+
+VERSION = "0.5.23"
+
+
+@pytest.fixture(scope="module")
+def outputs(tiny_tokenizer_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench-client-0.5.23")
+    data = C.sharegpt(tmp / "sharegpt.json")
+    with C.stand_in() as url, ScriptedServer() as scripted:
+        outs, log = C.run_release(VERSION, {"stand-in": url, "scripted": scripted.url},
+                                  tiny_tokenizer_dir, data, tmp)
+    return outs, log
+
+
+def test_every_backend_completes_against_the_stand_in(outputs):
+    """Every request of every backend succeeds, each generates exactly the asked length
+    (chat asks with `max_completion_tokens`), and the streams are per token (ITLs)."""
+    outs, log = outputs
+    assert "Traceback" not in log
+    for name, out in outs.items():
+        (line,) = C.lines(out)
+        assert line["completed"] == C.PROMPTS, (name, line["errors"])
+        assert line["total_output_tokens"] == C.PROMPTS * C.OUTPUT_LEN, name
+        assert not any(line["errors"]), name
+        # One ITL per token after the first: the answer streamed token by token.
+        assert [len(x) for x in line["itls"]] == [C.OUTPUT_LEN - 1] * C.PROMPTS, name
+        # The stand-in echoes the prompt: exactly OUTPUT_LEN words each.
+        assert {len(t.split()) for t in line["generated_texts"]} == {C.OUTPUT_LEN}, name
+
+
+def test_outputs_import_with_their_generation_and_every_key(outputs):
+    outs, _ = outputs
+    runs = {name: parse_results(out, Given(client_version=VERSION))[0][0]
+            for name, out in outs.items()}
+    assert {n: r.shape for n, r in runs.items()} == {
+        "native": "0.5.14+", "completions": "0.5.14+", "chat": "0.5.23+",  # --goodput
+        "native-scripted": "0.5.14+"}
+    for r in runs.values():
+        assert r.metrics["total_input_text_tokens"] == r.metrics["total_input_tokens"] > 0
+        assert r.metrics["total_input_vision_tokens"] == 0
+        assert r.meta["bench_client_version"] == VERSION
+    chat = runs["chat"]
+    assert chat.metrics["cache_report.total_prompt_tokens"] == chat.metrics["total_input_tokens"]
+    assert chat.metrics["cache_report.cache_hit_rate_pct"] == 0
+    assert chat.metrics["request_goodput"] > 0 and chat.metrics["slo_attainment"] == 1.0
+    assert chat.meta["goodput_slos_ms"] == {"ttft": 60000.0, "tpot": 60000.0}
+    # The stand-in answers /server_info: the version is the server's own.
+    assert (chat.meta["sglang_version"], chat.meta["sglang_version_source"]) == (
+        "0.5.23", "server_info")
+    # The scripted server has no /server_info (as through a router): server_info is null,
+    # so the version recorded is the bench client's, and says so ...
+    bare = runs["native-scripted"]
+    assert (bare.meta["sglang_version"], bare.meta["sglang_version_source"]) == (
+        VERSION, "bench_client")
+    # ... unless the deployment's servers' version is given.
+    (given,), _ = parse_results(outs["native-scripted"], Given("0.5.22", VERSION))
+    assert (given.meta["sglang_version"], given.meta["sglang_version_source"]) == (
+        "0.5.22", "deployment")
+    # A client that cannot have written these keys, or a version contradicting server_info.
+    with pytest.raises(HarnessError, match=r":1: the bench client of sglang 0\.5\.6 cannot "):
+        parse_results(outs["completions"], Given(client_version="0.5.6"))
+    with pytest.raises(HarnessError, match=r":1: server_info says sglang 0\.5\.23, but "):
+        parse_results(outs["completions"], Given(server_version="0.5.22"))
+
+
+def test_output_keys_match_the_golden_output(outputs):
+    """The golden file is the real client's output (regenerate: see real_bench_client.py);
+    a client run today writes the same keys, nested the same, with the same kinds."""
+    outs, _ = outputs
+    golden = C.lines(C.GOLDEN / f"sglang-{VERSION}.jsonl")
+    assert len(golden) == len(C.RUNS[VERSION])
+    for (name, *_), want in zip(C.RUNS[VERSION], golden, strict=True):
+        (got,) = C.lines(outs[name])
+        assert C.key_shape(got) == C.key_shape(want), name
+
+
+def test_forge_bench_import_of_the_real_output(forge_home, outputs):
+    outs, _ = outputs
+    assert run_forge("init").returncode == 0
+    r = run_forge("bench", "import", str(outs["native-scripted"]), "--client-version", VERSION,
+                  "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["shapes"], out["versions"], out["version_sources"]) == (
+        ["0.5.14+"], [VERSION], ["bench_client"])
+    bad = run_forge("bench", "import", str(outs["chat"]), "--client-version", "0.5.1")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+    assert "the bench client of sglang 0.5.1 cannot have written this line" in bad.stderr
