@@ -8,6 +8,7 @@ One child process runs every client run of this module."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 from infer_forge.harness.bench.importer import Given, parse_results
@@ -16,6 +17,7 @@ from infer_forge.harness.testing.scripted_server import ScriptedServer
 
 from tests.conftest import run_forge
 from tests.helpers import real_bench_client as C
+from tests.helpers import real_sglang
 
 VERSION = "0.5.23"
 
@@ -104,3 +106,30 @@ def test_forge_bench_import_of_the_real_output(forge_home, outputs):
     bad = run_forge("bench", "import", str(outs["chat"]), "--client-version", "0.5.1")
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
     assert "the bench client of sglang 0.5.1 cannot have written this line" in bad.stderr
+
+
+def _sse(url: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        events = [e for e in r.read().decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    return [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+
+
+def test_the_stand_ins_chat_stream_is_the_releases_own_chunks():
+    """The stand-in's chat chunks are those 0.5.23's own chunk builder makes (the builder
+    serving_chat.py streams with); a usage chunk (`"choices": []`) comes only when asked."""
+    with C.stand_in() as url:
+        body = {"model": "m", "messages": [{"role": "user", "content": "a b c"}],
+                "max_completion_tokens": 2, "stream": True}
+        plain = _sse(url + "/v1/chat/completions", body)
+        asked = _sse(url + "/v1/chat/completions",
+                     {**body, "stream_options": {"include_usage": True}})
+    head = plain[0]
+    real = json.loads(real_sglang.run(VERSION, C.GOLDEN / "render_chat_stream.py", head["id"],
+                                      str(head["created"]), "m", "length", "a", "b"))
+    assert plain == real
+    assert asked[:-1] == [{**c, "id": asked[0]["id"], "created": asked[0]["created"]}
+                          for c in real]
+    assert asked[-1]["choices"] == [] and asked[-1]["usage"]["completion_tokens"] == 2
