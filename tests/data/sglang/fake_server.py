@@ -101,7 +101,12 @@ def openai_stream(chat, rid, req, words, finish, usage):
                 "matched_stop": None}], "usage": None})
     options = req.get("stream_options") or {}
     if options.get("include_usage") or opts_include_usage():
-        chunks.append({**head, "object": head["object"], "choices": [], "usage": usage})
+        # UsageInfo as each route dumps it: completions with exclude_none, chat whole.
+        full = {"prompt_tokens": usage["prompt_tokens"], "total_tokens": usage["total_tokens"],
+                "completion_tokens": usage["completion_tokens"], "prompt_tokens_details": None,
+                "reasoning_tokens": 0, "completion_tokens_details": None}
+        chunks.append({**head, "choices": [], "usage": full if chat else
+                       {k: v for k, v in full.items() if v is not None}})
     return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
 
 
