@@ -91,6 +91,30 @@ def key_shape(obj: object) -> object:
     return "number"
 
 
+def check_completed(outs: dict[str, Path], log: str, version: str) -> None:
+    """Every run's every request succeeded with exactly OUTPUT_LEN tokens, streamed per
+    token (one ITL per token after the first, where the release writes details)."""
+    assert "Traceback" not in log
+    for name, out in outs.items():
+        (line,) = lines(out)
+        assert line["completed"] == PROMPTS, (version, name, line.get("errors"))
+        assert line["total_output_tokens"] == PROMPTS * OUTPUT_LEN, (version, name)
+        if version not in NO_DETAILS:
+            assert not any(line["errors"]), (version, name)
+            assert [len(x) for x in line["itls"]] == [OUTPUT_LEN - 1] * PROMPTS, name
+            # The stand-in echoes the prompt: exactly OUTPUT_LEN words each.
+            assert {len(t.split()) for t in line["generated_texts"]} == {OUTPUT_LEN}, name
+
+
+def check_golden(outs: dict[str, Path], version: str) -> None:
+    """Each run wrote the keys of the committed golden line (nested, with their kinds)."""
+    golden = lines(GOLDEN / f"sglang-{version}.jsonl")
+    assert len(golden) == len(RUNS[version])
+    for (name, *_), want in zip(RUNS[version], golden, strict=True):
+        (got,) = lines(outs[name])
+        assert key_shape(got) == key_shape(want), (version, name)
+
+
 def sharegpt(path: Path, n: int = 16) -> Path:
     """A ShareGPT-format file (`conversations` of human/gpt turns) of `n` conversations."""
     rows = [{"id": str(i), "conversations": [
