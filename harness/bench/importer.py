@@ -89,9 +89,9 @@ DETAIL_KEYS = frozenset({"input_lens", "output_lens", "ttfts", "itls", "generate
                          "errors", "start_times", "details"})
 # The key generations of the result line, newest first: (first release, last release or
 # None for "to the latest", keys whose presence marks it). Read from the `result = {...}` that
-# each release's client writes to --output-file (every release from 0.4.0 to 0.5.23, the
-# boundaries' post releases included). A line is of the newest generation whose marker keys
-# it has all of.
+# each release's client writes to --output-file (every x.y.z release from 0.4.0 to 0.5.23,
+# and every post release between two that differ). A line is of the newest generation whose
+# marker keys it has all of.
 GENERATIONS: tuple[tuple[str, str | None, frozenset[str]], ...] = (
     ("0.5.23", None, frozenset({"request_goodput"})),  # only with --goodput
     ("0.5.14", None, frozenset({"p90_ttft_ms", "p95_tpot_ms"})),  # + cache_report, if asked
