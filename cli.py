@@ -1265,18 +1265,24 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--task", "task_id", help="Record into this task's stream (else 'measurements').")
 @click.option("--block", "block_id", help="Link the measurements to this loop block.")
+@click.option("--sglang-version", help="The servers' SGLang version (their /server_info), "
+              "for lines without server_info (0.5.4 and older, or through a router).")
+@click.option("--client-version", help="The bench client's SGLang release (checked against "
+              "the keys; the version recorded when nothing else says).")
 @click.option("--json", "as_json", is_flag=True, help="Print the import summary as JSON.")
 @click.pass_context
 @fail_cleanly
-def bench_import(ctx, file: Path, task_id, block_id, as_json) -> None:
+def bench_import(ctx, file: Path, task_id, block_id, sglang_version, client_version,
+                 as_json) -> None:
     """Record sglang.bench_serving JSONL results (any 0.4–0.5 version) as measurements.
 
     \b
     Example:
       forge bench import sglang_1129_1000_1024_1024.jsonl --task tune-qwen --block b3
     """
-    from .harness.bench.importer import import_results
-    out = import_results(open_ws(ctx), file, task_id=task_id, block_id=block_id)
+    from .harness.bench.importer import Given, import_results
+    out = import_results(open_ws(ctx), file, task_id=task_id, block_id=block_id,
+                         given=Given(sglang_version, client_version))
     if as_json:
         emit_json(out)
         return

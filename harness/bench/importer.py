@@ -1,21 +1,36 @@
 """Import `sglang.bench_serving` result files (JSONL, any 0.4–0.5 version) as measurements.
 
 bench_serving's `--output-file` appends one JSON object per run. Its keys changed over
-versions, so results are keyed by what is present, never by a fixed schema:
-- 0.4.x: `{mean,median,std,p99}_{ttft,tpot,itl,e2e_latency}_ms` (+ `p95_itl_ms`, `max_itl_ms`),
-  no `server_info`, no p90/p95 (other than ITL), no goodput keys.
-- 0.5.x: adds `p90_*`/`p95_*`, `server_info` (with `version`), `max_output_tokens_per_s`,
-  `max_concurrent_requests`, and with `--goodput` `request_goodput`, `slo_attainment`,
-  `slo_attainment_by_metric`, `goodput_slos_ms`.
+releases, so results are keyed by what is present, never by a fixed schema, and each line is
+labelled with the releases whose client writes its key set (GENERATIONS, read from the
+`result = {...}` each released client writes, 0.4.0 … 0.5.23; real outputs of several are in
+tests/data/sglang/golden/bench/). Keys cannot tell every release apart: a 0.4.4 and a 0.5.3
+client write the same keys, so such a line is labelled `0.4.3.post3–0.5.3`.
+- 0.4.0–0.4.1.post7 write no `request_throughput` (0.4.0–0.4.1.post4 not even mean/p99
+  TTFT): it is derived as completed / duration, the client's own formula, and named in
+  `meta["derived"]`.
+- From 0.5.3.post1 `total_input_text_tokens`/`total_input_vision_tokens` (VLM points), from
+  0.5.4.post3 `server_info` (the server's `/server_info`; through a router it may be null),
+  from 0.5.14 p90/p95 of every latency and, with `--cache-report`, `cache_report` (its numbers
+  become `cache_report.<key>` metrics, its storage backend a meta field); 0.5.23's `--goodput`
+  adds `request_goodput`, `slo_attainment`, `slo_attainment_by_metric`, `goodput_slos_ms`.
 - Some builds dump the metrics dataclass directly (`total_input`, `total_output`), some name
   the total throughput `total_token_throughput`; `--output-details` adds per-request arrays at
   the top level or under `details`. These are aliased to one set of names.
 
+The SGLang version (`meta["sglang_version"]`, and where it came from in
+`meta["sglang_version_source"]`): the line's `server_info` (`server_info`, or
+`server_info.decode` for a PD deployment's aggregated answer); else the version the caller
+read from the deployment's servers' `/server_info` (`deployment`); else the bench client's
+own release (`bench_client`: the client's, not the server's). A client release that cannot
+have written the line's keys is refused, as is a deployment version that contradicts the
+line's `server_info`.
+
 Contract: `iter_results(path)` yields one `ImportedRun` per non-blank line or raises
 `HarnessError("FILE:LINE: …")` naming the field (not UTF-8, malformed JSON, not an object, a
 required key missing, not a number, NaN/Infinity or too large for a float; a run argument that
-the ledger cannot hold). Required: `completed`, `duration`, `request_throughput`,
-`output_throughput`, `median_ttft_ms`. `import_results(ws, path, task_id, block_id)` checks
+the ledger cannot hold). Required: `completed`, `duration`, `output_throughput`,
+`median_ttft_ms`. `import_results(ws, path, task_id, block_id)` checks
 every line first (a bad line: nothing stored or recorded), stores the file as an artifact and
 appends one `MeasurementRecorded` (source `sglang.bench_serving`) per run, in saves of BATCH
 events, idempotently (importing the same file into the same place twice adds nothing) and in
@@ -55,7 +70,7 @@ BATCH = 1000  # runs per save (one transaction, one command id each)
 MAX_LINE_BYTES = 16 << 20  # one result line (with --output-details arrays) may be large
 CHUNK_BYTES = 8 << 20  # artifact bytes redacted at once (a smaller file: in one piece)
 LISTED = 20  # measurements named in the summary
-REQUIRED = ("completed", "duration", "request_throughput", "output_throughput", "median_ttft_ms")
+REQUIRED = ("completed", "duration", "output_throughput", "median_ttft_ms")
 ALIASES = {
     "total_input": "total_input_tokens",
     "total_output": "total_output_tokens",
@@ -72,25 +87,84 @@ ARG_KEYS = frozenset({
 })
 DETAIL_KEYS = frozenset({"input_lens", "output_lens", "ttfts", "itls", "generated_texts",
                          "errors", "start_times", "details"})
-_NEW_STYLE = re.compile(r"^p(90|95)_(ttft|tpot|e2e_latency)_ms$|^p90_itl_ms$")
+# The key generations of the result line, newest first: (first release, last release or
+# None for "to the latest", keys whose presence marks it). Read from the `result = {...}` that
+# each release's client writes to --output-file (every x.y.z release from 0.4.0 to 0.5.23,
+# and every post release between two that differ). A line is of the newest generation whose
+# marker keys it has all of.
+GENERATIONS: tuple[tuple[str, str | None, frozenset[str]], ...] = (
+    ("0.5.23", None, frozenset({"request_goodput"})),  # only with --goodput
+    ("0.5.14", None, frozenset({"p90_ttft_ms", "p95_tpot_ms"})),  # + cache_report, if asked
+    ("0.5.8", "0.5.13.post1", frozenset({"p90_e2e_latency_ms"})),
+    ("0.5.6", "0.5.7", frozenset({"max_output_tokens_per_s", "max_concurrent_requests"})),
+    ("0.5.5.post2", "0.5.5.post3", frozenset({"total_throughput"})),
+    ("0.5.4.post3", "0.5.5.post1", frozenset({"server_info"})),
+    ("0.5.3.post1", "0.5.4.post2", frozenset({"total_input_text_tokens"})),
+    ("0.4.3.post3", "0.5.3", frozenset({"p95_itl_ms", "accept_length"})),
+    ("0.4.2", "0.4.3.post2", frozenset({"request_throughput", "concurrency"})),
+    ("0.4.1.post5", "0.4.1.post7", frozenset({"p99_ttft_ms", "mean_ttft_ms"})),
+    ("0.4.0", "0.4.1.post4", frozenset()),
+)
+_RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:rc(\d+)|\.post(\d+))?$")
+
+
+def release_key(version: str) -> tuple[int, int, int, int] | None:
+    """A release's order (0.5.0rc2 < 0.5.0 < 0.5.0.post1), or None when not a release."""
+    m = _RELEASE.match(version.strip())
+    if not m:
+        return None
+    a, b, c, rc, post = m.groups()
+    return (int(a), int(b), int(c), int(rc) - 100 if rc else int(post or 0))
+
+
+def generation_label(first: str, last: str | None) -> str:
+    return f"{first}+" if last is None else first if first == last else f"{first}–{last}"
 
 
 @dataclass(frozen=True)
 class ImportedRun:
     line: int
-    shape: str  # "0.4.x" or "0.5.x"
+    shape: str  # the releases whose client writes this key set (GENERATIONS), e.g. "0.5.14+"
     metrics: dict[str, float]
     meta: dict[str, Any]
 
 
 def detect_shape(obj: dict[str, Any]) -> str:
-    """The client generation that wrote `obj`, from the keys it has."""
-    # `total_input`/nested `details` come from the 0.5-era `sglang.benchmark.metrics` layout.
-    if ("server_info" in obj or "request_goodput" in obj or "max_concurrent_requests" in obj
-            or "slo_attainment" in obj or "total_input" in obj or "details" in obj
-            or any(_NEW_STYLE.match(k) for k in obj)):
-        return "0.5.x"
-    return "0.4.x"
+    """The releases whose client writes `obj`'s key set (e.g. `0.4.3.post3–0.5.3`, `0.5.14+`)."""
+    keys = {(ALIASES[k] if k in ALIASES else k) for k in obj}
+    for first, last, markers in GENERATIONS:
+        if markers <= keys:
+            return generation_label(first, last)
+    raise AssertionError("the oldest generation has no markers")  # pragma: no cover
+
+
+def _check_client(where: str, shape: str, client_version: str) -> None:
+    """A client release outside the releases that write generation `shape` is refused."""
+    v = release_key(client_version)
+    if v is None:
+        raise HarnessError(f"bench client version {client_version!r}: expected a release "
+                           "like 0.5.23")
+    first, last = next((f, t) for f, t, _ in GENERATIONS if generation_label(f, t) == shape)
+    lo, hi = release_key(first), (release_key(last) if last else None)
+    assert lo is not None
+    if v < lo or (hi is not None and v > hi):
+        raise HarnessError(f"{where}: the bench client of sglang {client_version} cannot "
+                           f"have written this line (its keys are those of {shape})")
+
+
+def _server_info_version(server_info: Any) -> tuple[str, str] | None:
+    """(version, source) from a line's `server_info`: its own `version`, or (a PD deployment's
+    aggregated answer, which the client itself reads as `["decode"][0]`) the first decode
+    server's."""
+    if not isinstance(server_info, dict):
+        return None
+    if server_info.get("version"):
+        return str(server_info["version"]), "server_info"
+    decode = server_info.get("decode")
+    if isinstance(decode, list) and decode and isinstance(decode[0], dict) \
+            and decode[0].get("version"):
+        return str(decode[0]["version"]), "server_info.decode"
+    return None
 
 
 def _number(where: str, key: str, value: Any) -> float:
@@ -106,7 +180,10 @@ def _number(where: str, key: str, value: Any) -> float:
     return x
 
 
-def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
+def parse_line(obj: Any, where: str, line: int, *, server_version: str | None = None,
+               client_version: str | None = None) -> ImportedRun:
+    """One result line. `server_version`: the deployment's servers' version (read from their
+    `/server_info`), for a line without one; `client_version`: the bench client's release."""
     if not isinstance(obj, dict):
         raise HarnessError(f"{where}: expected a JSON object (one bench_serving result), "
                            f"got {type(obj).__name__}")
@@ -124,6 +201,16 @@ def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
             meta[k] = str(v) if isinstance(v, float) and not math.isfinite(v) else v
         elif k in DETAIL_KEYS or k == "server_info":
             continue
+        elif k == "cache_report":
+            if v is None:
+                continue
+            if not isinstance(v, dict):
+                raise HarnessError(f"{where}: field {k!r} must be an object, got {v!r}"[:300])
+            for sub, x in v.items():
+                if isinstance(x, str):  # storage_backend: a name, not a number
+                    meta[f"{k}.{sub}"] = x
+                elif x is not None:
+                    metrics[f"{k}.{sub}"] = _number(where, f"{k}.{sub}", x)
         elif k in ("slo_attainment_by_metric", "goodput_slos_ms"):
             if v is None:
                 continue
@@ -136,6 +223,7 @@ def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
         elif k.endswith("_ms") or k.endswith("_throughput") or k in (
                 "completed", "failed", "duration", "concurrency", "accept_length",
                 "total_input_tokens", "total_output_tokens", "total_output_tokens_retokenized",
+                "total_input_text_tokens", "total_input_vision_tokens",
                 "max_output_tokens_per_s", "max_concurrent_requests", "request_goodput",
                 "slo_attainment"):
             if v is None:
@@ -147,15 +235,30 @@ def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
     errors = details.get("errors")
     if "failed" not in metrics and isinstance(errors, list):
         metrics["failed"] = float(sum(1 for e in errors if e))
+    if "request_throughput" not in metrics and metrics["duration"] > 0:
+        # 0.4.0–0.4.1.post7 do not write it; their own formula is completed / duration.
+        metrics["request_throughput"] = metrics["completed"] / metrics["duration"]
+        meta["derived"] = ["request_throughput"]
     server_info = data.get("server_info")
     shape = detect_shape(obj)
     meta["client_shape"] = shape
     meta["line"] = line
     meta["has_details"] = isinstance(errors, list)
+    if client_version is not None:
+        _check_client(where, shape, client_version)
+        meta["bench_client_version"] = client_version
     if isinstance(server_info, dict):
-        if server_info.get("version"):
-            meta["sglang_version"] = server_info["version"]
         meta["server_info_keys"] = len(server_info)
+    known = _server_info_version(server_info)
+    if known is not None and server_version is not None and known[0] != server_version:
+        raise HarnessError(f"{where}: server_info says sglang {known[0]}, but the deployment's "
+                           f"version was given as {server_version}")
+    if known is None and server_version is not None:
+        known = (server_version, "deployment")
+    if known is None and client_version is not None:
+        known = (client_version, "bench_client")
+    if known is not None:
+        meta["sglang_version"], meta["sglang_version_source"] = known
     flat = numeric_metrics(metrics)
     bad = bad_number(meta)  # e.g. a seed over 64 bits: the ledger could not hold it
     if bad is not None:
@@ -163,11 +266,20 @@ def parse_line(obj: Any, where: str, line: int) -> ImportedRun:
     return ImportedRun(line, shape, flat, meta)
 
 
-def parse_results(path: str | Path) -> tuple[list[ImportedRun], bytes]:
+@dataclass(frozen=True)
+class Given:
+    """What the caller knows beyond the file: the deployment's servers' SGLang version (from
+    their `/server_info`) and the bench client's own release (see parse_line)."""
+
+    server_version: str | None = None
+    client_version: str | None = None
+
+
+def parse_results(path: str | Path, given: Given = Given()) -> tuple[list[ImportedRun], bytes]:
     """Every result line of a (small) bench_serving JSONL file, and the file's bytes.
     `import_results` streams instead: use this only where the whole file fits in memory."""
     p = Path(path)
-    runs = list(iter_results(p))
+    runs = list(iter_results(p, given))
     if not runs:
         raise HarnessError(f"{p}: no bench_serving results (empty file)")
     try:
@@ -176,11 +288,11 @@ def parse_results(path: str | Path) -> tuple[list[ImportedRun], bytes]:
         raise HarnessError(f"cannot read {p}: {e.strerror or e}") from None
 
 
-def iter_results(path: str | Path) -> Iterator[ImportedRun]:
+def iter_results(path: str | Path, given: Given = Given()) -> Iterator[ImportedRun]:
     """The result lines of a bench_serving JSONL file, one at a time (bounded memory)."""
     p = Path(path)
     for no, raw in _raw_lines(p):
-        run = _parse_raw(p, no, raw)
+        run = _parse_raw(p, no, raw, given)
         if run is not None:
             yield run
 
@@ -190,10 +302,12 @@ def _raw_lines(p: Path) -> Iterator[tuple[int, bytes]]:
     return jsonl.read_lines(p, max_line_bytes=MAX_LINE_BYTES)
 
 
-def _parse_raw(p: Path, no: int, raw: bytes) -> ImportedRun | None:
+def _parse_raw(p: Path, no: int, raw: bytes, given: Given) -> ImportedRun | None:
     where = f"{p}:{no}"
     obj = jsonl.parse_line(raw, where)
-    return None if obj is None else parse_line(obj, where, no)
+    return None if obj is None else parse_line(obj, where, no,
+                                               server_version=given.server_version,
+                                               client_version=given.client_version)
 
 
 @dataclass
@@ -205,17 +319,19 @@ class _Scan:
     batch_hashes: list[str] = field(default_factory=list)
     shapes: set[str] = field(default_factory=set)
     versions: set[str] = field(default_factory=set)
+    version_sources: set[str] = field(default_factory=set)
     listed: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _batches(p: Path, scan: _Scan | None) -> Iterator[tuple[bytes, list[ImportedRun], str]]:
+def _batches(p: Path, scan: _Scan | None, given: Given
+             ) -> Iterator[tuple[bytes, list[ImportedRun], str]]:
     """(raw bytes, runs, sha256 of the raw bytes) per BATCH runs (the last batch takes the
     rest of the file). Fills `scan` on the way when given."""
     h = hashlib.sha256()
     raw_parts: list[bytes] = []
     runs: list[ImportedRun] = []
     for no, raw in _raw_lines(p):
-        run = _parse_raw(p, no, raw)
+        run = _parse_raw(p, no, raw, given)
         if run is not None and len(runs) == BATCH:
             part = b"".join(raw_parts)
             yield part, runs, hashlib.sha256(part).hexdigest()
@@ -265,14 +381,14 @@ def _line_scrubber(ws: Workspace, p: Path) -> Callable[[bytes], bytes] | None:
     return scrub
 
 
-def _scan_chunks(p: Path, scan: _Scan, scrub: Callable[[bytes], bytes] | None = None
-                 ) -> Iterator[bytes]:
+def _scan_chunks(p: Path, scan: _Scan, scrub: Callable[[bytes], bytes] | None = None,
+                 given: Given = Given()) -> Iterator[bytes]:
     """First pass: validate every line, fill `scan`, and yield the file's bytes in chunks of
     whole lines for the artifact store (each line through `scrub` when given). Raises
     (before anything is stored) on a bad line."""
     pending: list[bytes] = []
     size = 0
-    for part, runs, digest in _batches(p, scan):
+    for part, runs, digest in _batches(p, scan, given):
         scan.batch_hashes.append(digest)
         if scrub is not None:
             part = b"".join(scrub(line) for line in part.splitlines(keepends=True))
@@ -281,6 +397,7 @@ def _scan_chunks(p: Path, scan: _Scan, scrub: Callable[[bytes], bytes] | None = 
             scan.shapes.add(r.shape)
             if "sglang_version" in r.meta:
                 scan.versions.add(str(r.meta["sglang_version"]))
+                scan.version_sources.add(str(r.meta["sglang_version_source"]))
             if len(scan.listed) < LISTED:
                 scan.listed.append({"run_id": f"{p.name}:{r.line}", "shape": r.shape,
                                     "output_throughput": r.metrics.get("output_throughput"),
@@ -297,8 +414,9 @@ def _scan_chunks(p: Path, scan: _Scan, scrub: Callable[[bytes], bytes] | None = 
 
 
 def import_results(ws: Workspace, path: str | Path, *, task_id: str | None = None,
-                   block_id: str | None = None) -> dict[str, Any]:
-    """Record every run in `path` as a MeasurementRecorded; returns a summary.
+                   block_id: str | None = None, given: Given = Given()) -> dict[str, Any]:
+    """Record every run in `path` as a MeasurementRecorded; returns a summary (`versions`:
+    the SGLang versions recorded, `version_sources`: where each came from).
 
     Streams the file twice, holding at most BATCH runs at a time: the first pass validates
     every line and stores the artifact (a bad line anywhere: nothing is stored or recorded),
@@ -311,12 +429,12 @@ def import_results(ws: Workspace, path: str | Path, *, task_id: str | None = Non
     check_measurement_target(ws, task_id, block_id)  # before the file is read or stored
     p = Path(path)
     scan = _Scan()
-    digest = ws.artifacts.put_stream(_scan_chunks(p, scan, _line_scrubber(ws, p)))
+    digest = ws.artifacts.put_stream(_scan_chunks(p, scan, _line_scrubber(ws, p), given))
     file_hash = scan.file_hash
     stream = task_stream(task_id) if task_id else MEASUREMENTS_STREAM
     base = f"bench-import:{file_hash[:32]}:{task_id or ''}:{block_id or ''}"
     appended = seen = 0
-    for i, (_part, runs, part_hash) in enumerate(_batches(p, None)):
+    for i, (_part, runs, part_hash) in enumerate(_batches(p, None, given)):
         seen = i + 1
         if i >= len(scan.batch_hashes) or part_hash != scan.batch_hashes[i]:
             first = runs[0].line if runs else "?"
@@ -350,7 +468,8 @@ def import_results(ws: Workspace, path: str | Path, *, task_id: str | None = Non
                            f"{appended} runs were recorded: import it again")
     return {"file": str(p), "stream": stream, "runs": scan.runs, "duplicate": appended == 0,
             "recorded": appended, "shapes": sorted(scan.shapes), "artifact": digest,
-            "versions": sorted(scan.versions), "measurements": scan.listed}
+            "versions": sorted(scan.versions), "version_sources": sorted(scan.version_sources),
+            "measurements": scan.listed}
 
 
 # --- `forge measure --from-json FILE` and `--metric NAME=NUMBER` ---------------------------

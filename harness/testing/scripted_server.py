@@ -3,7 +3,10 @@
 Speaks the wire format of a real server: `POST /v1/completions` and `/v1/chat/completions`
 stream Server-Sent Events over chunked HTTP/1.1 (`data: {...}\\n\\n` per token, a final chunk
 with `finish_reason`, a usage chunk when `stream_options.include_usage` is set, then
-`data: [DONE]`); non-streaming requests get one JSON body. `GET /health`, `GET /v1/models`,
+`data: [DONE]`); non-streaming requests get one JSON body. `POST /generate` speaks SGLang's
+native format (`text`, `sampling_params.max_new_tokens`; streamed: an event per token whose
+`text` is the whole text so far, with `meta_info.completion_tokens`), as SGLang's own bench
+client's default backend `sglang` reads it. `GET /health`, `GET /v1/models`,
 and `GET /metrics` when the script has a `metrics` callable (the text of each scrape).
 
 Timing contract (the "truth" a client's measurements are compared with): the first token is
@@ -303,9 +306,9 @@ class ScriptedServer:
             proto._write(plain(200, b"{}", req.close))
             return None
         if req.method == "GET" and req.path == "/v1/models":
-            body = orjson.dumps({"object": "list", "data": [
+            listing = orjson.dumps({"object": "list", "data": [
                 {"id": self.script.model, "object": "model", "owned_by": "forge"}]})
-            proto._write(plain(200, body, req.close))
+            proto._write(plain(200, listing, req.close))
             return None
         if req.method == "GET" and req.path == "/metrics" and self.script.metrics is not None:
             page = self.script.metrics(self.scrapes).encode()
@@ -316,8 +319,8 @@ class ScriptedServer:
             proto._write(plain(200, orjson.dumps(self.stats.summary()), req.close))
             return None
         if req.method == "GET" and req.path == "/forge/timeline":
-            body = orjson.dumps({str(k): v for k, v in self.stats.timeline.items()})
-            proto._write(plain(200, body, req.close))
+            timeline = orjson.dumps({str(k): v for k, v in self.stats.timeline.items()})
+            proto._write(plain(200, timeline, req.close))
             return None
         if req.method == "GET" and req.path == "/forge/received":
             proto._write(plain(200, orjson.dumps(self.stats.received), req.close))
@@ -327,7 +330,9 @@ class ScriptedServer:
             proto._write(plain(200, b"{}", req.close))
             return None
         chat = req.path == "/v1/chat/completions"
-        if req.method != "POST" or req.path not in ("/v1/completions", "/v1/chat/completions"):
+        native = req.path == "/generate"
+        if req.method != "POST" or req.path not in ("/v1/completions", "/v1/chat/completions",
+                                                    "/generate"):
             proto._write(plain(404, b'{"error":"not found"}', req.close))
             return None
         try:
@@ -350,6 +355,8 @@ class ScriptedServer:
         if self.script.fail_every and self._count % self.script.fail_every == 0:
             proto._write(plain(500, b'{"error":"scripted failure"}', req.close))
             return None
+        if native:
+            body = _native_as_completion(body)
         n = self.script.tokens if self.script.tokens is not None else int(
             body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         n = max(0, n)
@@ -358,7 +365,13 @@ class ScriptedServer:
         usage = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": n,
                  "total_tokens": _prompt_tokens(body) + n}
         rid = f"cmpl-{self._count}"
-        if not body.get("stream"):
+        if native:
+            if not body.get("stream"):
+                last = _native_events(rid, texts, usage)[-2]
+                proto._write(plain(200, last, req.close))
+                return None
+            events = _native_events(rid, texts, usage)
+        elif not body.get("stream"):
             text = "".join(texts)
             if chat:
                 choice = {"index": 0, "message": {"role": "assistant", "content": text},
@@ -370,8 +383,9 @@ class ScriptedServer:
                    "choices": [choice], "usage": usage}
             proto._write(plain(200, orjson.dumps(obj), req.close))
             return None
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        events = _events(rid, self.script.model, chat, texts, usage, include_usage)
+        else:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            events = _events(rid, self.script.model, chat, texts, usage, include_usage)
         if self.script.instant:
             proto._write(_SSE_HEAD + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
             return None
@@ -405,6 +419,38 @@ class ScriptedServer:
             proto._write(b"".join(_chunk(e) for e in events[n:]) + b"0\r\n\r\n")
         finally:
             proto._done(req)
+
+
+def _native_as_completion(body: dict) -> dict:
+    """A native `/generate` body (`text`, `sampling_params.max_new_tokens`, `stream`) read as
+    the completion request it amounts to."""
+    params = body.get("sampling_params") or {}
+    text = body.get("text", body.get("input_ids", ""))
+    return {"prompt": text, "max_tokens": params.get("max_new_tokens") or 128,
+            "stream": bool(body.get("stream"))}
+
+
+def _native_events(rid: str, texts: list[str], usage: dict) -> list[bytes]:
+    """SGLang's native `/generate` stream (http_server.py over tokenizer_manager): per token
+    an object whose `text` is the whole text so far and whose `meta_info.completion_tokens`
+    counts the tokens so far (the last one with `finish_reason`), then [DONE]. The one
+    non-streamed answer is the last object."""
+    out: list[bytes] = []
+    n = len(texts)
+    for k in range(1, n + 1):
+        done = k == n
+        out.append(orjson.dumps({"text": "".join(texts[:k]), "output_ids": list(range(k)),
+                                 "meta_info": {
+            "id": rid, "finish_reason": {"type": "length", "length": n} if done else None,
+            "prompt_tokens": usage["prompt_tokens"], "weight_version": "default",
+            "reasoning_tokens": 0, "completion_tokens": k, "cached_tokens": 0}}))
+    if not out:  # nothing generated: one finished, empty object
+        out.append(orjson.dumps({"text": "", "output_ids": [], "meta_info": {
+            "id": rid, "finish_reason": {"type": "length", "length": 0},
+            "prompt_tokens": usage["prompt_tokens"], "weight_version": "default",
+            "reasoning_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}}))
+    out.append(b"[DONE]")
+    return out
 
 
 def _events(rid: str, model: str, chat: bool, texts: list[str], usage: dict,

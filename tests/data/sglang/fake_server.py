@@ -6,7 +6,10 @@ the recorded 0.5.x responses beside this file over the real HTTP protocol: /heal
 /start_profile, /stop_profile, /flush_cache, and /v1/completions (`stream: true`: SSE),
 /v1/chat/completions and /generate that echo the prompt and name the server's
 `--disaggregation-mode` (an `--encoder-only` server refuses them, as an encoder serves no
-text). `--help` prints the recorded help text.
+text). Their streams have the chunks SGLang 0.5.23's serving_completions.py, serving_chat.py
+and http_server.py's /generate write (see openai_stream, Handler.native); the real bench
+clients of 0.4.0, 0.5.1, 0.5.6 and 0.5.23 run against them in
+tests/harness/bench/test_real_bench_client*.py. `--help` prints the recorded help text.
 FAKE_SGLANG_MODE: "ok" (default), "crash" (dies while starting, like a CUDA OOM),
 "slow:N" (503 for the first N health checks), "malformed" (truncated server_info and
 unparsable metrics), "die-after:N" (exits after N requests, i.e. mid-benchmark).
@@ -16,12 +19,14 @@ import json
 import os
 import shlex
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MODE = os.environ.get("FAKE_SGLANG_MODE", "ok")
 STATE = {"health": 0, "requests": 0, "profiling": False}
+OPTS: dict = {}  # the parsed launch flags
 
 
 def parse_args(argv):
@@ -58,6 +63,57 @@ def typed(v):
     return v
 
 
+def tokens_of(prompt, limit, ignore_eos):
+    """The generated words: the prompt echoed, up to `limit`; with `ignore_eos` (as the bench
+    client asks) the echo repeats until exactly `limit`, else it stops at the prompt's end
+    (where a model would emit EOS)."""
+    words = prompt.split() or ["ok"]
+    if limit is None:
+        return words
+    limit = max(0, int(limit))
+    if ignore_eos:
+        return [words[k % len(words)] for k in range(limit)]
+    return words[:limit]
+
+
+def openai_stream(chat, rid, req, words, finish, usage):
+    """The SSE body serving_chat.py / serving_completions.py write: completions, one chunk per
+    token (the last carries `finish_reason`); chat, a first chunk with the role and empty
+    content, a chunk per token, then a `finish_reason` chunk with an empty delta. A usage
+    chunk with `"choices": []` only when `stream_options.include_usage` is set (or the server
+    runs with --stream-response-default-include-usage); `data: [DONE]` last."""
+    created, model = int(time.time()), req.get("model")
+    head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created, "model": model}
+    chunks = []
+    if chat:
+        def choice(delta, fin=None):
+            return {"index": 0, "delta": {"reasoning_content": None, **delta},
+                    "logprobs": None, "finish_reason": fin, "matched_stop": None}
+        chunks.append({**head, "choices": [choice({"role": "assistant", "content": ""})]})
+        chunks += [{**head, "choices": [choice({"content": " " + w})]} for w in words]
+        chunks.append({**head, "choices": [choice({}, finish)]})
+    else:
+        for k, w in enumerate(words):
+            chunks.append({**head, "choices": [{
+                "index": 0, "text": " " + w, "logprobs": None,
+                "finish_reason": finish if k == len(words) - 1 else None,
+                "matched_stop": None}], "usage": None})
+    options = req.get("stream_options") or {}
+    if options.get("include_usage") or opts_include_usage():
+        # UsageInfo as each route dumps it: completions with exclude_none, chat whole.
+        full = {"prompt_tokens": usage["prompt_tokens"], "total_tokens": usage["total_tokens"],
+                "completion_tokens": usage["completion_tokens"], "prompt_tokens_details": None,
+                "reasoning_tokens": 0, "completion_tokens_details": None}
+        chunks.append({**head, "choices": [], "usage": full if chat else
+                       {k: v for k, v in full.items() if v is not None}})
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+
+def opts_include_usage():
+    return bool(OPTS.get("stream_response_default_include_usage"))
+
+
 def main():
     argv = sys.argv[1:]
     if argv[:2] == ["-m", "sglang.launch_server"]:
@@ -66,6 +122,7 @@ def main():
         print((HERE / "help.txt").read_text())
         return 0
     opts = parse_args(argv)
+    OPTS.update(opts)
     print(f"[fake sglang] server_args={json.dumps(opts, sort_keys=True)}", flush=True)
     if MODE == "crash":
         print("Traceback (most recent call last):\n  File \"model_runner.py\", line 412\n"
@@ -123,34 +180,73 @@ def main():
 
         def generate(self, path, body):
             # A role answers as itself: an encoder serves no text; prefill and decode
-            # servers say which they are (the stand-in router's tests read it back).
+            # servers say which they are (the stand-in router's tests read it back from
+            # non-streamed bodies and /generate's meta_info; no real client reads it).
             if opts.get("encoder_only"):
                 return self.send(400, json.dumps({"detail": "encoder-only server"}))
             req = json.loads(body or b"{}")
-            prompt = (" ".join(str(m.get("content", "")) for m in req.get("messages", []))
-                      if "messages" in req else str(req.get("prompt", req.get("text", ""))))
-            n = int(req.get("max_tokens") or (req.get("sampling_params") or {}).get(
-                "max_new_tokens") or 8)
-            text = " ".join((prompt.split() or ["ok"])[:n])
             role = str(opts.get("disaggregation_mode") or "null")
-            usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
+            chat = path.endswith("chat/completions")
             if path == "/generate":
-                out = {"text": text, "meta_info": {**usage, "disaggregation_mode": role}}
-            elif req.get("stream"):  # SSE as SGLang streams it: a chunk per word, usage last
-                chat = path.endswith("chat/completions")
-                chunks = [{"choices": [{"index": 0, "delta": {"content": " " + w}} if chat
-                                       else {"index": 0, "text": " " + w}]}
-                          for w in text.split()]
-                chunks.append({"choices": [], "usage": usage, "disaggregation_mode": role})
-                sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
-                return self.send(200, sse + "data: [DONE]\n\n", "text/event-stream")
+                prompt = str(req.get("text", ""))
+                limit = (req.get("sampling_params") or {}).get("max_new_tokens")
+                ignore_eos = (req.get("sampling_params") or {}).get("ignore_eos")
             else:
-                chat = path.endswith("chat/completions")
-                choice = ({"index": 0, "message": {"role": "assistant", "content": text}}
-                          if chat else {"index": 0, "text": text})
-                out = {"object": "chat.completion" if chat else "text_completion",
-                       "choices": [choice], "usage": usage, "disaggregation_mode": role}
+                prompt = (" ".join(str(m.get("content", "")) for m in req.get("messages", []))
+                          if chat else str(req.get("prompt", "")))
+                # What the real server generates up to: chat reads max_completion_tokens
+                # (max_tokens is its deprecated alias); completions default to 16 tokens.
+                limit = (req.get("max_completion_tokens") or req.get("max_tokens")) if chat \
+                    else req.get("max_tokens", 16)
+                ignore_eos = req.get("ignore_eos")
+            words = tokens_of(prompt, limit, ignore_eos)
+            usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words),
+                     "total_tokens": len(prompt.split()) + len(words)}
+            finish = "length" if limit is not None and len(words) >= int(limit) else "stop"
+            if path == "/generate":
+                return self.native(req, prompt, words, finish, role)
+            rid = f"{STATE['requests']:032x}"
+            if req.get("stream"):
+                return self.send(200, openai_stream(chat, rid, req, words, finish, usage),
+                                 "text/event-stream")
+            text = " ".join(words)
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+                       "logprobs": None, "finish_reason": finish, "matched_stop": None}
+                      if chat else {"index": 0, "text": text, "logprobs": None,
+                                    "finish_reason": finish, "matched_stop": None})
+            out = {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                   "created": int(time.time()), "model": req.get("model"),
+                   "choices": [choice], "usage": usage, "disaggregation_mode": role}
             return self.send(200, json.dumps(out))
+
+        def native(self, req, prompt, words, finish, role):
+            """/generate as http_server + tokenizer_manager answer it: one object, or (stream)
+            an SSE event per token whose `text` is the whole text so far (cumulative, unless
+            --incremental-streaming-output) with `meta_info.completion_tokens` so far, the
+            last with `finish_reason`, then `data: [DONE]`."""
+            rid = f"{STATE['requests']:032x}"
+            incremental = bool(opts.get("incremental_streaming_output"))
+
+            def event(k, done):
+                meta = {"id": rid, "finish_reason": ({"type": finish, "length": k}
+                                                     if finish == "length" else
+                                                     {"type": "stop", "matched": 2})
+                        if done else None,
+                        "prompt_tokens": len(prompt.split()), "weight_version": "default",
+                        "reasoning_tokens": 0, "completion_tokens": k, "cached_tokens": 0,
+                        "disaggregation_mode": role}
+                if done:
+                    meta["e2e_latency"] = 0.001
+                text = (" " + words[k - 1]) if incremental and k else " ".join(words[:k])
+                ids = [k - 1] if incremental and k else list(range(k))
+                return {"text": text, "output_ids": ids, "meta_info": meta}
+
+            if not req.get("stream"):
+                return self.send(200, json.dumps(event(len(words), True)))
+            events = [event(k, k == len(words)) for k in range(1, len(words) + 1)] or \
+                [event(0, True)]
+            sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+            return self.send(200, sse + "data: [DONE]\n\n", "text/event-stream")
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)

@@ -21,7 +21,7 @@ DUMP = DATA / "sglang-0.5.0rc0-metrics-dump.jsonl"
 
 def test_04_results_are_keyed_by_what_they_have():
     runs, _ = parse_results(V04)
-    assert [r.shape for r in runs] == ["0.4.x", "0.4.x"]
+    assert [r.shape for r in runs] == ["0.4.3.post3–0.5.3"] * 2
     first = runs[0].metrics
     assert first["completed"] == 200 and first["median_ttft_ms"] > 0
     assert "p99_tpot_ms" in first and "p95_itl_ms" in first
@@ -34,7 +34,7 @@ def test_04_results_are_keyed_by_what_they_have():
 
 def test_05_results_carry_server_info_and_goodput():
     runs, _ = parse_results(V05)
-    assert [r.shape for r in runs] == ["0.5.x", "0.5.x"]
+    assert [r.shape for r in runs] == ["0.5.14+", "0.5.23+"]  # p90/p95 everywhere; --goodput
     a, b = runs
     assert a.meta["sglang_version"] == "0.5.4.post1"
     assert {"p90_ttft_ms", "p95_e2e_latency_ms", "max_concurrent_requests"} <= a.metrics.keys()
@@ -43,6 +43,61 @@ def test_05_results_carry_server_info_and_goodput():
     assert b.metrics["slo_attainment_by_metric.tpot"] == 1.0
     assert b.meta["goodput_slos_ms"] == {"ttft": 350.0, "tpot": 12.0}
     assert b.meta["request_rate"] == 16.0
+
+
+# Real outputs of the released clients against the stand-in server (made by
+# tests/helpers/real_bench_client.py; regenerated and compared in test_real_bench_client*.py).
+GOLDEN = TESTS / "data" / "sglang" / "golden" / "bench"
+REAL = {"0.4.0": "0.4.0–0.4.1.post4", "0.5.1": "0.4.3.post3–0.5.3", "0.5.6": "0.5.6–0.5.7",
+        "0.5.23": "0.5.14+"}
+
+
+@pytest.mark.parametrize("version", sorted(REAL))
+def test_real_outputs_import_with_their_generation_and_every_key(version):
+    runs, _ = parse_results(GOLDEN / f"sglang-{version}.jsonl")
+    raw = [json.loads(x) for x in (GOLDEN / f"sglang-{version}.jsonl").read_text().splitlines()]
+    for r, line in zip(runs, raw, strict=True):
+        assert r.shape == (REAL[version] if "request_goodput" not in line else "0.5.23+")
+        # Every number the client wrote is kept (the per-request arrays are details).
+        numbers = {k for k, v in line.items() if isinstance(v, int | float) and
+                   not isinstance(v, bool) and k not in {"request_rate", "max_concurrency",
+                                                         "sharegpt_output_len",
+                                                         "random_input_len",
+                                                         "random_output_len",
+                                                         "random_range_ratio"}}
+        assert numbers <= r.metrics.keys()
+        for sub, v in (line.get("cache_report") or {}).items():
+            assert (f"cache_report.{sub}" in r.metrics) == isinstance(v, int | float)
+        if isinstance(line.get("server_info"), dict):
+            assert r.meta["sglang_version"] == line["server_info"]["version"]
+            assert r.meta["sglang_version_source"] == "server_info"
+    if version == "0.4.0":  # no request_throughput written: derived, and said so
+        assert runs[0].meta["derived"] == ["request_throughput"]
+
+
+def test_the_version_recorded_says_where_it_came_from(tmp_path):
+    """A PD deployment's aggregated server_info (the client reads `["decode"][0]`); through a
+    router server_info is null: the deployment's version when given, else the client's."""
+    from infer_forge.harness.bench.importer import Given
+
+    line = json.loads((GOLDEN / "sglang-0.5.23.jsonl").read_text().splitlines()[1])
+    pd = tmp_path / "pd.jsonl"
+    pd.write_text(json.dumps({**line, "server_info": {
+        "prefill": [{"version": "0.5.23"}], "decode": [{"version": "0.5.23"}]}}) + "\n")
+    (run,), _ = parse_results(pd)
+    assert (run.meta["sglang_version"], run.meta["sglang_version_source"]) == (
+        "0.5.23", "server_info.decode")
+    routed = tmp_path / "router.jsonl"
+    routed.write_text(json.dumps({**line, "server_info": None}) + "\n")
+    (run,), _ = parse_results(routed)
+    assert "sglang_version" not in run.meta  # nothing says: nothing invented
+    for given, want in ((Given("0.5.22"), ("0.5.22", "deployment")),
+                        (Given(client_version="0.5.23"), ("0.5.23", "bench_client")),
+                        (Given("0.5.22", "0.5.23"), ("0.5.22", "deployment"))):
+        (run,), _ = parse_results(routed, given)
+        assert (run.meta["sglang_version"], run.meta["sglang_version_source"]) == want
+    with pytest.raises(HarnessError, match=r"bench client version 'latest': expected a release"):
+        parse_results(routed, Given(client_version="latest"))
 
 
 def test_metrics_dump_aliases_and_nested_details():
@@ -90,7 +145,7 @@ def test_import_records_measurements_idempotently(workspace, tmp_path):
     evs = measurements(workspace, "tune-qwen")
     assert len(evs) == 2
     assert all(e.source == "sglang.bench_serving" and e.block_id == block for e in evs)
-    assert evs[0].meta["client_shape"] == "0.5.x" and evs[0].run_id == "sglang-0.5.4.jsonl:1"
+    assert evs[0].meta["client_shape"] == "0.5.14+" and evs[0].run_id == "sglang-0.5.4.jsonl:1"
     assert workspace.artifacts.get(evs[0].artifact_digest) == V05.read_bytes()
     again = import_results(workspace, V05, task_id="tune-qwen", block_id=block)
     assert again["duplicate"] and len(measurements(workspace, "tune-qwen")) == 2
@@ -104,9 +159,10 @@ def test_forge_bench_import_cli(forge_home, tmp_path):
     assert run_forge("task", "new", str(make_task_dir(tmp_path / "specs"))).returncode == 0
     r = run_forge("bench", "import", str(V04), "--task", "t1", "--json")  # task-level
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["shapes"] == ["0.4.x"]
+    assert json.loads(r.stdout)["shapes"] == ["0.4.3.post3–0.5.3"]
     human = run_forge("bench", "import", str(DUMP))
-    assert human.returncode == 0 and "recorded 1 bench_serving runs (0.5.x)" in human.stdout
+    assert human.returncode == 0 and "recorded 1 bench_serving runs (0.5.5.post2–0.5.5.post3)" in \
+        human.stdout
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"completed": 1}\n')
     r = run_forge("bench", "import", str(bad))
