@@ -1,7 +1,8 @@
 """Planning a deployment point for this host (`plan_here`): the point's accelerator checked
 against this host's devices (accelerators.py), the model's local path when pulled, and a
-block of free ports (servers', bootstrap, encoder bootstrap, router metrics); the launch plan itself is plan.py's (pure). Used by `forge engine up
---point` (point_up.py) and by `deploy_whole` (whole.py) for a point of more than one server.
+block of free ports (servers', bootstrap, encoder bootstrap, router metrics); the launch
+plan itself is plan.py's (pure). Used by `forge engine up --point` (point_up.py) and by
+`deploy_whole` (whole.py) for a point of more than one server.
 """
 
 from __future__ import annotations
