@@ -155,6 +155,8 @@ def main():
     if MODE != "malformed":
         info = json.loads(info_text)
         info["version"] = version
+        # As ServerArgs resolves it: the served name is the model path unless given.
+        info["served_model_name"] = opts.get("model_path", info["served_model_name"])
         for k, v in opts.items():
             info[k] = typed(v)
         info["launch_command"] = shlex.join(["python", "-m", "sglang.launch_server", *argv])

@@ -78,7 +78,8 @@ def test_pd_deployment_of_stand_ins(workspace):
         import urllib.request
         req = urllib.request.Request(
             plan.entry_url + "/v1/completions", method="POST",
-            data=json.dumps({"prompt": "a b c", "max_tokens": 3, "stream": True}).encode(),
+            data=json.dumps({"model": "m", "prompt": "a b c", "max_tokens": 3,
+                             "stream": True}).encode(),
             headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:  # streamed through the router
             assert r.headers["Content-Type"] == "text/event-stream"
