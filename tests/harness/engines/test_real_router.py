@@ -16,6 +16,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from infer_forge.harness.bench.client import run_bench
+from infer_forge.harness.bench.datasets import Prompt
+from infer_forge.harness.bench.request import BenchConfig
 from infer_forge.harness.engines.base import request_json
 from infer_forge.harness.engines.deploy import Deployment
 from infer_forge.harness.engines.plan import plan_point
@@ -150,6 +153,12 @@ def test_pd_points_behind_both_real_routers_on_one_host(workspace, tiny_model):
                 422 if legacy else 400)
             assert get_status(entry + "/list_workers") == 404
             assert get_status(entry + "/metrics") == 404
+            # the harness's own bench client through the router (its bodies carry `model`)
+            for endpoint in ("completions", "chat"):
+                cfg = BenchConfig(url=entry, model=model, endpoint=endpoint,
+                                  max_concurrency=2, warmup=1, engine="sglang")
+                res = run_bench(cfg, [Prompt("one two three four", 4, 2)] * 2)
+                assert [r.success for r in res.records] == [True, True], (endpoint, res.records)
             router = plan.process("router")
             page = urllib.request.urlopen(
                 f"http://{router.host}:{router.metrics_port}/metrics", timeout=10).read()
