@@ -271,6 +271,8 @@ class Deployment:
             "processes": [{
                 "name": p.name, "role": p.role, "url": p.url, "pid": self.servers[p.name].pid,
                 "devices": list(p.devices), "bootstrap_port": p.bootstrap_port,
+                "encoder_bootstrap_port": p.encoder_bootstrap_port,
+                "metrics_port": p.metrics_port,
                 "startup_s": self.servers[p.name].startup_s,
                 "log_path": str(self.servers[p.name].log_path),
                 "version": self.server_info.get(p.name, {}).get("version"),

@@ -16,7 +16,8 @@ Every `--disaggregation-bootstrap-port` / `--encoder-bootstrap-port` it is given
 (as the real prefill and language-only servers bind them), so a port clash fails its start.
 `--help` prints the recorded help text.
 FAKE_SGLANG_MODE: "ok" (default), "crash" (dies while starting, like a CUDA OOM),
-"slow:N" (503 for the first N health checks), "malformed" (truncated server_info and
+"slow:N" (503 for the first N health checks), FAKE_SGLANG_METRICS=FILE serves that
+/metrics page; "malformed" (truncated server_info and
 unparsable metrics), "die-after:N" (exits after N requests, i.e. mid-benchmark).
 """
 
@@ -163,7 +164,8 @@ def main():
         info_text = json.dumps(info)
     model_info = json.loads((HERE / "model_info.json").read_text())
     model_info["model_path"] = opts.get("model_path", model_info["model_path"])
-    metrics = (HERE / ("metrics_malformed.txt" if MODE == "malformed" else "metrics.txt")
+    metrics = (Path(os.environ["FAKE_SGLANG_METRICS"]) if os.environ.get("FAKE_SGLANG_METRICS")
+               else HERE / ("metrics_malformed.txt" if MODE == "malformed" else "metrics.txt")
                ).read_text()
     slow = int(MODE.split(":")[1]) if MODE.startswith("slow:") else 0
     die_after = int(MODE.split(":")[1]) if MODE.startswith("die-after:") else None
