@@ -55,7 +55,7 @@ def is_not_found(e: HarnessError) -> bool:
 
 
 def router_targets(url: str, *, timeout_s: float, guard: outbound.Guard | None = None,
-                   check: Callable[[str, str], None] | None = None) -> list[Target]:
+                   check: Callable[[str, str], object] | None = None) -> list[Target]:
     """The servers behind the router at `url` (module contract). `check(url, action)` runs
     before the `/workers` read (the production guard)."""
     base = url.strip().rstrip("/")
