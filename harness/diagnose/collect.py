@@ -43,6 +43,7 @@ from ..errors import HarnessError
 from ..guard import outbound, production
 from ..record import append_to_task
 from .rules import RULES, Limits, LogLine, Scrape, apply_rules
+from .targets import is_not_found, router_targets, server_diagnosis
 
 PREFIX = "sglang:"
 DEFAULT_TAIL_BYTES = 8 * 1024 * 1024
@@ -204,8 +205,6 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
             "GET", murl, timeout=timeout_s, max_bytes=max_bytes, guard=guard)),
             samples, interval_s, source)
     except HarnessError as e:
-        from .targets import is_not_found, router_targets, server_diagnosis
-
         if fetch is not None or not is_not_found(e):
             raise
         # A router entry (PD/EPD) has no /metrics: each server's, findings named (targets.py)
@@ -215,7 +214,8 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
         return server_diagnosis(
             ws, url, targets, samples=samples, interval_s=interval_s, lines=lines, log=log,
             slo=slo or {}, limits=limits, actor=actor, task_id=task_id, envelope=envelope,
-            timeout_s=timeout_s, max_bytes=max_bytes, guard=guard)
+            timeout_s=timeout_s, max_bytes=max_bytes, guard=guard, scrape_window=scrape_window,
+            window_metrics=WINDOW_METRICS)
     findings = apply_rules(scrapes, lines, slo or {}, limits)
     ev = E.DiagnosisRecorded(
         url=production.shown_url(url.strip().rstrip("/")),

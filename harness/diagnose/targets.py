@@ -24,15 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...ledger import events as E
 from ..engines.base import request_json, request_text
 from ..errors import HarnessError
 from ..guard import outbound, production
-
-if TYPE_CHECKING:
-    from .rules import Limits, LogLine, Scrape
+from .rules import RULES, Limits, LogLine, Scrape, apply_rules
 
 
 @dataclass(frozen=True)
@@ -93,23 +91,26 @@ def labelled(finding: E.DiagnosisFinding, target: Target) -> E.DiagnosisFinding:
     return finding.model_copy(update=update)
 
 
+ScrapeWindow = Callable[[Callable[[], str], int, float, str], list[Scrape]]
+
+
 def server_diagnosis(ws: Any, url: str, targets: Sequence[Target], *, samples: int,
                      interval_s: float, lines: Sequence[LogLine], log: str | Path | None,
                      slo: Mapping[str, float], limits: Limits | None, actor: E.Actor,
                      task_id: str | None, envelope: Mapping[str, Any] | None,
-                     timeout_s: float, max_bytes: int, guard: outbound.Guard
+                     timeout_s: float, max_bytes: int, guard: outbound.Guard,
+                     scrape_window: ScrapeWindow, window_metrics: Sequence[str]
                      ) -> E.DiagnosisRecorded:
-    """collect.diagnosis of a router entry: every target scraped on the same schedule (one
-    thread each), the rules applied per server and each finding labelled with it; the log's
-    findings labelled with the log file; `window` keys `name/metric`."""
-    from .collect import WINDOW_METRICS, metrics_url, scrape_window
-    from .rules import RULES, apply_rules
-
+    """collect.diagnosis of a router entry (its `scrape_window` and `window_metrics` passed
+    in): every target scraped on the same schedule (one thread each), the rules applied per
+    server and each finding labelled with it; the log's findings labelled with the log
+    file; `window` keys `name/metric`."""
     for t in targets:
-        production.check(ws, metrics_url(t.url), "GET /metrics", actor=actor, task_id=task_id)
+        production.check(ws, t.url + "/metrics", "GET /metrics", actor=actor,
+                         task_id=task_id)
 
     def window(t: Target) -> list[Scrape]:
-        murl = metrics_url(t.url)
+        murl = t.url + "/metrics"
         return scrape_window(lambda: request_text("GET", murl, timeout=timeout_s,
                                                   max_bytes=max_bytes, guard=guard),
                              samples, interval_s, production.shown_url(murl))
@@ -129,7 +130,7 @@ def server_diagnosis(ws: Any, url: str, targets: Sequence[Target], *, samples: i
         end=datetime.fromtimestamp(max(all_t), UTC), interval_s=interval_s,
         samples=samples,
         window={f"{t.name or t.url}/{k}": tuple(s.values.get(k) for s in scrapes[t])
-                for t in targets for k in WINDOW_METRICS
+                for t in targets for k in window_metrics
                 if any(k in s.values for s in scrapes[t])},
         log_file=str(log) if log is not None else None, log_lines_read=len(lines),
         slo_ms=dict(slo), rules=tuple(RULES), findings=tuple(findings),
