@@ -7,6 +7,7 @@ claims (tests/data/sglang/fake_server.py) — and deploy and the client against 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from infer_forge.harness.engines.sglang import SGLangClient
 from infer_forge.harness.engines.sglang_routes import ENCODER_READY_PATH, info_paths
 from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
 
-from tests.conftest import TESTS
+from tests.conftest import TESTS, need
 from tests.helpers import real_sglang
 
 FAKE = [sys.executable, str(TESTS / "data" / "sglang" / "fake_server.py")]
@@ -183,10 +184,11 @@ def _point(arch: str, roles: list[dict]) -> DeploymentPoint:
         "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}})
 
 
-def _profile(version: str) -> RuntimeProfile:
+def _profile(version: str, router: list[str] | None = None) -> RuntimeProfile:
     return RuntimeProfile.model_validate({
         "service": "s", "rev": 1, "engine": "sglang",
-        "config": {"launcher": FAKE, "router_launcher": FAKE_ROUTER, "startup_timeout_s": 60,
+        "config": {"launcher": FAKE, "router_launcher": router or FAKE_ROUTER,
+                   "startup_timeout_s": 60,
                    "env": {"FAKE_SGLANG_VERSION": version, "FAKE_SGLANG_ROUTES": "strict"}},
         "framework": {"kind": "sglang", "version": version}})
 
@@ -197,7 +199,12 @@ def _profile(version: str) -> RuntimeProfile:
                        {"role": "decode"}]),
 ])
 def test_deploy_checks_each_server_by_the_routes_it_has(tmp_path, version, arch, roles):
-    plan = plan_point(_point(arch, roles), _profile(version), None, base_port=free_port())
+    """Behind the real router (sglang-router), which reads the info routes itself."""
+    need(importlib.util.find_spec("sglang_router") is not None,
+         "the real router sglang-router is not installed (pip install -e '.[dev]')")
+    router = [sys.executable, "-m", "sglang_router.launch_router"]
+    plan = plan_point(_point(arch, roles), _profile(version, router), None,
+                      base_port=free_port())
     with Deployment(plan, logs=tmp_path, grace_s=5) as dep:
         for p in plan.processes:
             if p.role in ("prefill", "decode"):
