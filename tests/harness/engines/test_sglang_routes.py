@@ -241,3 +241,20 @@ def test_language_only_servers_get_distinct_encoder_bootstrap_ports_by_the_real_
     parsed = json.loads(real_sglang.run(version, script, json.dumps(argvs)).splitlines()[-1])
     ports = [port for row in parsed for port in row]
     assert len(set(ports)) == len(ports), parsed  # no two servers bind one port
+
+
+def test_a_pinned_epd_point_deploys_whole_though_its_encoders_report_no_info(workspace):
+    """deploy_whole checks every server against the pinned version: not the encoders, which
+    have no info route to report one."""
+    from infer_forge.harness.engines.whole import deploy_whole
+
+    roles = [{"role": "encode"}, {"role": "prefill"}, {"role": "decode"}]
+    running = deploy_whole(workspace, _point("epd", roles), _profile(real_sglang.LATEST),
+                           model="m")
+    try:
+        desc = running.describe()
+        assert [(p["name"], p["version"]) for p in desc["processes"]] == [
+            ("encode-0", None), ("prefill-0", real_sglang.LATEST),
+            ("decode-0", real_sglang.LATEST), ("router", None)]
+    finally:
+        running.stop()
