@@ -3,7 +3,9 @@ what the rules (rules.py) find.
 
 Contracts:
 - Read-only: the only request is `GET <url>/metrics`, passed through the production guard
-  first (`harness/guard/production.py`: a read, allowed on production endpoints).
+  first (`harness/guard/production.py`: a read, allowed on production endpoints). A router
+  entry (a PD/EPD point: `/metrics` 404, `GET /workers` lists workers) is read server by
+  server, each finding naming its server (targets.py).
 - `samples` scrapes `interval_s` apart on a drift-free schedule (scrape k starts at or after
   first + k·interval), each parsed with `parse_prometheus` and summarised with `summarize`
   (the `sglang:` families; a server without them: all families), histogram buckets kept for
@@ -41,6 +43,7 @@ from ..errors import HarnessError
 from ..guard import outbound, production
 from ..record import append_to_task
 from .rules import RULES, Limits, LogLine, Scrape, apply_rules
+from .targets import is_not_found, router_targets, server_diagnosis
 
 PREFIX = "sglang:"
 DEFAULT_TAIL_BYTES = 8 * 1024 * 1024
@@ -197,9 +200,22 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
     lines = read_log_tail(log, tail_bytes) if log is not None else []
     source = production.shown_url(murl)
     guard = outbound.Guard(ws, actor, task_id)  # a redirect hop is checked again
-    scrapes = scrape_window(fetch or (lambda: request_text(
-        "GET", murl, timeout=timeout_s, max_bytes=max_bytes, guard=guard)),
-        samples, interval_s, source)
+    try:
+        scrapes = scrape_window(fetch or (lambda: request_text(
+            "GET", murl, timeout=timeout_s, max_bytes=max_bytes, guard=guard)),
+            samples, interval_s, source)
+    except HarnessError as e:
+        if fetch is not None or not is_not_found(e):
+            raise
+        # A router entry (PD/EPD) has no /metrics: each server's, findings named (targets.py)
+        targets = router_targets(url, timeout_s=timeout_s, guard=guard,
+                                 check=lambda u, a: production.check(
+                                     ws, u, a, actor=actor, task_id=task_id))
+        return server_diagnosis(
+            ws, url, targets, samples=samples, interval_s=interval_s, lines=lines, log=log,
+            slo=slo or {}, limits=limits, actor=actor, task_id=task_id, envelope=envelope,
+            timeout_s=timeout_s, max_bytes=max_bytes, guard=guard, scrape_window=scrape_window,
+            window_metrics=WINDOW_METRICS)
     findings = apply_rules(scrapes, lines, slo or {}, limits)
     ev = E.DiagnosisRecorded(
         url=production.shown_url(url.strip().rstrip("/")),

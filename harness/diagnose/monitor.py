@@ -23,6 +23,10 @@ Contracts:
 - `slo` (`{"ttft_ms.p99": ms}`, as diagnose's) is recorded with each summary, so the
   journal draws it on the endpoint's latency plots.
 - Ctrl-C records the partial window before stopping.
+- A router entry (a PD/EPD point: its first `/metrics` scrape is a 404, `GET /workers`
+  lists workers) is monitored server by server (targets.py): each worker's page scraped at
+  each tick, its own window and `EndpointSummarized` under its own URL, its progress line
+  named (`decode-0: ...`). `count` counts ticks (one scrape of every server).
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ from ...ledger.workspace import Workspace
 from ..engines.base import request_text
 from ..errors import HarnessError
 from ..guard import outbound, production
+from ..guard.production import ProductionRefusedError
 from .collect import SCRAPE_MAX_BYTES, metrics_url, to_scrape
 from .rules import LATENCY_HISTOGRAMS, Scrape, window_latency_ms
+from .targets import Target, is_not_found, router_targets
 
 Echo = Callable[[str], None]
 _SHOWN = (("num_running_reqs", "running", "{:g}"), ("num_queue_reqs", "queued", "{:g}"),
@@ -171,34 +177,41 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
     deadline = timeout_s if timeout_s is not None else max(1.0, min(30.0, interval_s))
     _check("timeout", deadline, 0.01, 3600)
     guard = outbound.Guard(ws, actor)  # a redirect hop is checked again
-    get = fetch or (lambda: request_text("GET", murl, timeout=deadline, max_bytes=max_bytes,
-                                         guard=guard))
     res = MonitorResult(shown)
     first = time.time()
-    win = EndpointWindow(shown, interval_s, first)
-    tick = 0
-    prev: Scrape | None = None
+    servers = [_Server(Target("", "server", shown),
+                       fetch or _getter(murl, deadline, max_bytes, guard))]
+    servers[0].win = EndpointWindow(shown, interval_s, first)
+    tick = scrapes = 0
     try:
         while True:
             t = time.time()
             if tick == 0:  # the schedule and the first window count from the first scrape
-                first = win.start = t
-            try:
-                scrape = to_scrape(t, get(), shown + "/metrics")
-                win.add(t, with_interval_latency(prev, scrape))
-                prev = scrape
-                res.samples += 1
-            except HarnessError as e:
-                win.error(t, " ".join(str(e).split()))
-                res.errors += 1
-            done = (count is not None and res.samples + res.errors >= count) or (
+                first = t
+                for sv in servers:
+                    sv.win.start = t
+            for sv in servers:
+                t = time.time()
+                err = _scrape(sv, t)
+                if err is not None and tick == 0 and fetch is None and is_not_found(err) \
+                        and sv.target.role == "server":
+                    # A router entry (PD/EPD) has no /metrics: each server's instead
+                    found = _router_servers(ws, url, actor, deadline, max_bytes, guard,
+                                            t, interval_s)
+                    if found:
+                        servers = found
+                        errs = [_scrape(x, time.time()) for x in servers]
+                        res.samples += sum(e is None for e in errs)
+                        res.errors += sum(e is not None for e in errs)
+                        break
+                res.samples += err is None
+                res.errors += err is not None
+            scrapes += 1
+            done = (count is not None and scrapes >= count) or (
                 duration_s is not None and t - first >= duration_s)
-            if t - win.start >= window_s or done:
-                ev = record_summary(ws, *win.summary(t, slo))
-                res.summaries += 1
-                res.artifacts.append(str(ev.samples_artifact))
-                echo(_progress(res, ev))
-                win = win.next(t)
+            if t - servers[0].win.start >= window_s or done:
+                for sv in servers:
+                    _summarise(ws, res, sv, t, slo, echo)
             if done:
                 break
             tick += 1
@@ -208,10 +221,69 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
             tick = max(tick, int((now - first) / interval_s))
             time.sleep(max(0.0, first + tick * interval_s - now))
     except KeyboardInterrupt:
-        if win.t or win.errors:
-            ev = record_summary(ws, *win.summary(win.last_t or time.time(), slo))
-            res.summaries += 1
-            res.artifacts.append(str(ev.samples_artifact))
-            echo(_progress(res, ev) + " (interrupted)")
+        for sv in servers:
+            if sv.win.t or sv.win.errors:
+                _summarise(ws, res, sv, sv.win.last_t or time.time(), slo, echo,
+                           " (interrupted)")
         raise
     return res
+
+
+@dataclass
+class _Server:
+    """One scraped page of a monitor: its target, its fetch, its current window."""
+
+    target: Target
+    get: Callable[[], str]
+    win: EndpointWindow = field(init=False)
+    prev: Scrape | None = None
+
+
+def _scrape(sv: _Server, t: float) -> HarnessError | None:
+    """One scrape of `sv` into its window; the error (also recorded in the window) or None."""
+    try:
+        scrape = to_scrape(t, sv.get(), sv.win.url + "/metrics")
+    except HarnessError as e:
+        sv.win.error(t, " ".join(str(e).split()))
+        return e
+    sv.win.add(t, with_interval_latency(sv.prev, scrape))
+    sv.prev = scrape
+    return None
+
+
+def _router_servers(ws: Workspace, url: str, actor: E.Actor, deadline: float,
+                    max_bytes: int, guard: outbound.Guard, start: float, interval_s: float
+                    ) -> list[_Server]:
+    """The servers behind the router at `url`, each checked by the production guard; none
+    when `url` is no router (its 404 is then a failed scrape like any other)."""
+    try:
+        targets = router_targets(url, timeout_s=deadline, guard=guard,
+                                 check=lambda u, a: production.check(ws, u, a, actor=actor))
+    except ProductionRefusedError:
+        raise
+    except HarnessError:
+        return []
+    out = []
+    for t in targets:
+        turl = metrics_url(t.url)
+        production.check(ws, turl, "GET /metrics", actor=actor)
+        sv = _Server(t, _getter(turl, deadline, max_bytes, guard))
+        sv.win = EndpointWindow(production.shown_url(t.url), interval_s, start)
+        out.append(sv)
+    return out
+
+
+def _getter(murl: str, deadline: float, max_bytes: int, guard: outbound.Guard
+            ) -> Callable[[], str]:
+    return lambda: request_text("GET", murl, timeout=deadline, max_bytes=max_bytes,
+                                guard=guard)
+
+
+def _summarise(ws: Workspace, res: MonitorResult, sv: _Server, end: float,
+               slo: dict[str, float] | None, echo: Echo, note: str = "") -> None:
+    ev = record_summary(ws, *sv.win.summary(end, slo))
+    res.summaries += 1
+    res.artifacts.append(str(ev.samples_artifact))
+    name = f"{sv.target.name}: " if sv.target.name else ""
+    echo(name + _progress(res, ev) + note)
+    sv.win = sv.win.next(end)

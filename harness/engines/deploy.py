@@ -5,9 +5,12 @@
   starts; then starts every server of the plan (encode, prefill, decode / colocated: each its
   own process group, log and `ServerProcess`), waits until each answers its health URL while
   watching all of them (one that dies while the others start fails the deploy at once), checks
-  each server's `/server_info` answers as its role (`disaggregation_mode`, `encoder_only`),
-  then starts the router and waits until its `/workers` (or legacy `/list_workers`) view lists
-  every planned server with the right type, healthy. Each ready process records
+  each server's `/server_info` answers as its role (`disaggregation_mode`; by the route of the
+  plan's SGLang version, `/get_server_info` before 0.5.6: sglang_routes.py) — an encoder-only
+  server has no info route in any SGLang version, so an encoder is ready when its `/health`
+  answers and records no server info — then starts the router and waits until its `/workers`
+  view (the real router has no `/list_workers`) lists every planned prefill, decode or
+  colocated server with the right type, healthy. Each ready process records
   `EngineLaunched`; `on_ready(process_plan, server_info)` runs after each (a version check
   belongs there).
 - Any failure or interrupt while starting (an exception, Ctrl-C, SIGTERM through the process
@@ -40,6 +43,7 @@ from .base import EventSink, log_dir, request_json
 from .plan import LaunchPlan, ProcessPlan
 from .process import ServerProcess, exit_reason, http_get, tail
 from .sglang import check_flags, server_help, validate_server_info
+from .sglang_routes import get_info
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "0.0.0.0", "::1"}
 ROUTER_VIEW_TIMEOUT_S = 60.0
@@ -180,9 +184,8 @@ class Deployment:
 
     def _ready(self, p: ProcessPlan) -> None:
         info: dict[str, Any] = {}
-        if p.role != "router":
-            info = validate_server_info(request_json("GET", p.url + "/server_info",
-                                                     timeout=30), f"{p.url}/server_info")
+        if p.role not in ("router", "encode"):  # an encoder has no info route (module doc)
+            info = validate_server_info(*get_info(p.url, "server", self.plan.sglang_version))
             self._check_role(p, info)
         self.server_info[p.name] = info
         if self.on_ready is not None:
@@ -196,8 +199,6 @@ class Deployment:
             if mode is not None and mode != p.role:
                 raise HarnessError(f"{_what(p)} at {p.url} reports disaggregation_mode "
                                    f"{mode!r}; the plan says {p.role}")
-        if p.role == "encode" and info.get("encoder_only") is False:
-            raise HarnessError(f"{_what(p)} at {p.url} reports encoder_only false")
 
     def _check_router_view(self, router: ProcessPlan) -> None:
         """Poll the router's worker list until it shows every planned server, healthy."""
@@ -208,15 +209,8 @@ class Deployment:
         while True:
             if not self.servers[router.name].alive():
                 raise self._died(router, "while listing its workers")
-            try:
-                view = request_json("GET", router.url + "/workers", timeout=10)
-                workers = [w for w in (view or {}).get("workers", []) if isinstance(w, dict)]
-            except HarnessError as e:
-                if "HTTP 404" not in str(e):
-                    raise
-                legacy = request_json("GET", router.url + "/list_workers", timeout=10)
-                workers = [{"url": u, "worker_type": want.get(u.rstrip("/")),
-                            "is_healthy": True} for u in (legacy or {}).get("urls", [])]
+            view = request_json("GET", router.url + "/workers", timeout=10)
+            workers = [w for w in (view or {}).get("workers", []) if isinstance(w, dict)]
             have = {str(w.get("url", "")).rstrip("/"): w for w in workers}
             problem = ""
             for url, kind in want.items():
@@ -277,6 +271,8 @@ class Deployment:
             "processes": [{
                 "name": p.name, "role": p.role, "url": p.url, "pid": self.servers[p.name].pid,
                 "devices": list(p.devices), "bootstrap_port": p.bootstrap_port,
+                "encoder_bootstrap_port": p.encoder_bootstrap_port,
+                "metrics_port": p.metrics_port,
                 "startup_s": self.servers[p.name].startup_s,
                 "log_path": str(self.servers[p.name].log_path),
                 "version": self.server_info.get(p.name, {}).get("version"),

@@ -1,7 +1,8 @@
 """Planning a deployment point for this host (`plan_here`): the point's accelerator checked
 against this host's devices (accelerators.py), the model's local path when pulled, and a
-block of free ports; the launch plan itself is plan.py's (pure). Used by `forge engine up
---point` (point_up.py) and by `deploy_whole` (whole.py) for a point of more than one server.
+block of free ports (servers', bootstrap, encoder bootstrap, router metrics); the launch
+plan itself is plan.py's (pure). Used by `forge engine up --point` (point_up.py) and by
+`deploy_whole` (whole.py) for a point of more than one server.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _plan_ports(plan: LaunchPlan) -> list[int]:
-    return [p.port for p in plan.processes] + [p.bootstrap_port for p in plan.processes
-                                               if p.bootstrap_port is not None]
+    return [port for p in plan.processes
+            for port in (p.port, p.bootstrap_port, p.encoder_bootstrap_port, p.metrics_port)
+            if port is not None]
 
 
 def plan_here(point: DeploymentPoint, profile: RuntimeProfile, *, ws: Workspace | None,

@@ -14,7 +14,15 @@ Topologies (`point.topology.architecture`):
   `--disaggregation-bootstrap-port`) and decode servers, then the router with
   `--pd-disaggregation --prefill URL BOOTSTRAP_PORT … --decode URL …`.
 - epd: encoder servers (`--encoder-only`) first, prefill servers that are `--language-only`
-  with `--encoder-urls` of every encoder, decode servers, the router as for pd.
+  with `--encoder-urls` of every encoder (and, where the version binds one, each its own
+  `--encoder-bootstrap-port`: from 0.5.13 every language-only server binds it, default 8997,
+  so two on a host would collide), decode servers, the router as for pd.
+Bootstrap ports (disaggregation and encoder) count up from base_port + 1000 on each host.
+The router gets `--prometheus-host` (its host) and `--prometheus-port` (the next bootstrap-
+range port of its host, `ProcessPlan.metrics_port`): otherwise every real router binds
+0.0.0.0:29000 and a second one on the host fails. Its flags are the real router's spellings
+(`sglang-router` 0.3.2 and `smg` 1.13 alike; checked against their own `--help` by
+tests/harness/engines/test_real_router.py).
 Start order: encode, prefill, decode (colocated), router; teardown is the reverse.
 
 Parallelism (a role's own, else the topology's): tp → `--tp-size` (always), pp → `--pp-size`
@@ -56,6 +64,7 @@ from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of
 from .image import VISIBILITY_ENV, ImageUse, container_argv, container_name, model_mounts
 from .sglang import HARNESS_KEYS, options_to_args, parse_version, server_options
+from .sglang_routes import binds_encoder_bootstrap
 
 ProcessRole = Literal["encode", "prefill", "decode", "colocated", "router"]
 ROLE_ORDER = ("encode", "prefill", "decode", "colocated")
@@ -87,6 +96,8 @@ class ProcessPlan(BaseModel):
     url: str
     health_url: str
     bootstrap_port: int | None = None
+    encoder_bootstrap_port: int | None = None  # a language-only server's (EPD, 0.5.13+)
+    metrics_port: int | None = None  # the router's Prometheus port (its entry has none)
     devices: tuple[int, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     argv: tuple[str, ...]
@@ -150,7 +161,10 @@ class LaunchPlan(BaseModel):
                f"  entry {self.entry_url}"]
         for p in self.processes:
             par = " ".join(f"{k}{v}" for k, v in p.parallelism.items() if v > 1 or k == "tp")
-            boot = f" bootstrap {p.bootstrap_port}" if p.bootstrap_port is not None else ""
+            boot = (f" bootstrap {p.bootstrap_port}" if p.bootstrap_port is not None else "") + (
+                f" encoder-bootstrap {p.encoder_bootstrap_port}"
+                if p.encoder_bootstrap_port is not None else "") + (
+                f" metrics {p.metrics_port}" if p.metrics_port is not None else "")
             devs = (f" devices {','.join(map(str, p.devices))}" if p.devices else "")
             out.append(f"  [{p.name}] {p.url}{boot}{devs}{' ' + par if par else ''} "
                        f"health {p.health_url}")
@@ -346,18 +360,22 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
         placed.append((role_name, host, idx, devs, par, opts_cfg))
 
     # Ports and URLs first: prefill servers need the encoders', the router everyone's.
-    addr: list[tuple[int, str, int | None]] = []
+    addr: list[tuple[int, str, int | None, int | None]] = []
+    # TODO(lead): gate with sglang_flags.available('--encoder-bootstrap-port', version) once
+    # the flag table lands; binds_encoder_bootstrap is a local stand-in for it.
+    enc_boot = arch == "epd" and binds_encoder_bootstrap(version)
     for role_name, host, _idx, _devs, _par, _cfg in placed:
         port = ports.port(host)
         boot = ports.bootstrap(host) if role_name == "prefill" and arch != "colocated" else None
-        addr.append((port, f"http://{host}:{port}", boot))
-    encoder_urls = [url for (r, *_), (_, url, _) in zip(placed, addr, strict=True)
+        eboot = ports.bootstrap(host) if role_name == "prefill" and enc_boot else None
+        addr.append((port, f"http://{host}:{port}", boot, eboot))
+    encoder_urls = [url for (r, *_), (_, url, _, _) in zip(placed, addr, strict=True)
                     if r == "encode"]
 
     transfer = str(base_cfg.get("disaggregation_transfer_backend") or DEFAULT_TRANSFER_BACKEND)
     processes: list[ProcessPlan] = []
     used: set[tuple[str, int]] = set()
-    for (role_name, host, idx, devs, par, opts_cfg), (port, url, boot) in zip(
+    for (role_name, host, idx, devs, par, opts_cfg), (port, url, boot, eboot) in zip(
             placed, addr, strict=True):
         cfg = dict(opts_cfg)
         if arch != "colocated" and role_name in ("prefill", "decode"):
@@ -374,6 +392,8 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
             cfg["language_only"] = True
             cfg["encoder_urls"] = list(encoder_urls)
             cfg.setdefault("encoder_transfer_backend", DEFAULT_ENCODER_BACKEND)
+            if eboot is not None:
+                cfg["encoder_bootstrap_port"] = eboot
         if role_name != "encode" and not (arch == "epd" and role_name == "prefill"):
             cfg.pop("encoder_transfer_backend", None)  # only encoders and their readers
         argv = _server_argv(cfg, model=model_s, host=host, port=port, version=version)
@@ -387,13 +407,15 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
         processes.append(ProcessPlan(
             name=f"{role_name}-{idx}", role=role_name, index=idx, host=host, port=port,
             url=url, health_url=url + ("/health_generate" if arch == "colocated" else "/health"),
-            bootstrap_port=boot, devices=devs, env=env, argv=tuple(argv),
+            bootstrap_port=boot, encoder_bootstrap_port=eboot, devices=devs, env=env,
+            argv=tuple(argv),
             parallelism={"tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep},
             startup_timeout_s=float(cfg.get("startup_timeout_s", 900))))
 
     entry = f"http://{entry_host}:{router_port}"
     if arch != "colocated" or len(processes) > 1:
-        processes.append(_router(base_cfg, processes, arch, entry_host, router_port, entry))
+        processes.append(_router(base_cfg, processes, arch, entry_host, router_port, entry,
+                                 ports.bootstrap(entry_host)))
     else:
         entry = processes[0].url
     return LaunchPlan(
@@ -423,7 +445,7 @@ def _server_argv(cfg: Mapping[str, Any], *, model: str, host: str, port: int,
 
 
 def _router(base_cfg: Mapping[str, Any], servers: list[ProcessPlan], arch: str, host: str,
-            port: int, url: str) -> ProcessPlan:
+            port: int, url: str, metrics_port: int) -> ProcessPlan:
     rcfg = _role_config(base_cfg, "router")
     launcher = base_cfg.get("router_launcher") or [
         base_cfg.get("python") or sys.executable, "-m", "sglang_router.launch_router"]
@@ -442,10 +464,12 @@ def _router(base_cfg: Mapping[str, Any], servers: list[ProcessPlan], arch: str, 
         for p in servers:
             if p.role == "decode":
                 argv += ["--decode", p.url]
-    argv += ["--host", host, "--port", str(port), *extra]
+    argv += ["--host", host, "--port", str(port), "--prometheus-host", host,
+             "--prometheus-port", str(metrics_port), *extra]
     env = {str(k): str(v) for k, v in (rcfg.get("env") or {}).items()}
     return ProcessPlan(name="router", role="router", index=0, host=host, port=port, url=url,
-                       health_url=url + "/health", env=env, argv=tuple(argv),
+                       health_url=url + "/health", metrics_port=metrics_port, env=env,
+                       argv=tuple(argv),
                        startup_timeout_s=float(rcfg.get("router_startup_timeout_s",
                                                         ROUTER_STARTUP_S)))
 

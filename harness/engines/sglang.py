@@ -22,7 +22,8 @@ At start the server's `/server_info` version must equal `version` (the profile's
 checked, not trusted) and every requested argument must resolve as asked (image.check_server);
 a mismatch stops the server and fails the launch naming both values.
 `describe()` reads `/server_info` (resolved args, `launch_command`, version, per-rank
-`internal_states`; `/get_server_info` on older servers) and `/model_info`; `metrics()` parses
+`internal_states`) and `/model_info` — `/get_server_info`, `/get_model_info` before 0.5.6,
+both tried when the version is unknown (sglang_routes.py); `metrics()` parses
 `/metrics`; `start_profile/stop_profile/flush_cache` POST. Malformed answers are one-line
 HarnessErrors.
 """
@@ -52,7 +53,6 @@ from .base import (
     ManagedEngine,
     apply_overrides,
     log_dir,
-    request_json,
     request_text,
     start_server,
 )
@@ -70,6 +70,7 @@ from .image import (
 )
 from .metrics import parse_prometheus, summarize
 from .process import free_port
+from .sglang_routes import get_info
 
 HARNESS_KEYS = {"version", "python", "launcher", "use_config_file", "check_flags", "extra_args",
                 "env", "startup_timeout_s", "image", "image_fallback", "check_args"}
@@ -261,24 +262,22 @@ class SGLangClient:
     base_url: str
     guard: outbound.Guard | None = None
 
+    def _sglang_version(self) -> str | None:
+        """The version this client talks to when known (a managed server's pin), so the
+        info routes are asked by their name in that version; None: try both."""
+        versions = getattr(self, "versions", None)
+        return versions.get("sglang") if isinstance(versions, Mapping) else None
+
     def server_info(self) -> dict[str, Any]:
-        try:
-            info = request_json("GET", self.base_url + "/server_info", timeout=30,
-                                 guard=self.guard)
-            source = "/server_info"
-        except HarnessError as e:
-            if "HTTP 404" not in str(e):
-                raise
-            info = request_json("GET", self.base_url + "/get_server_info", timeout=30,
-                                 guard=self.guard)
-            source = "/get_server_info"
-        return validate_server_info(info, f"{self.base_url}{source}")
+        info, source = get_info(self.base_url, "server", self._sglang_version(),
+                                guard=self.guard)
+        return validate_server_info(info, source)
 
     def model_info(self) -> dict[str, Any]:
-        info = request_json("GET", self.base_url + "/model_info", timeout=30,
-                            guard=self.guard)
+        info, source = get_info(self.base_url, "model", self._sglang_version(),
+                                guard=self.guard)
         if not isinstance(info, dict) or "model_path" not in info:
-            raise HarnessError(f"{self.base_url}/model_info: expected an object with model_path")
+            raise HarnessError(f"{source}: expected an object with model_path")
         return info
 
     def metrics_text(self) -> str:

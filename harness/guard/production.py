@@ -16,8 +16,9 @@ Contracts:
   recording `ProductionRefused(url, action, reason)` for one it may not. `action` is
   `METHOD /path` or a bare name (`flush_cache` = `POST /flush_cache`). Against a production
   endpoint:
-  - reads pass: GET/HEAD of `/health`, `/ready`, `/metrics`, `/server_info`,
-    `/get_server_info`, `/model_info`, `/get_model_info`, `/v1/models` (and below it);
+  - reads pass: GET/HEAD of `/health`, `/ready`, `/metrics`, `/workers` (a router's worker
+    view), `/server_info`, `/get_server_info`, `/model_info`, `/get_model_info`,
+    `/v1/models` (and below it);
   - probe traffic (`POST /v1/completions`, `/v1/chat/completions`, `/generate`) passes when
     the plan is within `[guard] production_probe`: a finite `rps` ≤ max_rps, `requests` ≤
     max_requests and a duration (given, or requests / rps) ≤ max_duration_s; the returned
@@ -57,8 +58,8 @@ from . import addresses
 from .approvals import require  # the gate's writes are its own (the approvals stream)
 
 APPROVAL_KIND = "production-call"
-READ_PATHS = frozenset({"/health", "/ready", "/metrics", "/server_info", "/get_server_info",
-                        "/model_info", "/get_model_info", "/v1/models"})
+READ_PATHS = frozenset({"/health", "/ready", "/metrics", "/workers", "/server_info",
+                        "/get_server_info", "/model_info", "/get_model_info", "/v1/models"})
 PROBE_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/generate"})
 LOAD = "load"  # the production_allow name of probe traffic over the budget
 # Why a named mutating call is refused (SGLang's endpoint names; anything else not a read or

@@ -10,12 +10,17 @@ HTTP interface (the gateway's): `GET /health` and `/liveness` (always 200), `/re
 (200 when every worker answers its /health, else 503), `GET /workers`
 (`{"workers": [{id, url, model_id, worker_type: regular|prefill|decode, is_healthy, load,
 connection_mode, bootstrap_port}], "total", "stats": {prefill_count, decode_count,
-regular_count}}`), the legacy `GET /list_workers` (`{"urls": [...]}`), `GET /v1/models`
-(from a worker), and `POST /v1/completions`, `/v1/chat/completions`, `/generate` (a
-streamed answer is passed on whole, with its content type): regular mode forwards to one
-worker; PD mode adds `bootstrap_host`, `bootstrap_port`, `bootstrap_room`
-and sends the request to a prefill and a decode server at once, answering with the decode
-server's response (as the real router does). FAKE_ROUTER_MODE=crash exits while starting.
+regular_count}}`), `GET /v1/models` (from a worker), and `POST /v1/completions`,
+`/v1/chat/completions`, `/generate` (a streamed answer is passed on whole, with its content
+type): regular mode forwards to one worker; PD mode adds `bootstrap_host`, `bootstrap_port`,
+`bootstrap_room` and sends the request to a prefill and a decode server at once, answering
+with the decode server's response. As the real `sglang-router` 0.3.2 (the plan's default;
+checked against it by tests/harness/engines/test_real_router.py): a `/v1/completions` request
+without `model` is a 422 (a chat request without one is routed), a chat request's
+`max_tokens` goes on as `max_completion_tokens` (smg 1.13 answers 400 and keeps max_tokens),
+there is no `/list_workers` and no `/metrics` on the entry port (the real router's metrics
+are on its `--prometheus-port`, which this stand-in does not serve). FAKE_ROUTER_MODE=crash
+exits while starting.
 """
 
 from __future__ import annotations
@@ -139,8 +144,6 @@ def main(argv: list[str]) -> int:
                          for t in ("prefill", "decode", "regular")}
                 return self.send(200, json.dumps({"workers": listed, "total": len(listed),
                                                   "stats": stats}))
-            if path == "/list_workers":
-                return self.send(200, json.dumps({"urls": [w["url"] for w in workers]}))
             if path == "/v1/models":
                 target = pick("decode" if cfg["pd"] else "regular")
                 code, body, ctype = _call("GET", target["url"] + path)
@@ -153,11 +156,20 @@ def main(argv: list[str]) -> int:
             raw = self.rfile.read(n) if n else b"{}"
             if path not in ("/v1/completions", "/v1/chat/completions", "/generate"):
                 return self.send(404, json.dumps({"detail": "Not Found"}))
+            try:
+                req = json.loads(raw or b"{}")
+            except ValueError:
+                return self.send(400, "Failed to parse the request body as JSON", "text/plain")
+            if path == "/v1/completions" and "model" not in req:  # chat's model is optional
+                return self.send(422, "Failed to deserialize the JSON body into the target "
+                                 "type: missing field `model`", "text/plain; charset=utf-8")
+            if path == "/v1/chat/completions" and "max_tokens" in req:
+                req.setdefault("max_completion_tokens", req.pop("max_tokens"))
+            raw = json.dumps(req).encode()
             if not cfg["pd"]:
                 code, body, ctype = _call("POST", pick("regular")["url"] + path, raw)
                 return self.send(code or 502, body, ctype)
             prefill, decode = pick("prefill"), pick("decode")
-            req = json.loads(raw or b"{}")
             host = urllib.parse.urlsplit(prefill["url"]).hostname
             req.update(bootstrap_host=host, bootstrap_port=prefill["bootstrap_port"],
                        bootstrap_room=random.getrandbits(63))

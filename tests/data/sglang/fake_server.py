@@ -2,16 +2,25 @@
 
 It parses the launch flags (and `--config YAML`) the way the real server does, then serves
 the recorded 0.5.x responses beside this file over the real HTTP protocol: /health,
-/health_generate, /server_info (+ /get_server_info), /model_info, /metrics, /v1/models,
-/start_profile, /stop_profile, /flush_cache, and /v1/completions (`stream: true`: SSE),
-/v1/chat/completions and /generate that echo the prompt and name the server's
-`--disaggregation-mode` (an `--encoder-only` server refuses them, as an encoder serves no
-text). Their streams have the chunks SGLang 0.5.23's serving_completions.py, serving_chat.py
-and http_server.py's /generate write (see openai_stream, Handler.native); the real bench
-clients of 0.4.0, 0.5.1, 0.5.6 and 0.5.23 run against them in
-tests/harness/bench/test_real_bench_client*.py. `--help` prints the recorded help text.
+/health_generate, /server_info + /model_info (from 0.5.6), /get_server_info +
+/get_model_info, /metrics, /v1/models, /start_profile, /stop_profile, /flush_cache, and
+/v1/completions (`stream: true`: SSE), /v1/chat/completions and /generate that echo the
+prompt and name the server's `--disaggregation-mode`. Their streams have the chunks SGLang
+0.5.23's serving_completions.py, serving_chat.py and http_server.py's /generate write (see
+openai_stream, Handler.native); the real bench clients of 0.4.0, 0.5.1, 0.5.6 and 0.5.23 run
+against them in tests/harness/bench/test_real_bench_client*.py. Which routes it answers
+follows the version it claims (FAKE_SGLANG_VERSION, default the recorded server_info's) and
+its role, as the real releases' apps do (`routes()`; checked against each release's own
+http_server source by tests/harness/engines/test_sglang_routes.py): an `--encoder-only`
+server answers only its health, profile and (from 0.5.21, with --enable-metrics) metrics
+routes, like the real encoder app — no info, no text routes. Each POST is logged with its
+body's keys and bootstrap fields (`[fake sglang] request PATH {...}`), so a test can see what
+a router sent. Every `--disaggregation-bootstrap-port` / `--encoder-bootstrap-port` it is
+given is bound (as the real prefill and language-only servers bind them), so a port clash
+fails its start. `--help` prints the recorded help text.
 FAKE_SGLANG_MODE: "ok" (default), "crash" (dies while starting, like a CUDA OOM),
-"slow:N" (503 for the first N health checks), "malformed" (truncated server_info and
+"slow:N" (503 for the first N health checks), FAKE_SGLANG_METRICS=FILE serves that
+/metrics page; "malformed" (truncated server_info and
 unparsable metrics), "die-after:N" (exits after N requests, i.e. mid-benchmark).
 """
 
@@ -25,6 +34,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MODE = os.environ.get("FAKE_SGLANG_MODE", "ok")
+# Strict: /metrics only with --enable-metrics, as the real server. Off by default because
+# older tests start the stand-in without the flag and scrape it.
+ROUTES_STRICT = os.environ.get("FAKE_SGLANG_ROUTES") == "strict"
 STATE = {"health": 0, "requests": 0, "profiling": False}
 OPTS: dict = {}  # the parsed launch flags
 
@@ -50,6 +62,69 @@ def parse_args(argv):
         for k, v in data.items():
             opts.setdefault(k.replace("-", "_"), v)
     return opts
+
+
+def _version(v):
+    return tuple(int(x) for x in (str(v).split(".") + ["0", "0"])[:3])
+
+
+def routes(version, encoder_only, enable_metrics):
+    """{(method, path)} this stand-in answers, as the real release's app of that role does."""
+    v = _version(version)
+    if encoder_only:
+        out = {("GET", "/health"), ("GET", "/health_generate"), ("POST", "/start_profile"),
+               ("POST", "/stop_profile")}
+        if enable_metrics and v >= (0, 5, 21):
+            out.add(("GET", "/metrics"))
+        return out
+    out = {("GET", "/health"), ("GET", "/health_generate"), ("GET", "/get_server_info"),
+           ("GET", "/get_model_info"), ("GET", "/v1/models"), ("POST", "/v1/completions"),
+           ("POST", "/v1/chat/completions"), ("POST", "/generate"), ("POST", "/flush_cache"),
+           ("POST", "/start_profile"), ("POST", "/stop_profile")}
+    if v >= (0, 5, 6):
+        out |= {("GET", "/server_info"), ("GET", "/model_info")}
+    if enable_metrics:
+        out.add(("GET", "/metrics"))
+    return out
+
+
+def bind_bootstrap_ports(opts, version):
+    """Hold the ports a real server of this role binds besides its own: a prefill server its
+    `--disaggregation-bootstrap-port` (default 8998), a `--language-only` one from 0.5.13 its
+    `--encoder-bootstrap-port` (default 8997). A port in use fails the start, as it would."""
+    import socket
+
+    want = []
+    if opts.get("disaggregation_mode") == "prefill":
+        want.append(int(opts.get("disaggregation_bootstrap_port", 8998)))
+    if opts.get("language_only") and _version(version) >= (0, 5, 13):
+        want.append(int(opts.get("encoder_bootstrap_port", 8997)))
+    held = []
+    for port in want:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((opts.get("host", "127.0.0.1"), port))
+        except OSError as e:
+            print(f"[fake sglang] bootstrap port {port}: {e}", flush=True)
+            sys.exit(1)
+        s.listen(8)
+        held.append(s)
+    return held
+
+
+def note_request(path, body):
+    """Log what arrived (its keys, bootstrap fields): a test reads what a router forwarded."""
+    try:
+        req = json.loads(body or b"{}")
+    except ValueError:
+        req = None
+    if isinstance(req, dict):
+        seen = {"keys": sorted(req), **{k: req[k] for k in ("bootstrap_host", "bootstrap_port",
+                                                            "bootstrap_room", "model",
+                                                            "max_tokens",
+                                                            "max_completion_tokens")
+                                        if k in req}}
+        print(f"[fake sglang] request {path} {json.dumps(seen, sort_keys=True)}", flush=True)
 
 
 def typed(v):
@@ -131,15 +206,23 @@ def main():
         return 1
     info_name = "server_info_truncated.json" if MODE == "malformed" else "server_info.json"
     info_text = (HERE / info_name).read_text()
+    version = os.environ.get("FAKE_SGLANG_VERSION") or "0.5.23"
+    served = routes(version, bool(opts.get("encoder_only")),
+                    bool(opts.get("enable_metrics")) or not ROUTES_STRICT)
+    held = bind_bootstrap_ports(opts, version)
     if MODE != "malformed":
         info = json.loads(info_text)
+        info["version"] = version
+        # As ServerArgs resolves it: the served name is the model path unless given.
+        info["served_model_name"] = opts.get("model_path", info["served_model_name"])
         for k, v in opts.items():
             info[k] = typed(v)
         info["launch_command"] = shlex.join(["python", "-m", "sglang.launch_server", *argv])
         info_text = json.dumps(info)
     model_info = json.loads((HERE / "model_info.json").read_text())
     model_info["model_path"] = opts.get("model_path", model_info["model_path"])
-    metrics = (HERE / ("metrics_malformed.txt" if MODE == "malformed" else "metrics.txt")
+    metrics = (Path(os.environ["FAKE_SGLANG_METRICS"]) if os.environ.get("FAKE_SGLANG_METRICS")
+               else HERE / ("metrics_malformed.txt" if MODE == "malformed" else "metrics.txt")
                ).read_text()
     slow = int(MODE.split(":")[1]) if MODE.startswith("slow:") else 0
     die_after = int(MODE.split(":")[1]) if MODE.startswith("die-after:") else None
@@ -161,6 +244,8 @@ def main():
 
         def do_GET(self):
             path = self.path.split("?")[0]
+            if ("GET", path) not in served:
+                return self.send(404, json.dumps({"detail": "Not Found"}))
             if path in ("/health", "/health_generate"):
                 STATE["health"] += 1
                 if STATE["health"] <= slow:
@@ -168,7 +253,7 @@ def main():
                 return self.send(200, "")
             if path in ("/server_info", "/get_server_info"):
                 return self.send(200, info_text)
-            if path == "/model_info":
+            if path in ("/model_info", "/get_model_info"):
                 return self.send(200, json.dumps(model_info))
             if path == "/metrics":
                 return self.send(200, metrics, "text/plain; version=0.0.4")
@@ -252,6 +337,9 @@ def main():
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
             path = self.path.split("?")[0]
+            if ("POST", path) not in served:
+                return self.send(404, json.dumps({"detail": "Not Found"}))
+            note_request(path, body)
             if path == "/start_profile":
                 req = json.loads(body or b"{}")
                 if not isinstance(req, dict):
@@ -279,6 +367,7 @@ def main():
     print(f"[fake sglang] Uvicorn running on http://{server.server_address[0]}:"
           f"{server.server_address[1]}", flush=True)
     server.serve_forever()
+    del held
     return 0
 
 

@@ -81,13 +81,15 @@ def test_pd_plan_flag_by_flag(version):
     assert list(router.argv) == [
         *ROUTER, "--pd-disaggregation", "--prefill", "http://127.0.0.1:30001", "31000",
         "--prefill", "http://127.0.0.1:30002", "31001", "--decode", "http://127.0.0.1:30003",
-        "--host", "127.0.0.1", "--port", "30000"]
+        "--host", "127.0.0.1", "--port", "30000", "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", "31002"]
     assert [p.devices for p in plan.processes] == [(0, 1, 2, 3), (4, 5, 6, 7),
                                                    tuple(range(8, 16)), ()]
     assert [p.env for p in plan.processes] == [
         {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"},
         {"CUDA_VISIBLE_DEVICES": "8,9,10,11,12,13,14,15"}, {}]
     assert [p.bootstrap_port for p in plan.processes] == [31000, 31001, None, None]
+    assert [p.metrics_port for p in plan.processes] == [None, None, None, 31002]
     assert [p.health_url for p in plan.processes] == [
         f"http://127.0.0.1:{port}/health" for port in (30001, 30002, 30003, 30000)]
     assert plan.entry_url == "http://127.0.0.1:30000" and plan.devices_used == 16
@@ -105,7 +107,8 @@ def test_colocated_plan_one_server_per_dp_group_behind_the_router():
     assert c0.health_url == "http://127.0.0.1:30001/health_generate"
     assert list(router.argv) == [*ROUTER, "--worker-urls", "http://127.0.0.1:30001",
                                  "http://127.0.0.1:30002", "--host", "127.0.0.1",
-                                 "--port", "30000"]
+                                 "--port", "30000", "--prometheus-host", "127.0.0.1",
+                                 "--prometheus-port", "31000"]
     assert "--disaggregation-mode" not in " ".join(c0.argv) and plan.transfer_backend is None
 
 
@@ -129,6 +132,7 @@ def test_epd_plan_flag_by_flag():
     assert list(p0.argv) == server(
         30003, "--disaggregation-bootstrap-port", "31000", "--disaggregation-mode", "prefill",
         "--disaggregation-transfer-backend", "mooncake", "--enable-metrics",
+        "--encoder-bootstrap-port", "31001",
         "--encoder-transfer-backend", "mooncake", "--encoder-urls", "http://127.0.0.1:30001",
         "http://127.0.0.1:30002", "--language-only", "--tp-size", "2")
     assert p0.devices == (2, 3)
@@ -138,7 +142,8 @@ def test_epd_plan_flag_by_flag():
     assert list(router.argv) == [*ROUTER, "--pd-disaggregation", "--prefill",
                                  "http://127.0.0.1:30003", "31000", "--decode",
                                  "http://127.0.0.1:30004", "--host", "127.0.0.1",
-                                 "--port", "30000"]
+                                 "--port", "30000", "--prometheus-host", "127.0.0.1",
+                                 "--prometheus-port", "31002"]
 
 
 def test_epd_refused_before_0_5():
