@@ -15,8 +15,11 @@
   succeeded and met every listed SLO (a single-token request has TPOT 0); failed requests stay
   in the attainment denominator. Adds `request_goodput`, `slo_attainment`,
   `slo_attainment_by_metric` and `goodput_slos_ms`.
-- Peaks (when records carry `start_time`): `max_concurrent_requests` (most requests in flight
-  at once) and `max_output_tokens_per_s` (most chunks received in any one-second bucket).
+- Peaks (when records carry `start_time`), over one-second buckets from the first start:
+  `max_concurrent_requests` (most requests active during one second — bench_serving's
+  definition, not the most in flight at one instant) and `max_output_tokens_per_s` (most
+  chunks received in one second). tests/harness/bench/test_metrics_real.py checks every key
+  against the `calculate_metrics` of SGLang's released bench clients.
 - Finite inputs whose sums or products overflow (times of 1.7e308 s) give inf, never an
   exception: `numeric_metrics` leaves such a metric out with its reason (a chunk whose
   arrival time overflows is in no one-second bucket).
@@ -146,30 +149,39 @@ def request_tpot(r: RequestRecord) -> float | None:
 
 
 def _peaks(ok: Sequence[RequestRecord]) -> dict[str, float]:
+    """bench_serving's two peaks, over one-second buckets counted from the first start:
+    `max_output_tokens_per_s`, the most chunks (≈ tokens) received in one bucket, and
+    `max_concurrent_requests`, the most requests *active during* one bucket (a request counts
+    in every second from its start's to its end's, so two short requests one after the other
+    in one second count 2: not the most in flight at one instant). The same arithmetic as its
+    `calculate_metrics`, without its array (a sweep over the buckets' edges), so an overflowing
+    time is skipped instead of sizing an array."""
     timed = [(r.start_time, r) for r in ok if r.start_time is not None]
     if not timed:
         return {}
-    # Most requests in flight at once: sweep over start (+1) and end (−1) events; an end at
-    # the same instant as a start is processed first (the slot was free).
-    edges = sorted([(s, 1) for s, _ in timed] + [(s + r.e2e, -1) for s, r in timed],
-                   key=lambda e: (e[0], e[1]))
-    cur = peak = 0
-    for _, d in edges:
-        cur += d
-        peak = max(peak, cur)
-    # Most chunks (≈ tokens) received in any one-second bucket since the first request.
     t0 = min(s for s, _ in timed)
+    span = max(s + r.e2e for s, r in timed) - t0
+    n = int(math.ceil(span)) + 1 if math.isfinite(span) else None  # buckets [0, n)
     buckets: dict[int, int] = {}
+
     def count(t: float) -> None:
-        if math.isfinite(t - t0):  # a time that overflows has no second to count in
+        if math.isfinite(t - t0) and 0 <= int(t - t0) and (n is None or int(t - t0) < n):
             buckets[int(t - t0)] = buckets.get(int(t - t0), 0) + 1
 
+    edges: list[tuple[int, int]] = []  # (second, +1 from it on / -1 from it on)
     for s, r in timed:
         t = s + r.ttft
         count(t)
         for gap in r.itl:
             t += gap
             count(t)
+        end = s + r.e2e - t0
+        if math.isfinite(end):
+            edges += [(int(s - t0), 1), (int(end) + 1, -1)]
+    cur = peak = 0
+    for _, d in sorted(edges):  # at one second, the ends (-1) before the starts
+        cur += d
+        peak = max(peak, cur)
     return {"max_concurrent_requests": float(peak),
             "max_output_tokens_per_s": float(max(buckets.values(), default=0))}
 
