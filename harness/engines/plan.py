@@ -14,14 +14,18 @@ Topologies (`point.topology.architecture`):
   `--disaggregation-bootstrap-port`) and decode servers, then the router with
   `--pd-disaggregation --prefill URL BOOTSTRAP_PORT … --decode URL …`.
 - epd: encoder servers (`--encoder-only`) first, prefill servers that are `--language-only`
-  with `--encoder-urls` of every encoder, decode servers, the router as for pd.
+  with `--encoder-urls` of every encoder, decode servers, the router as for pd. A release
+  without these flags (per the flag table: before 0.5.7) is refused before anything else.
+Every server flag is checked against the pinned release's parser via the flag table
+(`sglang.check_options`): a flag it lacks, or a value outside its choices, is a HarnessError.
 Start order: encode, prefill, decode (colocated), router; teardown is the reverse.
 
 Parallelism (a role's own, else the topology's): tp → `--tp-size` (always), pp → `--pp-size`
 and ep → `--ep-size` (when > 1). dp: data-parallel groups, each its own server behind the
 router — unless the engine config asks for DP attention (`enable_dp_attention` or
-`attn_dp_size`), where dp is the attention-DP size inside one server (`--attn-dp-size` from
-0.5, `--enable-dp-attention --dp-size` before: `sglang.translate`) and must divide tp. A
+`attn_dp_size`), where dp is the attention-DP size inside one server (`--attn-dp-size` where
+the pinned release's parser has it, else `--enable-dp-attention --dp-size`: `sglang.translate`
+and the flag table, sglang_flags.py) and must divide tp. A
 server uses tp × pp devices; the profile config may repeat the point's sizes but never
 contradict them (the point's topology is the authority).
 
@@ -55,7 +59,7 @@ from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
 from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of
 from .image import VISIBILITY_ENV, ImageUse, container_argv, container_name, model_mounts
-from .sglang import HARNESS_KEYS, options_to_args, parse_version, server_options
+from .sglang import HARNESS_KEYS, check_options, options_to_args, parse_version, server_options
 
 ProcessRole = Literal["encode", "prefill", "decode", "colocated", "router"]
 ROLE_ORDER = ("encode", "prefill", "decode", "colocated")
@@ -66,8 +70,8 @@ TOPOLOGY_FLAGS = {"disaggregation_mode", "disaggregation_bootstrap_port", "encod
 PARALLEL_FLAGS = {"tp_size": "tp", "pp_size": "pp", "ep_size": "ep"}
 DEFAULT_TRANSFER_BACKEND = "mooncake"
 DEFAULT_ENCODER_BACKEND = "zmq_to_scheduler"
-# Encoder disaggregation (--encoder-only/--language-only/--encoder-urls) is a 0.5.x feature.
-EPD_SINCE = (0, 5, 0)
+# Encoder disaggregation: which releases have these is the flag table's (sglang_flags.py).
+EPD_KEYS = ("encoder_only", "language_only", "encoder_urls")
 BOOTSTRAP_OFFSET = 1000  # bootstrap ports: base_port + 1000 + k on each host
 VISIBLE_DEVICES = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
 ROUTER_STARTUP_S = 120.0
@@ -227,7 +231,8 @@ def _parallel_options(cfg: dict[str, Any], par: Parallelism, role: str) -> dict[
     if attn:
         if par.tp % par.dp:
             raise HarnessError(f"{role}: DP attention needs dp {par.dp} to divide tp {par.tp}")
-        # The 0.4 spelling; translate() renames it to attn_dp_size for 0.5.x.
+        # One spelling here; translate() passes --attn-dp-size N instead to the releases
+        # whose parser has it (0.5.22+, per the flag table).
         out["enable_dp_attention"] = True
         out["dp_size"] = par.dp
     return out
@@ -291,12 +296,10 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
     if not version:
         raise HarnessError(f"launch plan: no SGLang version (profile {profile.service} pins "
                            "no framework version and no version was given)")
-    vt = parse_version(version)
+    parse_version(version)
     arch = point.topology.architecture
-    if arch == "epd" and vt < EPD_SINCE:
-        raise HarnessError(f"architecture epd needs sglang >= "
-                           f"{'.'.join(map(str, EPD_SINCE))} (--encoder-only, "
-                           f"--language-only); the profile pins {version}")
+    if arch == "epd":  # refused before any placement: sglang X has no --encoder-only (...)
+        check_options(dict.fromkeys(EPD_KEYS, True), version)
     model_s = model or point.model.source or point.model.name
     pools, available = _device_pools(point, accelerators)
     vendor = point.accelerator.vendor
