@@ -16,20 +16,24 @@ Topologies (`point.topology.architecture`):
 - epd: encoder servers (`--encoder-only`) first, prefill servers that are `--language-only`
   with `--encoder-urls` of every encoder (and, where the version binds one, each its own
   `--encoder-bootstrap-port`: from 0.5.13 every language-only server binds it, default 8997,
-  so two on a host would collide), decode servers, the router as for pd.
+  so two on a host would collide), decode servers, the router as for pd. A release
+  without these flags (per the flag table: before 0.5.7) is refused before anything else.
 Bootstrap ports (disaggregation and encoder) count up from base_port + 1000 on each host.
 The router gets `--prometheus-host` (its host) and `--prometheus-port` (the next bootstrap-
 range port of its host, `ProcessPlan.metrics_port`): otherwise every real router binds
 0.0.0.0:29000 and a second one on the host fails. Its flags are the real router's spellings
 (`sglang-router` 0.3.2 and `smg` 1.13 alike; checked against their own `--help` by
 tests/harness/engines/test_real_router.py).
+Every server flag is checked against the pinned release's parser via the flag table
+(`sglang.check_options`): a flag it lacks, or a value outside its choices, is a HarnessError.
 Start order: encode, prefill, decode (colocated), router; teardown is the reverse.
 
 Parallelism (a role's own, else the topology's): tp → `--tp-size` (always), pp → `--pp-size`
 and ep → `--ep-size` (when > 1). dp: data-parallel groups, each its own server behind the
 router — unless the engine config asks for DP attention (`enable_dp_attention` or
-`attn_dp_size`), where dp is the attention-DP size inside one server (`--attn-dp-size` from
-0.5, `--enable-dp-attention --dp-size` before: `sglang.translate`) and must divide tp. A
+`attn_dp_size`), where dp is the attention-DP size inside one server (`--attn-dp-size` where
+the pinned release's parser has it, else `--enable-dp-attention --dp-size`: `sglang.translate`
+and the flag table, sglang_flags.py) and must divide tp. A
 server uses tp × pp devices; the profile config may repeat the point's sizes but never
 contradict them (the point's topology is the authority).
 
@@ -63,7 +67,7 @@ from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
 from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of
 from .image import VISIBILITY_ENV, ImageUse, container_argv, container_name, model_mounts
-from .sglang import HARNESS_KEYS, options_to_args, parse_version, server_options
+from .sglang import HARNESS_KEYS, check_options, options_to_args, parse_version, server_options
 from .sglang_routes import binds_encoder_bootstrap
 
 ProcessRole = Literal["encode", "prefill", "decode", "colocated", "router"]
@@ -75,8 +79,8 @@ TOPOLOGY_FLAGS = {"disaggregation_mode", "disaggregation_bootstrap_port", "encod
 PARALLEL_FLAGS = {"tp_size": "tp", "pp_size": "pp", "ep_size": "ep"}
 DEFAULT_TRANSFER_BACKEND = "mooncake"
 DEFAULT_ENCODER_BACKEND = "zmq_to_scheduler"
-# Encoder disaggregation (--encoder-only/--language-only/--encoder-urls) is a 0.5.x feature.
-EPD_SINCE = (0, 5, 0)
+# Encoder disaggregation: which releases have these is the flag table's (sglang_flags.py).
+EPD_KEYS = ("encoder_only", "language_only", "encoder_urls")
 BOOTSTRAP_OFFSET = 1000  # bootstrap ports: base_port + 1000 + k on each host
 VISIBLE_DEVICES = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
 ROUTER_STARTUP_S = 120.0
@@ -241,7 +245,8 @@ def _parallel_options(cfg: dict[str, Any], par: Parallelism, role: str) -> dict[
     if attn:
         if par.tp % par.dp:
             raise HarnessError(f"{role}: DP attention needs dp {par.dp} to divide tp {par.tp}")
-        # The 0.4 spelling; translate() renames it to attn_dp_size for 0.5.x.
+        # One spelling here; translate() passes --attn-dp-size N instead to the releases
+        # whose parser has it (0.5.22+, per the flag table).
         out["enable_dp_attention"] = True
         out["dp_size"] = par.dp
     return out
@@ -305,12 +310,10 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
     if not version:
         raise HarnessError(f"launch plan: no SGLang version (profile {profile.service} pins "
                            "no framework version and no version was given)")
-    vt = parse_version(version)
+    parse_version(version)
     arch = point.topology.architecture
-    if arch == "epd" and vt < EPD_SINCE:
-        raise HarnessError(f"architecture epd needs sglang >= "
-                           f"{'.'.join(map(str, EPD_SINCE))} (--encoder-only, "
-                           f"--language-only); the profile pins {version}")
+    if arch == "epd":  # refused before any placement: sglang X has no --encoder-only (...)
+        check_options(dict.fromkeys(EPD_KEYS, True), version)
     model_s = model or point.model.source or point.model.name
     pools, available = _device_pools(point, accelerators)
     vendor = point.accelerator.vendor
@@ -361,8 +364,6 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
 
     # Ports and URLs first: prefill servers need the encoders', the router everyone's.
     addr: list[tuple[int, str, int | None, int | None]] = []
-    # TODO(lead): gate with sglang_flags.available('--encoder-bootstrap-port', version) once
-    # the flag table lands; binds_encoder_bootstrap is a local stand-in for it.
     enc_boot = arch == "epd" and binds_encoder_bootstrap(version)
     for role_name, host, _idx, _devs, _par, _cfg in placed:
         port = ports.port(host)

@@ -7,14 +7,20 @@ Configuration: keys are SGLang ServerArgs field names (`tp_size`, `chunked_prefi
 `check_flags` (validate every flag against the server's own `--help`), `extra_args`,
 `env`, `startup_timeout_s`; `image` (`name@sha256:…`) and `image_fallback` (from the runtime
 profile, `base.engine_config_of`): the server runs in that image by digest (image.py);
-`check_args: false` skips the resolved-arguments check below (the version is still checked).
+`check_args: false` skips the resolved-arguments check below (the version is still checked);
+`role_config`, `router_launcher`, `router_args` are the deployment plan's (plan.py), never flags.
 
-Flag mapping (`sglang_options`): booleans are bare flags (false: omitted), lists are nargs,
-mappings are JSON, `chunked_prefill_size: disabled|false` is -1. Renames by version
-(0.5.x names vs 0.4.x names, translated both ways):
-  cuda_graph_max_bs          <-> cuda_graph_max_bs_decode (0.5 adds cuda_graph_max_bs_prefill)
+Flag mapping (`server_options`): booleans are bare flags (false: omitted), lists are nargs,
+mappings are JSON, `chunked_prefill_size: disabled|false` is -1. Settings SGLang renamed are
+spelled per the pinned release (`translate`), by whether that release's real parser has the
+flag (the flag table, sglang_flags.py, generated from the released wheels), preferring the
+spelling it does not mark deprecated; either spelling may be given:
+  cuda_graph_max_bs          <-> cuda_graph_max_bs_decode (and _prefill, no old spelling)
   disable_cuda_graph: true   <-> cuda_graph_backend_{decode,prefill}: disabled
   enable_dp_attention + dp_size N  <-> attn_dp_size N
+Then every option is checked against the table (`check_options`): a flag the release lacks,
+or a value outside its choices, is a one-line HarnessError naming where the flag exists
+(`sglang 0.5.6 has no --encoder-only (0.5.7 and later)`); `use_config_file` needs `--config`.
 `--enable-metrics` is always added unless `enable_metrics: false` (needed for /metrics).
 
 Running server: ready when `/health_generate` answers 200 (503 while starting);
@@ -46,7 +52,7 @@ from ..errors import HarnessError
 from ..guard import outbound
 from ..guard.engine_sandbox import EngineSandbox, for_launch
 from ..models.weights import model_path
-from . import sglang_profile_req
+from . import sglang_flags, sglang_profile_req
 from .base import (
     Engine,
     EventSink,
@@ -70,11 +76,13 @@ from .image import (
 )
 from .metrics import parse_prometheus, summarize
 from .process import free_port
+from .sglang_release import version_key
 from .sglang_routes import get_info
 
 HARNESS_KEYS = {"version", "python", "launcher", "use_config_file", "check_flags", "extra_args",
-                "env", "startup_timeout_s", "image", "image_fallback", "check_args"}
-NEW_NAMES_SINCE = (0, 5, 0)
+                "env", "startup_timeout_s", "image", "image_fallback", "check_args",
+                # the deployment plan's (plan.py), never server flags
+                "role_config", "router_launcher", "router_args"}
 KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # ServerArgs fields that are not flags of their own here: set by the harness.
 RESERVED = {"host", "port", "model_path"}
@@ -85,50 +93,79 @@ PREFIX = "sglang:"
 # --- versions and flags -----------------------------------------------------------------
 
 
-def parse_version(v: str | tuple) -> tuple[int, int, int]:
-    if isinstance(v, tuple):
-        return (tuple(v) + (0, 0, 0))[:3]
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(v))
-    if not m:
-        raise HarnessError(f"sglang version {v!r}: expected MAJOR.MINOR[.PATCH]")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+parse_version = version_key  # the SGLang modules' one version parser (sglang_release)
+
+
+def _spelling(version: str, mine: str, other: str) -> str:
+    """Which of two spellings of one setting to pass to `version` (per the flag table):
+    a non-deprecated one (the user's first), else a deprecated one that still works, else the
+    user's (which check_options then refuses, naming where it exists)."""
+    t = sglang_flags.table()
+    for good in (lambda k: t.available(_flag(k), version) and not t.deprecated(_flag(k), version),
+                 lambda k: t.available(_flag(k), version)):
+        for key in (mine, other):
+            if good(key):
+                return key
+    return mine
 
 
 def translate(config: Mapping[str, Any], version: str | tuple) -> dict[str, Any]:
-    """Rename keys to what this SGLang version accepts (see module docstring)."""
-    new = parse_version(version) >= NEW_NAMES_SINCE
+    """Spell the renamed settings the way this SGLang release's parser takes them (see the
+    module docstring); which release has which flag is the flag table's (sglang_flags.py)."""
+    v = ".".join(map(str, parse_version(version))) if isinstance(version, tuple) else version
     out = dict(config)
-    if new:
-        if "cuda_graph_max_bs" in out:
+    # cuda_graph_max_bs <-> cuda_graph_max_bs_decode (the _prefill one has no old spelling)
+    if "cuda_graph_max_bs" in out:
+        if _spelling(v, "cuda_graph_max_bs", "cuda_graph_max_bs_decode") != "cuda_graph_max_bs":
             out.setdefault("cuda_graph_max_bs_decode", out.pop("cuda_graph_max_bs"))
-        if out.pop("disable_cuda_graph", False):
-            out["cuda_graph_backend_decode"] = "disabled"
-            out["cuda_graph_backend_prefill"] = "disabled"
-        if out.pop("enable_dp_attention", False):
+    elif "cuda_graph_max_bs_decode" in out:
+        if _spelling(v, "cuda_graph_max_bs_decode", "cuda_graph_max_bs") == "cuda_graph_max_bs":
+            out["cuda_graph_max_bs"] = out.pop("cuda_graph_max_bs_decode")
+    # disable_cuda_graph: true <-> cuda_graph_backend_{decode,prefill}: disabled
+    if "disable_cuda_graph" in out:
+        if not out["disable_cuda_graph"]:
+            out.pop("disable_cuda_graph")
+        elif _spelling(v, "disable_cuda_graph", "cuda_graph_backend_decode") != \
+                "disable_cuda_graph":
+            out.pop("disable_cuda_graph")
+            out.setdefault("cuda_graph_backend_decode", "disabled")
+            out.setdefault("cuda_graph_backend_prefill", "disabled")
+    backends = {side: out[f"cuda_graph_backend_{side}"] for side in ("decode", "prefill")
+                if f"cuda_graph_backend_{side}" in out}
+    if backends and _spelling(v, "cuda_graph_backend_decode", "disable_cuda_graph") == \
+            "disable_cuda_graph":
+        if set(backends.values()) != {"disabled"} or len(backends) != 2:
+            raise HarnessError(f"sglang {v} has no --cuda-graph-backend-* "
+                               f"({sglang_flags.table().span('--cuda-graph-backend-decode')}); "
+                               f"{backends} cannot be expressed there (only both 'disabled')")
+        for side in backends:
+            out.pop(f"cuda_graph_backend_{side}")
+        out["disable_cuda_graph"] = True
+    # enable_dp_attention + dp_size N <-> attn_dp_size N
+    if "enable_dp_attention" in out:
+        if not out["enable_dp_attention"]:
+            out.pop("enable_dp_attention")
+        elif _spelling(v, "enable_dp_attention", "attn_dp_size") != "enable_dp_attention":
+            out.pop("enable_dp_attention")
             n = out.pop("dp_size", None) or out.get("attn_dp_size")
             if not n:
-                raise HarnessError("sglang config: enable_dp_attention needs dp_size "
-                                   "(0.5.x: attn_dp_size)")
+                raise HarnessError(f"sglang config: enable_dp_attention needs dp_size "
+                                   f"(sglang {v}: attn_dp_size)")
             out["attn_dp_size"] = n
-    else:
-        if "cuda_graph_max_bs_decode" in out:
-            out.setdefault("cuda_graph_max_bs", out.pop("cuda_graph_max_bs_decode"))
-        if "cuda_graph_max_bs_prefill" in out:
-            raise HarnessError(f"sglang config: cuda_graph_max_bs_prefill needs sglang >= 0.5 "
-                               f"(have {version})")
-        backends = {side: out.pop(f"cuda_graph_backend_{side}")
-                    for side in ("decode", "prefill") if f"cuda_graph_backend_{side}" in out}
-        if backends:
-            if set(backends.values()) == {"disabled"} and len(backends) == 2:
-                out["disable_cuda_graph"] = True
-            else:
-                raise HarnessError(f"sglang config: cuda_graph_backend_* {backends} cannot be "
-                                   f"expressed before 0.5 (only both 'disabled')")
-        if "attn_dp_size" in out:
+    elif "attn_dp_size" in out:
+        if _spelling(v, "attn_dp_size", "enable_dp_attention") == "enable_dp_attention":
             n = out.pop("attn_dp_size")
             out["enable_dp_attention"] = True
             out.setdefault("dp_size", n)
     return out
+
+
+def check_options(opts: Mapping[str, Any], version: str | tuple) -> None:
+    """Every option that becomes a flag exists in that release, with a value among its
+    choices (the flag table); else a one-line HarnessError naming where the flag exists."""
+    v = ".".join(map(str, parse_version(version))) if isinstance(version, tuple) else version
+    sglang_flags.check_options({_flag(k): val for k, val in opts.items()
+                                if val is not None and val is not False}, v)
 
 
 def _flag(key: str) -> str:
@@ -148,6 +185,7 @@ def server_options(config: Mapping[str, Any], version: str | tuple) -> dict[str,
     if cps is False or (isinstance(cps, str) and cps.lower() in ("disabled", "off", "none")):
         opts["chunked_prefill_size"] = -1
     opts.setdefault("enable_metrics", True)
+    check_options(opts, version)
     return opts
 
 
@@ -193,6 +231,7 @@ def sglang_command(config: Mapping[str, Any], *, model: str | Path, port: int,
     cmd = [*launcher, "--model-path", str(model), "--host", host, "--port", str(port)]
     yaml_text = None
     if config.get("use_config_file"):
+        check_options({"config": str(config_path)}, version)
         if config_path is None:
             raise HarnessError("sglang: use_config_file needs a path for the YAML file")
         yaml_text = options_to_yaml(opts)

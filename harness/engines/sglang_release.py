@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import HarnessError
@@ -28,8 +29,12 @@ from ..errors import HarnessError
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(\.post\d+|rc\d+)?$")
 
 
-def version_key(version: str) -> tuple[int, int, int]:
-    """(major, minor, patch) of a release name ("0.5.23", "0.5.6.post2", "v0.5.0rc1")."""
+def version_key(version: str | Sequence[int]) -> tuple[int, int, int]:
+    """(major, minor, patch) of a release name ("0.5.23", "0.5.6.post2", "v0.5.0rc1") or of a
+    tuple of ints (padded with zeros). The one version parser of the SGLang modules."""
+    if not isinstance(version, str):
+        a, b, c = (tuple(int(x) for x in version) + (0, 0, 0))[:3]
+        return a, b, c
     m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
     if not m:
         raise HarnessError(f"sglang version {version!r}: expected MAJOR.MINOR[.PATCH]")

@@ -14,27 +14,29 @@ tests/harness/engines/test_sglang_routes.py parses them with `ast` from the rele
   not in 0.5.13). It
   is checked by its health route only (`ENCODER_READY_PATH`).
 - From 0.5.13 every `--language-only` server binds `--encoder-bootstrap-port` (default 8997):
-  two on one host collide unless each is given its own (`ENCODER_BOOTSTRAP_SINCE`; the
-  planner asks the flag table when it has one).
+  two on one host collide unless each is given its own (`binds_encoder_bootstrap`: the
+  releases whose parser has the flag, per the flag table).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from ..errors import HarnessError
 from ..guard import outbound
+from . import sglang_flags
 from .base import request_json
+from .sglang_release import version_key
 
 INFO_ROUTES_SINCE = (0, 5, 6)
-ENCODER_BOOTSTRAP_SINCE = (0, 5, 13)
 ENCODER_READY_PATH = "/health"
 
 
 def _version(v: str | None) -> tuple[int, int, int] | None:
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(v or ""))
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+    try:
+        return version_key(v) if v else None
+    except HarnessError:
+        return None
 
 
 def info_paths(kind: Literal["server", "model"], version: str | None) -> tuple[str, ...]:
@@ -47,11 +49,11 @@ def info_paths(kind: Literal["server", "model"], version: str | None) -> tuple[s
 
 
 def binds_encoder_bootstrap(version: str | None) -> bool:
-    """Whether a `--language-only` server of `version` binds `--encoder-bootstrap-port`.
-    Unknown version: True (giving the port is harmless only where the flag exists, so the
-    planner, which always knows the version, is the caller)."""
-    v = _version(version)
-    return v is None or v >= ENCODER_BOOTSTRAP_SINCE
+    """Whether a `--language-only` server of `version` binds `--encoder-bootstrap-port`: the
+    releases whose parser has the flag (the flag table). Unknown version: True (giving the
+    port is harmless only where the flag exists, so the planner, which always knows the
+    version, is the caller)."""
+    return version is None or sglang_flags.available("--encoder-bootstrap-port", version)
 
 
 def get_info(base_url: str, kind: Literal["server", "model"], version: str | None, *,

@@ -293,7 +293,9 @@ def test_flags_checked_against_each_launchers_help(workspace):
     plan = make_plan()
     with Deployment(plan, ws=workspace, grace_s=5, check_flags=True) as dep:
         assert len(dep.help_digests) == 1 and len(dep.started) == 4
-    bad = make_plan(role_config={"decode": {"made_up_knob": 3}})
+    with pytest.raises(HarnessError, match=r"^sglang 0\.5\.23 has no --made-up-knob "):
+        make_plan(role_config={"decode": {"made_up_knob": 3}})  # the flag table refuses it
+    bad = make_plan(role_config={"decode": {"extra_args": ["--made-up-knob", "3"]}})
     dep = Deployment(bad, ws=workspace, grace_s=5, check_flags=True)
     with pytest.raises(HarnessError, match=r"decode-0 \(decode server\): sglang 0\.5\.23 does "
                                            r"not accept --made-up-knob"):

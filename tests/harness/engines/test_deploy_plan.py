@@ -1,5 +1,5 @@
-"""Launch plans of whole deployment points (harness/engines/plan.py), flag by flag, for two
-SGLang versions whose flags were renamed (0.4.10 and 0.5.23); device placement; refusals;
+"""Launch plans of whole deployment points (harness/engines/plan.py), flag by flag, for SGLang
+versions whose flags were renamed (0.4.10, 0.5.21 and 0.5.23); device placement; refusals;
 purity; the accelerator check against a simulated NVML; `forge engine up --plan`."""
 
 from __future__ import annotations
@@ -55,11 +55,14 @@ def server(port: int, *flags: str) -> list[str]:
     return [*SERVER, "--model-path", MODEL, "--host", "127.0.0.1", "--port", str(port), *flags]
 
 
-@pytest.mark.parametrize("version", ["0.5.23", "0.4.10"])
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.21", "0.4.10"])
 def test_pd_plan_flag_by_flag(version):
+    """Spelled per the release's parser (the flag table): --cuda-graph-max-bs-decode from
+    0.5.14, --attn-dp-size from 0.5.22 (test_sglang_flags.py parses these for real)."""
     plan = plan_point(make_point("pd", PD_ROLES), make_profile(PD_CONFIG, version), None)
-    new = version.startswith("0.5")
-    graph = ["--cuda-graph-max-bs-decode", "64"] if new else ["--cuda-graph-max-bs", "64"]
+    new = version == "0.5.23"
+    graph = (["--cuda-graph-max-bs", "64"] if version == "0.4.10"
+             else ["--cuda-graph-max-bs-decode", "64"])
     names = [p.name for p in plan.processes]
     assert names == ["prefill-0", "prefill-1", "decode-0", "router"]
     p0, p1, d0, router = plan.processes
@@ -146,10 +149,11 @@ def test_epd_plan_flag_by_flag():
                                  "--prometheus-port", "31002"]
 
 
-def test_epd_refused_before_0_5():
+def test_epd_refused_before_0_5_7():
     point = make_point("epd", [{"role": "encode"}, {"role": "prefill"}, {"role": "decode"}])
-    with pytest.raises(HarnessError, match=r"epd needs sglang >= 0\.5\.0.*pins 0\.4\.10"):
-        plan_point(point, make_profile({}, "0.4.10"), None)
+    with pytest.raises(HarnessError, match=r"^sglang 0\.5\.6 has no --encoder-only "
+                                           r"\(0\.5\.7 and later\)$"):
+        plan_point(point, make_profile({}, "0.5.6"), None)
 
 
 def test_devices_come_from_the_given_accelerators_and_never_overlap():

@@ -1,5 +1,6 @@
-"""The SGLang adapter on recorded 0.5.x-shaped outputs: command building per version, --config
-YAML, flag checks against --help, server info, metrics, profiler, malformed answers.
+"""The SGLang adapter on recorded 0.5.x-shaped outputs: command building per version (the flag
+table; test_sglang_flags.py parses such argv with the real released parsers), --config YAML,
+flag checks against --help, server info, metrics, profiler, malformed answers.
 SGLang itself cannot run here (no GPU): a stand-in process serves the recorded responses
 over the real HTTP protocol (tests/data/sglang/fake_server.py)."""
 
@@ -58,36 +59,66 @@ def args_of(config, version):
 
 
 def test_renames_per_version():
+    """Spelled per the pinned release's parser (the flag table; test_sglang_flags.py parses
+    these with the real parsers): old names to 0.5.13, max-bs and cuda-graph backends from
+    0.5.14 (the old spellings deprecated there), --attn-dp-size from 0.5.22."""
     cfg = {"cuda_graph_max_bs": 64, "disable_cuda_graph": True, "enable_dp_attention": True,
            "dp_size": 4, "tp_size": 4}
     assert args_of(cfg, "0.5.23") == [
         "--attn-dp-size", "4", "--cuda-graph-backend-decode", "disabled",
         "--cuda-graph-backend-prefill", "disabled", "--cuda-graph-max-bs-decode", "64",
         "--enable-metrics", "--tp-size", "4"]
-    assert args_of(cfg, "0.4.10.post2") == [
-        "--cuda-graph-max-bs", "64", "--disable-cuda-graph", "--dp-size", "4",
-        "--enable-dp-attention", "--enable-metrics", "--tp-size", "4"]
-    # new names on an old server translate back; what 0.4 cannot express is an error
+    assert args_of(cfg, "0.5.21") == [
+        "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled",
+        "--cuda-graph-max-bs-decode", "64", "--dp-size", "4", "--enable-dp-attention",
+        "--enable-metrics", "--tp-size", "4"]
+    old = ["--cuda-graph-max-bs", "64", "--disable-cuda-graph", "--dp-size", "4",
+           "--enable-dp-attention", "--enable-metrics", "--tp-size", "4"]
+    assert args_of(cfg, "0.5.13") == args_of(cfg, "0.5.6") == old
+    assert args_of(cfg, "0.4.10.post2") == args_of(cfg, "0.5.0") == old  # 0.5.0: no final
+    # new names on an old server translate back; what it cannot express is an error
     new = {"cuda_graph_max_bs_decode": 32, "cuda_graph_backend_decode": "disabled",
            "cuda_graph_backend_prefill": "disabled", "attn_dp_size": 2}
     assert translate(new, "0.4.9") == {"cuda_graph_max_bs": 32, "disable_cuda_graph": True,
                                        "enable_dp_attention": True, "dp_size": 2}
-    with pytest.raises(HarnessError, match="cuda_graph_max_bs_prefill needs sglang >= 0.5"):
-        translate({"cuda_graph_max_bs_prefill": 4096}, "0.4.9")
+    assert translate(new, "0.5.21") == {**{k: v for k, v in new.items() if k != "attn_dp_size"},
+                                        "enable_dp_attention": True, "dp_size": 2}
+    with pytest.raises(HarnessError, match=r"^sglang 0\.5\.13 has no --cuda-graph-max-bs-"
+                                           r"prefill \(0\.5\.14 and later\)$"):
+        args_of({"cuda_graph_max_bs_prefill": 4096}, "0.5.13")
     with pytest.raises(HarnessError, match="only both 'disabled'"):
-        translate({"cuda_graph_backend_decode": "piecewise"}, "0.4.9")
+        translate({"cuda_graph_backend_decode": "full"}, "0.4.9")
     with pytest.raises(HarnessError, match="enable_dp_attention needs dp_size"):
-        translate({"enable_dp_attention": True}, "0.5.0")
+        translate({"enable_dp_attention": True}, "0.5.23")
+
+
+def test_flags_checked_against_the_table():
+    """A flag the pinned release lacks, or a value outside its choices, is refused."""
+    with pytest.raises(HarnessError, match=r"^sglang 0\.4\.0 has no --moe-runner-backend "
+                                           r"\(0\.5\.1 and later\)$"):
+        args_of({"moe_runner_backend": "auto"}, "0.4.0")
+    with pytest.raises(HarnessError, match=r"^sglang 0\.5\.2 has no --config "
+                                           r"\(0\.5\.3 and later\)$"):
+        sglang_command({"use_config_file": True}, model=MODEL, port=1, version="0.5.2",
+                       config_path=Path("c.yaml"))
+    with pytest.raises(HarnessError, match=r"^sglang 0\.5\.23 has no --cuda-graph-bs "
+                                           r"\(0\.4\.2 to 0\.5\.19\)$"):
+        args_of({"cuda_graph_bs": [1, 8]}, "0.5.23")
+    with pytest.raises(HarnessError, match=r"^sglang 0\.5\.23 --cuda-graph-backend-decode: "
+                                           r"piecewise is not one of "):
+        args_of({"cuda_graph_backend_decode": "piecewise"}, "0.5.23")
+    with pytest.raises(HarnessError, match=r"older than the oldest release"):
+        args_of({}, "0.3.9")
 
 
 def test_value_forms():
     cfg = {"enable_torch_compile": True, "disable_radix_cache": False,
-           "chunked_prefill_size": "disabled", "cuda_graph_bs": [1, 2, 4],
+           "chunked_prefill_size": "disabled", "cuda_graph_bs_decode": [1, 2, 4],
            "json_model_override_args": {"rope_scaling": {"factor": 2}},
            "schedule_policy": "lpm", "mem_fraction_static": 0.85, "enable_metrics": False,
            "speculative_algorithm": None}
     assert args_of(cfg, "0.5.23") == [
-        "--chunked-prefill-size", "-1", "--cuda-graph-bs", "1", "2", "4",
+        "--chunked-prefill-size", "-1", "--cuda-graph-bs-decode", "1", "2", "4",
         "--enable-torch-compile", "--json-model-override-args", '{"rope_scaling": {"factor": 2}}',
         "--mem-fraction-static", "0.85", "--schedule-policy", "lpm"]
     cmd, _ = sglang_command({"python": "/opt/py/bin/python", "extra_args": ["--log-level",
@@ -114,13 +145,14 @@ def test_bad_configs(cfg, match):
 
 def test_config_yaml(tmp_path):
     cmd, text = sglang_command({"use_config_file": True, "tp_size": 2, "disable_cuda_graph": True,
-                                "cuda_graph_bs": [1, 8], "enable_eplb": False}, model=MODEL,
-                               port=31000, version="0.5.23", config_path=tmp_path / "c.yaml")
+                                "cuda_graph_bs_decode": [1, 8], "enable_eplb": False},
+                               model=MODEL, port=31000, version="0.5.23",
+                               config_path=tmp_path / "c.yaml")
     assert cmd[-2:] == ["--config", str(tmp_path / "c.yaml")]
     assert "--tp-size" not in cmd and "--port" in cmd
     assert yaml.safe_load(text) == {"tp-size": 2, "cuda-graph-backend-decode": "disabled",
                                     "cuda-graph-backend-prefill": "disabled",
-                                    "cuda-graph-bs": [1, 8], "enable-metrics": True}
+                                    "cuda-graph-bs-decode": [1, 8], "enable-metrics": True}
 
 
 def test_flags_checked_against_recorded_help():
