@@ -396,7 +396,7 @@ def nonfinite_metrics(scrapes: Sequence[Scrape], log: Sequence[LogLine],
 # start `Not enough memory. Please try to increase --mem-fraction-static.` (not 0.4.0's
 # `Decode out of memory happened.`: that is a retraction).
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
-                  r"out of memory\. Try to lower your batch size|runs out of memory\.|"
+                  r"(?i:out of memory\. Try to lower your batch size)|runs out of memory\.|"
                   r"Out of memory even after retracting|"
                   r"Not enough memory\. Please try to increase --mem-fraction-static")
 _NCCL_TIMEOUT = re.compile(r"time[d ]?\s?out", re.I)
