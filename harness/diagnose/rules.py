@@ -55,8 +55,8 @@ What fires (the thresholds are `Limits`):
 - `spec_accept_collapse`: `spec_accept_length` above 0 (speculative decoding on; 0 is off)
   and under `spec_accept_min` (1.3 tokens per verify step) in every scrape.
 - `eplb_imbalance`: the `eplb_balancedness` summary's mean over the window (mean over max
-  expert-GPU load; 0.5.13+, exported with `SGLANG_ENABLE_EPLB_BALANCEDNESS_METRIC` or
-  `--expert-balancedness-report-mode prometheus`) under `eplb_balancedness_min` (0.6).
+  expert-GPU load; 0.5.7+, exported with `SGLANG_ENABLE_EPLB_BALANCEDNESS_METRIC` (to 0.5.20) or
+  `--expert-balancedness-report-mode prometheus` (0.5.21+)) under `eplb_balancedness_min` (0.6).
 - `nonfinite_metrics`: a scrape held `NaN`/`+Inf`/`-Inf` samples (legal Prometheus); they
   were left out of every value above (collect.to_scrape), and are named here, but for the
   gauges SGLang sets to NaN meaning "no sample yet" (`NAN_MEANS_UNSET`: `fwd_occupancy`).

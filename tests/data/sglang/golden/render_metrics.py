@@ -124,7 +124,7 @@ def _server_args(dp: int, priority: bool, pd: str | None, eplb: bool = False):
         argv.append("--enable-priority-scheduling")
     if pd:
         argv += ["--disaggregation-mode", pd]
-    if eplb and "--expert-balancedness-report-mode" in known:  # 0.5.2x; before: an env var
+    if eplb and "--expert-balancedness-report-mode" in known:  # 0.5.21+; before: an env var
         argv += ["--expert-balancedness-report-mode", "prometheus"]
     sa = ServerArgs.from_cli_args(parser.parse_args(argv))
     if hasattr(sa, "resolve_once"):  # 0.5.21+: what publish() does first; once, here
@@ -255,7 +255,7 @@ def _tokenizer(mod, case: dict, step: int) -> None:
 
 def _rank(mod, case: dict, rank: int, values: dict, out: str) -> None:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = out
-    if "eplb" in values:  # 0.5.13-0.5.1x switch the summary on with this variable
+    if "eplb" in values:  # 0.5.7-0.5.20 switch the summary on with this variable
         os.environ["SGLANG_ENABLE_EPLB_BALANCEDNESS_METRIC"] = "1"
     col = _scheduler(mod, case, rank)
     for b in values.get("eplb", ()):
