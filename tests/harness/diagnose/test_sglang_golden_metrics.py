@@ -123,3 +123,40 @@ def test_the_stand_in_page_has_the_real_families_types_and_labels():
         assert name in real, f"stand-in family {name} is not in SGLang 0.5.23's page"
         assert real[name] == (kind, labels), f"{name}: stand-in {kind} {sorted(labels)}, " \
             f"SGLang 0.5.23 {real[name][0]} {sorted(real[name][1])}"
+
+
+def _collector_source(version: str) -> str:
+    root = real_sglang.release(version) / "sglang" / "srt"
+    path = next(p for p in (root / "observability" / "metrics_collector.py",
+                            root / "metrics" / "collector.py") if p.exists())
+    return path.read_text()
+
+
+# Every `sglang:` family a rule reads, and the first kit release whose collector has it.
+RULE_FAMILIES = {
+    "num_queue_reqs": "0.4.0", "num_running_reqs": "0.4.0", "token_usage": "0.4.0",
+    "generation_tokens_total": "0.4.0", "time_to_first_token_seconds": "0.4.0",
+    "spec_accept_length": "0.5.1", "spec_accept_rate": "0.5.6",
+    "num_transfer_failed_reqs": "0.5.1", "num_bootstrap_failed_reqs": "0.5.1",
+    "num_retracted_reqs": "0.5.6", "eplb_balancedness": "0.5.13",
+}
+
+
+def _v(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+@pytest.mark.parametrize("version", real_sglang.KIT_VERSIONS)
+def test_the_rules_read_families_the_release_has(version):
+    """Names from the release's collector source: a rule reading a name no release emits
+    (or TPOT read from the wrong family of a release) fails here."""
+    from infer_forge.harness.diagnose.rules import LATENCY_HISTOGRAMS
+
+    src = _collector_source(version)
+    for fam, since in RULE_FAMILIES.items():
+        assert (f'"sglang:{fam}' in src) is (_v(version) >= _v(since)), (version, fam)
+    tpot = next(h for h in LATENCY_HISTOGRAMS["tpot_ms"] if f'"sglang:{h}"' in src)
+    want = ("time_per_output_token_seconds" if _v(version) < (0, 5, 0) else
+            "inter_token_latency_seconds" if _v(version) < (0, 5, 22) else
+            "request_time_per_output_token_seconds")
+    assert tpot == want, version
