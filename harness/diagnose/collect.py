@@ -8,12 +8,16 @@ Contracts:
   server, each finding naming its server (targets.py).
 - `samples` scrapes `interval_s` apart on a drift-free schedule (scrape k starts at or after
   first + k·interval), each parsed with `parse_prometheus` and summarised with `summarize`
-  (the `sglang:` families; a server without them: all families), histogram buckets kept for
-  window quantiles. A failed scrape is a HarnessError: an unreachable endpoint is not a
-  diagnosis. Each scrape is one request through the outbound client (guard/outbound.py):
-  `timeout_s` its deadline, `max_bytes` its body's cap; past either, one line naming the URL.
+  (the `sglang:` families; a server without them: all families; gauges per scheduler rank
+  combined as metrics.py says: counts summed, fill levels the fullest rank's, a
+  per-priority breakdown not counted twice), histogram buckets kept for window quantiles,
+  and `rules.RANK_METRICS` kept per rank where the page has several ranks. A failed
+  scrape is a HarnessError: an unreachable endpoint is not a diagnosis. Each scrape is one
+  request through the outbound client (guard/outbound.py): `timeout_s` its deadline,
+  `max_bytes` its body's cap; past either, one line naming the URL.
 - Non-finite samples (`NaN`, `+Inf`, `-Inf`: legal Prometheus) are left out of the numbers
-  (and any computed number that overflowed) and named by the `nonfinite_metrics` rule.
+  (and any computed number that overflowed) and named by the `nonfinite_metrics` rule (but
+  a gauge SGLang sets to NaN for "no sample yet", `rules.NAN_MEANS_UNSET`).
 - The log is read from its tail: at most `tail_bytes` (a first partial line dropped), lines
   numbered as in the whole file. Secrets in it are redacted by the ledger on write.
 - The SLO is `{"ttft_ms.p99": ms, ...}`: from `--slo` (`ttft_ms=500,tpot_ms.p50=40`; a bare
@@ -38,11 +42,11 @@ from ...ledger.streams import DIAGNOSES_STREAM
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ..engines.base import request_text
-from ..engines.metrics import bucket_bound, nonfinite, parse_prometheus, summarize
+from ..engines.metrics import bucket_bound, nonfinite, parse_prometheus, per_rank, summarize
 from ..errors import HarnessError
 from ..guard import outbound, production
 from ..record import append_to_task
-from .rules import RULES, Limits, LogLine, Scrape, apply_rules
+from .rules import RANK_METRICS, RULES, Limits, LogLine, Scrape, apply_rules
 from .targets import is_not_found, router_targets, server_diagnosis
 
 PREFIX = "sglang:"
@@ -82,7 +86,8 @@ def to_scrape(t: float, text: str, source: str) -> Scrape:
                 b[le] = b.get(le, 0.0) + s["value"]
         for le in [le for le, c in b.items() if not math.isfinite(c)]:  # a sum overflowed
             del b[le]
-    return Scrape(t, values, buckets, tuple(nonfinite(fams, prefix)))
+    ranks = {m: r for m in RANK_METRICS if len(r := per_rank(fams, prefix + m)) > 1}
+    return Scrape(t, values, buckets, tuple(nonfinite(fams, prefix)), ranks)
 
 
 def scrape_window(fetch: Callable[[], str], samples: int, interval_s: float, source: str

@@ -1,7 +1,8 @@
 """Run under the kit (harness/engines/sglang_import.py): SGLang's own bench metrics of the
 cases in argv[1] (a JSON file: a list of {"records": [...], "duration": s, "slo": {...} |
-null}), printed as a JSON list, one result per case. Uses the release's `calculate_metrics` (sglang.benchmark.serving from 0.5.21,
-sglang.bench_serving before) and, where the release has it, `calculate_goodput`."""
+null}), printed as a JSON list, one result per case. Uses the release's `calculate_metrics`
+(sglang.benchmark.serving from 0.5.21, sglang.bench_serving before) and, where the release
+has it, `calculate_goodput`."""
 
 import dataclasses
 import importlib
@@ -37,9 +38,11 @@ def one(data):
     metrics, _ = serving.calculate_metrics(input_requests=rows, outputs=outputs,
                                            dur_s=data["duration"], tokenizer=Tokenizer(),
                                            backend="sglang-oai")
-    result = {k: (float(v) if isinstance(v, (int, float)) or hasattr(v, "__float__") else v)
-              for k, v in dataclasses.asdict(metrics).items()} if dataclasses.is_dataclass(metrics) \
-        else {k: float(getattr(metrics, k)) for k in metrics.__struct_fields__}
+    if dataclasses.is_dataclass(metrics):
+        result = {k: float(v) if isinstance(v, (int, float)) or hasattr(v, "__float__") else v
+                  for k, v in dataclasses.asdict(metrics).items()}
+    else:  # a msgspec Struct
+        result = {k: float(getattr(metrics, k)) for k in metrics.__struct_fields__}
     if data.get("slo"):
         goodput = importlib.import_module("sglang.benchmark.goodput")
         g = goodput.calculate_goodput(outputs=outputs, goodput_slos=data["slo"],
