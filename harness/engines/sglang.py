@@ -337,7 +337,8 @@ class SGLangClient:
     def _start_profile(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """POST /start_profile, after checking each option is one the server's release reads
         (it would drop any other silently: sglang_profile_req)."""
-        sglang_profile_req.check(options, str(self.server_info()["version"]))
+        version = self._sglang_version() or str(self.server_info()["version"])
+        sglang_profile_req.check(options, version)
         payload = dict(options)
         if "output_dir" in payload:
             payload["output_dir"] = str(payload["output_dir"])

@@ -96,7 +96,8 @@ def test_a_read_under_another_spelling_still_passes(forge_home):
 def test_a_redirect_to_production_is_checked_again_and_refused(forge_home, status):
     """A non-production URL redirects the profiler start to the production server: the hop is
     a new request (302: GET, 307: POST again), refused and recorded there; with no guard the
-    redirect to another origin is refused outright."""
+    redirect to another origin is refused outright. The client's first request, the server's
+    version (which /start_profile options it reads), is a read and reaches production."""
     with SGLangLike() as srv, HostileHTTP("redirect", to=srv.url, status=status) as bad:
         configure(forge_home, [srv.url])
         ws = open_workspace(forge_home)
@@ -116,8 +117,8 @@ def test_a_redirect_to_production_is_checked_again_and_refused(forge_home, statu
     assert [(x.action, x.url) for x in got] == [(f"{method} /start_profile",
                                                 srv.url + "/start_profile")]
     assert "\n" not in str(e.value)
-    assert bad.requests == ["POST /start_profile", "POST /flush_cache"]
-    assert seen == []
+    assert bad.requests == ["GET /server_info", "POST /start_profile", "POST /flush_cache"]
+    assert seen == ["GET /server_info"]
 
 
 def test_a_checked_redirect_to_a_non_production_server_is_followed(forge_home):
