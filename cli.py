@@ -2935,22 +2935,26 @@ class _DiagnoseFailed(click.ClickException):
 @click.option("--point", "point_file", type=click.Path(dir_okay=False),
               help="A deployment point YAML whose scenario.slo is the SLO (unless --slo).")
 @click.option("--task", "task_id", help="Record the diagnosis in this task (its open block).")
+@click.option("--router-metrics", help="A PD/EPD router's own Prometheus page "
+              "(http://HOST:METRICS_PORT, `forge engine up` shows it): its worker health "
+              "and circuit breakers are judged too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 @click.pass_context
 @fail_cleanly
 def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: int,
                  interval_s: float, timeout_s: float, slo: str | None,
-                 point_file: str | None, task_id: str | None, as_json: bool) -> None:
-    """Diagnose a running endpoint, read-only (GET /metrics only: allowed on production):
-    scrape its Prometheus /metrics --samples times, read its log's tail, apply the rules
-    (queue_growing, kv_cache_full, ttft_over_slo, tpot_over_slo, retractions, oom,
-    nccl_timeout, cuda_error, scheduler_stalled, nonfinite_metrics) and record a
-    DiagnosisRecorded with the evidence. Exit code: 0 healthy, 1 a rule fired, 2 the
-    diagnosis could not be made.
+                 point_file: str | None, task_id: str | None, router_metrics: str | None,
+                 as_json: bool) -> None:
+    """Diagnose a running endpoint, read-only (GET /metrics and a router's GET /workers:
+    allowed on production): scrape its Prometheus /metrics --samples times (a router entry:
+    every server behind it, each finding naming its server), read its log's tail, apply the
+    rules (harness/diagnose/rules.py; docs/diagnose.md) and record a DiagnosisRecorded with
+    the evidence. Exit code: 0 healthy, 1 a rule fired, 2 the diagnosis could not be made.
 
     \b
     Example:
       forge diagnose http://127.0.0.1:30000 --log server.log --slo ttft_ms=500,tpot_ms=50
+      forge diagnose http://ROUTER:8000 --router-metrics http://ROUTER:9000
     """
     from .harness.diagnose import collect
     from .harness.guard import approvals as gate
@@ -2963,7 +2967,7 @@ def diagnose_cmd(ctx, url: str, log_file: str | None, tail_mb: float, samples: i
         ev = collect.diagnose(open_ws(ctx), url, samples=samples, interval_s=interval_s,
                               log=log_file, tail_bytes=int(min(tail_mb, 16384) * (1 << 20)),
                               slo=objective, task_id=task_id, actor=gate.person(None),
-                              timeout_s=timeout_s)
+                              timeout_s=timeout_s, router_metrics=router_metrics)
     except (*DOMAIN_ERRORS, LedgerError) as e:
         raise _DiagnoseFailed(redact_message(" ".join(str(e).split()))) from None
     if as_json:

@@ -47,7 +47,7 @@ from ..errors import HarnessError
 from ..guard import outbound, production
 from ..record import append_to_task
 from .rules import RANK_METRICS, RULES, Limits, LogLine, Scrape, apply_rules
-from .targets import is_not_found, router_targets, server_diagnosis
+from .targets import Target, is_not_found, router_targets, server_diagnosis
 
 PREFIX = "sglang:"
 DEFAULT_TAIL_BYTES = 8 * 1024 * 1024
@@ -90,8 +90,10 @@ def to_scrape(t: float, text: str, source: str) -> Scrape:
     return Scrape(t, values, buckets, tuple(nonfinite(fams, prefix)), ranks)
 
 
-def scrape_window(fetch: Callable[[], str], samples: int, interval_s: float, source: str
-                  ) -> list[Scrape]:
+def scrape_window(fetch: Callable[[], str], samples: int, interval_s: float, source: str,
+                  parse: Callable[[float, str, str], Scrape] = to_scrape) -> list[Scrape]:
+    """`samples` pages from `fetch`, `interval_s` apart, each read by `parse` (an SGLang
+    server's page; router_health.to_router_scrape for a router's)."""
     out: list[Scrape] = []
     first = 0.0
     for k in range(samples):
@@ -100,7 +102,7 @@ def scrape_window(fetch: Callable[[], str], samples: int, interval_s: float, sou
         t = time.time()
         if not k:
             first = t
-        out.append(to_scrape(t, fetch(), source))
+        out.append(parse(t, fetch(), source))
     return out
 
 
@@ -172,11 +174,13 @@ def diagnose(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 1
              slo: Mapping[str, float] | None = None, task_id: str | None = None,
              limits: Limits | None = None, actor: E.Actor = E.SYSTEM,
              fetch: Callable[[], str] | None = None, timeout_s: float = SCRAPE_TIMEOUT_S,
-             max_bytes: int = SCRAPE_MAX_BYTES) -> E.DiagnosisRecorded:
+             max_bytes: int = SCRAPE_MAX_BYTES, router_metrics: str | None = None
+             ) -> E.DiagnosisRecorded:
     """Scrape, read, apply the rules, record (module contract). Returns the event saved."""
     ev = diagnosis(ws, url, samples=samples, interval_s=interval_s, log=log,
                    tail_bytes=tail_bytes, slo=slo, task_id=task_id, limits=limits,
-                   actor=actor, fetch=fetch, timeout_s=timeout_s, max_bytes=max_bytes)
+                   actor=actor, fetch=fetch, timeout_s=timeout_s, max_bytes=max_bytes,
+                   router_metrics=router_metrics)
     if task_id is not None:
         blk = _open_block(ws, task_id)
         ev = ev.model_copy(update={"task_id": task_id, "block_id": blk})
@@ -192,10 +196,13 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
               limits: Limits | None = None, actor: E.Actor = E.SYSTEM,
               fetch: Callable[[], str] | None = None,
               envelope: Mapping[str, Any] | None = None, timeout_s: float = SCRAPE_TIMEOUT_S,
-              max_bytes: int = SCRAPE_MAX_BYTES) -> E.DiagnosisRecorded:
+              max_bytes: int = SCRAPE_MAX_BYTES, router_metrics: str | None = None
+              ) -> E.DiagnosisRecorded:
     """`diagnose` without the save: the event, with `envelope`'s fields (task, block, actor,
     input digests) when given; the caller records it (a verification step saves it with
-    its verification)."""
+    its verification). `router_metrics`: the router's own Prometheus page (its
+    `--prometheus-port`), judged by router_health.py beside the servers behind a router
+    entry; a URL that is not a router entry refuses it."""
     _check("samples", samples, 1, 10_000)
     _check("interval", interval_s, 0.01, 3600)
     _check("tail-mb", tail_bytes, 1, 1 << 34)
@@ -212,6 +219,9 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
     except HarnessError as e:
         if fetch is not None or not is_not_found(e):
             raise
+        if router_metrics is not None:
+            production.check(ws, metrics_url(router_metrics), "GET /metrics", actor=actor,
+                             task_id=task_id)
         # A router entry (PD/EPD) has no /metrics: each server's, findings named (targets.py)
         targets = router_targets(url, timeout_s=timeout_s, guard=guard,
                                  check=lambda u, a: production.check(
@@ -220,7 +230,12 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
             ws, url, targets, samples=samples, interval_s=interval_s, lines=lines, log=log,
             slo=slo or {}, limits=limits, actor=actor, task_id=task_id, envelope=envelope,
             timeout_s=timeout_s, max_bytes=max_bytes, guard=guard, scrape_window=scrape_window,
-            window_metrics=WINDOW_METRICS)
+            window_metrics=WINDOW_METRICS,
+            router=(Target("router", "router", metrics_url(router_metrics)[:-len("/metrics")])
+                    if router_metrics is not None else None))
+    if router_metrics is not None:
+        raise HarnessError(f"--router-metrics: {production.shown_url(url)} serves its own "
+                           "/metrics (a server, not a router entry)")
     findings = apply_rules(scrapes, lines, slo or {}, limits)
     ev = E.DiagnosisRecorded(
         url=production.shown_url(url.strip().rstrip("/")),

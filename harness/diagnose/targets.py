@@ -19,6 +19,7 @@ keys, so a reader sees which server a finding came from.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from ...ledger import events as E
 from ..engines.base import request_json, request_text
 from ..errors import HarnessError
 from ..guard import outbound, production
+from ..guard.production import ProductionRefusedError
+from .router_health import ROUTER_RULES, to_router_scrape
 from .rules import RULES, Limits, LogLine, Scrape, apply_rules
 
 
@@ -91,7 +94,7 @@ def labelled(finding: E.DiagnosisFinding, target: Target) -> E.DiagnosisFinding:
     return finding.model_copy(update=update)
 
 
-ScrapeWindow = Callable[[Callable[[], str], int, float, str], list[Scrape]]
+ScrapeWindow = Callable[..., list[Scrape]]  # collect.scrape_window
 
 
 def server_diagnosis(ws: Any, url: str, targets: Sequence[Target], *, samples: int,
@@ -99,39 +102,62 @@ def server_diagnosis(ws: Any, url: str, targets: Sequence[Target], *, samples: i
                      slo: Mapping[str, float], limits: Limits | None, actor: E.Actor,
                      task_id: str | None, envelope: Mapping[str, Any] | None,
                      timeout_s: float, max_bytes: int, guard: outbound.Guard,
-                     scrape_window: ScrapeWindow, window_metrics: Sequence[str]
-                     ) -> E.DiagnosisRecorded:
+                     scrape_window: ScrapeWindow, window_metrics: Sequence[str],
+                     router: Target | None = None) -> E.DiagnosisRecorded:
     """collect.diagnosis of a router entry (its `scrape_window` and `window_metrics` passed
     in): every target scraped on the same schedule (one thread each), the rules applied per
     server and each finding labelled with it; the log's findings labelled with the log
-    file; `window` keys `name/metric`."""
+    file; `window` keys `name/metric`. `router`: the router's own Prometheus page, scraped on
+    the same schedule and judged by router_health.ROUTER_RULES (its findings named `router`)."""
     for t in targets:
         production.check(ws, t.url + "/metrics", "GET /metrics", actor=actor,
                          task_id=task_id)
 
-    def window(t: Target) -> list[Scrape]:
+    def window(t: Target) -> list[Scrape] | HarnessError:
         murl = t.url + "/metrics"
-        return scrape_window(lambda: request_text("GET", murl, timeout=timeout_s,
-                                                  max_bytes=max_bytes, guard=guard),
-                             samples, interval_s, production.shown_url(murl))
+        try:
+            return scrape_window(lambda: request_text("GET", murl, timeout=timeout_s,
+                                                      max_bytes=max_bytes, guard=guard),
+                                 samples, interval_s, production.shown_url(murl),
+                                 **({"parse": to_router_scrape} if t is router else {}))
+        except ProductionRefusedError:
+            raise
+        except HarnessError as e:  # a dead server behind a live router: a finding, below
+            return e
 
-    with ThreadPoolExecutor(len(targets)) as pool:
-        scrapes = dict(zip(targets, pool.map(window, targets), strict=True))
-    findings = [labelled(f, t) for t in targets
-                for f in apply_rules(scrapes[t], (), slo, limits)]
-    if lines:
-        first = scrapes[targets[0]]
+    pages = [*targets, *([router] if router is not None else [])]
+    with ThreadPoolExecutor(len(pages)) as pool:
+        got = dict(zip(pages, pool.map(window, pages), strict=True))
+    if router is not None and isinstance(failed := got[router], HarnessError):
+        raise failed  # the page the user named: its error is the answer
+    scrapes = {t: w for t, w in got.items() if not isinstance(w, HarnessError)}
+    findings = [labelled(E.DiagnosisFinding(
+        rule="server_unreachable", summary=f"its /metrics could not be read ({w}): the "
+        "router lists it, but it does not answer; check whether its process is alive"), t)
+        for t, w in got.items() if isinstance(w, HarnessError)]
+    findings += [labelled(f, t) for t in targets if t in scrapes
+                 for f in apply_rules(scrapes[t], (), slo, limits)]
+    lim = limits or Limits()
+    if router is not None:
+        findings += [labelled(f, router) for rule in ROUTER_RULES.values()
+                     if (f := rule(scrapes[router], (), slo, lim)) is not None]
+    if lines and any(t in scrapes for t in targets):
+        first = scrapes[next(t for t in targets if t in scrapes)]
         findings += [labelled(f, Target("log", "log", str(log))) for f in
                      apply_rules(first, lines, slo, limits) if f.log_lines]
-    all_t = [s.t for ss in scrapes.values() for s in ss]
+    all_t = [s.t for ss in scrapes.values() for s in ss] or [time.time()]
     return E.DiagnosisRecorded(
         url=production.shown_url(url.strip().rstrip("/")),
         start=datetime.fromtimestamp(min(all_t), UTC),
         end=datetime.fromtimestamp(max(all_t), UTC), interval_s=interval_s,
         samples=samples,
         window={f"{t.name or t.url}/{k}": tuple(s.values.get(k) for s in scrapes[t])
-                for t in targets for k in window_metrics
-                if any(k in s.values for s in scrapes[t])},
+                for t in targets if t in scrapes for k in window_metrics
+                if any(k in s.values for s in scrapes[t])}
+        | ({"router/upstream_5xx_total": tuple(s.values.get("upstream_5xx_total")
+                                               for s in scrapes[router])}
+           if router is not None else {}),
         log_file=str(log) if log is not None else None, log_lines_read=len(lines),
-        slo_ms=dict(slo), rules=tuple(RULES), findings=tuple(findings),
+        slo_ms=dict(slo), findings=tuple(findings),
+        rules=(*RULES, "server_unreachable", *(ROUTER_RULES if router is not None else ())),
         healthy=not findings, **{"actor": actor, **(envelope or {})})
