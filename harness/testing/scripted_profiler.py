@@ -24,19 +24,32 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
 
-from ..engines.sglang_profile_req import fields_for
-from ..engines.sglang_release import version_key
 from .scripted_server import MODEL, Script, ScriptedServer
 
 LATEST = "0.5.23"
 SERVER_INFO_SINCE = (0, 5, 6)  # /server_info and /model_info; /get_server_info before
+# The table harness/engines/sglang_profile_req.py reads and checks against the wheels (read
+# here as data: the stand-ins sit below the engines).
+TABLE = Path(__file__).resolve().parents[1] / "data" / "sglang_profile_req.json"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+
+
+def fields_for(version: str) -> set[str]:
+    """The body fields `/start_profile` of `version` reads."""
+    fields = json.loads(TABLE.read_text(encoding="utf-8"))["fields"]
+    return {f for f, since in fields.items() if _release(since) <= _release(version)}
 TEXT = b"text/plain; charset=utf-8"
 
 
@@ -45,7 +58,7 @@ class ProfilingServer(ScriptedServer):
         super().__init__(**kwargs)
         self.trace, self.ranks, self.version = trace, ranks, version
         self.fields = fields_for(version)
-        self.info_path = ("/server_info" if version_key(version) >= SERVER_INFO_SINCE
+        self.info_path = ("/server_info" if _release(version) >= SERVER_INFO_SINCE
                           else "/get_server_info")
         self.profiling: dict | None = None
         self.written: list[str] = []

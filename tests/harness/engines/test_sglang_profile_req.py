@@ -82,6 +82,13 @@ def test_generator_folds_release_order_and_refuses_a_lost_field():
         spr.fold({"0.5.9": ["a", "b"], "0.5.10": ["a"]})
 
 
+def test_the_stand_in_reads_the_same_table():
+    from infer_forge.harness.testing import scripted_profiler
+
+    for version in spr.table()["versions"]:
+        assert scripted_profiler.fields_for(version) == spr.fields_for(version), version
+
+
 def test_stand_in_profiler_speaks_the_claimed_release(tmp_path):
     """The stand-in (scripted_profiler) answers the info route of its release and keeps the
     same body fields the real request model keeps, so the client's refusal is what stops an
