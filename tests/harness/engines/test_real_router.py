@@ -39,9 +39,10 @@ def router_launcher(package: str) -> list[str]:
     return [sys.executable, "-m", f"{module}.launch_router"]
 
 
-def _point(arch: str, roles: list[dict]) -> DeploymentPoint:
+def point_of(arch: str, roles: list[dict], name: str = "real-router") -> DeploymentPoint:
+    """A CPU deployment point of `arch` with `roles` (the plan tests' smallest point)."""
     return DeploymentPoint.model_validate({
-        "name": f"real-router-{arch}", "model": {"name": "m", "source": "m"},
+        "name": f"{name}-{arch}", "model": {"name": "m", "source": "m"},
         "scenario": {"traffic": {"concurrency": 1}},
         "topology": {"architecture": arch, "roles": roles},
         "runtime_profile": {"service": "s", "rev": 1, "file": "profile.yaml"},
@@ -56,7 +57,7 @@ def make_plan(router: list[str], model: Path, arch: str = "pd",
                    "env": {"FAKE_SGLANG_VERSION": version}},
         "framework": {"kind": "sglang", "version": version}})
     roles = roles or [{"role": "prefill", "count": 2}, {"role": "decode"}]
-    return plan_point(_point(arch, roles), profile, None, model=str(model),
+    return plan_point(point_of(arch, roles), profile, None, model=str(model),
                       base_port=free_port())
 
 

@@ -27,6 +27,8 @@ from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
 from tests.conftest import TESTS, need
 from tests.helpers import real_sglang
 
+from .test_real_router import point_of
+
 FAKE = [sys.executable, str(TESTS / "data" / "sglang" / "fake_server.py")]
 FAKE_ROUTER = [sys.executable, str(TESTS.parent / "harness" / "testing" / "fake_router.py")]
 # Every (method, route) the harness sends to an SGLang server.
@@ -176,12 +178,7 @@ def test_the_client_reads_info_by_the_version_and_falls_back_when_unknown():
 
 
 def _point(arch: str, roles: list[dict]) -> DeploymentPoint:
-    return DeploymentPoint.model_validate({
-        "name": f"routes-{arch}", "model": {"name": "m", "source": "m"},
-        "scenario": {"traffic": {"concurrency": 1}},
-        "topology": {"architecture": arch, "roles": roles},
-        "runtime_profile": {"service": "s", "rev": 1, "file": "profile.yaml"},
-        "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}})
+    return point_of(arch, roles, name="routes")
 
 
 def _profile(version: str, router: list[str] | None = None) -> RuntimeProfile:
