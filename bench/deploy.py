@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 
 from infer_forge.harness.engines.deploy import Deployment
+from infer_forge.harness.engines.host_plan import plan_with_free_ports
 from infer_forge.harness.engines.plan import LaunchPlan, plan_point
-from infer_forge.harness.engines.process import free_port, http_get
+from infer_forge.harness.engines.process import http_get
 from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
 from infer_forge.ledger.workspace import init_workspace
 
@@ -82,8 +83,8 @@ def bench_plans(n: int) -> None:
 
 def stand_in_plan() -> LaunchPlan:
     pt = point([{"role": "prefill", "count": 2}, {"role": "decode", "count": 1}], 1, "cpu")
-    return plan_point(pt, profile({"launcher": FAKE, "router_launcher": ROUTER}), None,
-                      base_port=free_port())
+    return plan_with_free_ports(lambda base: plan_point(
+        pt, profile({"launcher": FAKE, "router_launcher": ROUTER}), None, base_port=base))
 
 
 def bare(plan: LaunchPlan) -> float:

@@ -7,8 +7,9 @@ plan itself is plan.py's (pure). Used by `forge engine up --point` (point_up.py)
 
 from __future__ import annotations
 
+import random
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
@@ -61,12 +62,33 @@ def plan_here(point: DeploymentPoint, profile: RuntimeProfile, *, ws: Workspace 
             raise HarnessError(f"ports {', '.join(map(str, taken))} of the plan are in use "
                                "(choose another --base-port)")
         return plan
-    for _ in range(20):  # a free block: the router's port, the servers', the bootstrap ports
-        base = free_port()
-        if base + BOOTSTRAP_OFFSET + 64 > 65535:
-            continue
-        plan = plan_point(point, profile, devices, model=model_s, overrides=overrides,
-                          base_port=base, device_source=where)
+    return plan_with_free_ports(lambda base: plan_point(
+        point, profile, devices, model=model_s, overrides=overrides, base_port=base,
+        device_source=where))
+
+
+def ephemeral_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """The range the kernel takes outbound connections' source ports from."""
+    try:
+        low, high = (int(x) for x in open(path).read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def plan_with_free_ports(build: Callable[[int], LaunchPlan], tries: int = 40,
+                         rng: random.Random | None = None) -> LaunchPlan:
+    """`build(base)` for a base port whose whole block (the router's, the servers', the
+    bootstrap, encoder bootstrap and router metrics ports) is free now. Bases are drawn below
+    the ephemeral range: a port in it can be taken between this check and the server's bind
+    by any outbound connection's source port (the routers' health checks open one a second),
+    a port below it only by another listener."""
+    low = ephemeral_ports()[0]
+    top = low - BOOTSTRAP_OFFSET - 256  # the block's highest port stays below the range
+    pick = rng or random.Random()
+    for _ in range(tries):
+        base = pick.randrange(10000, top) if top > 10000 else free_port()
+        plan = build(base)
         if all(_port_free(p) for p in _plan_ports(plan)):
             return plan
     raise HarnessError("no free block of ports found for the plan (give --base-port)")

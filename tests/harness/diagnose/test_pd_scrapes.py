@@ -13,8 +13,8 @@ import pytest
 from infer_forge.harness.diagnose.collect import diagnose
 from infer_forge.harness.diagnose.monitor import monitor
 from infer_forge.harness.engines.deploy import Deployment
+from infer_forge.harness.engines.host_plan import plan_with_free_ports
 from infer_forge.harness.engines.plan import plan_point
-from infer_forge.harness.engines.process import free_port
 from infer_forge.ledger import events as E
 from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
 from infer_forge.ledger.streams import ENDPOINTS_STREAM
@@ -47,7 +47,7 @@ def pd_point(tmp_path_factory):
         "config": {"launcher": FAKE, "startup_timeout_s": 60,
                    "role_config": {"decode": {"env": {"FAKE_SGLANG_METRICS": str(page)}}}},
         "framework": {"kind": "sglang", "version": "0.5.23"}})
-    plan = plan_point(point, profile, None, base_port=free_port())
+    plan = plan_with_free_ports(lambda base: plan_point(point, profile, None, base_port=base))
     with Deployment(plan, logs=tmp, grace_s=5) as dep:
         yield dep
 

@@ -21,6 +21,7 @@ from infer_forge.harness.bench.datasets import Prompt
 from infer_forge.harness.bench.request import BenchConfig
 from infer_forge.harness.engines.base import request_json
 from infer_forge.harness.engines.deploy import Deployment
+from infer_forge.harness.engines.host_plan import plan_with_free_ports
 from infer_forge.harness.engines.plan import plan_point
 from infer_forge.harness.engines.process import ServerProcess, free_port
 from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
@@ -57,8 +58,8 @@ def make_plan(router: list[str], model: Path, arch: str = "pd",
                    "env": {"FAKE_SGLANG_VERSION": version}},
         "framework": {"kind": "sglang", "version": version}})
     roles = roles or [{"role": "prefill", "count": 2}, {"role": "decode"}]
-    return plan_point(point_of(arch, roles), profile, None, model=str(model),
-                      base_port=free_port())
+    return plan_with_free_ports(lambda base: plan_point(
+        point_of(arch, roles), profile, None, model=str(model), base_port=base))
 
 
 def post(url: str, body: dict) -> tuple[int, str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from infer_forge.harness.engines.deploy import Deployment
+from infer_forge.harness.engines.host_plan import plan_with_free_ports
 from infer_forge.harness.engines.plan import plan_point
 from infer_forge.harness.engines.process import free_port
 from infer_forge.harness.engines.sglang import SGLangClient
@@ -200,8 +201,8 @@ def test_deploy_checks_each_server_by_the_routes_it_has(tmp_path, version, arch,
     need(importlib.util.find_spec("sglang_router") is not None,
          "the real router sglang-router is not installed (pip install -e '.[dev]')")
     router = [sys.executable, "-m", "sglang_router.launch_router"]
-    plan = plan_point(_point(arch, roles), _profile(version, router), None,
-                      base_port=free_port())
+    plan = plan_with_free_ports(lambda base: plan_point(
+        _point(arch, roles), _profile(version, router), None, base_port=base))
     with Deployment(plan, logs=tmp_path, grace_s=5) as dep:
         for p in plan.processes:
             if p.role in ("prefill", "decode"):
