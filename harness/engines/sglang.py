@@ -245,8 +245,10 @@ def sglang_command(config: Mapping[str, Any], *, model: str | Path, port: int,
 
 
 def help_flags(help_text: str) -> set[str]:
-    """Every `--flag` the server's `--help` mentions."""
-    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
+    """Every `--flag` the server's `--help` mentions (not a word argparse broke across lines
+    at a hyphen, `--api-` / `key`: its option line names it whole)."""
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)(?![\w-])",
+                          help_text))
 
 
 def check_flags(cmd: list[str], help_text: str, version: str) -> None:

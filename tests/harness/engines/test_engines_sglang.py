@@ -226,7 +226,7 @@ def test_launch_describe_metrics_profile_stop(workspace, tmp_path):
         assert info["launch_command"][:2] == FAKE
         assert info["model_info"]["architectures"] == ["Qwen3ForCausalLM"]
         assert info["server_info"]["internal_states"][0]["memory_usage"]["kvcache"] == 63.32
-        assert workspace.artifacts.text(info["help_digest"]).startswith("usage: launch_server")
+        assert workspace.artifacts.text(info["help_digest"]).startswith("usage: sglang serve")
         m = running.metrics()
         assert m["num_running_reqs"] == 8 and m["generation_tokens_total"] == 65536
         started = running.start_profile(output_dir=tmp_path, num_steps=5,
