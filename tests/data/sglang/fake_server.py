@@ -221,6 +221,10 @@ def main():
         info_text = json.dumps(info)
     model_info = json.loads((HERE / "model_info.json").read_text())
     model_info["model_path"] = opts.get("model_path", model_info["model_path"])
+    # 0.5.23's route answers these from the server's own settings (the recorded keys are
+    # the release's: tests/harness/engines/test_stand_in_server_info.py)
+    model_info["served_model_name"] = opts.get("served_model_name", model_info["model_path"])
+    model_info["disaggregation_mode"] = str(opts.get("disaggregation_mode", "null"))
     metrics = (Path(os.environ["FAKE_SGLANG_METRICS"]) if os.environ.get("FAKE_SGLANG_METRICS")
                else HERE / ("metrics_malformed.txt" if MODE == "malformed" else "metrics.txt")
                ).read_text()

@@ -8,6 +8,7 @@ Regenerate both with
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 import tempfile
@@ -52,6 +53,25 @@ def test_the_recorded_server_info_has_the_releases_keys(real):
     assert recorded["version"] == real_sglang.LATEST
     assert sorted(set(recorded) - set(real["server_info"])) == []  # nothing it does not send
     assert sorted(set(real["server_info"]) - set(recorded)) == []  # and everything it does
+
+
+def model_info_keys(http_source: str) -> set[str]:
+    """The keys the release's `/model_info` route always answers (its `result = {...}`)."""
+    for node in ast.walk(ast.parse(http_source)):
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and any(
+                isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
+                and d.args[0].value == "/model_info" for d in node.decorator_list):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Dict):
+                    return {k.value for k in sub.value.keys if isinstance(k, ast.Constant)}
+    raise AssertionError("no /model_info route with a result dict")
+
+
+def test_the_recorded_model_info_has_the_releases_keys():
+    http = (real_sglang.release(real_sglang.LATEST) / "sglang" / "srt" / "entrypoints"
+            / "http_server.py").read_text()
+    recorded = json.loads((DATA / "model_info.json").read_text())
+    assert set(recorded) == model_info_keys(http)
 
 
 def test_the_stand_in_help_is_the_releases(real):
