@@ -1018,20 +1018,27 @@ def engine() -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override an engine config key (repeatable), e.g. engine.dtype=bfloat16.")
 @click.option("--once", is_flag=True, help="Describe the running engine and stop at once.")
+@click.option("--check-parser", is_flag=True,
+              help="With --point --plan: parse every server's command line with the real "
+                   "argument parser of the pinned SGLang release (its wheel, ~39 MB, is "
+                   "fetched from the package index once); exit 1 when one is rejected.")
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 @click.pass_context
 @fail_cleanly
 def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
                   base_port: int | None, model: str | None, sets: tuple[str, ...], once: bool,
-                  as_json: bool) -> None:
+                  check_parser: bool, as_json: bool) -> None:
     """Launch a runtime profile's engine, print what runs, keep it up until Ctrl-C.
 
     \b
     Examples:
       forge engine up examples/profiles/tiny-cpu.yaml --model tiny-llama --once
       forge engine up --point examples/points/qwen3-235b-pd-h200.yaml --plan
+      forge engine up --point examples/points/qwen3-235b-pd-h200.yaml --plan --check-parser
     """
     from .harness.engines.up import engine_up
+    if check_parser and not (point is not None and plan_only):
+        raise click.UsageError("--check-parser needs --point and --plan")
     if point is not None:
         from .harness.engines.point_up import point_up
         ws = None
@@ -1043,7 +1050,8 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
         out = point_up(ws, point, profile_path=profile,
                        model=model, overrides=parse_assignments(sets, "--set"),
                        base_port=base_port, plan_only=plan_only, once=once,
-                       echo=lambda s: click.echo(s, err=True))
+                       echo=lambda s: click.echo(s, err=True), check_parser=check_parser)
+        check = out.get("parser_check")
         if as_json:
             emit_json(out)
         else:
@@ -1055,6 +1063,11 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
             for p in (out.get("deployment") or {}).get("processes", []):
                 click.echo(f"  ran {p['name']}: pid {p['pid']}, ready in {p['startup_s']:.1f}s, "
                            f"sglang {p['version'] or '-'}, log {p['log_path']}")
+            for r in (check or {}).get("servers", []):
+                click.echo(f"  sglang {(check or {})['version']} parser: {r['name']} "
+                           f"{'accepted' if r['ok'] else 'REJECTED: ' + r['error']}")
+        if check is not None and not check["ok"]:
+            ctx.exit(1)
         return
     if profile is None or plan_only or base_port is not None:
         raise click.UsageError("give a PROFILE, or --point POINT (--plan and --base-port "

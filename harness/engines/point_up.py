@@ -29,6 +29,8 @@ from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .base import apply_overrides
 from .host_plan import plan_here
+from .plan import LaunchPlan
+from .sglang_flags import parse_with_release
 from .up import watch
 from .whole import PinnedDeployment, pin_plan, shown_in_image
 
@@ -49,18 +51,37 @@ def point_and_profile(point_path: str | Path, profile_path: str | Path | None = 
     return point, profile
 
 
+def parser_check(plan: LaunchPlan, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every server's argv of `plan` parsed by the real argument parser of the plan's SGLang
+    release (its wheel fetched once, sglang_release.py): `{"version", "ok", "servers":
+    [{"name", "ok", "error"}]}`. What a GPU host's `sglang.launch_server` would say about
+    the flags, known before a GPU is taken."""
+    servers = [p for p in plan.processes if p.role != "router"]
+    echo(f"parsing {len(servers)} server command line(s) with SGLang {plan.sglang_version}'s "
+         "own parser (its wheel is fetched once)")
+    results = parse_with_release(plan.sglang_version,
+                                 [p.argv[p.argv.index("--model-path"):] for p in servers])
+    rows = [{"name": p.name, "ok": r["ok"], "error": r["error"]}
+            for p, r in zip(servers, results, strict=True)]
+    return {"version": plan.sglang_version, "ok": all(r["ok"] for r in rows), "servers": rows}
+
+
 def point_up(ws: Workspace | None, point_path: str | Path, *,
              profile_path: str | Path | None = None, model: str | None = None,
              overrides: Mapping[str, Any] | None = None, base_port: int | None = None,
              plan_only: bool = False, once: bool = False, nvml: Any = None,
              stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
-             echo: Callable[[str], None] = print) -> dict[str, Any]:
+             echo: Callable[[str], None] = print, check_parser: bool = False
+             ) -> dict[str, Any]:
     point, profile = point_and_profile(point_path, profile_path)
     plan = plan_here(point, profile, ws=ws, model=model, overrides=overrides,
                      base_port=base_port, plan_only=plan_only, nvml=nvml)
     vendor = point.accelerator.vendor
     if plan_only:  # in the profile's image as it would run; nothing pulled
-        return {"plan": shown_in_image(plan, profile, vendor=vendor).to_json()}
+        out = {"plan": shown_in_image(plan, profile, vendor=vendor).to_json()}
+        if check_parser:
+            out["parser_check"] = parser_check(plan, echo)
+        return out
     plan, use = pin_plan(plan, profile, vendor=vendor, say=echo)
     check = bool(apply_overrides(profile.config, overrides).get("check_flags"))
     with PinnedDeployment(plan, profile, use, ws=ws, stream=stream, event_fields=event_fields,

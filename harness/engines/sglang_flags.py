@@ -24,6 +24,7 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -169,6 +170,21 @@ def check_options(flags: Mapping[str, Any], version: str) -> None:
     t = table()
     for flag, value in flags.items():
         t.check(flag, value, version)
+
+
+def parse_with_release(version: str, argvs: Sequence[Sequence[str]],
+                       cache: Path | None = None) -> list[dict[str, Any]]:
+    """Each argv (what follows `-m sglang.launch_server`) parsed by the release's own parser
+    (sglang_parser_probe.py `parse`; the wheel is fetched once into the cache): one
+    `{"ok", "error", "args"}` per argv, in order."""
+    with tempfile.TemporaryDirectory(prefix="forge-argv-") as tmp:
+        path = Path(tmp) / "argvs.json"
+        path.write_text(json.dumps([list(a) for a in argvs]), encoding="utf-8")
+        out = sglang_release.run(version, PROBE, "parse", str(path), cache=cache)
+    try:
+        return list(json.loads(out))
+    except ValueError:
+        raise HarnessError(f"sglang {version}: the parser's answer is not JSON") from None
 
 
 # --- generating the table ---------------------------------------------------------------
