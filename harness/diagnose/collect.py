@@ -212,10 +212,15 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
     lines = read_log_tail(log, tail_bytes) if log is not None else []
     source = production.shown_url(murl)
     guard = outbound.Guard(ws, actor, task_id)  # a redirect hop is checked again
+    def page() -> str:
+        text = request_text("GET", murl, timeout=timeout_s, max_bytes=max_bytes, guard=guard)
+        if router_metrics is not None:  # at the first page, not after the whole window
+            raise HarnessError(f"--router-metrics: {production.shown_url(url)} serves its "
+                               "own /metrics (a server, not a router entry)")
+        return text
+
     try:
-        scrapes = scrape_window(fetch or (lambda: request_text(
-            "GET", murl, timeout=timeout_s, max_bytes=max_bytes, guard=guard)),
-            samples, interval_s, source)
+        scrapes = scrape_window(fetch or page, samples, interval_s, source)
     except HarnessError as e:
         if fetch is not None or not is_not_found(e):
             raise
@@ -233,9 +238,6 @@ def diagnosis(ws: Workspace, url: str, *, samples: int = 5, interval_s: float = 
             window_metrics=WINDOW_METRICS,
             router=(Target("router", "router", metrics_url(router_metrics)[:-len("/metrics")])
                     if router_metrics is not None else None))
-    if router_metrics is not None:
-        raise HarnessError(f"--router-metrics: {production.shown_url(url)} serves its own "
-                           "/metrics (a server, not a router entry)")
     findings = apply_rules(scrapes, lines, slo or {}, limits)
     ev = E.DiagnosisRecorded(
         url=production.shown_url(url.strip().rstrip("/")),

@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -76,6 +77,17 @@ def run_release(version: str, urls: dict[str, str], tokenizer: Path, dataset: Pa
     runs = [args(urls[server], backend, tokenizer, dataset, outs[name], *details, *extra)
             for name, backend, server, extra in RUNS[version]]
     return outs, run(version, runs)
+
+
+def run_releases(versions: tuple[str, ...], tokenizer: Path, tmp: Path
+                 ) -> dict[str, tuple[dict[str, Path], str]]:
+    """`run_release` of each release against one stand-in server, the releases at once (one
+    child process each); {version: (outputs, log)}."""
+    data = sharegpt(tmp / "sharegpt.json")
+    with stand_in() as url, ThreadPoolExecutor(len(versions)) as pool:
+        jobs = {v: pool.submit(run_release, v, {"stand-in": url}, tokenizer, data, tmp)
+                for v in versions}
+        return {v: job.result() for v, job in jobs.items()}
 
 
 def key_shape(obj: object) -> object:

@@ -17,11 +17,7 @@ GENERATION = {"0.5.6": "0.5.6–0.5.7"}
 
 @pytest.fixture(scope="module")
 def outputs(tiny_tokenizer_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bench-client")
-    data = C.sharegpt(tmp / "sharegpt.json")
-    with C.stand_in() as url:
-        return {v: C.run_release(v, {"stand-in": url}, tiny_tokenizer_dir, data, tmp)
-                for v in VERSIONS}
+    return C.run_releases(VERSIONS, tiny_tokenizer_dir, tmp_path_factory.mktemp("bench-client"))
 
 
 @pytest.mark.parametrize("version", VERSIONS)

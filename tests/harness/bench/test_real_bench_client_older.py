@@ -6,8 +6,6 @@ One child process per release, the two at once."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 from infer_forge.harness.bench.importer import Given, parse_results
 
@@ -21,12 +19,7 @@ GENERATION = {"0.5.1": "0.4.3.post3–0.5.3",  # the keys of every client 0.4.3.
 
 @pytest.fixture(scope="module")
 def outputs(tiny_tokenizer_dir, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bench-client")
-    data = C.sharegpt(tmp / "sharegpt.json")
-    with C.stand_in() as url, ThreadPoolExecutor(len(VERSIONS)) as pool:
-        jobs = {v: pool.submit(C.run_release, v, {"stand-in": url}, tiny_tokenizer_dir, data,
-                               tmp) for v in VERSIONS}
-        return {v: job.result() for v, job in jobs.items()}
+    return C.run_releases(VERSIONS, tiny_tokenizer_dir, tmp_path_factory.mktemp("bench-client"))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
