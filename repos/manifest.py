@@ -9,7 +9,17 @@ members:
     group: stack             # stack | harness
     path: stack/sglang       # inside the root; default <group>/<name>
     build: "pip install -e python"   # optional: bash -c text, or an argv list
+    deploy:                  # optional: how a commit becomes something an engine runs
+      kind: venv             # venv (default) | image
+      install: 'python -m pip install -e "python[all]"'   # venv: run in the commit's source
+      module: sglang         # the module the engine imports: the build's identity
+      network: true          # the install may use the network (recorded)
 ```
+
+`deploy` makes a build of a commit deployable (harness/engines/commit_build.py): a source
+tree of that commit (nested submodules initialised) and, for `venv`, an environment layered
+on the profile's base Python with the member installed from that source by `install`; for
+`image`, an image built from `dockerfile` in that source, addressed by digest.
 
 A member keeps its own history, branches and remotes: it is a git submodule of the root. The
 root itself is the built-in workspace (what must work across repos).
@@ -30,6 +40,40 @@ from .errors import RepoError
 MANIFEST_NAME = "forge-repos.yaml"  # the manifest's copy inside the root
 
 
+DEFAULT_INSTALL = "python -m pip install --no-deps --no-build-isolation -e ."
+
+
+class Deploy(BaseModel):
+    """How a commit of a member becomes deployable (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["venv", "image"] = "venv"
+    # venv: run in the source tree of the commit with the build's environment first on PATH
+    install: str | list[str] = DEFAULT_INSTALL
+    module: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    network: bool = False  # the install (or image build) may reach the network
+    submodules: bool = True  # initialise nested submodules of the commit
+    dockerfile: str = "Dockerfile"  # image: relative to the source root
+    context: str = "."  # image: the build context, relative to the source root
+    build_args: dict[str, str] = Field(default_factory=dict)  # image: --build-arg K=V
+
+    @field_validator("install")
+    @classmethod
+    def _install(cls, v: str | list[str]) -> str | list[str]:
+        if (isinstance(v, list) and not v) or (isinstance(v, str) and not v.strip()):
+            raise ValueError("deploy.install: empty command")
+        return v
+
+    @field_validator("dockerfile", "context")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        p = PurePosixPath(v)
+        if p.is_absolute() or ".." in p.parts or "\\" in v:
+            raise ValueError(f"{v!r} must be a relative path inside the source (no '..')")
+        return str(p)
+
+
 class Member(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,6 +83,7 @@ class Member(BaseModel):
     group: Literal["stack", "harness"] = "stack"
     path: str | None = None
     build: str | list[str] | None = None
+    deploy: Deploy | None = None
 
     @field_validator("name")
     @classmethod
