@@ -2310,6 +2310,75 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
         raise SystemExit(1)
 
 
+@main.command("ab")
+@click.option("--point", "point", required=True,
+              type=click.Path(dir_okay=False, path_type=Path), help="The deployment point file.")
+@click.option("--base", required=True, help="The base: a commit, branch or tag of the member.")
+@click.option("--candidate", required=True, help="The candidate: a commit, branch or tag.")
+@click.option("--member", help="The MonoRepo member (default: the only one with `deploy:`).")
+@click.option("--profile", type=click.Path(dir_okay=False, path_type=Path),
+              help="A runtime profile file (default: the point's).")
+@click.option("--metric", default="output_throughput", show_default=True,
+              help="The metric judged (latency metrics: lower is better).")
+@click.option("--min-ratio", type=float, default=1.0, show_default=True,
+              help="The candidate/base ratio the whole interval must clear (1.05: 5 % better).")
+@click.option("--correctness", type=float, default=0.99, show_default=True,
+              help="Greedy-output token match against the base at least this.")
+@click.option("--no-correctness", is_flag=True, help="No correctness gate (dummy weights).")
+@click.option("--repeats", type=int, default=3, show_default=True, help="Runs per side.")
+@click.option("--id", "task_id", help="The task's id (default: ab-<member>-<base>-<cand>).")
+@click.option("--json", "as_json", is_flag=True, help="Progress on stderr, result as JSON.")
+@click.pass_context
+@fail_cleanly
+def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
+           profile: Path | None, metric: str, min_ratio: float, correctness: float,
+           no_correctness: bool, repeats: int, task_id: str | None, as_json: bool) -> None:
+    """Is CANDIDATE better than BASE at a deployment point? Build both commits of the
+    member (cached by their inputs), deploy each at the point, check each server is the
+    build it claims, measure both the same way and judge under the gates.
+
+    The result is a normal task (forge task show ID, forge sql, the wiki). Exits 0 when the
+    candidate was accepted, 1 when rejected or not measured.
+
+    \b
+    Example:
+      forge ab --point points/qwen-h200.yaml --base main --candidate my-branch
+    """
+    from .harness.loop.ab import run_ab
+
+    def say(line: str) -> None:
+        click.echo(line, err=as_json)
+        (sys.stderr if as_json else sys.stdout).flush()
+
+    r = run_ab(open_ws(ctx), point=point, base=base, candidate=candidate, member=member,
+               profile=profile, metric=metric, min_ratio=min_ratio,
+               correctness=None if no_correctness else correctness, repeats=repeats,
+               task_id=task_id, progress=say)
+    if as_json:
+        emit_json(r.to_json())
+    else:
+        click.echo("")
+        click.echo(f"A/B {r.task_id}: {r.member} {r.candidate.ref} vs {r.base.ref}: "
+                   f"{r.verdict.upper()}")
+        for side, name in ((r.base, "base"), (r.candidate, "candidate")):
+            b = side.build
+            click.echo(f"  {name:<9} {side.commit[:12]}  "
+                       + (f"{b.get('module')} {b.get('server_version') or b.get('version')}"
+                          f"{' (cached build)' if b.get('cached') else ''}" if b else "not built"))
+        for g in r.gates:
+            ci = g.get("ci")
+            nums = (f" ratio {g['ratio']:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+                    if g.get("ratio") is not None and ci else
+                    f" median {g['median']:.4g}" if g.get("median") is not None else "")
+            click.echo(f"  gate {g['name']:<12} {g['verdict']:<12}{nums}  {g.get('reason', '')}")
+        if r.differs:
+            click.echo(f"  differs: {shown_differences(r.differs)}")
+        if r.verdict != "accepted":
+            click.echo(f"  why: {r.reason}")
+    if r.verdict != "accepted":
+        raise SystemExit(1)
+
+
 @repos_group.command("pre-push", hidden=True)
 @click.option("--member", required=True, help="The member the hook belongs to (`.`: root).")
 @click.argument("remote")

@@ -488,11 +488,15 @@ class CodeSpec(Spec):
     (`code.<member>`: a commit id or ref, `worktree` for the task worktree's current state,
     `patch:<file>` relative to the task file, or `upstream`: onto the member's upstream);
     the loop builds it in the task's worktree and measures it. Without `code.<member>` a
-    block runs the member at its pinned commit."""
+    block runs the member at its pinned commit: the commit `base` names for it (a ref or
+    commit, resolved to a commit when the task is defined), else the member's commit when
+    the task was defined."""
 
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"base": {}}
     members: list[str] = Field(min_length=1)
     build: bool = True  # run each member's manifest build command before measuring
     keep_worktrees: bool = False  # leave the task's worktrees when it exits
+    base: dict[str, str] = Field(default_factory=dict)  # member -> the baseline's commit
 
     @field_validator("members")
     @classmethod
@@ -507,6 +511,16 @@ class CodeSpec(Spec):
             except InvalidIdError as e:
                 raise ValueError(str(e)) from None
         return v
+
+    @model_validator(mode="after")
+    def _base(self) -> CodeSpec:
+        for m, ref in self.base.items():
+            if m not in self.members:
+                raise ValueError(f"base names member {shown(m)}, not one of code.members "
+                                 f"{self.members}")
+            if not ref.strip():
+                raise ValueError(f"base.{m}: empty ref")
+        return self
 
 
 class RoutingSpec(Spec):

@@ -10,7 +10,12 @@
 - `prepare`: before a block is measured, every changed member's worktree is put on the
   block's commit (its pinned commit for a block without `code.<member>`, the baseline), built
   (harness/tool_calls/build.py, cached) and handed to the evaluator as `FORGE_WORKTREE_<MEMBER>`
-  and `FORGE_WORKTREES` (JSON). A failed build is a failed run, as data.
+  and `FORGE_WORKTREES` (JSON). A member with a `deploy:` recipe is also built into a
+  deployable (harness/engines/commit_build.py: an environment or an image of that commit,
+  cached by its inputs), each venv build layered on the one before it and the first on the
+  profile's Python; `Prepared.builds` hands them to the evaluator (the engine evaluator
+  launches from them), `FORGE_BUILDS` (JSON) to a command. A failed build is a failed run,
+  as data.
 - `keep_refs`: a decided block's commits stay findable: `refs/forge/accepted/<task>/<block>`
   or `refs/forge/rejected/<task>/<block>` in the member, named in the decision's evidence.
 - `snapshot`: the MonoRepo's state as this task sees it (the task's worktrees in place of
@@ -29,9 +34,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...ledger import events as E
 from ...ledger.payloads import Digest
@@ -46,6 +52,9 @@ from ...repos.git import Tree, commit_of, git, read_small
 from ...repos.root import MonoRepo
 from ..errors import HarnessError
 from ..task import LOOP_ACTOR, LoadedTask, Progress
+
+if TYPE_CHECKING:
+    from ..engines.commit_build import Deployable
 
 WORKTREE_TOKEN = "worktree"
 UPSTREAM_TOKEN = "upstream"
@@ -71,7 +80,8 @@ def task_monorepo(ws: Workspace, lt: LoadedTask) -> MonoRepo:
 
 
 def pinned(ws: Workspace, lt: LoadedTask, mono: MonoRepo) -> dict[str, str]:
-    """member -> the commit the task pinned when it was defined (its snapshot)."""
+    """member -> the commit the task pinned when it was defined: its `code.base`, else the
+    member's commit in its snapshot."""
     out: dict[str, str] = {}
     if lt.repo_snapshot:
         try:
@@ -79,6 +89,8 @@ def pinned(ws: Workspace, lt: LoadedTask, mono: MonoRepo) -> dict[str, str]:
         except ProjectionError as e:
             raise HarnessError(f"task {lt.task_id}: {e}") from None
         out = {m.name: m.commit for m in snap.members if m.commit}
+    if lt.task.code is not None:
+        out.update(lt.task.code.base)  # resolved to commits when the task was defined
     for m in code_members(lt):
         if m not in out:
             head = commit_of("HEAD", mono.member_dir(m))
@@ -175,6 +187,14 @@ class Prepared:
     env: dict[str, str] = field(default_factory=dict)
     events: list[E.Event] = field(default_factory=list)  # the builds, as tool calls
     failure: str | None = None
+    builds: dict[str, Deployable] = field(default_factory=dict)  # member -> its deployable
+
+
+def base_python(lt: LoadedTask) -> str:
+    """The interpreter a deployable build is layered on: the profile's `python`, else forge's."""
+    cfg = lt.profile.config if lt.profile is not None else {}
+    py = cfg.get("python")
+    return str(py) if isinstance(py, str) and py else sys.executable
 
 
 def _env_name(member: str) -> str:
@@ -226,7 +246,43 @@ def prepare(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, A
             if not res.success and out.failure is None:
                 out.failure = f"build of member {m} at {sha[:12]} failed: {res.error}"
     out.env["FORGE_WORKTREES"] = json.dumps(paths, sort_keys=True)
+    if out.failure is None and lt.task.code and lt.task.code.build:
+        _deployables(ws, lt, mono, pins, candidate, block_id, out, progress)
     return out
+
+
+def _deployables(ws: Workspace, lt: LoadedTask, mono: MonoRepo, pins: dict[str, str],
+                 candidate: dict[str, Any], block_id: str, out: Prepared,
+                 progress: Progress) -> None:
+    """Each member with a `deploy:` recipe built at the block's commit (module contract)."""
+    members = [m for m in code_members(lt) if mono.member(m).deploy is not None]
+    if not members:
+        return
+    # In the function for start-up time, as the build tool above.
+    from ..engines import commit_build
+
+    python = base_python(lt)
+    for m in members:
+        sha = candidate.get(CODE_PREFIX + m) or pins[m]
+        b = commit_build.build(ws, mono, m, sha, base_python=python, task=lt.task_id,
+                               sandbox=lt.task.sandbox, say=progress)
+        if b.event is not None:
+            out.events.append(b.event.model_copy(update={
+                "task_id": lt.task_id, "block_id": block_id, "actor": LOOP_ACTOR,
+                "input_digests": {**lt.digests, **b.event.input_digests}}))
+        if not b.success:
+            out.failure = b.error or f"build of {m}@{sha[:12]} failed"
+            return
+        progress(f"{m}@{sha[:12]}: {'cached build' if b.cached else 'built'} "
+                 f"{b.module} {b.version or '(no version)'}")
+        out.builds[m] = b
+        if b.kind == "venv" and b.python:
+            python = b.python  # the next member's environment sees this one
+    layered = commit_build.check_layered(list(out.builds.values()))
+    if layered is not None:
+        out.failure = layered
+    out.env["FORGE_BUILDS"] = json.dumps({m: {**b.record(), "python": b.python}
+                                          for m, b in out.builds.items()}, sort_keys=True)
 
 
 def keep_refs(ws: Workspace, lt: LoadedTask, block_id: str, candidate: dict[str, Any],

@@ -37,6 +37,7 @@ from ...ledger.streams import WORKSPACE_STREAM, graph_stream, task_stream
 from ...ledger.workspace import Workspace
 from ...repos.commands import maybe_monorepo
 from ...repos.errors import RepoError
+from ...repos.git import commit_of
 from ..errors import HarnessError
 from ..record import task_append
 from ..task import human_actor, workspace_specs
@@ -107,6 +108,24 @@ def record_profile(ws: Workspace, path: str | Path, actor: E.Actor | None = None
             "changes": ws.ledger.redactor.value(ev.changes) if ev else {}}
 
 
+def _resolved_base(ws: Workspace, path: Path, base: dict[str, str]) -> dict[str, str]:
+    """`code.base`: each member's ref as the commit it names now (the task keeps that)."""
+    mono = maybe_monorepo(ws)
+    if mono is None:
+        raise HarnessError(f"{path}: code.base: the workspace has no MonoRepo "
+                           "(forge repos init MANIFEST.yaml)")
+    out = {}
+    for m, ref in sorted(base.items()):
+        try:
+            sha = commit_of(ref, mono.member_dir(m))
+        except RepoError as e:
+            raise HarnessError(f"{path}: code.base.{m}: {e}") from None
+        if sha is None:
+            raise HarnessError(f"{path}: code.base.{m}: {ref!r} is not a commit of member {m}")
+        out[m] = sha
+    return out
+
+
 def define_task(ws: Workspace, path: str | Path, actor: E.Actor | None = None, *,
                 task_id: str | None = None) -> dict[str, Any]:
     """`forge task new`: validate the task, its point and profile; record the profile revision
@@ -161,6 +180,9 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
         from .review import check_reviewer
 
         check_reviewer(ws, task, str(path))
+    if task.code is not None and task.code.base:
+        task = task.model_copy(update={"code": task.code.model_copy(
+            update={"base": _resolved_base(ws, path, task.code.base)})})
     point_path = (path.parent / task.point).resolve()
     point = load_point(point_path)
     ref = point.runtime_profile

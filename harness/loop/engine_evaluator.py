@@ -7,8 +7,16 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
   through its engine; PD, EPD and replicas as a planned deployment behind the router; in the
   profile's pinned image, version and arguments checked), on the point's model (a `forge:`
   recipe is pulled if missing). The scenario, model and accelerator are the experiment, not
-  the deployment: a candidate naming them (or code) is a failed run saying so. The runs'
+  the deployment: a candidate naming them is a failed run saying so. The runs'
   `meta.deployment` says what was deployed (architecture, processes, plan digest, image).
+- Code: the block's builds (`ctx.builds`: each `code.<member>` with a `deploy:` recipe, and
+  the pinned commit of each for the baseline; harness/engines/commit_build.py) are what
+  runs: the profile gets the build's interpreter or image and the engine module's build
+  version (`commit_build.apply_builds`); a `code.<member>` without a build is a failed run
+  naming the missing recipe. Once the server is up, it must be that build: the version it
+  reports equal to the build's, and a commit named in it (setuptools-scm's `+g<sha>`) the
+  block's (`identity_problem`); otherwise nothing is measured and the run fails saying so.
+  The runs' `meta.builds` record each build (commit, key, version, network, cached).
 - Per launch: greedy outputs on the fixed prompt set (stored as an artifact; the baseline's
   digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
   workload (bench/workload.py: its dataset, lengths, shared-prefix groups, images, concurrency
@@ -35,7 +43,7 @@ from typing import Any
 import orjson
 
 from ...ledger import events as E
-from ...ledger.specs import DeploymentPoint, TaskDefinition
+from ...ledger.specs import CODE_PREFIX, DeploymentPoint, TaskDefinition
 from ...ledger.workspace import Workspace
 from ..bench.client import BenchGuard, run_bench
 from ..bench.correctness import (
@@ -49,6 +57,7 @@ from ..bench.datasets import load_tokenizer
 from ..bench.metrics import numeric_metrics
 from ..bench.workload import Workload, workload_for
 from ..engines.base import engine_config_of
+from ..engines.commit_build import apply_builds, engine_build, identity_problem
 from ..engines.whole import deploy_whole, deployable, deployment_meta
 from ..errors import HarnessError
 from ..guard import data_policy
@@ -115,11 +124,22 @@ class EngineEvaluator:
         if point is None or profile is None:
             raise HarnessError(f"task {ctx.task_id}: the engine evaluator needs a deployment "
                                "point and a runtime profile")
-        others = [k for k in candidate if not deployable(k)]
+        builds = dict(ctx.builds)
+        unbuilt = [k for k in candidate if k.startswith(CODE_PREFIX)
+                   and k[len(CODE_PREFIX):] not in builds]
+        if unbuilt:
+            return [RunResult({}, success=False, error=f"{', '.join(sorted(unbuilt))}: the "
+                              "engine evaluator deploys a member's build; give the member a "
+                              "`deploy:` recipe in forge-repos.yaml (install, module)")]
+        others = [k for k in candidate if not deployable(k) and not k.startswith(CODE_PREFIX)]
         if others:
             return [RunResult({}, success=False, error=f"the engine evaluator deploys engine.*, "
-                              f"profile.*, topology.* and role (prefill.tp, …) candidates, not "
-                              f"{', '.join(sorted(others))}")]
+                              f"profile.*, topology.*, role (prefill.tp, …) and code.* "
+                              f"candidates, not {', '.join(sorted(others))}")]
+        try:
+            profile = apply_builds(profile, builds)
+        except HarnessError as e:
+            return [RunResult({}, success=False, error=" ".join(str(e).split()))]
         try:
             work = self._setup(point)
         except WorkloadError as e:  # a workload the point cannot have: no launch
@@ -133,12 +153,21 @@ class EngineEvaluator:
                            ctx.block_id, in_step=True)
         meta: dict[str, Any] = {"source": "forge-bench", "engine": name,
                                 "workload": work.describe()}
+        if builds:
+            meta["builds"] = {m: b.record() for m, b in sorted(builds.items())}
+        own = engine_build(name, builds)
         results: list[RunResult] = []
         try:
             say(f"launching {name} engine with {dict(candidate) or 'the profile as is'}")
             with deploy_whole(self.ws, point, profile, model=self._model_dir,
                               event_fields=fields, say=say) as eng:
                 desc = eng.describe()
+                if own is not None:  # the server that answered must be the block's build
+                    problem = identity_problem(own, desc.get("version"),
+                                               f"the {name} server at {eng.base_url}")
+                    if problem is not None:
+                        raise HarnessError(problem)
+                    meta["builds"][own.member]["server_version"] = desc.get("version")
                 meta["launch_command"] = desc.get("launch_command")
                 meta["deployment"] = deployment_meta(point, desc)
                 meta["server_info_digest"] = self.ws.artifacts.put(

@@ -98,6 +98,9 @@ class EvalContext:
     # Extra environment for what the evaluator runs: the task's worktrees of the members it
     # changes (FORGE_WORKTREE_<MEMBER>, FORGE_WORKTREES), harness/loop/code.py.
     env: dict[str, str] = field(default_factory=dict)
+    # The block's deployable builds of the members it changes (member -> commit_build's
+    # `Deployable`): the engine evaluator launches the engine from them.
+    builds: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Evaluator(Protocol):

@@ -280,7 +280,7 @@ def reproduce(ws: Workspace, ident: str, *, repeats: int | None = None,
     if prep.failure is not None:
         raise CannotReproduce(prep.failure)
     ctx = EvalContext(ws, lt.task_id, block.block_id, point, profile,
-                      _baseline(tg.mem, block), progress, env=prep.env)
+                      _baseline(tg.mem, block), progress, env=prep.env, builds=prep.builds)
     progress(f"re-running {lt.task_id}:{block.block_id} ({n} runs)")
     results = evaluator.evaluate(block.candidate, repeats=n, ctx=ctx)
     ok = [r for r in results if r.success]

@@ -100,7 +100,8 @@ def measure_events(st: Stepper, mem: TaskMemory, blk: BlockRecord, evaluator: Ev
     point, profile = apply_candidate(lt.point, lt.profile, blk.candidate)
     prep = code.prepare(st.ws, lt, blk.block_id, blk.candidate, say)
     ctx = EvalContext(st.ws, lt.task_id, blk.block_id, point, profile,
-                      None if blk.is_baseline else baseline_of(mem), say, env=prep.env)
+                      None if blk.is_baseline else baseline_of(mem), say, env=prep.env,
+                      builds=prep.builds)
     if prep.failure is not None:  # a failed build is a failed run, as data
         results = [RunResult({}, success=False, error=prep.failure)
                    for _ in range(lt.task.contract.repeats)]

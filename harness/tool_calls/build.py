@@ -127,7 +127,7 @@ def _hex(key: str) -> str:
 
 
 @contextmanager
-def _locked(path: Path, say: Progress, what: str) -> Iterator[None]:
+def held_lock(path: Path, say: Progress, what: str) -> Iterator[None]:
     """Hold an exclusive flock on `path` (released when the process dies, however)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -213,7 +213,7 @@ def build(ws: Workspace, mono: MonoRepo, member: str, workdir: Path, *, force: b
     inputs = {Digest.BUILD: key}
     d = cache_dir(ws)
     d.mkdir(parents=True, exist_ok=True)
-    with _locked(d / f"{_hex(key)}.lock", say, member):
+    with held_lock(d / f"{_hex(key)}.lock", say, member):
         _sweep(d, key)
         entry = None if force else _read_entry(ws, d, key, say)
         if entry is not None:

@@ -1,0 +1,149 @@
+"""A build of a member's commit as a deployable environment (harness/engines/commit_build.py):
+real git, a real virtual environment layered on a base Python, a real `pip install` run in
+the sandbox, the build's module imported by the environment's own interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from infer_forge.harness.engines import commit_build
+from infer_forge.repos import commands as rc
+
+from tests.conftest import need
+from tests.helpers.gitrepos import make_remote, write_manifest
+
+PYPROJECT = """[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "tinypkg"
+version = "{v}"
+
+[tool.setuptools]
+packages = [{packages}]
+"""
+INSTALL = "python -m pip install -q --no-deps --no-build-isolation -e ."
+
+
+def _files(version: str, packages: str = '"tinypkg"') -> dict[str, str]:
+    return {"pyproject.toml": PYPROJECT.format(v=version, packages=packages),
+            "tinypkg/__init__.py": f'__version__ = "{version}"\n',
+            ".gitignore": "*.egg-info/\n__pycache__/\n"}
+
+
+@pytest.fixture
+def mono(tmp_path, workspace):
+    make_remote(tmp_path, "tinypkg", _files("1.0"), branches={
+        "two": _files("2.0"),
+        "empty": _files("3.0", packages=""),  # installs fine, with no package in it
+    })
+    rc.init(workspace, write_manifest(tmp_path / "m.yaml", [
+        {"name": "tinypkg", "url": str(tmp_path / "remotes/tinypkg.git"),
+         "deploy": {"install": INSTALL}}]))
+    return rc.open_monorepo(workspace)
+
+
+def _sha(mono, ref: str) -> str:
+    return subprocess.run(["git", "-C", str(mono.member_dir("tinypkg")), "rev-parse",
+                           f"origin/{ref}" if ref != "HEAD" else ref], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _import(python: str, cwd: Path) -> dict:
+    r = subprocess.run([python, "-c", "import json, tinypkg; print(json.dumps("
+                        "[tinypkg.__version__, tinypkg.__file__]))"], cwd=cwd,
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def test_a_commit_builds_into_its_own_environment_cached_by_its_inputs(mono, workspace,
+                                                                        tmp_path):
+    said: list[str] = []
+    one = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "HEAD"),
+                             base_python=sys.executable, say=said.append)
+    assert one.success, one.error
+    assert one.kind == "venv" and one.version == "1.0" and not one.cached
+    assert Path(one.origin).is_relative_to(Path(one.path))
+    # The environment's own interpreter imports this build, and still sees forge's packages.
+    version, origin = _import(one.python, tmp_path)
+    assert version == "1.0" and Path(origin).is_relative_to(Path(one.path))
+    subprocess.run([one.python, "-c", "import yaml, pydantic"], check=True, cwd=tmp_path)
+    assert one.event is not None and one.event.tool == "deploy-build"
+    assert one.event.input_digests["build"] == one.key and one.event.exit_code == 0
+    # A second commit is a second build; each keeps its own environment.
+    two = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "two"),
+                             base_python=sys.executable)
+    assert two.success and two.version == "2.0" and two.key != one.key
+    assert _import(one.python, tmp_path)[0] == "1.0"
+    # The same inputs again: a hit, nothing run, the same logs.
+    again = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "HEAD"),
+                               base_python=sys.executable)
+    assert again.cached and again.key == one.key and again.python == one.python
+    assert again.event.stdout_digest == one.event.stdout_digest
+    # A build killed midway (no build.json) is built again, not trusted.
+    (Path(one.path) / commit_build.MARKER).unlink()
+    redo = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "HEAD"),
+                              base_python=sys.executable, say=said.append)
+    assert redo.success and not redo.cached
+    assert any("unfinished build" in s for s in said)
+
+
+def test_an_install_that_puts_nothing_in_the_build_fell_back(mono, workspace, tmp_path):
+    base = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "HEAD"),
+                              base_python=sys.executable)
+    # Layered on an environment that has tinypkg 1.0 installed: the empty build imports it.
+    out = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "empty"),
+                             base_python=base.python)
+    assert not out.success
+    assert "installed no tinypkg" in out.error and "fell back" in out.error
+    assert "1.0" in out.error and base.path in out.error
+    assert not (Path(out.path) / commit_build.MARKER).exists()  # never a hit
+
+
+def test_a_failing_install_is_a_failed_build_as_data(tmp_path, workspace):
+    make_remote(tmp_path, "tinypkg", _files("1.0"))
+    rc.init(workspace, write_manifest(tmp_path / "m.yaml", [
+        {"name": "tinypkg", "url": str(tmp_path / "remotes/tinypkg.git"),
+         "deploy": {"install": "echo broken-recipe >&2; exit 3"}}]))
+    mono = rc.open_monorepo(workspace)
+    out = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "HEAD"),
+                             base_python=sys.executable)
+    assert not out.success and "exited 3" in out.error and "broken-recipe" in out.error
+    assert out.event is not None and out.event.exit_code == 3
+
+
+def test_a_build_without_network_cannot_reach_it(tmp_path, workspace):
+    """The install runs in the sandbox: no network unless `deploy.network` (recorded)."""
+    from infer_forge.harness.guard.sandbox import find_bwrap
+
+    need(find_bwrap()[0] is not None, "bubblewrap is not usable here")
+    make_remote(tmp_path, "tinypkg", _files("1.0"))
+    probe = ("python -c \"import socket; s = socket.socket(); s.settimeout(2); "
+             "s.connect(('pypi.org', 443))\" && " + INSTALL)
+    rc.init(workspace, write_manifest(tmp_path / "m.yaml", [
+        {"name": "tinypkg", "url": str(tmp_path / "remotes/tinypkg.git"),
+         "deploy": {"install": probe}}]))
+    mono = rc.open_monorepo(workspace)
+    out = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "HEAD"),
+                             base_python=sys.executable)
+    assert not out.success and not out.network and "socket" in out.error
+    assert out.event.sandbox["network"] is False
+
+
+def test_identity_of_a_server_against_its_build():
+    b = commit_build.Deployable(member="sglang", commit="abc1234def5678" + "0" * 26, key="k",
+                                kind="venv", path="/b", module="sglang", network=False,
+                                version="0.5.25.dev1+gabc1234")
+    assert commit_build.identity_problem(b, "0.5.25.dev1+gabc1234", "s") is None
+    assert "reports sglang 0.5.23" in commit_build.identity_problem(b, "0.5.23", "s")
+    other = commit_build.Deployable(**{**vars(b), "version": "0.5.25.dev1+gdeadbee"})
+    assert "reports commit deadbee" in commit_build.identity_problem(
+        other, "0.5.25.dev1+gdeadbee", "s")
+    assert commit_build.reported_commit("0.5.25.dev1+gabc1234.d20261202") == "abc1234"
+    assert commit_build.reported_commit("0.5.23") is None
+    assert commit_build.reported_commit(None, "gabc1234") == "abc1234"
