@@ -19,6 +19,7 @@ Contracts:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from .candidate_keys import ARCHITECTURE_ROLES, canonical_value, role_key
@@ -78,9 +79,11 @@ def _profile_view(profile: RuntimeProfile) -> dict[str, Any]:
 
 
 def differences(point: DeploymentPoint | None, profile: RuntimeProfile | None,
-                candidate: dict[str, Any]) -> list[dict[str, Any]]:
+                candidate: dict[str, Any], code_base: Mapping[str, str] | None = None
+                ) -> list[dict[str, Any]]:
     """Every dimension the candidate's point and profile differ in from the baseline's
-    (`{path, baseline, candidate}`; a side that lacks the dimension is None)."""
+    (`{path, baseline, candidate}`; a side that lacks the dimension is None); a
+    `code.<member>`'s baseline is `code_base[member]` (the pinned commit) when given."""
     new_point, new_profile = apply_candidate(point, profile, candidate)
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
@@ -103,7 +106,8 @@ def differences(point: DeploymentPoint | None, profile: RuntimeProfile | None,
         b.update(flatten(_profile_view(new_profile)))
     out = [{"path": k, "baseline": a.get(k), "candidate": b.get(k)}
            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    out += [{"path": k, "baseline": None, "candidate": v}
+    base = code_base or {}
+    out += [{"path": k, "baseline": base.get(k[len(CODE_PREFIX):]), "candidate": v}
             for k, v in sorted(candidate.items()) if k.startswith(CODE_PREFIX)]
     return sorted(out, key=lambda d: d["path"])
 

@@ -235,6 +235,12 @@ def commit_of(rev: str, cwd: str | Path | Tree) -> str | None:
     return p.stdout.decode().strip() if p.returncode == 0 else None
 
 
+def commit_or_origin(rev: str, cwd: str | Path | Tree) -> str | None:
+    """`commit_of(rev)`, else the commit of the branch `rev` on `origin` (a pushed branch a
+    checkout has fetched but not checked out), else None."""
+    return commit_of(rev, cwd) or commit_of(f"refs/remotes/origin/{rev}", cwd)
+
+
 def is_ancestor(a: str, b: str, cwd: str | Path | Tree) -> bool:
     return git(["merge-base", "--is-ancestor", a, b], cwd, check=False).returncode == 0
 

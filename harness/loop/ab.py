@@ -36,7 +36,7 @@ from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ...repos.commands import open_monorepo
 from ...repos.errors import RepoError
-from ...repos.git import commit_of
+from ...repos.git import commit_or_origin
 from ..errors import HarnessError
 
 Progress = Callable[[str], None]
@@ -92,13 +92,17 @@ def deploy_member(ws: Workspace, member: str | None) -> str:
 
 
 def resolve_ref(ws: Workspace, member: str, ref: str, flag: str) -> str:
+    """The commit `ref` names in the member's checkout: a commit, branch or tag there, else
+    the branch of that name on its `origin` (what a pushed PR branch is)."""
     mono = open_monorepo(ws)
+    where = mono.member_dir(member)
     try:
-        sha = commit_of(ref, mono.member_dir(member))
+        sha = commit_or_origin(ref, where)
     except RepoError as e:
         raise HarnessError(f"{flag} {ref}: {e}") from None
     if sha is None:
-        raise HarnessError(f"{flag} {ref!r} is not a commit, branch or tag of member {member}")
+        raise HarnessError(f"{flag} {ref!r} is not a commit, branch or tag of member {member} "
+                           f"(nor origin/{ref}) in {where}")
     return sha
 
 

@@ -2,7 +2,8 @@
 
 - `resolve`: before a block starts, each `code.<member>` of the candidate becomes the full
   commit id it names, in the task's own worktree of that member (repos/worktrees.py):
-  a commit or ref as is; `worktree` commits the worktree's current state on the task branch;
+  a commit or ref as is (a branch only the member's `origin` has: `origin/<branch>`);
+  `worktree` commits the worktree's current state on the task branch;
   `patch:<file>` applies the patch (relative to the task file) and commits it; `upstream`
   brings the task branch onto the member's upstream (repos/sync.py; an upstream-sync task's
   candidate: a conflict refuses the candidate with the files, recorded, tree untouched).
@@ -48,7 +49,7 @@ from ...projections.repos import find_snapshot
 from ...repos import commands as repo_commands
 from ...repos import worktrees
 from ...repos.errors import RepoError
-from ...repos.git import Tree, commit_of, git, read_small
+from ...repos.git import Tree, commit_of, commit_or_origin, git, read_small
 from ...repos.root import MonoRepo
 from ..errors import HarnessError
 from ..task import LOOP_ACTOR, LoadedTask, Progress
@@ -138,7 +139,7 @@ def resolve(ws: Workspace, lt: LoadedTask, candidate: dict[str, Any]) -> dict[st
             elif value.startswith(PATCH_PREFIX):
                 sha = _apply_patch(lt, tree, value[len(PATCH_PREFIX):])
             else:
-                sha = commit_of(value, tree)
+                sha = commit_or_origin(value, tree)
         except RepoError as e:
             raise HarnessError(f"task {lt.task_id}: {k}={json.dumps(value)}: {e}") from None
         if sha is None:

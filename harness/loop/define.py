@@ -37,7 +37,7 @@ from ...ledger.streams import WORKSPACE_STREAM, graph_stream, task_stream
 from ...ledger.workspace import Workspace
 from ...repos.commands import maybe_monorepo
 from ...repos.errors import RepoError
-from ...repos.git import commit_of
+from ...repos.git import commit_or_origin
 from ..errors import HarnessError
 from ..record import task_append
 from ..task import human_actor, workspace_specs
@@ -117,11 +117,12 @@ def _resolved_base(ws: Workspace, path: Path, base: dict[str, str]) -> dict[str,
     out = {}
     for m, ref in sorted(base.items()):
         try:
-            sha = commit_of(ref, mono.member_dir(m))
+            sha = commit_or_origin(ref, mono.member_dir(m))
         except RepoError as e:
             raise HarnessError(f"{path}: code.base.{m}: {e}") from None
         if sha is None:
-            raise HarnessError(f"{path}: code.base.{m}: {ref!r} is not a commit of member {m}")
+            raise HarnessError(f"{path}: code.base.{m}: {ref!r} is not a commit of member {m} "
+                               f"(nor origin/{ref})")
         out[m] = sha
     return out
 

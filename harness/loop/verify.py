@@ -47,7 +47,13 @@ from ...ledger import events as E
 from ...ledger.candidates import differences
 from ...ledger.errors import SpecError
 from ...ledger.payloads import Difference, StepResult
-from ...ledger.specs import VERIFICATION_PHASES, TaskDefinition, VerificationStep, step_name
+from ...ledger.specs import (
+    CODE_PREFIX,
+    VERIFICATION_PHASES,
+    TaskDefinition,
+    VerificationStep,
+    step_name,
+)
 from ...ledger.workspace import Workspace
 from ...projections.memory import BlockRecord, TaskMemory
 from ...projections.noise import point_bands
@@ -55,6 +61,7 @@ from ..bench.slo import with_slo_gates
 from ..errors import HarnessError
 from ..task import LoadedTask
 from ..tool_calls.calls import run_tool
+from . import code
 from .gates import Verdict, judge
 
 TAIL_LINES = 5  # the last lines of a command step's output kept in its result
@@ -266,7 +273,7 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
         contract_hash=lt.contract_hash, point_hash=lt.point_hash, candidate=blk.candidate,
         passed=verdict == "pass", verdict=verdict,
         gates=list(gates.gates) if gates else [], steps=results,
-        differs=_differs(lt, blk),
+        differs=_differs(ws, lt, blk),
         evidence=[m["event_id"] for m in blk.measurements] +
                  ([m["event_id"] for m in base.measurements] if base and base is not blk
                   else []) + [str(t.event_id) for t in tools]
@@ -276,13 +283,21 @@ def verify(ws: Workspace, lt: LoadedTask, blk: BlockRecord, mem: TaskMemory,
     return BlockVerification(tools, ev, gates, review, diagnoses)
 
 
-def _differs(lt: LoadedTask, blk: BlockRecord) -> list[Difference]:
+def _differs(ws: Workspace, lt: LoadedTask, blk: BlockRecord) -> list[Difference]:
     """What the block's deployment changed from the baseline's, dimension by dimension (a
-    candidate the specs refuse was never measured: nothing to state)."""
+    candidate the specs refuse was never measured: nothing to state); a `code.<member>`
+    from the member's pinned commit (the baseline's) to the block's."""
     if blk.is_baseline:
         return []
+    pins: dict[str, str] = {}
+    if any(k.startswith(CODE_PREFIX) for k in blk.candidate):
+        try:
+            pins = code.pinned(ws, lt, code.task_monorepo(ws, lt))
+        except HarnessError:
+            pins = {}  # the MonoRepo is gone: the candidate's commit is still stated
     try:
-        return [Difference(**d) for d in differences(lt.point, lt.profile, blk.candidate)]
+        return [Difference(**d) for d in differences(lt.point, lt.profile, blk.candidate,
+                                                     code_base=pins)]
     except SpecError:
         return []
 
