@@ -22,6 +22,9 @@ FAKE_SGLANG_MODE: "ok" (default), "crash" (dies while starting, like a CUDA OOM)
 "slow:N" (503 for the first N health checks), FAKE_SGLANG_METRICS=FILE serves that
 /metrics page; "malformed" (truncated server_info and
 unparsable metrics), "die-after:N" (exits after N requests, i.e. mid-benchmark).
+FAKE_SGLANG_ITL_MS=D: a decode that takes D ms per token. Each stream (OpenAI routes and
+/generate) is then written event by event with chunked encoding, as uvicorn streams, every
+token after the first D ms after the one before; unset or 0, a stream is one body as before.
 """
 
 import json
@@ -38,6 +41,9 @@ MODE = os.environ.get("FAKE_SGLANG_MODE", "ok")
 # older tests start the stand-in without the flag and scrape it.
 ROUTES_STRICT = os.environ.get("FAKE_SGLANG_ROUTES") == "strict"
 STATE = {"health": 0, "requests": 0, "profiling": False}
+# The per-token decode time a stream shows (the SGLang-shaped repository's builds set it
+# from their decode loop: tests/helpers/sglang_repo.py).
+ITL_MS = float(os.environ.get("FAKE_SGLANG_ITL_MS") or 0)
 OPTS: dict = {}  # the parsed launch flags
 
 
@@ -152,8 +158,9 @@ def tokens_of(prompt, limit, ignore_eos):
 
 
 def openai_stream(chat, rid, req, words, finish, usage):
-    """The SSE body serving_chat.py / serving_completions.py write: completions, one chunk per
-    token (the last carries `finish_reason`); chat, a first chunk with the role and empty
+    """The SSE events (each `(text, carries_a_token)`) serving_chat.py /
+    serving_completions.py write: completions, one chunk per token (the last carries
+    `finish_reason`); chat, a first chunk with the role and empty
     content, a chunk per token, then a `finish_reason` chunk with an empty delta. A usage
     chunk with `"choices": []` only when `stream_options.include_usage` is set (or the server
     runs with --stream-response-default-include-usage); `data: [DONE]` last."""
@@ -182,7 +189,9 @@ def openai_stream(chat, rid, req, words, finish, usage):
                 "reasoning_tokens": 0, "completion_tokens_details": None}
         chunks.append({**head, "choices": [], "usage": full if chat else
                        {k: v for k, v in full.items() if v is not None}})
-    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    first = 1 if chat else 0  # chat's role chunk carries no token
+    return [(f"data: {json.dumps(c)}\n\n", first <= k < first + len(words))
+            for k, c in enumerate(chunks)] + [("data: [DONE]\n\n", False)]
 
 
 def opts_include_usage():
@@ -199,6 +208,8 @@ def main():
     opts = parse_args(argv)
     OPTS.update(opts)
     print(f"[fake sglang] server_args={json.dumps(opts, sort_keys=True)}", flush=True)
+    if ITL_MS:
+        print(f"[fake sglang] decode delay {ITL_MS:g} ms per token", flush=True)
     if MODE == "crash":
         print("Traceback (most recent call last):\n  File \"model_runner.py\", line 412\n"
               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
@@ -242,9 +253,35 @@ def main():
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+            self.sent()
+
+        def sent(self):
             STATE["requests"] += 1
             if die_after is not None and STATE["requests"] >= die_after:
                 os._exit(3)
+
+        def stream(self, events):
+            """An SSE stream of `(text, carries_a_token)` events: one body, or with ITL_MS
+            each event as its own chunk, every token after the first ITL_MS later."""
+            if not ITL_MS:
+                return self.send(200, "".join(text for text, _ in events), "text/event-stream")
+            self.protocol_version = "HTTP/1.1"  # chunked encoding is HTTP/1.1's
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            tokens = 0
+            for text, token in events:
+                if token:
+                    if tokens:
+                        time.sleep(ITL_MS / 1000)  # the decode step of this token
+                    tokens += 1
+                data = text.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.sent()
 
         def do_GET(self):
             path = self.path.split("?")[0]
@@ -296,8 +333,7 @@ def main():
                 return self.native(req, prompt, words, finish, role)
             rid = f"{STATE['requests']:032x}"
             if req.get("stream"):
-                return self.send(200, openai_stream(chat, rid, req, words, finish, usage),
-                                 "text/event-stream")
+                return self.stream(openai_stream(chat, rid, req, words, finish, usage))
             text = " ".join(words)
             choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                        "logprobs": None, "finish_reason": finish, "matched_stop": None}
@@ -334,8 +370,8 @@ def main():
                 return self.send(200, json.dumps(event(len(words), True)))
             events = [event(k, k == len(words)) for k in range(1, len(words) + 1)] or \
                 [event(0, True)]
-            sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
-            return self.send(200, sse + "data: [DONE]\n\n", "text/event-stream")
+            return self.stream([(f"data: {json.dumps(e)}\n\n", bool(words)) for e in events]
+                               + [("data: [DONE]\n\n", False)])
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
