@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import RepoError
@@ -30,9 +31,9 @@ class MonoRepo:
     @classmethod
     def open(cls, root: str | Path) -> MonoRepo:
         r = Path(root).resolve()
-        if not (r / MANIFEST_NAME).is_file() or not is_repo(r):
+        if not (r / MANIFEST_NAME).is_file() or not _is_root(r):
             raise RepoError(f"no MonoRepo at {r}: run `forge repos init MANIFEST.yaml`")
-        return cls(r, load_manifest(r / MANIFEST_NAME, resolve_urls=False))
+        return cls(r, _manifest_at(r / MANIFEST_NAME))
 
     def member(self, name: str) -> Member:
         return self.manifest.member(name)
@@ -44,6 +45,32 @@ class MonoRepo:
         """(name, path relative to the root, directory) of the root and every member."""
         return [(ROOT_NAME, ".", self.root)] + [
             (m.name, m.rel_path, self.root / m.rel_path) for m in self.manifest.members]
+
+
+def _is_root(root: Path) -> bool:
+    """`is_repo(root)` (a git run), asked again only when its `.git` changed."""
+    try:
+        st = (root / ".git").stat()
+    except OSError:
+        return False
+    return _is_repo_at(str(root), st.st_mtime_ns, st.st_ino)
+
+
+@lru_cache(maxsize=16)
+def _is_repo_at(root: str, _mtime_ns: int, _ino: int) -> bool:
+    return is_repo(root)
+
+
+def _manifest_at(path: Path) -> Manifest:
+    """The root's manifest, read again only when the file changed (a loop opens the
+    MonoRepo many times a block; the manifest is frozen, so sharing it is safe)."""
+    st = path.stat()
+    return _read_manifest(str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@lru_cache(maxsize=16)
+def _read_manifest(path: str, _mtime_ns: int, _size: int, _ino: int) -> Manifest:
+    return load_manifest(path, resolve_urls=False)
 
 
 def _submodules(root: Path) -> dict[str, str]:

@@ -189,12 +189,38 @@ def _clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
-def base_of(python: str) -> dict[str, Any]:
-    """The base interpreter: executable, version, site directories, installed distributions."""
-    info = _run_json([python, "-c", _BASE_PROBE], f"base Python {python}", env=_clean_env())
-    if not isinstance(info, dict) or not isinstance(info.get("site"), list):
-        raise HarnessError(f"base Python {python}: unexpected answer {info!r}")
-    return info
+def _stamps(dirs: Sequence[str]) -> tuple[int, ...]:
+    """When each site directory last changed (an install or removal changes it)."""
+    out = []
+    for d in dirs:
+        try:
+            out.append(os.stat(d).st_mtime_ns)
+        except OSError:
+            out.append(-1)
+    return tuple(out)
+
+
+class BaseProbes:
+    """The base interpreters seen in this process: a probe (a Python start, ~70 ms) is
+    asked again only when one of its site directories changed since."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
+
+    def __call__(self, python: str) -> dict[str, Any]:
+        seen = self._seen.get(python)
+        if seen is not None and _stamps(seen[1]["site"]) == seen[0]:
+            return seen[1]
+        info = _run_json([python, "-c", _BASE_PROBE], f"base Python {python}",
+                         env=_clean_env())
+        if not isinstance(info, dict) or not isinstance(info.get("site"), list):
+            raise HarnessError(f"base Python {python}: unexpected answer {info!r}")
+        self._seen[python] = (_stamps(info["site"]), info)
+        return info
+
+
+# The base interpreter: executable, version, site directories, installed distributions.
+base_of = BaseProbes()
 
 
 def build_key(member: str, commit: str, deploy: Deploy, base: Mapping[str, Any],

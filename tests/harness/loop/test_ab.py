@@ -1,0 +1,147 @@
+"""`forge ab` end to end: two commits of an SGLang-shaped repository (tests/helpers/
+sglang_repo.py: SGLang's layout and setuptools-scm versioning) as a MonoRepo member, each
+built into its own environment layered on a base environment with a released sglang
+installed, deployed at one point, checked to be the build it claims, measured and judged.
+Real git, real pip, real servers on 127.0.0.1, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from infer_forge.ledger import events as E
+from infer_forge.ledger.streams import task_stream
+from infer_forge.ledger.workspace import open_workspace
+from infer_forge.repos import commands as rc
+from infer_forge.repos.git import git, out
+
+from tests.conftest import run_forge
+from tests.helpers.gitrepos import write_manifest
+from tests.helpers.sglang_repo import (
+    LAUNCH_SERVER_PY,
+    SGLangRepo,
+    installed_base,
+    make_sglang_repo,
+    python_of,
+)
+
+# As an SGLang contributor's manifest would say it (docs/ab.md), offline: the build backend
+# comes from the base environment; `editable_mode=compat` so the build's sglang is imported
+# before the base's installed one (the default editable finder comes after it).
+INSTALL = ("python -m pip install -q --no-deps --no-build-isolation --no-index "
+           "-e python --config-settings editable_mode=compat")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> tuple[SGLangRepo, Path, str]:
+    """The repository (plus a `claims-release` branch whose server reports the base's
+    version, not its own), the base environment's Python, and `lying`'s commit."""
+    tmp = tmp_path_factory.mktemp("ab-stack")
+    repo = make_sglang_repo(tmp / "sglang")
+    git(["checkout", "-q", "-b", "claims-release", repo.main], repo.path)
+    p = repo.path / "python/sglang/launch_server.py"
+    p.write_text(p.read_text().replace("FAKE_SGLANG_VERSION=__version__",
+                                       'FAKE_SGLANG_VERSION="0.5.23"'))
+    assert 'FAKE_SGLANG_VERSION="0.5.23"' in p.read_text() and LAUNCH_SERVER_PY
+    git(["commit", "-qam", "launch_server: claim the release"], repo.path,
+        env={"GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@x", "GIT_COMMITTER_NAME": "x",
+             "GIT_COMMITTER_EMAIL": "x@x"})
+    lying = out(["rev-parse", "HEAD"], repo.path)
+    git(["checkout", "-q", "main"], repo.path)
+    base = python_of(installed_base(tmp / "base"))
+    return repo, base, lying
+
+
+@pytest.fixture
+def ab_home(stack, tmp_path, forge_home, tiny_model):
+    repo, base, _ = stack
+    run_forge("init", home=forge_home)
+    ws = open_workspace(forge_home)
+    rc.init(ws, write_manifest(tmp_path / "stack.yaml", [
+        {"name": "sglang", "url": str(repo.path), "branch": "main",
+         "deploy": {"install": INSTALL, "module": "sglang"}}]))
+    ws.close()
+    models = forge_home / "models"
+    models.mkdir(exist_ok=True)
+    shutil.copytree(tiny_model, models / tiny_model.name)
+    d = tmp_path / "spec"
+    d.mkdir()
+    (d / "profile.yaml").write_text(yaml.safe_dump({
+        "service": "sglang-ab", "rev": 1, "engine": "sglang",
+        "config": {"python": str(base), "startup_timeout_s": 60},
+        "framework": {"kind": "sglang", "version": "0.5.23"}}))
+    (d / "point.yaml").write_text(yaml.safe_dump({
+        "name": "ab-cpu",
+        "model": {"name": "tiny-llama", "source": "forge:tiny-llama", "revision": "1",
+                  "modalities": ["text"]},
+        "scenario": {"modality": "text",
+                     "traffic": {"input_len": 32, "output_len": 24, "range_ratio": 1.0,
+                                 "concurrency": 4, "num_prompts": 8},
+                     "slo": {"ttft_ms": {"p50": 5000}}},
+        "topology": {"architecture": "colocated"},
+        "runtime_profile": {"service": "sglang-ab", "rev": 1, "file": "profile.yaml"},
+        "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}}))
+    return forge_home, d / "point.yaml"
+
+
+def _ab(home: Path, point: Path, *args: str):
+    r = run_forge("ab", "--point", str(point), "--json", *args, home=home, timeout=600)
+    return r, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else None)
+
+
+def test_ab_builds_deploys_verifies_and_accepts_the_faster_commit(stack, ab_home):
+    repo, _, _ = stack
+    home, point = ab_home
+    r, res = _ab(home, point, "--base", "main", "--candidate", "fast")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert res["verdict"] == "accepted", res
+    # Each side ran its own build, and its server reported that build's version: the base
+    # its release tag, the candidate setuptools-scm's dev version naming its commit.
+    assert res["base"]["commit"] == repo.main and res["candidate"]["commit"] == repo.fast
+    assert res["base"]["build"]["server_version"] == repo.version_of("main") == "0.5.24"
+    cand = res["candidate"]["build"]
+    assert cand["server_version"] == repo.version_of("fast")
+    assert cand["server_version"].endswith("+g" + repo.sha7(repo.fast))
+    assert cand["commit_id"] == "g" + repo.sha7(repo.fast)
+    gates = {g["name"]: g for g in res["gates"]}
+    assert gates["faster"]["verdict"] == "pass" and gates["faster"]["ci"][0] > 1.0
+    assert gates["correctness"]["verdict"] == "pass"
+    assert {"path": "code.sglang", "baseline": repo.main, "candidate": repo.fast} in \
+        res["differs"]
+    # A normal task in the ledger: builds as tool calls, measurements naming their build.
+    ws = open_workspace(home)
+    evs = [s.event for s in ws.ledger.stream(task_stream(res["task_id"]))]
+    builds = [e for e in evs if isinstance(e, E.ToolInvoked) and e.tool == "deploy-build"]
+    assert len(builds) == 2 and all(e.exit_code == 0 for e in builds)
+    ms = [e for e in evs if isinstance(e, E.MeasurementRecorded)]
+    assert {m.meta["builds"]["sglang"]["commit"] for m in ms} == {repo.main, repo.fast}
+    ws.close()
+    # Again: a new task, the same builds from the cache.
+    r2, res2 = _ab(home, point, "--base", "main", "--candidate", "fast")
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    assert res2["task_id"] == res["task_id"] + "-2"
+    assert res2["base"]["build"]["cached"] and res2["candidate"]["build"]["cached"]
+    shown = run_forge("task", "show", res["task_id"], home=home)
+    assert "code.sglang" in shown.stdout and "accepted" in shown.stdout
+
+
+def test_ab_refuses_a_build_that_fell_back_and_a_server_that_is_not_the_build(stack, ab_home):
+    repo, _, lying = stack
+    home, point = ab_home
+    r, res = _ab(home, point, "--base", "main", "--candidate", "broken-install")
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert res["verdict"] == "not measured"
+    assert "installed no sglang" in res["reason"] and "0.5.23" in res["reason"]
+    assert "fell back" in res["reason"]
+    # A build whose server reports the installed release instead of itself: not measured.
+    r, res = _ab(home, point, "--base", "main", "--candidate", lying)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert res["verdict"] == "not measured"
+    assert "0.5.23" in res["reason"] and repo.sha7(lying) in res["reason"], res["reason"]
+    # Bad input: one line naming the flag and the ref.
+    bad = run_forge("ab", "--point", str(point), "--base", "main", "--candidate", "nope",
+                    home=home)
+    assert bad.returncode != 0 and "--candidate 'nope'" in bad.stderr
