@@ -294,7 +294,7 @@ def build_image(ws: Workspace, *, member: str, commit: str, src: Path, deploy: D
         event = E.ToolInvoked(tool="build", argv=shown, cwd=str(src),
                               env_digest=env_digest(env, tuple(ws.config.secret_env)),
                               exit_code=0, duration_s=round(time.monotonic() - t0, 6),
-                              input_digests=inputs, sandbox=profile.record())
+                              input_digests=inputs)  # nothing ran: no sandbox to record
         image = found
     else:
         if not (src / deploy.dockerfile).is_file():

@@ -286,6 +286,24 @@ def test_the_probe_reads_real_sglang_releases_without_importing_them():
         assert lines[1] == "IMPORTED False"
 
 
+def test_the_real_docker_cli_without_a_daemon_fails_the_build_in_one_line(
+        tmp_path, monkeypatch, workspace):
+    exe = Path(REAL_DOCKER)
+    if not exe.is_file():
+        pytest.skip("the docker CLI binary is not on this host")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "docker").symlink_to(exe)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    sock = tmp_path / "none.sock"  # no daemon listens here, whatever the host runs
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{sock}")
+    src, commit = member_src(tmp_path)
+    with pytest.raises(HarnessError) as e:
+        build(workspace, src, commit)
+    assert str(e.value) == (f"image build of member sglang at commit {commit[:12]}: docker "
+                            f"image ls exited 1: Cannot connect to the Docker daemon at "
+                            f"unix://{sock}. Is the docker daemon running?")
+
+
 def _flags(argv: list[str]) -> set[str]:
     return {a for a in argv if re.fullmatch(r"--?[a-z][a-z-]*", a)}
 
