@@ -19,6 +19,15 @@ Contracts:
 - `ensure_image(use)`: the image present (pulled by digest when missing), and the digest
   the runtime reports (`image inspect --format {{json .RepoDigests}}`) compared with the
   profile's: a mismatch is a HarnessError naming both.
+- A forge-built local image (`forge-build/<member>:<commit12>@sha256:<ID>`, made by
+  image_build.py; `local_build(ref)`) is addressed by its image ID, the digest of its
+  config: it was never pushed, so it has no repo digest, and docker's classic image store
+  resolves `name@sha256:…` only through repo digests (moby's gdstore GetImage), while a bare
+  `sha256:<ID>` is looked up in the image store (docker, both stores; podman's libimage) and
+  never pulled. So the runtime is given `use.target` (the bare ID for such an image, the
+  ref otherwise), and `ensure_image` checks it present by that ID (`image inspect --format
+  {{json .Id}}`) instead of pulling: one missing is a HarnessError saying to build it again
+  on this host.
 - `check_server(info, version=..., requested=...)`: after a server is ready, its
   `/server_info` version must equal the version the profile pins (or the one the flags were
   built for), and every requested argument must resolve to the value asked for (`auto`
@@ -63,6 +72,9 @@ MISSING_IMAGE = re.compile(r"no such image|image not known", re.IGNORECASE)
 VISIBILITY_ENV = {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"}
 # Arguments the harness sets per process, not the profile: not compared with /server_info.
 NOT_COMPARED = {"model_path", "host", "port", "config"}
+# Where forge tags the images it builds from a member's commit (image_build.py): an image
+# under it is local to the host that built it, addressed by its ID and never pulled.
+BUILD_NAMESPACE = "forge-build"
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,22 @@ class ImageUse:
     ref: str  # name@sha256:…
     digest: str  # sha256:…
     profile: str  # "service rev N", for messages
+
+    @property
+    def local(self) -> bool:
+        """A forge-built local image (module contract): run and checked by its ID."""
+        return local_build(self.ref)
+
+    @property
+    def target(self) -> str:
+        """What the runtime is given: the image ID for a local build, else the ref."""
+        return self.digest if self.local else self.ref
+
+
+def local_build(ref: str) -> bool:
+    """Whether `ref` names an image forge built here (its repository under BUILD_NAMESPACE,
+    no registry host)."""
+    return ref.partition("@")[0].startswith(BUILD_NAMESPACE + "/")
 
 
 def profile_label(profile: RuntimeProfile) -> str:
@@ -194,7 +222,7 @@ def container_argv(use: ImageUse, argv: Sequence[str], *, name: str, vendor: str
         out += ["-v", f"{m}:{m}:ro"]
     for k in sorted(set(env_names) - VISIBILITY_ENV):
         out += ["-e", k]
-    return out + [use.ref, *image_launcher(argv, host_python)]
+    return out + [use.target, *image_launcher(argv, host_python)]
 
 
 def container_name(process: str, port: int) -> str:
@@ -254,7 +282,10 @@ def repo_digests(use: ImageUse, run: Runner = subprocess.run) -> list[str] | Non
 
 def ensure_image(use: ImageUse, run: Runner = subprocess.run,
                  say: Callable[[str], None] | None = None) -> str:
-    """Pull the image by digest when missing; the digest it has, checked against the pin."""
+    """Pull the image by digest when missing; the digest it has, checked against the pin.
+    A local build is checked present by its ID, never pulled (module contract)."""
+    if use.local:
+        return _local_image(use, run)
     digests = repo_digests(use, run)
     if digests is None:
         if say is not None:
@@ -271,6 +302,43 @@ def ensure_image(use: ImageUse, run: Runner = subprocess.run,
         whose = f"runtime profile {use.profile}: " if use.profile else ""
         raise HarnessError(f"{whose}image.digest pins {use.digest}, {use.runtime.kind} reports "
                            f"{have} for {use.ref}")
+    return use.digest
+
+
+def image_id(runtime: ContainerRuntime, ref: str, run: Runner = subprocess.run
+             ) -> str | None:
+    """The ID (`sha256:…`) the runtime has for `ref`, None when it has no such image. Podman
+    prints the ID without its `sha256:` prefix, docker with it."""
+    args = ["image", "inspect", "--format", "{{json .Id}}", ref]
+    try:
+        r = run([runtime.exe, *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"{runtime.kind} image inspect {ref}: {e}") from None
+    if r.returncode != 0:
+        if MISSING_IMAGE.search(r.stderr or ""):
+            return None
+        raise HarnessError(f"{runtime.kind} image inspect {ref} exited {r.returncode}: "
+                           f"{_last(r.stderr or r.stdout)}")
+    try:
+        got = json.loads(r.stdout.strip().splitlines()[0]) if r.stdout.strip() else None
+    except ValueError:
+        got = None
+    if not isinstance(got, str) or not got:
+        raise HarnessError(f"{runtime.kind} image inspect {ref}: Id is not a string: "
+                           f"{_last(r.stdout)}")
+    return got if got.startswith("sha256:") else f"sha256:{got}"
+
+
+def _local_image(use: ImageUse, run: Runner) -> str:
+    whose = f"runtime profile {use.profile}: " if use.profile else ""
+    have = image_id(use.runtime, use.digest, run)
+    if have is None:
+        raise HarnessError(f"{whose}image {use.ref} is a local build and {use.runtime.kind} "
+                           f"has no image {use.digest} on this host (a local build is never "
+                           "pulled: build the commit again here)")
+    if have != use.digest:
+        raise HarnessError(f"{whose}image.digest pins {use.digest}, {use.runtime.kind} "
+                           f"reports {have} for {use.ref}")
     return use.digest
 
 

@@ -99,8 +99,8 @@ def shown_in_image(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "
 def requested_of(p: ProcessPlan, use: ImageUse | None) -> dict[str, Any]:
     """The server arguments a (possibly wrapped) process's command line asks for."""
     argv = list(p.argv)
-    if use is not None and use.ref in argv:
-        argv = argv[argv.index(use.ref) + 1:]
+    if use is not None and use.target in argv:
+        argv = argv[argv.index(use.target) + 1:]
     return argv_options(argv)
 
 

@@ -27,15 +27,41 @@ Shapes, as the real CLIs print them (docker 27, podman 5):
 `run … REF python3 -m sglang.launch_server ARGS` execs the stand-in SGLang server with ARGS
 (`python3 -m sglang_router.launch_router` the stand-in router); `-e NAME` options must name
 variables the client has, as the real CLI passes them on.
+
+Images built here (`build`), as docker 28's legacy builder (the real binary here has no
+buildx) and its classic image store do it:
+  build -f FILE [--label K=V]… [--build-arg K=V]… [--network MODE] -t NAME:TAG CONTEXT
+    interprets the Dockerfile's FROM (no base image: nothing inherited), ARG, ENV, WORKDIR,
+    COPY (from the context into the image's root, `state/roots/<id>`), LABEL and RUN (`sh
+    -c` in the image's root: use relative paths); prints "Step i/n : …",
+    "Successfully built <id12>", "Successfully tagged NAME:TAG"; a RUN that fails prints
+    "The command '/bin/sh -c …' returned a non-zero code: N" on stderr and exits N. The ID
+    is the digest of the image's config (labels, env, workdir, files), so the same inputs
+    give the same ID. `--network` is recorded in `built.json`, not enforced.
+  image inspect --format '{{json .Id}}' REF  ->  "sha256:…" (podman: the hex alone)
+  image inspect --format '{{json .Config.Labels}}' REF  ->  {"k": "v"} (null: none)
+  image inspect --format '{{json .RepoDigests}}' REF  ->  [] (a local build: never pushed)
+  image ls --filter label=K=V --no-trunc --format '{{.ID}}'  ->  "sha256:…", one row per
+    tag (an image with two tags shows twice; one without any once), as `docker images`.
+  REF is `sha256:<64 hex>` (the ID) or `NAME:TAG`; `NAME@sha256:<ID>` finds no local build
+  (the classic store resolves a digest reference only through repo digests, which a local
+  build has none of). State: `built.json` {"<hex>": {tags, labels, env, workdir, root,
+  network}}. `run … [--entrypoint E] sha256:<ID> ARGS` runs E (or ARGS) with the image's
+  ENV, its absolute paths mapped into the image's root (`python3` is this interpreter), so
+  `python3 -m sglang.launch_server` runs the image's own code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -76,12 +102,186 @@ def inspect(args: list[str]) -> int:
     ref = args[-1]
     fmt = args[args.index("--format") + 1] if "--format" in args else ""
     images = _load("images.json")
-    if ref not in images:
+    hexid = built_id(ref)
+    if ref not in images and hexid is None:
         return _no_image(ref)
+    if hexid is not None:
+        img = _load("built.json")[hexid]
+        shown = {"{{json .RepoDigests}}": [],
+                 "{{json .Id}}": hexid if KIND == "podman" else f"sha256:{hexid}",
+                 "{{json .Config.Labels}}": img["labels"] or None}
+        if fmt not in shown:
+            print(f"fake {KIND}: unsupported --format {fmt!r}", file=sys.stderr)
+            return 2
+        print(json.dumps(shown[fmt]))
+        return 0
     if fmt != "{{json .RepoDigests}}":
         print(f"fake {KIND}: unsupported --format {fmt!r}", file=sys.stderr)
         return 2
     print(json.dumps([f"{repository(ref)}@{d}" for d in images[ref]]))
+    return 0
+
+
+def built_id(ref: str) -> str | None:
+    """The hex ID of the built image `ref` names (`sha256:<ID>` or `NAME:TAG`), else None."""
+    built = _load("built.json")
+    if ref.startswith("sha256:"):
+        return ref[7:] if ref[7:] in built else None
+    if "@" in ref:  # a digest reference: the classic store resolves it by repo digests only
+        return None
+    tag = ref if ":" in ref.rsplit("/", 1)[-1] else f"{ref}:latest"
+    return next((h for h, img in built.items() if tag in img["tags"]), None)
+
+
+def image_ls(args: list[str]) -> int:
+    """`image ls --filter label=K=V --no-trunc --format {{.ID}}` over the built images."""
+    want: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--filter":
+            kind, _, cond = args[i + 1].partition("=")
+            if kind != "label":
+                print(f"fake {KIND}: unsupported filter {args[i + 1]!r}", file=sys.stderr)
+                return 2
+            k, _, v = cond.partition("=")
+            want[k] = v
+            i += 2
+        elif a == "--format":
+            if args[i + 1] != "{{.ID}}":
+                print(f"fake {KIND}: unsupported --format {args[i + 1]!r}", file=sys.stderr)
+                return 2
+            i += 2
+        elif a == "--no-trunc":
+            i += 1
+        else:
+            print(f"fake {KIND}: image ls: unsupported argument {a!r}", file=sys.stderr)
+            return 2
+    for h, img in sorted(_load("built.json").items()):
+        if all(img["labels"].get(k) == v for k, v in want.items()):
+            for _ in img["tags"] or [None]:
+                print(f"sha256:{h}")
+    return 0
+
+
+_BUILD_VALUED = {"-f": "file", "--file": "file", "--label": "label", "--build-arg": "arg",
+                 "--network": "network", "-t": "tag", "--tag": "tag"}
+
+
+def _subst(text: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                  lambda m: values.get(m.group(1) or m.group(2), ""), text)
+
+
+def build(args: list[str]) -> int:
+    """Build an image from a Dockerfile the way the legacy builder prints it (docstring)."""
+    opts: dict[str, list[str]] = {"file": [], "label": [], "arg": [], "network": [], "tag": []}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in _BUILD_VALUED:
+            opts[_BUILD_VALUED[a]].append(args[i + 1])
+            i += 2
+        elif a.startswith("-"):
+            print(f"unknown flag: {a}\nSee 'docker build --help'.", file=sys.stderr)
+            return 125
+        else:
+            positional.append(a)
+            i += 1
+    if len(positional) != 1:
+        print('"docker build" requires exactly 1 argument.', file=sys.stderr)
+        return 1
+    context = Path(positional[0]).resolve()
+    dockerfile = Path(opts["file"][0]) if opts["file"] else context / "Dockerfile"
+    if not dockerfile.is_absolute():
+        dockerfile = Path.cwd() / dockerfile
+    if not dockerfile.is_file():
+        print(f"unable to prepare context: unable to evaluate symlinks in Dockerfile path: "
+              f"lstat {dockerfile}: no such file or directory", file=sys.stderr)
+        return 1
+    build_args = dict(x.partition("=")[::2] for x in opts["arg"])
+    labels = dict(x.partition("=")[::2] for x in opts["label"])
+    lines, cur = [], ""
+    for raw in dockerfile.read_text().splitlines():
+        if not cur and (not raw.strip() or raw.lstrip().startswith("#")):
+            continue
+        if raw.rstrip().endswith("\\"):
+            cur += raw.rstrip()[:-1] + " "
+            continue
+        lines.append(cur + raw)
+        cur = ""
+    root = STATE / "roots" / f".building-{os.getpid()}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    args_seen: dict[str, str] = {}
+    env: dict[str, str] = {}
+    workdir = "/"
+    print(f"Sending build context to Docker daemon  {sum(1 for _ in context.rglob('*'))}B")
+    for n, line in enumerate(lines, 1):
+        instr, _, rest = line.strip().partition(" ")
+        instr = instr.upper()
+        print(f"Step {n}/{len(lines)} : {line.strip()}")
+        values = {**args_seen, **env}
+        if instr == "FROM":
+            pass
+        elif instr == "ARG":
+            k, _, default = rest.strip().partition("=")
+            args_seen[k] = build_args.get(k, default.strip('"'))
+        elif instr in ("ENV", "LABEL"):
+            into = env if instr == "ENV" else labels
+            for item in shlex.split(rest):
+                k, _, v = item.partition("=")
+                into[k] = _subst(v, values)
+        elif instr == "WORKDIR":
+            workdir = str(Path(workdir) / _subst(rest.strip(), values))
+            (root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        elif instr == "COPY":
+            parts = [x for x in shlex.split(_subst(rest, values)) if not x.startswith("--")]
+            *srcs, dst = parts
+            dest = root / (Path(workdir) / dst).as_posix().lstrip("/")
+            for src in srcs:
+                s = context / src
+                target = dest / s.name if dst.endswith("/") else dest
+                if s.is_dir():  # a directory's contents, as docker copies one
+                    shutil.copytree(s, dest, dirs_exist_ok=True)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(s, target)
+        elif instr == "RUN":
+            cwd = root / workdir.lstrip("/")
+            cwd.mkdir(parents=True, exist_ok=True)
+            r = subprocess.run(["sh", "-c", rest], cwd=cwd,
+                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                    **args_seen, **env})
+            if r.returncode != 0:
+                shutil.rmtree(root, ignore_errors=True)
+                print(f"The command '/bin/sh -c {rest}' returned a non-zero code: "
+                      f"{r.returncode}", file=sys.stderr)
+                return r.returncode
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+            print(f"fake {KIND}: build: unsupported instruction {instr}", file=sys.stderr)
+            return 2
+    files = sorted((str(f.relative_to(root)), hashlib.sha256(f.read_bytes()).hexdigest())
+                   for f in root.rglob("*") if f.is_file())
+    config = {"labels": labels, "env": env, "workdir": workdir, "files": files}
+    hexid = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    final = STATE / "roots" / hexid
+    with _locked():
+        shutil.rmtree(final, ignore_errors=True)
+        root.rename(final)
+        built = _load("built.json")
+        for img in built.values():  # a tag moves to the new image
+            img["tags"] = [t for t in img["tags"] if t not in opts["tag"]]
+        old = built.get(hexid, {}).get("tags", [])
+        built[hexid] = {"tags": sorted({*old, *opts["tag"]}), "labels": labels, "env": env,
+                        "workdir": workdir, "root": str(final),
+                        "network": opts["network"][-1] if opts["network"] else "default"}
+        _save("built.json", built)
+    print(f"Successfully built {hexid[:12]}")
+    for t in opts["tag"]:
+        print(f"Successfully tagged {t}")
     return 0
 
 
@@ -128,46 +328,93 @@ def pull(ref: str) -> int:
     return 0
 
 
+_RUN_VALUED = ("--name", "--label", "--network", "--ipc", "--gpus", "--device", "-v", "-e",
+               "--group-add", "--entrypoint")
+
+
 def run(args: list[str]) -> int:
     images = _load("images.json")
-    name, labels = None, {}
+    name, labels, entrypoint, passed = None, {}, None, []
     i = 0
-    while i < len(args) and "@sha256:" not in args[i]:
+    while i < len(args) and args[i].startswith("-"):
         a = args[i]
-        if a == "-e" and args[i + 1] not in os.environ:  # passes the client's variable on
-            print(f"fake {KIND}: -e {args[i + 1]}: not set in the client", file=sys.stderr)
-            return 125
+        if a == "-e":
+            if args[i + 1] not in os.environ:  # passes the client's variable on
+                print(f"fake {KIND}: -e {args[i + 1]}: not set in the client",
+                      file=sys.stderr)
+                return 125
+            passed.append(args[i + 1])
         if a == "--name":
             name = args[i + 1]
         elif a == "--label":
             k, _, v = args[i + 1].partition("=")
             labels[k] = v
-        i += 2 if a in ("--name", "--label", "--network", "--ipc", "--gpus", "--device",
-                        "-v", "-e", "--group-add") else 1
+        elif a == "--entrypoint":
+            entrypoint = args[i + 1]
+        i += 2 if a in _RUN_VALUED else 1
     if i >= len(args):
-        print(f"fake {KIND}: run: no image reference (name@sha256:…) given", file=sys.stderr)
+        print(f"fake {KIND}: run: no image given", file=sys.stderr)
         return 125
     ref, inner = args[i], args[i + 1:]
-    if ref not in images:
+    hexid = built_id(ref)
+    if ref not in images and hexid is None:
         print(f"Unable to find image '{ref}' locally", file=sys.stderr)
         return 125
+    if hexid is not None:
+        return _run_built(_load("built.json")[hexid], name, labels, entrypoint, passed, inner)
     if inner[:3] == ["python3", "-m", "sglang.launch_server"]:
         argv = [sys.executable, str(FAKE_SGLANG), *inner[3:]]
     elif inner[:3] == ["python3", "-m", "sglang_router.launch_router"]:
         argv = [sys.executable, str(FAKE_ROUTER), *inner[3:]]
     else:
         argv = inner
-    if name is not None:
-        with _locked():
-            containers = _load("containers.json")
-            if name in containers:
-                print(f"docker: Error response from daemon: Conflict. The container name "
-                      f'"/{name}" is already in use.', file=sys.stderr)
-                return 125
-            containers[name] = {"labels": labels}
-            _save("containers.json", containers)
+    if not _hold(name, labels):
+        return 125
     sys.stdout.flush()
     os.execv(argv[0], argv)
+    return 127  # not reached
+
+
+def _hold(name: str | None, labels: dict) -> bool:
+    """The runtime holds container `name` (False: the name is taken, said as docker says)."""
+    if name is None:
+        return True
+    with _locked():
+        containers = _load("containers.json")
+        if name in containers:
+            print(f"docker: Error response from daemon: Conflict. The container name "
+                  f'"/{name}" is already in use.', file=sys.stderr)
+            return False
+        containers[name] = {"labels": labels}
+        _save("containers.json", containers)
+    return True
+
+
+def _run_built(img: dict, name: str | None, labels: dict, entrypoint: str | None,
+               passed: list[str], inner: list[str]) -> int:
+    """Run a built image's command: its ENV with absolute paths that exist in its root
+    mapped into it, `python3` this interpreter, cwd its WORKDIR (in the root)."""
+    root = Path(img["root"])
+
+    def mapped(value: str) -> str:
+        parts = value.split(":")
+        return ":".join(str(root / p.lstrip("/")) if p.startswith("/")
+                        and (root / p.lstrip("/")).exists() else p for p in parts)
+
+    argv = ([entrypoint] if entrypoint else []) + inner
+    if not argv:
+        print(f"fake {KIND}: run: no command", file=sys.stderr)
+        return 125
+    if argv[0] == "python3":
+        argv[0] = sys.executable
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **{k: mapped(v) for k, v in img["env"].items()},
+           **{k: os.environ[k] for k in passed}}
+    if not _hold(name, labels):
+        return 125
+    sys.stdout.flush()
+    os.chdir(root / img["workdir"].lstrip("/"))
+    os.execve(argv[0] if "/" in argv[0] else shutil.which(argv[0]) or argv[0], argv, env)
     return 127  # not reached
 
 
@@ -178,6 +425,10 @@ def main() -> int:
         f.write(json.dumps(argv) + "\n")
     if argv[:2] == ["image", "inspect"]:
         return inspect(argv[2:])
+    if argv[:2] in (["image", "ls"], ["image", "list"]) or argv[:1] == ["images"]:
+        return image_ls(argv[2:] if argv[0] == "image" else argv[1:])
+    if argv[:1] == ["build"] or argv[:2] == ["image", "build"]:
+        return build(argv[1:] if argv[0] == "build" else argv[2:])
     if argv[:1] == ["pull"]:
         return pull(argv[1])
     if argv[:1] == ["run"]:
