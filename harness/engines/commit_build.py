@@ -341,7 +341,7 @@ def build(ws: Workspace, mono: MonoRepo, member: str, commit: str, *, base_pytho
             return Deployable(**common, python=marker.get("python"), image=marker.get("image"),
                               version=marker.get("version"), commit_id=marker.get("commit_id"),
                               origin=marker.get("origin"), cached=True, duration_s=took,
-                              event=ev)
+                              event=ev, extra=dict(marker.get("extra") or {}))
         if d.exists():  # a build killed midway: ours (the lock is held), start again
             say(f"removing the unfinished build {d}")
             shutil.rmtree(d)
@@ -363,7 +363,8 @@ def build(ws: Workspace, mono: MonoRepo, member: str, commit: str, *, base_pytho
             assert done is not None
             write_atomic(d / MARKER, json.dumps({
                 "v": MARKER_VERSION, "key": key, **out.record(), "member": member,
-                "python": out.python, "origin": out.origin, "argv": done.argv,
+                "python": out.python, "origin": out.origin, "extra": out.extra,
+                "argv": done.argv,
                 "env_digest": done.env_digest, "stdout_digest": done.stdout_digest,
                 "stderr_digest": done.stderr_digest, "when": utcnow().isoformat()},
                 indent=2, sort_keys=True), mode=0o644, fsync=True)
@@ -412,7 +413,9 @@ def _build_image(ws: Workspace, member: str, commit: str, d: Path, deploy: Deplo
     return Deployable(member=member, commit=commit, key=key, kind="image", path=str(d),
                       module=module_of(member, deploy), network=spec.network,
                       image=built.ref, version=built.version, commit_id=built.commit_id,
-                      origin=built.origin, event=built.event, cached=built.cached)
+                      origin=built.origin, cached=built.cached,
+                      event=built.event.model_copy(update={"tool": "deploy-build"}),
+                      extra={"name": built.name, "digest": built.digest})
 
 
 def check_layered(builds: Sequence[Deployable]) -> str | None:
@@ -478,7 +481,10 @@ def apply_builds(profile: RuntimeProfile, builds: Mapping[str, Deployable]) -> R
     out = profile.model_copy(update={"config": config, **update})
     for b in images:
         # In the function for start-up time: the image builder loads for image builds only.
-        from .image_build import apply_image
+        from .image_build import BuiltImage, apply_image
 
-        out = apply_image(out, b.as_built_image())
+        assert b.image is not None and b.event is not None
+        out = apply_image(out, BuiltImage(
+            ref=b.image, name=b.extra["name"], digest=b.extra["digest"], version=b.version,
+            commit_id=b.commit_id, origin=b.origin, event=b.event, cached=b.cached))
     return out
