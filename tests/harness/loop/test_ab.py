@@ -145,3 +145,56 @@ def test_ab_refuses_a_build_that_fell_back_and_a_server_that_is_not_the_build(st
     bad = run_forge("ab", "--point", str(point), "--base", "main", "--candidate", "nope",
                     home=home)
     assert bad.returncode != 0 and "--candidate 'nope'" in bad.stderr
+
+
+def test_an_agent_edits_the_member_and_its_commit_is_built_deployed_and_accepted(
+        stack, ab_home, tmp_path, monkeypatch):
+    """The agent executor's `code.sglang` candidate: it writes the decode loop in the task's
+    worktree and proposes the worktree's state; the loop commits it, builds that commit and
+    measures it against the base's build."""
+    from infer_forge.harness.loop.define import define_task
+    from infer_forge.harness.loop.run import run_task
+    from infer_forge.harness.testing.scripted_chat import ScriptedChat
+
+    from tests.harness.loop.test_agent_executor import KEY, KEY_ENV, call, models_toml, propose
+
+    repo, _, _ = stack
+    home, point = ab_home
+    monkeypatch.setenv(KEY_ENV, KEY)
+    task = tmp_path / "spec" / "agent-ab.yaml"
+    task.write_text(yaml.safe_dump({
+        "id": "agent-ab", "type": "engine-integration",
+        "goal": "Make SGLang's decode step faster at this point without changing outputs",
+        "point": "point.yaml",
+        "code": {"members": ["sglang"], "base": {"sglang": "main"}},
+        "contract": {"gates": [
+            {"name": "faster", "metric": "output_throughput", "vs_baseline": "ratio",
+             "at_least": 1.0},
+            {"name": "correctness", "metric": "token_match", "at_least": 0.99},
+            {"name": "stability", "repeats": 3, "max_failed_requests": 0}]},
+        "exit": {"when": "all_gates_pass", "max_blocks": 3},
+        "executor": {"kind": "agent"}}))
+    worktree = home / "worktrees" / "agent-ab" / "sglang"
+    scheduler = worktree / "python/sglang/srt/managers/scheduler.py"
+    edit = {"task_id": "agent-ab", "path": str(scheduler),
+            "content": '"""The decode loop."""\n\nDECODE_DELAY_MS = 1.0\n'}
+    with ScriptedChat([call("write_file", edit),
+                       propose({"code.sglang": "worktree"}, "a faster decode step")]) as chat:
+        with open(home / "forge.toml", "a") as f:
+            f.write("\n[wiki]\nembeddings = false\n\n" + models_toml({"small": chat.url}))
+        ws = open_workspace(home)
+        define_task(ws, task)
+        r = run_task(ws, "agent-ab")
+    assert r.exit_state == "delivered", r.exit_reason
+    b1, b2 = r.memory.execution_record
+    assert b1.decision is None and b2.decision == "accepted"
+    sha = b2.candidate["code.sglang"]
+    member = rc.open_monorepo(ws).member_dir("sglang")
+    assert out(["show", f"{sha}:python/sglang/srt/managers/scheduler.py"], member) \
+        .endswith("DECODE_DELAY_MS = 1.0")
+    base_build = b1.measurements[0]["meta"]["builds"]["sglang"]
+    cand_build = b2.measurements[0]["meta"]["builds"]["sglang"]
+    assert base_build["commit"] == repo.main and base_build["server_version"] == "0.5.24"
+    assert cand_build["commit"] == sha
+    assert cand_build["server_version"] == f"0.5.25.dev1+g{sha[:7]}"
+    ws.close()
