@@ -8,7 +8,9 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
   profile's pinned image, version and arguments checked), on the point's model (a `forge:`
   recipe is pulled if missing). The scenario, model and accelerator are the experiment, not
   the deployment: a candidate naming them (or code) is a failed run saying so. The runs'
-  `meta.deployment` says what was deployed (architecture, processes, plan digest, image).
+  `meta.deployment` says what was deployed (architecture, processes, plan digest, image,
+  `weights`: real or dummy); dummy weights under a gate on real outputs (accuracy,
+  `token_match`) are a failed run saying so, nothing launched (models/dummy_weights.py).
 - Per launch: greedy outputs on the fixed prompt set (stored as an artifact; the baseline's
   digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
   workload (bench/workload.py: its dataset, lengths, shared-prefix groups, images, concurrency
@@ -53,6 +55,7 @@ from ..engines.whole import deploy_whole, deployable, deployment_meta
 from ..errors import HarnessError
 from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
+from ..models.dummy_weights import dummy_refusal, weights_of
 from ..models.weights import model_path, parse_name, pull
 from .evaluator_protocol import Baseline, EvalContext, RunResult
 
@@ -115,6 +118,10 @@ class EngineEvaluator:
         if point is None or profile is None:
             raise HarnessError(f"task {ctx.task_id}: the engine evaluator needs a deployment "
                                "point and a runtime profile")
+        # Gates on real outputs never judge dummy weights (also refused at definition).
+        if refused := dummy_refusal(getattr(self.task, "contract", None), profile,
+                                    f"{profile.service} rev {profile.rev}"):
+            return [RunResult({}, success=False, error=refused)]
         others = [k for k in candidate if not deployable(k)]
         if others:
             return [RunResult({}, success=False, error=f"the engine evaluator deploys engine.*, "
@@ -140,7 +147,8 @@ class EngineEvaluator:
                               event_fields=fields, say=say) as eng:
                 desc = eng.describe()
                 meta["launch_command"] = desc.get("launch_command")
-                meta["deployment"] = deployment_meta(point, desc)
+                meta["deployment"] = {**deployment_meta(point, desc),
+                                      "weights": weights_of(profile)}
                 meta["server_info_digest"] = self.ws.artifacts.put(
                     orjson.dumps(desc, default=str, option=orjson.OPT_SORT_KEYS))
                 cfg = work.bench_config(eng.base_url, eng.model, name, warmup=0)
