@@ -225,6 +225,7 @@ def _hub_files(snap: Path, patterns: list[str] | None, verify: bool, what: str
             raise HarnessError(f"{what}: {rel} links to a missing blob {blob} (an interrupted "
                                "download: pull again with network)")
         name, size = blob.name, blob.stat().st_size
+        entry: dict[str, Any]
         if f.is_symlink() and SHA256.fullmatch(name):
             entry = {"kind": "sha256", "hash": name, "size": size}
             actual = sha256_file(blob) if verify else name
@@ -232,8 +233,8 @@ def _hub_files(snap: Path, patterns: list[str] | None, verify: bool, what: str
             entry = {"kind": "git-blob-sha1", "hash": name, "size": size}
             actual = git_blob_sha1(blob) if verify else name
         else:  # a cache of copies (no links): the content itself is hashed
-            entry = {"kind": "sha256", "hash": sha256_file(blob), "size": size, "computed": True}
-            actual = entry["hash"]
+            actual = sha256_file(blob)
+            entry = {"kind": "sha256", "hash": actual, "size": size, "computed": True}
         if actual != entry["hash"]:
             raise HarnessError(f"{what}: {rel}: blob {name} holds other content "
                                f"({entry['kind']} {actual})")

@@ -87,6 +87,11 @@ def test_a_hub_model_is_referenced_in_the_cache_main_resolved_to_its_commit(env,
     assert (snap / "model.safetensors").stat().st_ino == blob.stat().st_ino
     assert model_path(env["home"], "acme/tiny") == snap
     assert model_path(env["home"], f"acme/tiny@{C1}") == snap  # by the commit it resolved to
+    # In a container the snapshot's links must resolve: its repo folder is what is mounted.
+    from infer_forge.harness.engines.image import model_mounts
+
+    (mount,) = model_mounts(snap)
+    assert all(os.path.realpath(snap / rel).startswith(mount + "/") for rel in rec["files"])
 
     # Again, offline: the cache answers, the hub is not asked, nothing changes.
     asked, before = len(hub.requests), tree(env["cache"])
