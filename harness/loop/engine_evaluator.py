@@ -6,11 +6,13 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
   keys such as `prefill.tp`), through `engines.whole.deploy_whole` (one colocated server
   through its engine; PD, EPD and replicas as a planned deployment behind the router; in the
   profile's pinned image, version and arguments checked), on the point's model (a `forge:`
-  recipe is pulled if missing). The scenario, model and accelerator are the experiment, not
-  the deployment: a candidate naming them (or code) is a failed run saying so. The runs'
-  `meta.deployment` says what was deployed (architecture, processes, plan digest, image,
-  `weights`: real or dummy); dummy weights under a gate on real outputs (accuracy,
-  `token_match`) are a failed run saying so, nothing launched (models/dummy_weights.py).
+  recipe is pulled if missing, a hub id at the point's revision referenced in the shared
+  Hugging Face cache: models/weights.py `resolve_model`). The scenario, model and
+  accelerator are the experiment, not the deployment: a candidate naming them (or code) is
+  a failed run saying so. The runs' `meta.deployment` says what was deployed (architecture,
+  processes, plan digest, image, `weights`: real or dummy); dummy weights under a gate on
+  real outputs (accuracy, `token_match`) are a failed run saying so, nothing launched
+  (models/dummy_weights.py).
 - Per launch: greedy outputs on the fixed prompt set (stored as an artifact; the baseline's
   digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
   workload (bench/workload.py: its dataset, lengths, shared-prefix groups, images, concurrency
@@ -56,7 +58,7 @@ from ..errors import HarnessError
 from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
 from ..models.dummy_weights import dummy_refusal, weights_of
-from ..models.weights import model_path, parse_name, pull
+from ..models.weights import resolve_model
 from .evaluator_protocol import Baseline, EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32
@@ -81,14 +83,8 @@ class EngineEvaluator:
     # --- setup, once per evaluator ---------------------------------------------------------
 
     def _model(self, point: DeploymentPoint) -> Path:
-        if self._model_dir is None:
-            source = point.model.source
-            try:
-                self._model_dir = model_path(Path(self.ws.home), source)
-            except HarnessError:
-                if parse_name(source)[0] != "recipe":
-                    raise
-                self._model_dir = Path(pull(self.ws, source).path)
+        if self._model_dir is None:  # a hub id: its snapshot in the shared cache
+            self._model_dir = resolve_model(self.ws, point.model.source, point.model.revision)
         return self._model_dir
 
     def _point_dir(self) -> Path | None:

@@ -100,6 +100,20 @@ def write_ref(home: Path, record: dict[str, Any]) -> Path:
     return path
 
 
+def reference(home: Path, kind: str, ident: str, revision: str | None, *,
+              allow_patterns: list[str] | None = None, verify: bool = False,
+              refresh: bool = False) -> tuple[dict[str, Any], bool]:
+    """Reference a hub snapshot (`kind` "hub") or a directory ("path") and write its record:
+    (record, reused: the record there had the same digest)."""
+    record = (reference_hub(ident, revision, allow_patterns=allow_patterns, verify=verify,
+                            refresh=refresh) if kind == "hub"
+              else reference_path(Path(ident), verify=verify))
+    ref = ref_file(home, kind, ident, record.get("revision"))
+    prior = read_ref(ref) if ref.is_file() else None
+    write_ref(home, record)
+    return record, prior is not None and prior.get("digest") == record["digest"]
+
+
 def read_ref(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -230,6 +230,20 @@ def model_path(home: Path, name: str, revision: str | None = None) -> Path:
     return d
 
 
+def resolve_model(ws: Workspace, source: str, revision: str | None = None) -> Path:
+    """A point's model on disk: as `model_path` finds it, else pulled (a recipe generated, a
+    hub snapshot found in the shared cache or downloaded into it, `revision` when the source
+    names none) and recorded."""
+    try:
+        return model_path(Path(ws.home), source, revision)
+    except HarnessError:
+        kind, _, rev = parse_name(source)
+        if kind == "path":
+            raise
+    return Path(pull(ws, f"{source}@{revision}" if kind == "hub" and revision and not rev
+                     else source).path)
+
+
 def list_models(home: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     root = models_dir(home)
@@ -280,20 +294,15 @@ def fetch_model(home: Path, name: str, *, allow_patterns: list[str] | None = Non
     if verify and kind == "recipe":
         raise HarnessError(f"model {name!r}: --verify checks a referenced model; a generated "
                            "one is checked against its manifest at every pull")
+    if kind != "recipe":
+        record, reused = refs.reference(home, kind, ident, revision, verify=verify,
+                                        allow_patterns=allow_patterns, refresh=refresh)
+        files = {rel: f.get("hash") or f"{f['size']}:{f['mtime_ns']}"
+                 for rel, f in record["files"].items()}
+        return PulledModel(ident, Path(record["path"]), record["digest"], kind, files, reused,
+                           record)
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
-    if kind != "recipe":
-        record = (refs.reference_hub(ident, revision, allow_patterns=allow_patterns,
-                                     verify=verify, refresh=refresh) if kind == "hub"
-                  else refs.reference_path(Path(ident), verify=verify))
-        ref = refs.ref_file(home, kind, ident, record.get("revision"))
-        prior = refs.read_ref(ref) if ref.is_file() else None
-        refs.write_ref(home, record)
-        return PulledModel(ident, Path(record["path"]), record["digest"], kind,
-                           {rel: f.get("hash") or f"{f['size']}:{f['mtime_ns']}"
-                            for rel, f in record["files"].items()},
-                           prior is not None and prior.get("digest") == record["digest"],
-                           record)
     target = root / dir_name(kind, ident)
     from filelock import FileLock
 

@@ -207,3 +207,59 @@ def test_the_cache_is_found_the_way_huggingface_hub_finds_it(monkeypatch, tmp_pa
 def test_a_hub_model_not_pulled_says_how(tmp_path):
     with pytest.raises(HarnessError, match=r"run `forge weights pull acme/tiny@v2`"):
         model_path(tmp_path, "acme/tiny@v2")
+
+
+def test_a_points_hub_source_is_resolved_in_the_cache_and_served_from_there(
+        workspace, tmp_path, tiny_model, monkeypatch):
+    """The engine evaluator on a point whose `model.source` is a hub id at a revision: the
+    snapshot is fetched into the shared cache once (tiny-llama's files served by the hub on
+    127.0.0.1), recorded, and the server (the SGLang stand-in, tests/data/sglang/
+    fake_server.py) is launched on the snapshot's path."""
+    import sys
+
+    import yaml
+    from infer_forge.harness.loop.engine_evaluator import EngineEvaluator
+    from infer_forge.harness.loop.evaluator_protocol import EvalContext
+    from infer_forge.ledger.specs import load_point, load_profile, load_task
+
+    from tests.conftest import REPO
+
+    files = {p.name: (p.read_bytes(), p.suffix == ".safetensors")
+             for p in tiny_model.iterdir() if p.name != "forge-manifest.json"}
+    with FakeHub({"forge/tiny-llama": Repo({C2: files}, {"v1": C2})}) as hub:
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        d = tmp_path / "spec"
+        d.mkdir()
+        fake = [sys.executable, str(REPO / "tests" / "data" / "sglang" / "fake_server.py")]
+        (d / "profile.yaml").write_text(yaml.safe_dump({
+            "service": "stand-in", "rev": 1, "engine": "sglang",
+            "config": {"launcher": fake, "startup_timeout_s": 60},
+            "framework": {"kind": "sglang", "version": "0.5.23"}}))
+        (d / "point.yaml").write_text(yaml.safe_dump({
+            "name": "hub", "model": {"name": "tiny", "source": "forge/tiny-llama",
+                                     "revision": "v1"},
+            "scenario": {"traffic": {"input_len": 16, "output_len": 8, "concurrency": 1,
+                                     "num_prompts": 1}},
+            "runtime_profile": {"service": "stand-in", "rev": 1, "file": "profile.yaml"},
+            "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}}))
+        (d / "task.yaml").write_text(yaml.safe_dump({
+            "id": "hub", "type": "deployment-tuning", "goal": "g", "point": "point.yaml",
+            "contract": {"gates": [{"name": "t", "metric": "output_throughput",
+                                    "at_least": 0.0}]},
+            "exit": {"when": "all_gates_pass", "max_blocks": 1},
+            "executor": {"kind": "sweep", "strategy": "grid"}}))
+        ctx = EvalContext(workspace=workspace, task_id="hub", block_id="b1",
+                          point=load_point(d / "point.yaml"),
+                          profile=load_profile(d / "profile.yaml"))
+        (run,) = EngineEvaluator(workspace, load_task(d / "task.yaml"), base_dir=d).evaluate(
+            {}, repeats=1, ctx=ctx)
+    assert run.success, run.error
+    snap = tmp_path / "hf-cache" / "models--forge--tiny-llama" / "snapshots" / C2
+    cmd = run.meta["launch_command"]
+    assert cmd[cmd.index("--model-path") + 1] == str(snap)
+    assert run.meta["deployment"]["weights"] == "real"
+    (pulled,) = [r.event for r in workspace.ledger.stream("workspace") if r.type == "ModelPulled"]
+    assert (pulled.name, pulled.recipe["revision"], pulled.recipe["commit"]) == (
+        "forge/tiny-llama", "v1", C2)
+    assert not (workspace.home / "models" / "tiny-llama").exists()  # nothing copied
