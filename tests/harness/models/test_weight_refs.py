@@ -93,6 +93,10 @@ def test_a_hub_model_is_referenced_in_the_cache_main_resolved_to_its_commit(env,
     (mount,) = model_mounts(snap)
     assert all(os.path.realpath(snap / rel).startswith(mount + "/") for rel in rec["files"])
 
+    listed = json.loads(run_forge("weights", "list", "--json", home=env["home"]).stdout)
+    assert [(m["name"], m["source"], m["commit"], m["path"]) for m in listed] == [
+        ("acme/tiny", "hub", C1, str(snap))]
+
     # Again, offline: the cache answers, the hub is not asked, nothing changes.
     asked, before = len(hub.requests), tree(env["cache"])
     again = ok(pull(env, "hf:acme/tiny@main", offline=True))
@@ -168,6 +172,16 @@ def test_verify_reads_the_blobs_only_when_asked(env):
     r = pull(env, "acme/tiny", "--verify", offline=True)
     assert r.returncode == 1 and "model.safetensors: blob" in r.stderr
     assert "holds other content" in r.stderr
+    # A cache of copies (where links cannot be made): no blob name to trust, the file is hashed.
+    cfg = Path(rec["path"]) / "config.json"
+    content = cfg.read_bytes()
+    cfg.unlink()
+    cfg.write_bytes(content)
+    ok(pull(env, "acme/tiny", offline=True))
+    got = json.loads((env["home"] / "models" / "acme--tiny@main.ref.json").read_text())
+    assert got["files"]["config.json"] == {"kind": "sha256", "computed": True,
+                                           "hash": hashlib.sha256(content).hexdigest(),
+                                           "size": len(content)}
 
 
 def test_a_directory_is_referenced_in_place_with_a_lazy_digest(env, tmp_path):
