@@ -953,29 +953,52 @@ def measure_cmd(ctx, task_id, metrics, from_json, source, failed, error, as_json
 
 @main.group()
 def weights() -> None:
-    """Pull and list model weights (FORGE_HOME/models)."""
+    """Pull, reference and list model weights (generated into FORGE_HOME/models; hub
+    snapshots and directories referenced where they lie)."""
 
 
 @weights.command("pull")
 @click.argument("name")
+@click.option("--allow-patterns", "allow_patterns", multiple=True, metavar="GLOB",
+              help="A hub model: only the files matching a pattern (repeatable), as "
+                   "huggingface_hub's allow_patterns.")
+@click.option("--verify", is_flag=True,
+              help="Read every byte: a directory's files hashed (sha256), a hub snapshot's "
+                   "blobs checked against the hub's hashes they are named by.")
+@click.option("--refresh", is_flag=True,
+              help="A hub model: ask the hub what the revision names now, even when the "
+                   "cache has a snapshot for it (a branch that moved).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @fail_cleanly
-def weights_pull(ctx, name: str, as_json: bool) -> None:
-    """Pull a model: `tiny-llama` is generated offline (same digest everywhere); a hub id
-    (org/model[@revision]) is downloaded with huggingface_hub.
+def weights_pull(ctx, name: str, allow_patterns: tuple[str, ...], verify: bool,
+                 refresh: bool, as_json: bool) -> None:
+    """Pull a model. `tiny-llama` is generated offline (same digest everywhere); a hub id
+    (org/model[@revision]) is referenced in the shared Hugging Face cache (HF_HUB_CACHE /
+    HF_HOME), downloaded there only when missing, its revision resolved to a commit; a
+    directory (path:/abs/dir) is referenced in place. Nothing is copied.
 
     \b
-    Example:
+    Examples:
       forge weights pull tiny-llama
+      forge weights pull Qwen/Qwen3-30B-A3B@main --allow-patterns '*.json' \\
+          --allow-patterns '*.safetensors'
+      forge weights pull path:/data/models/my-finetune --verify
     """
     from .harness.models.weights import pull
-    pulled = pull(open_ws(ctx), name).as_dict()
+    pulled = pull(open_ws(ctx), name, allow_patterns=list(allow_patterns) or None,
+                  verify=verify, refresh=refresh).as_dict()
     if as_json:
         emit_json(pulled)
-    else:
+    elif pulled["source"] == "recipe":
         verb = "already present" if pulled["reused"] else "pulled"
         click.echo(f"{pulled['name']} {verb}: {pulled['path']} ({pulled['digest']})")
+    else:
+        at = (f"@{pulled['revision']} = commit {pulled['commit']}"
+              if pulled["source"] == "hub" else "")
+        click.echo(f"{pulled['name']}{at} referenced in place: {pulled['path']} "
+                   f"({pulled['files']} files, {pulled['digest_kind']} digest "
+                   f"{pulled['digest']})")
 
 
 @weights.command("list")

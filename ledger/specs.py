@@ -235,7 +235,7 @@ class VersionedPart(Spec):
 
 
 class RuntimeProfile(Spec):
-    OMIT_WHEN: ClassVar[dict[str, Any]] = {"image_fallback": "refuse"}
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"image_fallback": "refuse", "weights": "real"}
     service: str
     rev: int = Field(ge=1)
     engine: Literal["sglang", "hf", "external"]
@@ -250,11 +250,21 @@ class RuntimeProfile(Spec):
     collectives: VersionedPart | None = None  # e.g. {kind: nccl, version: 2.27}
     endpoint: str | None = None  # engine: external only
     notes: str = ""
+    # `dummy`: perf-only sweeps skip real weights (SGLang's `--load-format dummy`: random
+    # weights, real shapes); refused where a gate needs real outputs (models/dummy_weights.py).
+    weights: Literal["real", "dummy"] = "real"
 
     @model_validator(mode="after")
     def _engine_fields(self) -> RuntimeProfile:
         if self.engine == "external" and not self.endpoint:
             raise ValueError("engine external needs endpoint")
+        if self.weights == "dummy":
+            if self.engine != "sglang":
+                raise ValueError(f"weights: dummy: engine {self.engine} has no dummy-weights "
+                                 "load (only sglang: --load-format dummy)")
+            fmt = self.config.get("load_format")
+            if fmt not in (None, "dummy"):
+                raise ValueError(f"weights: dummy contradicts config.load_format: {fmt}")
         return self
 
 

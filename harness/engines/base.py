@@ -70,8 +70,11 @@ def engine_config_of(profile: RuntimeProfile) -> tuple[str, JSON]:
     external endpoint's `base_url` and an sglang framework's `version` when the config does
     not give them; an sglang profile's image as `image` (`name@sha256:…`; a tag without a
     digest is refused) and `image_fallback` (harness/engines/image.py). A profile stored in
-    the ledger is read back with `specs.stored_profile`."""
+    the ledger is read back with `specs.stored_profile`. `weights: dummy` is SGLang's
+    `load_format: dummy` (the profile refuses it for other engines)."""
     engine, config = profile.engine, dict(profile.config)
+    if engine == "sglang" and profile.weights == "dummy":
+        config["load_format"] = "dummy"
     if engine == "external" and profile.endpoint and "base_url" not in config:
         config["base_url"] = profile.endpoint
     fw = profile.framework

@@ -230,9 +230,15 @@ def container_name(process: str, port: int) -> str:
 
 
 def model_mounts(model: str | Path) -> list[str]:
-    """A local model directory is mounted (read-only, same path); a hub id is not a path."""
+    """A local model directory is mounted (read-only, same path); a snapshot of the Hugging
+    Face cache with its repo folder, whose blobs its files link to; a hub id is not a path."""
     p = Path(model)
-    return [str(p.resolve())] if p.is_dir() else []
+    if not p.is_dir():
+        return []
+    p = p.resolve()
+    if p.parent.name == "snapshots" and (p.parent.parent / "blobs").is_dir():
+        return [str(p.parent.parent)]  # models--org--name/{blobs,snapshots/<commit>}
+    return [str(p)]
 
 
 def name_of(argv: Sequence[str]) -> str | None:

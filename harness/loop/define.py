@@ -39,6 +39,7 @@ from ...repos.commands import maybe_monorepo
 from ...repos.errors import RepoError
 from ...repos.git import commit_or_origin
 from ..errors import HarnessError
+from ..models.dummy_weights import dummy_refusal
 from ..record import task_append
 from ..task import human_actor, workspace_specs
 from .code import snapshot as code_snapshot
@@ -207,6 +208,10 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
     else:
         raise HarnessError(f"{point_path}: runtime_profile {ref.service} rev {ref.rev} is not "
                            "recorded: give runtime_profile.file or forge profile record FILE")
+    refused = dummy_refusal(task.contract, profile, str(profile_path) if profile_path else
+                            f"{ref.service} rev {ref.rev} (recorded)")
+    if refused:
+        raise HarnessError(f"{path}: {refused}")
     prof_ev, profile_hash = _profile_event(ws, profile, str(profile_path), actor)
     point_hash = spec_hash(point)
     contract_hash = digest(task.contract.model_dump(mode="json"))

@@ -6,9 +6,13 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
   keys such as `prefill.tp`), through `engines.whole.deploy_whole` (one colocated server
   through its engine; PD, EPD and replicas as a planned deployment behind the router; in the
   profile's pinned image, version and arguments checked), on the point's model (a `forge:`
-  recipe is pulled if missing). The scenario, model and accelerator are the experiment, not
-  the deployment: a candidate naming them is a failed run saying so. The runs'
-  `meta.deployment` says what was deployed (architecture, processes, plan digest, image).
+  recipe is pulled if missing, a hub id at the point's revision referenced in the shared
+  Hugging Face cache: models/weights.py `resolve_model`). The scenario, model and
+  accelerator are the experiment, not the deployment: a candidate naming them is a failed
+  run saying so. The runs' `meta.deployment` says what was deployed (architecture,
+  processes, plan digest, image, `weights`: real or dummy); dummy weights under a gate on
+  real outputs (accuracy, `token_match`) are a failed run saying so, nothing launched
+  (models/dummy_weights.py).
 - Code: the block's builds (`ctx.builds`: each `code.<member>` with a `deploy:` recipe, and
   the pinned commit of each for the baseline; harness/engines/commit_build.py) are what
   runs: the profile gets the build's interpreter or image and the engine module's build
@@ -62,7 +66,8 @@ from ..engines.whole import deploy_whole, deployable, deployment_meta
 from ..errors import HarnessError
 from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
-from ..models.weights import model_path, parse_name, pull
+from ..models.dummy_weights import dummy_refusal, weights_of
+from ..models.weights import resolve_model
 from .evaluator_protocol import Baseline, EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32
@@ -87,14 +92,8 @@ class EngineEvaluator:
     # --- setup, once per evaluator ---------------------------------------------------------
 
     def _model(self, point: DeploymentPoint) -> Path:
-        if self._model_dir is None:
-            source = point.model.source
-            try:
-                self._model_dir = model_path(Path(self.ws.home), source)
-            except HarnessError:
-                if parse_name(source)[0] != "recipe":
-                    raise
-                self._model_dir = Path(pull(self.ws, source).path)
+        if self._model_dir is None:  # a hub id: its snapshot in the shared cache
+            self._model_dir = resolve_model(self.ws, point.model.source, point.model.revision)
         return self._model_dir
 
     def _point_dir(self) -> Path | None:
@@ -124,6 +123,10 @@ class EngineEvaluator:
         if point is None or profile is None:
             raise HarnessError(f"task {ctx.task_id}: the engine evaluator needs a deployment "
                                "point and a runtime profile")
+        # Gates on real outputs never judge dummy weights (also refused at definition).
+        if refused := dummy_refusal(getattr(self.task, "contract", None), profile,
+                                    f"{profile.service} rev {profile.rev}"):
+            return [RunResult({}, success=False, error=refused)]
         builds = dict(ctx.builds)
         unbuilt = [k for k in candidate if k.startswith(CODE_PREFIX)
                    and k[len(CODE_PREFIX):] not in builds]
@@ -169,7 +172,8 @@ class EngineEvaluator:
                         raise HarnessError(problem)
                     meta["builds"][own.member]["server_version"] = desc.get("version")
                 meta["launch_command"] = desc.get("launch_command")
-                meta["deployment"] = deployment_meta(point, desc)
+                meta["deployment"] = {**deployment_meta(point, desc),
+                                      "weights": weights_of(profile)}
                 meta["server_info_digest"] = self.ws.artifacts.put(
                     orjson.dumps(desc, default=str, option=orjson.OPT_SORT_KEYS))
                 cfg = work.bench_config(eng.base_url, eng.model, name, warmup=0)

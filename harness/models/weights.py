@@ -1,32 +1,38 @@
-"""Pulling model weights into `FORGE_HOME/models/`.
+"""Model weights: generated into `FORGE_HOME/models/`, or referenced where they lie.
 
-Two sources:
+Three sources:
 - `tiny-llama` (also `forge:tiny-llama`): generated offline from a recipe — a seeded
   Llama-architecture model in safetensors, a byte-level BPE tokenizer trained on text this
   package ships (`harness/data/corpus.txt`), a chat template and a generation config. Every
   file is written with deterministic bytes, so the same recipe gives the same digest on every
   machine (for the same torch/tokenizers serialization formats).
-- A hub id (`org/model`, `org/model@revision`, `hf:org/model`): the real
-  `huggingface_hub.snapshot_download`. Without network it fails with a one-line HarnessError.
+- A hub id (`org/model`, `org/model@revision`, `hf:org/model`): a snapshot of the shared
+  Hugging Face cache, resolved to its commit by the real `huggingface_hub` and referenced in
+  place, digested by the hub's own hashes; optional allow-patterns (weight_refs.py). Nothing
+  is copied into `models/`; without the snapshot and without network, a one-line HarnessError.
+- A directory (`path:/abs/dir`, or an absolute path): referenced in place, digested by its
+  listing (size, mtime_ns per file), or by each file's sha256 with `verify` (weight_refs.py).
 
 Contracts:
-- A pulled model is a directory `models/<dirname>/` with `forge-manifest.json`: every file's
+- A generated model is a directory `models/<dirname>/` with `forge-manifest.json`: every file's
   sha256, the recipe/source, and `digest` = canonical sha256 over the sorted
-  (relative path, file sha256) pairs (the manifest itself excluded).
+  (relative path, file sha256) pairs (the manifest itself excluded). A referenced model is a
+  record `models/<name>.ref.json` (weight_refs.py); `model_path` finds either (and a hub
+  model copied by an older forge, a directory with a manifest).
 - Idempotent: a model already present whose files match its manifest (and, for a recipe,
   whose recipe matches) is not rebuilt. Generation happens in a temporary directory renamed
   into place, under a file lock, so a crash or a concurrent pull never leaves a half model.
-- Each pull records `ModelPulled` on the `workspace` stream, once per (name, digest).
+- Each pull records `ModelPulled` on the `workspace` stream, once per (name, digest) (a hub
+  model: per revision asked); a reference's record is its `recipe`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,8 @@ from ...ledger.clock import digest as canonical_digest
 from ...ledger.streams import WORKSPACE_STREAM
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from . import weight_refs as refs
+from .weight_refs import sha256_file
 
 MANIFEST = "forge-manifest.json"
 # harness/data/ (package data): the path is part of the recipe below, so it stays there.
@@ -78,24 +86,22 @@ class PulledModel:
     name: str
     path: Path
     digest: str
-    source: str  # "recipe" or "hub"
+    source: str  # "recipe", "hub" or "path"
     files: dict[str, str]
     reused: bool  # True when the model was already present and nothing was rebuilt
+    record: dict[str, Any] | None = None  # a reference's record (weight_refs.py)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": str(self.path), "digest": self.digest,
-                "source": self.source, "files": len(self.files), "reused": self.reused}
+        out = {"name": self.name, "path": str(self.path), "digest": self.digest,
+               "source": self.source, "files": len(self.files), "reused": self.reused}
+        if self.record is not None:
+            out.update({k: self.record.get(k) for k in (
+                "revision", "commit", "digest_kind", "allow_patterns", "network")
+                if k in self.record})
+        return out
 
 
 # --- hashing and manifests --------------------------------------------------------------
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def file_hashes(root: Path) -> dict[str, str]:
@@ -105,7 +111,7 @@ def file_hashes(root: Path) -> dict[str, str]:
         rel = p.relative_to(root).as_posix()
         if not p.is_file() or rel == MANIFEST or rel.startswith(".cache/") or "/.cache/" in rel:
             continue
-        out[rel] = _sha256_file(p)
+        out[rel] = sha256_file(p)
     return out
 
 
@@ -161,8 +167,14 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def parse_name(name: str) -> tuple[str, str, str | None]:
-    """-> (kind, id, revision): kind "recipe" (a RECIPES key) or "hub" (repo id)."""
+    """-> (kind, id, revision): kind "recipe" (a RECIPES key), "hub" (repo id) or "path"
+    (an absolute directory: `path:/abs/dir` or `/abs/dir`)."""
     raw = name.strip()
+    if raw.startswith("path:") or raw.startswith("/"):
+        p = raw[len("path:"):] if raw.startswith("path:") else raw
+        if not Path(p).is_absolute():
+            raise HarnessError(f"model {name!r}: give an absolute path (path:/abs/dir)")
+        return "path", os.path.normpath(p), None
     if raw.startswith("forge:"):
         raw = raw[len("forge:"):]
         if raw not in RECIPES:
@@ -189,19 +201,47 @@ def models_dir(home: Path) -> Path:
     return Path(home) / "models"
 
 
-def model_path(home: Path, name: str) -> Path:
-    """The directory of a pulled model, or a HarnessError telling how to pull it."""
-    p = Path(name)
+def model_path(home: Path, name: str, revision: str | None = None) -> Path:
+    """The directory of a pulled or referenced model, or a HarnessError telling how to pull
+    it. `revision` is the hub revision when `name` carries none (default `main`)."""
+    p = Path(name.removeprefix("path:"))
     if p.is_absolute() or name.startswith("."):  # an explicit directory
         if not (p / "config.json").is_file():
             raise HarnessError(f"{p}: not a model directory (no config.json)")
         return p
-    kind, ident, _ = parse_name(name)
+    kind, ident, rev = parse_name(name)
     d = models_dir(home) / dir_name(kind, ident)
+    if kind == "hub":
+        rev = rev or revision
+        ref = refs.find_hub_ref(home, ident, rev)
+        if ref is not None:
+            snap = Path(ref["path"])
+            if not snap.is_dir():
+                raise HarnessError(f"model {ident}@{ref['revision']}: its snapshot {snap} is "
+                                   f"gone from the Hugging Face cache: run `forge weights pull "
+                                   f"{ident}@{ref['revision']}`")
+            return snap
+        if (d / MANIFEST).is_file():  # copied by a forge before references
+            return d
+        name = f"{ident}@{rev}" if rev else ident
     if not (d / MANIFEST).is_file():
         raise HarnessError(f"model {name!r} is not pulled into {models_dir(home)}: "
                            f"run `forge weights pull {name}`")
     return d
+
+
+def resolve_model(ws: Workspace, source: str, revision: str | None = None) -> Path:
+    """A point's model on disk: as `model_path` finds it, else pulled (a recipe generated, a
+    hub snapshot found in the shared cache or downloaded into it, `revision` when the source
+    names none) and recorded."""
+    try:
+        return model_path(Path(ws.home), source, revision)
+    except HarnessError:
+        kind, _, rev = parse_name(source)
+        if kind == "path":
+            raise
+    return Path(pull(ws, f"{source}@{revision}" if kind == "hub" and revision and not rev
+                     else source).path)
 
 
 def list_models(home: Path) -> list[dict[str, Any]]:
@@ -214,38 +254,60 @@ def list_models(home: Path) -> list[dict[str, Any]]:
             m = read_manifest(d)
             out.append({"name": m.get("name", d.name), "path": str(d), "digest": m["digest"],
                         "source": m.get("source"), "files": len(m["files"])})
+    for r in refs.list_refs(home):
+        out.append({"name": r["name"], "path": r["path"], "digest": r["digest"],
+                    "source": r["kind"], "files": len(r.get("files") or {}),
+                    **{k: r[k] for k in ("revision", "commit", "digest_kind") if k in r}})
     return out
 
 
 # --- pulling ----------------------------------------------------------------------------
 
 
-def pull(ws: Workspace, name: str, *, actor: E.Actor | None = None) -> PulledModel:
-    """Pull `name` into the workspace's models/ and record `ModelPulled`. Idempotent."""
-    pulled = fetch_model(Path(ws.home), name)
-    kind, ident, revision = parse_name(name)
-    recipe = RECIPES[ident] if kind == "recipe" else {"repo_id": ident, "revision": revision}
+def pull(ws: Workspace, name: str, *, allow_patterns: list[str] | None = None,
+         verify: bool = False, refresh: bool = False,
+         actor: E.Actor | None = None) -> PulledModel:
+    """Pull (a recipe) or reference (a hub snapshot, a directory) `name` and record
+    `ModelPulled`. Idempotent."""
+    pulled = fetch_model(Path(ws.home), name, allow_patterns=allow_patterns, verify=verify,
+                         refresh=refresh)
+    kind, ident, _ = parse_name(name)
+    recipe = RECIPES[ident] if kind == "recipe" else pulled.record or {}
+    once = f"{ident}@{recipe.get('revision')}" if kind == "hub" else ident
     ws.ledger.append(
         WORKSPACE_STREAM,
         [E.ModelPulled(name=ident, digest=pulled.digest, path=str(pulled.path), recipe=recipe,
                        actor=actor or E.Actor.tool("forge-weights"))],
-        command_id=f"model-pulled:{ident}:{pulled.digest}",  # once per (model, digest)
+        command_id=f"model-pulled:{once}:{pulled.digest}",  # once per (model, digest)
     )
     return pulled
 
 
-def fetch_model(home: Path, name: str) -> PulledModel:
-    """Pull `name` into `home/models/` without touching a ledger (tests, fixtures)."""
+def fetch_model(home: Path, name: str, *, allow_patterns: list[str] | None = None,
+                verify: bool = False, refresh: bool = False) -> PulledModel:
+    """`pull` without touching a ledger (tests, fixtures): a recipe generated into
+    `home/models/`, a hub snapshot or a directory referenced (its record written there)."""
     kind, ident, revision = parse_name(name)
+    if (allow_patterns or refresh) and kind != "hub":
+        raise HarnessError(f"model {name!r}: --allow-patterns and --refresh are for a hub "
+                           "model, not a recipe or a directory")
+    if verify and kind == "recipe":
+        raise HarnessError(f"model {name!r}: --verify checks a referenced model; a generated "
+                           "one is checked against its manifest at every pull")
+    if kind != "recipe":
+        record, reused = refs.reference(home, kind, ident, revision, verify=verify,
+                                        allow_patterns=allow_patterns, refresh=refresh)
+        files = {rel: f.get("hash") or f"{f['size']}:{f['mtime_ns']}"
+                 for rel, f in record["files"].items()}
+        return PulledModel(ident, Path(record["path"]), record["digest"], kind, files, reused,
+                           record)
     root = models_dir(home)
     root.mkdir(parents=True, exist_ok=True)
     target = root / dir_name(kind, ident)
     from filelock import FileLock
 
     with FileLock(str(root / f".{target.name}.lock")):
-        if kind == "recipe":
-            return _pull_recipe(ident, target)
-        return _pull_hub(ident, revision, target)
+        return _pull_recipe(ident, target)
 
 
 def _existing(target: Path, recipe: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -310,53 +372,6 @@ def _versions() -> dict[str, str]:
         except Exception:  # pragma: no cover - informational only
             out[pkg] = "unknown"
     return out
-
-
-def _pull_hub(repo_id: str, revision: str | None, target: Path) -> PulledModel:
-    source = {"repo_id": repo_id, "revision": revision}
-    manifest = _existing(target, None)
-    if manifest is not None and manifest.get("hub") == source:
-        return PulledModel(repo_id, target, manifest["digest"], "hub", manifest["files"], True)
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as e:  # pragma: no cover - a dependency of transformers
-        raise HarnessError(f"cannot download {repo_id}: huggingface_hub is missing ({e})") from None
-
-    def fill(tmp: Path) -> dict[str, Any]:
-        try:
-            snapshot_download(repo_id=repo_id, revision=revision, local_dir=str(tmp))
-        except Exception as e:
-            raise HarnessError(_hub_error(repo_id, e)) from None
-        shutil.rmtree(tmp / ".cache", ignore_errors=True)  # huggingface_hub's download metadata
-        return {"hub": source}
-
-    return _install(repo_id, target, "hub", fill)
-
-
-def _hub_error(repo_id: str, e: Exception) -> str:
-    detail = " ".join(f"{type(e).__name__}: {e}".split())[:200]
-    names = {type(x).__name__ for x in _chain(e)}
-    offline = names & {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError",
-                       "ConnectError", "ConnectTimeout", "Timeout", "ReadTimeout",
-                       "NewConnectionError", "MaxRetryError", "NameResolutionError", "gaierror"}
-    if offline or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
-        return (f"cannot download {repo_id}: no network access to the model hub "
-                f"(set HF_ENDPOINT to a reachable mirror, or use a local model directory; "
-                f"{detail})")
-    if "RepositoryNotFoundError" in names or "RevisionNotFoundError" in names:
-        return f"cannot download {repo_id}: not found on the hub ({detail})"
-    if "GatedRepoError" in names:
-        return f"cannot download {repo_id}: gated repository, set HF_TOKEN ({detail})"
-    return f"cannot download {repo_id}: {detail}"
-
-
-def _chain(e: BaseException) -> Iterator[BaseException]:
-    seen = set()
-    link: BaseException | None = e
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        yield link
-        link = link.__cause__ or link.__context__
 
 
 # --- the tiny-llama recipe --------------------------------------------------------------
