@@ -147,3 +147,48 @@ def test_identity_of_a_server_against_its_build():
     assert commit_build.reported_commit("0.5.25.dev1+gabc1234.d20261202") == "abc1234"
     assert commit_build.reported_commit("0.5.23") is None
     assert commit_build.reported_commit(None, "gabc1234") == "abc1234"
+
+
+def _profile(**kw):
+    from infer_forge.ledger.specs import RuntimeProfile
+
+    return RuntimeProfile.model_validate({
+        "service": "s", "rev": 1, "engine": "sglang", "config": {"tp_size": 1},
+        "framework": {"kind": "sglang", "version": "0.5.23"}, **kw})
+
+
+def _built(kind: str, **kw) -> commit_build.Deployable:
+    from infer_forge.ledger import events as E
+
+    base = dict(member="sglang", commit="c" * 40, key="k", kind=kind, path="/b",
+                module="sglang", network=False, version="0.5.25.dev1+gccccccc",
+                event=E.ToolInvoked(tool="deploy-build", argv=["x"]))
+    return commit_build.Deployable(**{**base, **kw})
+
+
+def test_a_profile_runs_the_builds():
+    """The engine's interpreter and pinned version become the build's; an image build is
+    the profile's image; what cannot run a build is one line naming why."""
+    venv = _built("venv", python="/b/env/bin/python")
+    kernel = _built("venv", member="sgl-kernel", module="sgl_kernel", version="0.3.0",
+                    python="/k/env/bin/python")
+    p = commit_build.apply_builds(_profile(), {"sglang": venv, "sgl-kernel": kernel})
+    assert p.config["python"] == "/k/env/bin/python"  # the last layer sees them all
+    assert p.config["version"] == p.framework.version == "0.5.25.dev1+gccccccc"
+    assert p.config["tp_size"] == 1
+    digest = "sha256:" + "a" * 64
+    img = _built("image", image=f"forge-build/sglang:cccccccccccc@{digest}",
+                 extra={"name": "forge-build/sglang:cccccccccccc", "digest": digest})
+    q = commit_build.apply_builds(_profile(), {"sglang": img})
+    assert (q.image.name, q.image.digest) == ("forge-build/sglang:cccccccccccc", digest)
+    assert q.framework.version == "0.5.25.dev1+gccccccc"
+    for prof, builds, why in [
+        (_profile(config={"launcher": ["numactl", "python"]}), {"sglang": venv}, "launcher"),
+        (_profile(image={"name": "lmsysorg/sglang", "digest": digest}), {"sglang": venv},
+         "a venv build cannot run there"),
+        (_profile(), {"sglang": venv, "x": img}, "cannot run together"),
+        (_profile(engine="external", endpoint="http://127.0.0.1:1"), {"sglang": venv},
+         "external endpoint"),
+    ]:
+        with pytest.raises(commit_build.HarnessError, match=why):
+            commit_build.apply_builds(prof, builds)

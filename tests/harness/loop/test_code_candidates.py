@@ -11,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.run import run_task
 from infer_forge.ledger import events as E
+from infer_forge.ledger.errors import SpecError
 from infer_forge.ledger.streams import task_stream
 from infer_forge.projections.memory import task_memory
 from infer_forge.projections.repos import read_repo_history
@@ -149,3 +152,34 @@ def test_an_upstream_conflict_refuses_the_candidate_and_leaves_the_branch(tmp_pa
     assert tip == mem.execution_record[1].candidate["code.kernels"]
     events = [r.event for r in workspace.ledger.stream(task_stream("code-t"))]
     assert isinstance(events[-1], E.TaskExited)
+
+
+def test_code_base_pins_the_baseline_to_a_ref_resolved_when_defined(tmp_path, workspace):
+    remote = make_remote(tmp_path, "kernels", {"value.txt": "0\n"},
+                         branches={"two": {"value.txt": "2\n"}})
+    rc.init(workspace, write_manifest(tmp_path / "m.yaml", [
+        {"name": "kernels", "url": str(remote)}]))
+    task = _task(tmp_path, [])
+    text = task.read_text().replace("code: {members: [kernels], build: false}",
+                                    "code: {members: [kernels], build: false, "
+                                    "base: {kernels: two}}")
+    task.write_text(text.replace("id: code-t", "id: code-base"))
+    info = define_task(workspace, task)
+    member = rc.open_monorepo(workspace).member_dir("kernels")
+    two = subprocess.run(["git", "-C", str(member), "rev-parse", "origin/two"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    # Stored as the commit it named (a moving branch does not move the baseline).
+    mem = task_memory(workspace.ledger, info["task_id"])
+    assert mem.definition["code"]["base"] == {"kernels": two}
+    res = run_task(workspace, "code-base")
+    assert res.memory.execution_record[0].median("value") == 2  # the baseline ran `two`
+    # A ref the member does not have, or a member the task does not change: one line.
+    bad = tmp_path / "spec" / "bad.yaml"
+    bad.write_text(text.replace("id: code-t", "id: code-bad").replace("kernels: two",
+                                                                      "kernels: nope"))
+    with pytest.raises(HarnessError, match=r"code.base.kernels: 'nope' is not a commit"):
+        define_task(workspace, bad)
+    bad.write_text(text.replace("id: code-t", "id: code-bad").replace("kernels: two",
+                                                                      "other: two"))
+    with pytest.raises(SpecError, match="base names member 'other'"):
+        define_task(workspace, bad)
