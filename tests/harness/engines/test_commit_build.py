@@ -192,3 +192,48 @@ def test_a_profile_runs_the_builds():
     ]:
         with pytest.raises(commit_build.HarnessError, match=why):
             commit_build.apply_builds(prof, builds)
+
+
+def _pkg(name: str, version: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {"pyproject.toml": PYPROJECT.replace("tinypkg", name).format(
+        v=version, packages=f'"{name}"'),
+        f"{name}/__init__.py": f'__version__ = "{version}"\n',
+        ".gitignore": "*.egg-info/\n__pycache__/\nbuild/\n", **(extra or {})}
+
+
+def test_each_member_is_layered_on_the_one_before_and_must_stay_its_own(tmp_path, workspace):
+    """Two members the engine imports: the second's environment sees the first's build; an
+    install that puts a released copy of the first over it is refused, naming both."""
+    make_remote(tmp_path, "kern", _pkg("kern", "1.0"))
+    # eng's `shadow` branch also installs a "released" kern of its own (as `pip install
+    # sglang[all]` would pull a released sgl-kernel over the member's build).
+    shadow = {f"vendored/{k}": v for k, v in _pkg("kern", "0.9").items()}
+    make_remote(tmp_path, "eng", _pkg("eng", "2.0"), branches={"shadow": shadow})
+    rc.init(workspace, write_manifest(tmp_path / "m.yaml", [
+        {"name": "kern", "url": str(tmp_path / "remotes/kern.git"),
+         "deploy": {"install": INSTALL}},
+        {"name": "eng", "url": str(tmp_path / "remotes/eng.git"),
+         "deploy": {"install": INSTALL + " && if [ -d vendored ]; then python -m pip install "
+                               "-q --no-deps --no-build-isolation ./vendored; fi"}}]))
+    mono = rc.open_monorepo(workspace)
+    kern = commit_build.build(workspace, mono, "kern", _member_head(mono, "kern"),
+                              base_python=sys.executable)
+    assert kern.success, kern.error
+    eng = commit_build.build(workspace, mono, "eng", _member_head(mono, "eng"),
+                             base_python=kern.python)
+    assert eng.success, eng.error
+    assert commit_build.check_layered([kern, eng]) is None
+    subprocess.run([eng.python, "-c", "import kern, eng; assert kern.__version__ == '1.0'"],
+                   check=True, cwd=tmp_path)
+    shadowed = commit_build.build(workspace, mono, "eng", _member_head(mono, "eng", "shadow"),
+                                  base_python=kern.python)
+    assert shadowed.success, shadowed.error  # eng itself is its own
+    problem = commit_build.check_layered([kern, shadowed])
+    assert problem is not None and "in the environment of eng" in problem
+    assert "the build of kern@" in problem and "0.9" in problem
+
+
+def _member_head(mono, member: str, branch: str | None = None) -> str:
+    return subprocess.run(["git", "-C", str(mono.member_dir(member)), "rev-parse",
+                           f"origin/{branch}" if branch else "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
