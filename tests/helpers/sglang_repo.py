@@ -293,6 +293,14 @@ def _commit(root: Path, files: dict[str, str], message: str) -> str:
     return out(["rev-parse", "HEAD"], root)
 
 
+def scm_version(python_dir: Path) -> str:
+    """The version setuptools-scm gives a build of the checkout whose `python/` directory is
+    `python_dir`, without building (`python -m setuptools_scm` there)."""
+    p = subprocess.run([sys.executable, "-m", "setuptools_scm"], cwd=python_dir,
+                       capture_output=True, text=True, timeout=60, check=True)
+    return p.stdout.strip()
+
+
 def make_sglang_repo(path: Path) -> SGLangRepo:
     """The repository at `path` (created; must not exist or be empty), `main` checked out."""
     path.mkdir(parents=True, exist_ok=True)

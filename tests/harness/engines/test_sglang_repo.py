@@ -122,6 +122,19 @@ def test_a_plain_editable_install_loses_to_the_base(world):
     assert any(p.name.endswith("_finder.py") for p in site.iterdir())
 
 
+def test_the_version_needs_the_tags(world):
+    """setuptools-scm versions a checkout from its tags: a clone without them (or a shallow
+    one) still builds, as `0.0.0.devN+g<sha9>` (SGLang's fallback), so a build's version is
+    only as good as the tags its worktree sees."""
+    repo, tmp = world["repo"], world["tmp"]
+    assert R.scm_version(world["trees"]["fast"] / "python") == repo.version_of("fast")
+    clone = tmp / "clone-without-tags"
+    git(["clone", "-q", "--no-tags", str(repo.path), str(clone)], tmp)
+    git(["checkout", "-q", repo.fast], clone)
+    version = R.scm_version(clone / "python")
+    assert version.startswith("0.0.0.dev") and f"+g{repo.sha7(repo.fast)}" in version
+
+
 @pytest.fixture(scope="module")
 def servers(world):
     """`python -m sglang.launch_server` from the fast and main builds, healthy."""
