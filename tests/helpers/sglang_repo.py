@@ -195,9 +195,10 @@ def main(argv=None):
     from sglang.version import __version__
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" not in argv and "-h" not in argv and not any(
-            a in ("--model-path", "--model") or a.startswith(("--model-path=", "--model="))
-            for a in argv):
+    if "--help" in argv or "-h" in argv:  # the help text alone, as the real parser prints it
+        os.execv(sys.executable, [sys.executable, FAKE_SERVER, "--help"])
+    if not any(a in ("--model-path", "--model") or a.startswith(("--model-path=", "--model="))
+               for a in argv):
         print("launch_server.py: error: the following arguments are required: --model-path",
               file=sys.stderr)
         return 2

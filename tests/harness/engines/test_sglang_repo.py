@@ -207,10 +207,16 @@ def test_a_delayed_stream_is_the_same_stream_chunked(servers, path, body):
     assert events == want and len(events) >= 4
 
 
-def test_launch_server_requires_a_model_path(world):
-    p = subprocess.run([str(R.python_of(world["envs"]["fast"])), "-m",
-                        "sglang.launch_server", "--port", "1"], capture_output=True,
-                       text=True, cwd=world["tmp"], timeout=60)
+def test_launch_server_requires_a_model_path_and_helps(world):
+    def launch(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(R.python_of(world["envs"]["fast"])), "-m",
+                               "sglang.launch_server", *args], capture_output=True,
+                              text=True, cwd=world["tmp"], timeout=60)
+
+    p = launch("--port", "1")
     assert p.returncode == 2
     assert "the following arguments are required: --model-path" in p.stderr
+    p = launch("--help")  # the recorded help text of the real parser, nothing before it
+    assert p.returncode == 0 and p.stdout.startswith("usage: ")
+    assert p.stdout.strip() == (R.FAKE_SERVER.parent / "help.txt").read_text().strip()
 
