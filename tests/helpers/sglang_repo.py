@@ -107,7 +107,7 @@ requires-python = ">=3.10"
 dependencies = []
 
 [project.scripts]
-sglang = "sglang.launch_server:main"
+sglang = "sglang.cli.main:main"
 
 {packages_find}
 [tool.setuptools_scm]
@@ -214,6 +214,22 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
+CLI_MAIN_PY = '''\
+"""The `sglang` command: `sglang serve --model-path M [flags]` launches the server."""
+
+import sys
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["serve"]:
+        print("usage: sglang serve --model-path MODEL_PATH [server flags]", file=sys.stderr)
+        return 2
+    from sglang.launch_server import main as launch
+
+    return launch(argv[1:])
+'''
+
 GITIGNORE = '''\
 __pycache__/
 *.py[cod]
@@ -243,6 +259,11 @@ class SGLangRepo:
         """Each branch's per-token decode delay (broken-install keeps main's)."""
         return {"main": SLOW_MS, "fast": FAST_MS, "broken-install": SLOW_MS}
 
+    def bare_clone(self, dest: Path) -> Path:
+        """A bare clone at `dest` (every branch and tag): a remote to clone, fetch and push."""
+        git(["clone", "-q", "--bare", str(self.path), str(dest)], dest.parent)
+        return dest
+
     def sha7(self, commit: str) -> str:
         """The abbreviation a build's version carries (`+g<sha7>`)."""
         return out(["rev-parse", "--short=7", commit], self.path)
@@ -267,6 +288,8 @@ def package_files(delay_ms: float, *, broken: bool = False) -> dict[str, str]:
         "python/sglang/__init__.py": INIT_PY,
         "python/sglang/version.py": VERSION_PY,
         "python/sglang/launch_server.py": LAUNCH_SERVER_PY.format(fake_server=str(FAKE_SERVER)),
+        "python/sglang/cli/__init__.py": "",
+        "python/sglang/cli/main.py": CLI_MAIN_PY,
         "python/sglang/srt/__init__.py": "",
         "python/sglang/srt/managers/__init__.py": "",
         "python/sglang/srt/managers/scheduler.py": SCHEDULER_PY.format(delay=delay_ms),

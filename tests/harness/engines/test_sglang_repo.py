@@ -219,4 +219,18 @@ def test_launch_server_requires_a_model_path_and_helps(world):
     p = launch("--help")  # the recorded help text of the real parser, nothing before it
     assert p.returncode == 0 and p.stdout.startswith("usage: ")
     assert p.stdout.strip() == (R.FAKE_SERVER.parent / "help.txt").read_text().strip()
+    serve = subprocess.run([str(world["envs"]["fast"] / "bin" / "sglang"), "serve", "--help"],
+                           capture_output=True, text=True, cwd=world["tmp"], timeout=60)
+    assert serve.returncode == 0 and serve.stdout == p.stdout  # the `sglang serve` script
+
+
+def test_a_bare_clone_has_every_branch_and_the_tag(world):
+    repo = world["repo"]
+    bare = repo.bare_clone(world["tmp"] / "sglang.git")
+    refs = git(["for-each-ref", "--format=%(refname) %(objectname)"], bare).stdout.decode()
+    assert set(refs.split("\n")) - {""} >= {
+        f"refs/heads/main {repo.main}", f"refs/heads/fast {repo.fast}",
+        f"refs/heads/broken-install {repo.broken_install}"}
+    tagged = git(["rev-parse", f"{repo.tag}^{{commit}}"], bare).stdout.decode().strip()
+    assert tagged == repo.main
 
