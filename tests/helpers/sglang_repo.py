@@ -4,7 +4,9 @@ released-looking `sglang` installed (issue 30: "is my SGLang change faster than 
 The repository has the real sgl-project/sglang layout and versioning, read from its
 `python/pyproject.toml`: setuptools with a dynamic version from setuptools-scm
 (`[tool.setuptools_scm]` root "..", version_file "sglang/_version.py", a describe command
-`python3 scripts/release/get_version_tag.py`, fallback "0.0.0.dev0"). So a build of a tagged
+`python3 .../get_version_tag.py`, fallback "0.0.0.dev0"; the stored upstream pyproject
+names `python/tools/`, SGLang's tree now has the script in `scripts/release/`, used here: it
+keeps the installed top level `sglang` alone, as the released wheel's). So a build of a tagged
 commit is `0.5.24` with `sglang._version.__commit_id__ = None` (as the released 0.5.23 wheel's
 `_version.py`), and a build of a later commit `0.5.25.dev1+g<sha7>` with `__commit_id__ =
 "g<sha7>"`. `python/sglang/version.py` is the released 0.5.23 text. `python -m
@@ -118,10 +120,11 @@ git_describe_command = ["python3", "scripts/release/get_version_tag.py"]
 fallback_version = "0.0.0.dev0"
 '''
 
-# What SGLang's get_version_tag.py answers setuptools-scm (written here, same
+# What SGLang's scripts/release/get_version_tag.py answers setuptools-scm (written here, same
 # contract): a commit with a version tag is that bare tag (so setuptools-scm sees distance 0
 # and no node: `__commit_id__ = None`); any other commit is `git describe --long` against the
-# highest version tag (`v0.5.24-1-gabc1234`); no tag at all exits 1 (fallback version).
+# highest version tag (`v0.5.24-1-gabc1234`), counted from the merge base when that tag is on
+# a release branch; no tag at all exits 1 (setuptools-scm's fallback version).
 GET_VERSION_TAG = '''\
 """The version tag setuptools-scm builds from (SGLang's git_describe_command)."""
 
@@ -149,10 +152,18 @@ def main():
         print(exact)
         return 0
     tags = sorted(git("tag", "--list", "v*.*.*").splitlines(), key=key)
-    described = tags and git("describe", "--tags", "--long", "--match", tags[-1], "HEAD")
-    if not described:
-        print("no version tag (v*.*.*) reachable", file=sys.stderr)
+    if not tags:
+        print("no version tag (v*.*.*): setuptools-scm falls back", file=sys.stderr)
         return 1
+    described = git("describe", "--tags", "--long", "--match", tags[-1], "HEAD")
+    if not described:  # the tag is on a release branch: count from where they forked
+        fork = git("merge-base", tags[-1], "HEAD")
+        if not fork:
+            print(f"{tags[-1]} shares no history with HEAD (a shallow clone?)",
+                  file=sys.stderr)
+            return 1
+        described = (f"{tags[-1]}-{git('rev-list', '--count', fork + '..HEAD')}"
+                     f"-g{git('rev-parse', '--short', 'HEAD')}")
     print(described)
     return 0
 
