@@ -4,7 +4,9 @@ released-looking `sglang` installed (issue 30: "is my SGLang change faster than 
 The repository has the real sgl-project/sglang layout and versioning, read from its
 `python/pyproject.toml`: setuptools with a dynamic version from setuptools-scm
 (`[tool.setuptools_scm]` root "..", version_file "sglang/_version.py", a describe command
-`python3 scripts/release/get_version_tag.py`, fallback "0.0.0.dev0"). So a build of a tagged
+`python3 .../get_version_tag.py`, fallback "0.0.0.dev0"; the stored upstream pyproject
+names `python/tools/`, SGLang's tree now has the script in `scripts/release/`, used here: it
+keeps the installed top level `sglang` alone, as the released wheel's). So a build of a tagged
 commit is `0.5.24` with `sglang._version.__commit_id__ = None` (as the released 0.5.23 wheel's
 `_version.py`), and a build of a later commit `0.5.25.dev1+g<sha7>` with `__commit_id__ =
 "g<sha7>"`. `python/sglang/version.py` is the released 0.5.23 text. `python -m
@@ -107,7 +109,7 @@ requires-python = ">=3.10"
 dependencies = []
 
 [project.scripts]
-sglang = "sglang.launch_server:main"
+sglang = "sglang.cli.main:main"
 
 {packages_find}
 [tool.setuptools_scm]
@@ -118,10 +120,11 @@ git_describe_command = ["python3", "scripts/release/get_version_tag.py"]
 fallback_version = "0.0.0.dev0"
 '''
 
-# What SGLang's get_version_tag.py answers setuptools-scm (written here, same
+# What SGLang's scripts/release/get_version_tag.py answers setuptools-scm (written here, same
 # contract): a commit with a version tag is that bare tag (so setuptools-scm sees distance 0
 # and no node: `__commit_id__ = None`); any other commit is `git describe --long` against the
-# highest version tag (`v0.5.24-1-gabc1234`); no tag at all exits 1 (fallback version).
+# highest version tag (`v0.5.24-1-gabc1234`), counted from the merge base when that tag is on
+# a release branch; no tag at all exits 1 (setuptools-scm's fallback version).
 GET_VERSION_TAG = '''\
 """The version tag setuptools-scm builds from (SGLang's git_describe_command)."""
 
@@ -149,10 +152,18 @@ def main():
         print(exact)
         return 0
     tags = sorted(git("tag", "--list", "v*.*.*").splitlines(), key=key)
-    described = tags and git("describe", "--tags", "--long", "--match", tags[-1], "HEAD")
-    if not described:
-        print("no version tag (v*.*.*) reachable", file=sys.stderr)
+    if not tags:
+        print("no version tag (v*.*.*): setuptools-scm falls back", file=sys.stderr)
         return 1
+    described = git("describe", "--tags", "--long", "--match", tags[-1], "HEAD")
+    if not described:  # the tag is on a release branch: count from where they forked
+        fork = git("merge-base", tags[-1], "HEAD")
+        if not fork:
+            print(f"{tags[-1]} shares no history with HEAD (a shallow clone?)",
+                  file=sys.stderr)
+            return 1
+        described = (f"{tags[-1]}-{git('rev-list', '--count', fork + '..HEAD')}"
+                     f"-g{git('rev-parse', '--short', 'HEAD')}")
     print(described)
     return 0
 
@@ -195,9 +206,10 @@ def main(argv=None):
     from sglang.version import __version__
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" not in argv and "-h" not in argv and not any(
-            a in ("--model-path", "--model") or a.startswith(("--model-path=", "--model="))
-            for a in argv):
+    if "--help" in argv or "-h" in argv:  # the help text alone, as the real parser prints it
+        os.execv(sys.executable, [sys.executable, FAKE_SERVER, "--help"])
+    if not any(a in ("--model-path", "--model") or a.startswith(("--model-path=", "--model="))
+               for a in argv):
         print("launch_server.py: error: the following arguments are required: --model-path",
               file=sys.stderr)
         return 2
@@ -211,6 +223,22 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.exit(main())
+'''
+
+CLI_MAIN_PY = '''\
+"""The `sglang` command: `sglang serve --model-path M [flags]` launches the server."""
+
+import sys
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["serve"]:
+        print("usage: sglang serve --model-path MODEL_PATH [server flags]", file=sys.stderr)
+        return 2
+    from sglang.launch_server import main as launch
+
+    return launch(argv[1:])
 '''
 
 GITIGNORE = '''\
@@ -242,6 +270,11 @@ class SGLangRepo:
         """Each branch's per-token decode delay (broken-install keeps main's)."""
         return {"main": SLOW_MS, "fast": FAST_MS, "broken-install": SLOW_MS}
 
+    def bare_clone(self, dest: Path) -> Path:
+        """A bare clone at `dest` (every branch and tag): a remote to clone, fetch and push."""
+        git(["clone", "-q", "--bare", str(self.path), str(dest)], dest.parent)
+        return dest
+
     def sha7(self, commit: str) -> str:
         """The abbreviation a build's version carries (`+g<sha7>`)."""
         return out(["rev-parse", "--short=7", commit], self.path)
@@ -266,6 +299,8 @@ def package_files(delay_ms: float, *, broken: bool = False) -> dict[str, str]:
         "python/sglang/__init__.py": INIT_PY,
         "python/sglang/version.py": VERSION_PY,
         "python/sglang/launch_server.py": LAUNCH_SERVER_PY.format(fake_server=str(FAKE_SERVER)),
+        "python/sglang/cli/__init__.py": "",
+        "python/sglang/cli/main.py": CLI_MAIN_PY,
         "python/sglang/srt/__init__.py": "",
         "python/sglang/srt/managers/__init__.py": "",
         "python/sglang/srt/managers/scheduler.py": SCHEDULER_PY.format(delay=delay_ms),
@@ -291,6 +326,14 @@ def _commit(root: Path, files: dict[str, str], message: str) -> str:
     git(["add", "-A"], root, env=_GIT_ENV)
     git(["commit", "-q", "-m", message], root, env=_GIT_ENV)
     return out(["rev-parse", "HEAD"], root)
+
+
+def scm_version(python_dir: Path) -> str:
+    """The version setuptools-scm gives a build of the checkout whose `python/` directory is
+    `python_dir`, without building (`python -m setuptools_scm` there)."""
+    p = subprocess.run([sys.executable, "-m", "setuptools_scm"], cwd=python_dir,
+                       capture_output=True, text=True, timeout=60, check=True)
+    return p.stdout.strip()
 
 
 def make_sglang_repo(path: Path) -> SGLangRepo:
