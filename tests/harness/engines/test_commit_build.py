@@ -5,6 +5,7 @@ the sandbox, the build's module imported by the environment's own interpreter.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,46 @@ def _member_head(mono, member: str, branch: str | None = None) -> str:
     return subprocess.run(["git", "-C", str(mono.member_dir(member)), "rev-parse",
                            f"origin/{branch}" if branch else "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
+
+
+def test_nested_submodules_are_in_the_build_source(tmp_path, workspace):
+    """A member whose commit has a submodule with a submodule of its own (FlashMLA's
+    csrc/cutlass): the build's source has both, at the commits the member pins."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    deep = make_remote(tmp_path, "deep", {"deep.h": "// deep\n"})
+    git_c = ["git", "-c", "protocol.file.allow=always"]
+    work = tmp_path / "seed-mid"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    (work / "mid.txt").write_text("mid\n")
+    subprocess.run([*git_c, "-C", str(work), "submodule", "add", "-q", str(deep),
+                    "csrc/cutlass"], check=True, env={**os.environ, **env})
+    subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(work), "commit", "-qm", "mid"], check=True,
+                   env={**os.environ, **env})
+    mid = tmp_path / "remotes/mid.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mid)], check=True)
+    top = tmp_path / "seed-top"
+    top.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(top)], check=True)
+    for k, v in _files("1.0").items():
+        (top / k).parent.mkdir(parents=True, exist_ok=True)
+        (top / k).write_text(v)
+    subprocess.run([*git_c, "-C", str(top), "submodule", "add", "-q", str(mid), "third/mla"],
+                   check=True, env={**os.environ, **env})
+    subprocess.run(["git", "-C", str(top), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(top), "commit", "-qm", "top"], check=True,
+                   env={**os.environ, **env})
+    topbare = tmp_path / "remotes/top.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(top), str(topbare)], check=True)
+    rc.init(workspace, write_manifest(tmp_path / "m.yaml", [
+        {"name": "tinypkg", "url": str(topbare), "deploy": {
+            "install": "test -f third/mla/csrc/cutlass/deep.h && " + INSTALL}}]))
+    mono = rc.open_monorepo(workspace)
+    out = commit_build.build(workspace, mono, "tinypkg", _sha(mono, "HEAD"),
+                             base_python=sys.executable)
+    assert out.success, out.error
+    src = Path(out.path) / "src"
+    assert (src / "third/mla/mid.txt").read_text() == "mid\n"
+    assert (src / "third/mla/csrc/cutlass/deep.h").read_text() == "// deep\n"
