@@ -77,7 +77,7 @@ SUMMARY_MAX = 300
 Source = Literal["shipped", "user"]
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+_FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1", re.M | re.S)  # a list item's too
 _CODE = re.compile(r"`[^`\n]*`")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 

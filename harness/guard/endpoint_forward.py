@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 RELAY_DIR_ENV = "FORGE_RELAY_DIR"
 CHUNK = 64 * 1024
@@ -55,6 +56,15 @@ def pipe(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
+def unix_path(path: str) -> str:
+    """`path`, or where it is reached through an open descriptor of its directory when it is
+    longer than a UNIX socket address holds (108 bytes; a deep TMPDIR)."""
+    if len(path.encode()) < 100:
+        return path
+    fd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)  # kept for the process
+    return f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+
+
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
@@ -67,7 +77,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return s
 
 
-def _serve(listener: socket.socket, handle) -> None:  # type: ignore[no-untyped-def]
+def _serve(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
     while True:
         try:
             conn, _ = listener.accept()
@@ -76,7 +86,7 @@ def _serve(listener: socket.socket, handle) -> None:  # type: ignore[no-untyped-
         threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
 
-def _relay_to(path: str):  # type: ignore[no-untyped-def]
+def _relay_to(path: str) -> Callable[[socket.socket], None]:
     def handle(conn: socket.socket) -> None:
         up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -100,7 +110,8 @@ def main(argv: list[str]) -> int:
     servers = []
     try:
         for host, port, name in config.get("relay", []):
-            servers.append((_listen(host, port), _relay_to(os.path.join(relay_dir, name))))
+            path = unix_path(os.path.join(relay_dir, name))
+            servers.append((_listen(host, port), _relay_to(path)))
     except OSError as e:
         sys.stderr.write(f"forge: endpoint relay: cannot listen in the sandbox: {e}\n")
         return 126

@@ -176,7 +176,7 @@ class _Side:
         self._ws_lock = threading.Lock()
         for ep in config["endpoints"]:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.bind(str(self.dir / ep["socket"]))
+            s.bind(F.unix_path(str(self.dir / ep["socket"])))
             s.listen(64)
             self.listeners.append((s, ep))
 
@@ -210,7 +210,7 @@ class _Side:
     def _workspace(self) -> Any:
         with self._ws_lock:
             if self._ws is None:
-                from .production import workspace_for_guard  # as in _is_production
+                from .production import workspace_for_guard  # start-up time, as in _is_production
 
                 self._ws = workspace_for_guard(self.config["home"])
             return self._ws
@@ -259,7 +259,7 @@ class _Side:
             up.close()
 
     def _check(self, head: bytes, ep: dict[str, Any]) -> str | None:
-        from ...ledger import events as E  # as in _is_production: production only
+        from ...ledger import events as E  # start-up time (production only), as above
         from .production import check
 
         line = head.split(b"\r\n", 1)[0].decode("latin-1")

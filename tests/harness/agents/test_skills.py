@@ -182,6 +182,60 @@ def test_lint_finds_each_kind_of_problem(workspace):
         ws.close()
 
 
+GRANT = "```yaml\nsandbox:\n  endpoints: [http://127.0.0.1:30000]\n```\n"
+
+
+def test_lint_holds_each_recipe_to_the_allowance_the_skill_declares(workspace):
+    """A recipe that reaches a server (a URL, SGLang's bench client) runs under a sandbox
+    with the network off: the skill must say what it needs and show the task how to grant
+    it. The shipped `sglang-metrics` skill as it was (its curl recipe, no allowance) fails."""
+    mine = workspace.home / "recipes"
+    skill_file(mine, "old-metrics.md", body="# Scrape\n\n- Scrape as a recorded tool call: "
+               "`forge run --task T -- curl -s http://127.0.0.1:30000/metrics` (before and "
+               "after).\n")
+    skill_file(mine, "bench-default.md", body="# Bench\n\n```\nforge run --task T -- "
+               "python -m sglang.bench_serving \\\n  --backend sglang --num-prompts 8\n```\n")
+    skill_file(mine, "silent-grant.md", extra="needs: [endpoint]\n",
+               body="# Silent\n\n```\nforge run --task T -- curl http://127.0.0.1:1/x\n```\n")
+    skill_file(mine, "remote.md", extra="needs: [endpoint]\n",
+               body="# Remote\n\n" + GRANT + "```\nforge run --task T -- curl "
+                    "http://gpu3:30000/metrics\n```\n")
+    skill_file(mine, "bad-needs.md", extra="needs: [internet]\n")
+    skill_file(mine, "granted.md", extra="needs: [endpoint]\n",
+               body="# Granted\n\n" + GRANT + "```\nforge run --task T -- python -m "
+                    "sglang.benchmark.serving --host 127.0.0.1 --port 30000\n```\n")
+    skill_file(mine, "offline.md", body="# Offline\n\n```\nforge run --task T -- python "
+               "-m sglang.launch_server --help\n```\n")
+    ws = configure(workspace, dirs=["recipes"])
+    try:
+        problems = S.lint(ws)
+
+        def one(fragment: str, file: str) -> None:
+            hits = [p for p in problems if file in p]
+            assert len(hits) == 1 and fragment in hits[0], (fragment, problems)
+
+        one("reaches http://127.0.0.1:30000 under a sandbox with the network off, but the "
+            "skill declares no allowance (`needs: [endpoint]` or `needs: [network]`)",
+            "old-metrics.md")
+        one("reaches http://0.0.0.0:30000", "bench-default.md")  # the client's own default
+        one("needs endpoint but the text never shows a task how to grant it", "silent-grant")
+        one("reaches http://gpu3:30000 (another host) but the skill does not declare "
+            "`needs: [network]`", "remote.md")
+        one("needs must be a list of endpoint, network", "bad-needs.md")
+        assert len(problems) == 5, problems
+        skills = {s.name: s for s in S.load_skills(ws)}
+        assert skills["granted"].needs == ("endpoint",)
+        assert skills["granted"].entry()["needs"] == ["endpoint"]  # what skills_list shows
+        assert "bad-needs" not in skills
+        r = run_forge("skills", "lint", home=ws.home)
+        assert r.returncode == 1 and r.stdout.splitlines() == problems
+    finally:
+        ws.close()
+    shipped = {s.name: s.needs for s in S.load_skills(workspace)}
+    assert shipped["sglang-metrics"] == shipped["bench-serving"] == ("endpoint",)
+    assert shipped["pd-disaggregation"] == ("endpoint", "network")
+
+
 # --- selection ----------------------------------------------------------------------------
 
 
