@@ -53,7 +53,12 @@ Contract:
   namespaces, bwrap does not work here: `auto` runs unsandboxed saying so, `required`
   refuses (never a weaker sandbox). `/tmp` is not replaced by a tmpfs: task files and
   scripts may live there (it is read-only, and `TMPDIR` points into scratch). Network: off
-  (`--unshare-net`: its own loopback) unless the task's `sandbox.network` is true. GPUs:
+  (`--unshare-net`: its own loopback) unless the task's `sandbox.network` is true; the
+  task's `sandbox.endpoints` (servers on this host's loopback) are relayed into that
+  loopback, each host:port and nothing else (`endpoint_relay.plan`: a forwarder inside
+  before the command, forge's side a process before bwrap, both gone with the call), and a
+  call that names servers it does not reach gets, when it fails, one line on its stderr
+  with the YAML that grants them. The profile's `endpoints` records the grant. GPUs:
   `--dev /dev` shows no `/dev/nvidia*`; with claimed GPUs all existing `/dev/nvidia*` nodes
   are bound (`--dev-bind`) and `CUDA_VISIBLE_DEVICES` names the claimed ones (binding only
   some nodes would renumber the devices inside, so an index would name another GPU). Hosts
