@@ -6,9 +6,10 @@ a script (`python -I -S endpoint_forward.py CONFIG -- argv...`): nothing of forg
 the sandbox.
 
 Contract:
-- CONFIG (JSON): `relay`: `[[host, port, socket name], ...]`; `hint`: a line or null. Every
-  listener is bound before the command starts (no race with it); one that cannot be bound
-  ends the call (exit 126, one line on stderr), the command unstarted.
+- CONFIG (JSON): `relay`: `[[host, port, socket name, required], ...]`; `hint`: a line or
+  null. Every listener is bound before the command starts (no race with it); a required one
+  that cannot be bound ends the call (exit 126, one line on stderr), the command unstarted
+  (one that is not: `localhost`'s ::1 on a host without IPv6, left out).
 - A connection to a listener is joined, byte for byte both ways, to a new connection to
   `$FORGE_RELAY_DIR/<socket name>` (the variable is removed from the command's environment).
 - `hint` (the servers the call names that its sandbox does not reach, and how a task grants
@@ -32,13 +33,16 @@ RELAY_DIR_ENV = "FORGE_RELAY_DIR"
 CHUNK = 64 * 1024
 
 
-def copy(src: socket.socket, dst: socket.socket) -> None:
-    """Copy bytes from `src` to `dst` until `src` ends, then half-close `dst`."""
+def copy(src: socket.socket, dst: socket.socket, half_close: bool = True) -> None:
+    """Copy bytes from `src` to `dst` until `src` ends, then half-close `dst` (unless not
+    `half_close`: the caller still writes to it)."""
     try:
         while data := src.recv(CHUNK):
             dst.sendall(data)
     except OSError:
         pass
+    if not half_close:
+        return
     try:
         dst.shutdown(socket.SHUT_WR)
     except OSError:
@@ -109,9 +113,13 @@ def main(argv: list[str]) -> int:
     relay_dir = os.environ.pop(RELAY_DIR_ENV, "")
     servers = []
     try:
-        for host, port, name in config.get("relay", []):
+        for host, port, name, required in config.get("relay", []):
             path = unix_path(os.path.join(relay_dir, name))
-            servers.append((_listen(host, port), _relay_to(path)))
+            try:
+                servers.append((_listen(host, port), _relay_to(path)))
+            except OSError:
+                if required:
+                    raise
     except OSError as e:
         sys.stderr.write(f"forge: endpoint relay: cannot listen in the sandbox: {e}\n")
         return 126

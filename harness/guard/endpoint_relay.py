@@ -114,11 +114,14 @@ def plan(ws: Any, argv: Sequence[str], endpoints: Sequence[str], *, network: boo
     say = hint(argv, endpoints)
     if not endpoints and say is None:
         return Wrapped([], [])
-    relay, outer_eps = [], []
+    relay: list[list[Any]] = []  # [host, port, socket name, required] (the forwarder's)
+    outer_eps: list[dict[str, Any]] = []
     for i, ep in enumerate(endpoints):
         host, port = reach.host_port(ep)
         name = f"{i}.sock"
-        relay += [[h, p, name] for h, p in listen_addresses(ep)]
+        for j, (h, p) in enumerate(listen_addresses(ep)):
+            if not any(r[:2] == [h, p] for r in relay):  # localhost and 127.0.0.1: one
+                relay.append([h, p, name, j == 0])
         production = ws is not None and _is_production(ws, ep)
         if production and ep.startswith("https:"):
             raise HarnessError(f"sandbox.endpoints: {ep} is a production endpoint ([guard] "
@@ -217,46 +220,54 @@ class _Side:
 
     def _guarded(self, conn: socket.socket, up: socket.socket, ep: dict[str, Any]) -> None:
         """Requests to a production endpoint, each head checked before it is passed on; the
-        answers flow back as they come."""
-        back = threading.Thread(target=F.copy, args=(up, conn), daemon=True)
+        answers flow back as they come. A refused request ends the connection: the upstream
+        is cut first, so the 403 is the last thing the client reads."""
+        back = threading.Thread(target=F.copy, args=(up, conn, False), daemon=True)
         back.start()
-        buf = b""
+        refused = None
         try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(F.CHUNK)
-                    if not data:
-                        return
-                    buf += data
-                    if len(buf) > _HEAD_MAX:
-                        return self._refuse(conn, "a request head over 64 KiB")
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                refused = self._check(head, ep)
-                if refused is not None:
-                    return self._refuse(conn, refused)
-                up.sendall(head + b"\r\n\r\n")
-                n = _body_length(head)
-                if n is None:
-                    return self._refuse(conn, "a chunked request body (not relayed to a "
-                                        "production endpoint)")
-                while n > 0:
-                    if not buf:
-                        buf = conn.recv(F.CHUNK)
-                        if not buf:
-                            return
-                    part, buf = buf[:n], buf[n:]
-                    up.sendall(part)
-                    n -= len(part)
+            refused = self._pass_requests(conn, up, ep)
         except OSError:
-            return
+            pass
         finally:
             try:
-                up.shutdown(socket.SHUT_WR)
+                up.shutdown(socket.SHUT_RDWR if refused else socket.SHUT_WR)
             except OSError:
                 pass
             back.join()
+            if refused is not None:
+                self._refuse(conn, refused)
             conn.close()
             up.close()
+
+    def _pass_requests(self, conn: socket.socket, up: socket.socket,
+                       ep: dict[str, Any]) -> str | None:
+        """Pass the client's requests on until it stops (None) or one is refused (why)."""
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                data = conn.recv(F.CHUNK)
+                if not data:
+                    return None
+                buf += data
+                if len(buf) > _HEAD_MAX:
+                    return "a request head over 64 KiB"
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            n = _body_length(head)
+            if n is None:
+                return "a chunked request body (not relayed to a production endpoint)"
+            refused = self._check(head, ep)
+            if refused is not None:
+                return refused
+            up.sendall(head + b"\r\n\r\n")
+            while n > 0:
+                if not buf:
+                    buf = conn.recv(F.CHUNK)
+                    if not buf:
+                        return None
+                part, buf = buf[:n], buf[n:]
+                up.sendall(part)
+                n -= len(part)
 
     def _check(self, head: bytes, ep: dict[str, Any]) -> str | None:
         from ...ledger import events as E  # start-up time (production only), as above

@@ -10,6 +10,7 @@ or is killed, a production endpoint held to the production guard."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -220,7 +221,7 @@ def test_without_bwrap_the_call_runs_unsandboxed_and_says_so(workspace, tmp_path
     assert ev.sandbox["endpoints"] == [other.url]
 
 
-def test_what_a_command_line_names():
+def test_what_a_command_line_names(relay_tmp):
     assert reach.named_endpoints(["curl", "-s", "http://LOCALHOST/metrics?x=1"]) == \
         ["http://localhost:80"]
     assert reach.named_endpoints(["sh", "-c", "curl http://127.0.0.1:30000/x; "
@@ -241,3 +242,9 @@ def test_what_a_command_line_names():
     assert R.hint(["python", "-m", "sglang.bench_serving"], ["http://127.0.0.1:30000"]) is None
     assert "network: true" in R.hint(["curl", "http://gpu3:30000"], [])
     assert R.plan(None, ["curl", "http://h:1"], [], network=True, task=None) == R.Wrapped([], [])
+    # localhost listens on 127.0.0.1 and (where the host has IPv6) ::1; one listener each.
+    inner = R.plan(None, ["true"], ["http://localhost:30000", "http://127.0.0.1:30000"],
+                   network=False, task=None).inner
+    assert inner[:4] == [PY, "-I", "-S", str(R.FORWARDER)] and inner[-1] == "--"
+    assert json.loads(inner[4])["relay"] == [["127.0.0.1", 30000, "0.sock", True],
+                                             ["::1", 30000, "0.sock", False]]
