@@ -631,7 +631,7 @@ class SandboxSpec(Spec):
     loop task: `{workdir}`, filled in by the graph runner); `endpoints`, servers on this
     host's loopback (`http[s]://host:port`, host `localhost`, `127.x.x.x` or `[::1]`) its
     calls reach with the network otherwise off (harness/guard/endpoint_relay.py), each
-    kept as written with its port filled in."""
+    as `scheme://host:port` (the host in lower case, the port filled in)."""
 
     OMIT_WHEN: ClassVar[dict[str, Any]] = {"endpoints": []}
     secret_env: list[str] = Field(default_factory=list)

@@ -446,7 +446,7 @@ def prepare(ws: Workspace | None, argv: Sequence[str], *, cwd: str | Path,
         gpus = [*gpus, *spec.gpus]
         secrets = [*secrets, *spec.secret_env]
         passthrough = [*passthrough, *spec.env]
-        endpoints = list(getattr(spec, "endpoints", []))
+        endpoints = list(spec.endpoints)
     mode: Mode = ws.config.settings.guard.sandbox if ws is not None else "auto"
     if mode == "off":
         reason = 'sandbox off ([guard] sandbox = "off" in forge.toml): forge\'s whole ' \
