@@ -236,6 +236,33 @@ def test_lint_holds_each_recipe_to_the_allowance_the_skill_declares(workspace):
     assert shipped["pd-disaggregation"] == ("endpoint", "network")
 
 
+def test_the_bench_serving_recipe_holds_for_each_released_client(workspace):
+    """What the bench-serving skill says of SGLang's bench client, read from each release of
+    the kit: `sglang.benchmark.serving` from 0.5.15 (the kit's 0.5.13 lacks it, 0.5.21 on
+    have it, with `sglang.bench_serving` kept as its deprecated alias), every flag of the
+    recipe in each client it names, `random-ids` from 0.5.1 and not in 0.4.0."""
+    from infer_forge.harness.engines.sglang_release import version_key
+
+    from tests.helpers import real_sglang
+
+    (cmd,) = S.recipes(S.get(workspace, "bench-serving").body)
+    assert cmd[:3] == ["python", "-m", "sglang.benchmark.serving"]
+    flags = [a for a in cmd if a.startswith("--")]
+    assert "random-ids" in cmd and "--tokenizer" in flags
+    for v in real_sglang.KIT_VERSIONS:
+        root = real_sglang.release(v) / "sglang"
+        new, old = root / "benchmark" / "serving.py", root / "bench_serving.py"
+        assert new.is_file() == (version_key(v) >= version_key("0.5.15")), v
+        client = (new if new.is_file() else old).read_text()
+        if new.is_file():
+            assert "Deprecated import path for ``sglang.benchmark.serving``" in old.read_text()
+        if v == "0.4.0":
+            assert '"random-ids"' not in client
+            continue
+        assert '"random-ids"' in client, v
+        assert [f for f in flags if f'"{f}"' not in client] == [], v
+
+
 # --- selection ----------------------------------------------------------------------------
 
 
