@@ -163,7 +163,8 @@ def test_the_bench_serving_recipe_runs_the_real_client_through_the_relay(
     (line,) = B.lines(out)
     assert line["completed"] == B.PROMPTS, line.get("errors")
     assert line["total_output_tokens"] == B.PROMPTS * B.OUTPUT_LEN
-    assert tool_events(workspace, "bench")[-1].sandbox["endpoints"] == [stand_in]
+    profile = tool_events(workspace, "bench")[-1].sandbox
+    assert profile["endpoints"] == [stand_in] and profile["network"] is False
 
 
 def test_a_production_endpoint_gets_only_what_the_guard_allows(workspace, tmp_path, other,
