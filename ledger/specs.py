@@ -19,10 +19,12 @@ applying a candidate work on all three alike. Reading YAML lives in `yamlio`.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -650,13 +652,18 @@ class SandboxSpec(Spec):
     not `secrets:`, a name whose values redaction would hide); `env`, other variables passed
     through by name; `network`; `gpus`, the claimed devices (CUDA_VISIBLE_DEVICES);
     `writable`, absolute directories its calls may write besides the task's own (a graph's
-    loop task: `{workdir}`, filled in by the graph runner)."""
+    loop task: `{workdir}`, filled in by the graph runner); `endpoints`, servers on this
+    host's loopback (`http[s]://host:port`, host `localhost`, `127.x.x.x` or `[::1]`) its
+    calls reach with the network otherwise off (harness/guard/endpoint_relay.py), each
+    as `scheme://host:port` (the host in lower case, the port filled in)."""
 
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"endpoints": []}
     secret_env: list[str] = Field(default_factory=list)
     env: list[str] = Field(default_factory=list)
     network: bool = False
     gpus: list[str] = Field(default_factory=list)
     writable: list[str] = Field(default_factory=list)
+    endpoints: list[str] = Field(default_factory=list)
 
     @field_validator("secret_env", "env")
     @classmethod
@@ -687,6 +694,51 @@ class SandboxSpec(Spec):
             if not Path(d).expanduser().is_absolute():
                 raise ValueError(f"writable {shown(d)}: give an absolute directory")
         return v
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if from_ledger(info):
+            return v
+        return list(dict.fromkeys(loopback_endpoint(e) for e in v))
+
+
+_DEFAULT_PORT = {"http": 80, "https": 443}
+
+
+def loopback_endpoint(text: str) -> str:
+    """`scheme://host:port` of a sandbox endpoint (SandboxSpec.endpoints): http or https, a
+    host on this machine's loopback, no path, query or user; ValueError saying which part
+    is wrong (one line)."""
+    try:
+        u = urlsplit(str(text).strip())
+        port = u.port
+    except ValueError as e:
+        raise ValueError(f"endpoint {shown(text)}: {e}") from None
+    if u.scheme not in _DEFAULT_PORT:
+        raise ValueError(f"endpoint {shown(text)}: scheme must be http or https "
+                         "(http://127.0.0.1:30000)")
+    host = (u.hostname or "").lower()
+    if not host:
+        raise ValueError(f"endpoint {shown(text)}: no host (http://127.0.0.1:30000)")
+    if u.username or u.password or u.path not in ("", "/") or u.query or u.fragment:
+        raise ValueError(f"endpoint {shown(text)}: give scheme://host:port only (no user, "
+                         "path or query): the call may use any path of that server")
+    if not _loopback(host):
+        raise ValueError(f"endpoint {shown(text)}: {host} is not this host's loopback "
+                         "(localhost, 127.x.x.x, [::1]); a call reaches another host only "
+                         "with sandbox.network: true")
+    shown_host = f"[{host}]" if ":" in host else host
+    return f"{u.scheme}://{shown_host}:{port or _DEFAULT_PORT[u.scheme]}"
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class TaskDefinition(Spec):

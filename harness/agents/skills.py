@@ -1,8 +1,10 @@
 """Skills: short markdown guides an agent reads for a block (and a person with `forge skills`).
 
-A skill is a markdown file whose YAML frontmatter holds exactly `name` (an id: a-z 0-9 _ -,
-at most 63 characters, equal to the file's name), `category` (`CATEGORIES`), `task_types`
-(task types of `ledger.graphspec.TASK_TYPES`, or `[any]`) and `summary` (one line).
+A skill is a markdown file whose YAML frontmatter holds `name` (an id: a-z 0-9 _ -, at most
+63 characters, equal to the file's name), `category` (`CATEGORIES`), `task_types` (task types
+of `ledger.graphspec.TASK_TYPES`, or `[any]`) and `summary` (one line), and may hold `needs`:
+the sandbox allowances its recipes need (`NEEDS`: `endpoint`, a server on this host granted
+by the task's `sandbox.endpoints`; `network`, `sandbox.network: true`).
 
 - Where: the shipped set in `harness/data/skills/<category>/<name>.md`, then every folder of
   `[skills] dirs` in forge.toml (relative to FORGE_HOME unless absolute), searched for `*.md`
@@ -14,7 +16,13 @@ at most 63 characters, equal to the file's name), `category` (`CATEGORIES`), `ta
   unknown keys, a bad name, category or task type, an empty body, a relative link that
   leads nowhere (a link to `<skill>.md` counts when that skill is loaded, so a user skill may
   link to a shipped one), a duplicate name (within the shipped set or the user folders), a
-  duplicate body (two names, the same text), a configured folder that does not exist.
+  duplicate body (two names, the same text), a configured folder that does not exist; a
+  recipe (a `forge run … -- CMD` line in a fenced block, backslash continuations joined, or in a
+  one-line code span) that reaches a server (`guard.reach`: a URL, SGLang's bench client's
+  target, a benchmark client) while the skill's `needs` does not cover it (`endpoint` for a
+  server on this host's loopback, `network` for any other), and a `needs` whose grant the
+  text does not show (`sandbox:` with `endpoints:`, or `network: true`): a task cannot grant
+  what the skill never says.
 - `select(ws, task_type, query, k)`: the skills for a block. Every skill listed for the
   task type (`task_types` naming it, or `[any]`) with score 1.0, plus up to `k` others
   retrieved by cosine similarity between the query (the block's sub-goal) and each skill's
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,10 +56,15 @@ from ...ledger.ids import MAX_PART_ID, is_id
 from ...ledger.workspace import Workspace
 from ...projections.embed import EmbeddingCache, EmbeddingError, encode_query, text_key
 from ..errors import HarnessError
+from ..guard import reach
 from .tool_registry import AgentTool, Args, ToolContext
 
 CATEGORIES = ("sglang-upstream", "cross-library", "task", "ops")
 KEYS = ("name", "category", "task_types", "summary")
+OPTIONAL = ("needs",)
+# The sandbox allowances a skill may need, and the text that shows a task how to grant each.
+NEEDS = {"endpoint": re.compile(r"sandbox:.*endpoints:", re.S),
+         "network": re.compile(r"sandbox:.*network:\s*true", re.S)}
 ANY = "any"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "skills"
 CACHE_NAME = "skills-embeddings.npz"
@@ -63,7 +77,7 @@ SUMMARY_MAX = 300
 Source = Literal["shipped", "user"]
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+_FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1", re.M | re.S)  # a list item's too
 _CODE = re.compile(r"`[^`\n]*`")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
@@ -77,6 +91,7 @@ class Skill:
     body: str
     path: Path
     source: Source
+    needs: tuple[str, ...] = ()
 
     def listed_for(self, task_type: str | None) -> bool:
         """Whether the skill names `task_type` (or any type); None: every skill."""
@@ -93,7 +108,7 @@ class Skill:
         """The catalog entry (what a listing shows; the body is fetched by name)."""
         return {"name": self.name, "category": self.category,
                 "task_types": list(self.task_types), "summary": self.summary,
-                "source": self.source, "path": str(self.path)}
+                "needs": list(self.needs), "source": self.source, "path": str(self.path)}
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.entry(), "body": self.body}
@@ -148,9 +163,14 @@ def parse_skill(path: Path, source: Source) -> tuple[Skill | None, list[str]]:
     problems = []
     if missing := [k for k in KEYS if k not in meta]:
         problems.append(f"frontmatter: missing {', '.join(missing)}")
-    if unknown := sorted(str(k) for k in meta if k not in KEYS):
+    if unknown := sorted(str(k) for k in meta if k not in KEYS + OPTIONAL):
         problems.append(f"frontmatter: unknown key(s) {', '.join(unknown)} "
-                        f"(keys: {', '.join(KEYS)})")
+                        f"(keys: {', '.join(KEYS + OPTIONAL)})")
+    needs: Any = meta.get("needs", [])
+    if not isinstance(needs, list) or any(n not in NEEDS for n in needs):
+        problems.append(f"needs must be a list of {', '.join(NEEDS)} (the sandbox allowances "
+                        f"its recipes need), not {needs!r}")
+        needs = []
     name: Any = meta.get("name")
     category: Any = meta.get("category")
     types: Any = meta.get("task_types")
@@ -185,7 +205,7 @@ def parse_skill(path: Path, source: Source) -> tuple[Skill | None, list[str]]:
         return None, problems
     return Skill(name=name, category=category, task_types=tuple(types),
                  summary=" ".join(summary.split()), body=body + "\n", path=path,
-                 source=source), []
+                 source=source, needs=tuple(dict.fromkeys(needs))), []
 
 
 def user_dirs(ws: Workspace) -> list[Path]:
@@ -281,6 +301,52 @@ def _dead_links(skill: Skill, names: set[str]) -> list[str]:
     return dead
 
 
+def recipes(body: str) -> list[list[str]]:
+    """The commands of the skill's `forge run … -- CMD` recipes (module contract): each
+    line of a fenced block (`\\` continuations joined) and each one-line code span."""
+    lines: list[str] = []
+    for m in _FENCE.finditer(body):
+        lines += re.sub(r"\\\n\s*", " ", m.group(0)).splitlines()
+    lines += [m.group(0).strip("`") for m in _CODE.finditer(_FENCE.sub("", body))]
+    out = []
+    for line in lines:
+        at = line.find("forge run")
+        if at < 0:
+            continue
+        try:
+            words = shlex.split(line[at:], comments=True)
+        except ValueError:
+            words = line[at:].split()
+        if "--" in words:
+            out.append(words[words.index("--") + 1:])
+    return out
+
+
+def _needs_problems(skill: Skill) -> list[str]:
+    """What the skill's recipes reach that its `needs` does not cover, and needs whose
+    grant its text does not show."""
+    problems = []
+    for cmd in recipes(skill.body):
+        servers = reach.named_endpoints(cmd)
+        remote = [e for e in servers if not reach.is_loopback(reach.host_port(e)[0])]
+        shown = " ".join(cmd)[:120]
+        if remote and "network" not in skill.needs:
+            problems.append(f"recipe `{shown}` reaches {', '.join(remote)} (another host) "
+                            "but the skill does not declare `needs: [network]`")
+        elif (servers or reach.runs_bench_client(cmd)) and not skill.needs:
+            problems.append(f"recipe `{shown}` reaches "
+                            f"{', '.join(servers) or 'a server (a benchmark client)'} under "
+                            "a sandbox with the network off, but the skill declares no "
+                            "allowance (`needs: [endpoint]` or `needs: [network]`)")
+    for need in skill.needs:
+        if not NEEDS[need].search(skill.body):
+            grant = "sandbox: {endpoints: [http://127.0.0.1:30000]}" if need == "endpoint" \
+                else "sandbox: {network: true}"
+            problems.append(f"needs {need} but the text never shows a task how to grant it "
+                            f"(e.g. `{grant}`)")
+    return problems
+
+
 def _body_key(body: str) -> str:
     return hashlib.sha256(" ".join(body.split()).encode("utf-8")).hexdigest()
 
@@ -295,6 +361,7 @@ def lint(ws: Workspace) -> list[str]:
     for s in good:
         for target in _dead_links(s, names):
             problems.append(f"{s.path}: dead link {target!r} (no such file, no such skill)")
+        problems.extend(f"{s.path}: {p}" for p in _needs_problems(s))
     by_name: dict[tuple[str, str], list[Skill]] = {}
     for s in good:
         by_name.setdefault((s.source, s.name), []).append(s)

@@ -53,7 +53,12 @@ Contract:
   namespaces, bwrap does not work here: `auto` runs unsandboxed saying so, `required`
   refuses (never a weaker sandbox). `/tmp` is not replaced by a tmpfs: task files and
   scripts may live there (it is read-only, and `TMPDIR` points into scratch). Network: off
-  (`--unshare-net`: its own loopback) unless the task's `sandbox.network` is true. GPUs:
+  (`--unshare-net`: its own loopback) unless the task's `sandbox.network` is true; the
+  task's `sandbox.endpoints` (servers on this host's loopback) are relayed into that
+  loopback, each host:port and nothing else (`endpoint_relay.plan`: a forwarder inside
+  before the command, forge's side a process before bwrap, both gone with the call), and a
+  call that names servers it does not reach gets, when it fails, one line on its stderr
+  with the YAML that grants them. The profile's `endpoints` records the grant. GPUs:
   `--dev /dev` shows no `/dev/nvidia*`; with claimed GPUs all existing `/dev/nvidia*` nodes
   are bound (`--dev-bind`) and `CUDA_VISIBLE_DEVICES` names the claimed ones (binding only
   some nodes would renumber the devices inside, so an index would name another GPU). Hosts
@@ -84,6 +89,7 @@ from ...ledger.secrets.names import is_secret_name
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from ..proc import alive
+from . import endpoint_relay
 from .human_channel import KEY_ENV
 from .task_dirs import allowed_roots, scratch_dir
 
@@ -126,9 +132,15 @@ class SandboxProfile(BaseModel):
     # hide the values of a field so named, and these are names worth keeping).
     secret_names: list[str]
     reason: str | None = None  # why it ran unsandboxed
+    # The task's `sandbox.endpoints`: what the call reached with its network off (relayed,
+    # harness/guard/endpoint_relay.py), or granted where the network was on anyway.
+    endpoints: list[str] = []
 
     def record(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        if not self.endpoints:  # the profile of a call without any, as it was before them
+            del out["endpoints"]
+        return out
 
 
 # --- bubblewrap on this host --------------------------------------------------------------
@@ -428,11 +440,13 @@ def prepare(ws: Workspace | None, argv: Sequence[str], *, cwd: str | Path,
     is required and cannot be made (nothing runs)."""
     argv = [str(a) for a in argv]
     cwd = Path(cwd).resolve()
+    endpoints: list[str] = []
     if spec is not None:
         allow_network = allow_network or bool(spec.network)
         gpus = [*gpus, *spec.gpus]
         secrets = [*secrets, *spec.secret_env]
         passthrough = [*passthrough, *spec.env]
+        endpoints = list(spec.endpoints)
     mode: Mode = ws.config.settings.guard.sandbox if ws is not None else "auto"
     if mode == "off":
         reason = 'sandbox off ([guard] sandbox = "off" in forge.toml): forge\'s whole ' \
@@ -444,7 +458,7 @@ def prepare(ws: Workspace | None, argv: Sequence[str], *, cwd: str | Path,
         return argv, full, SandboxProfile(
             kind="none", mode=mode, read_only_root=False, writable=["/"], network=True,
             gpus=sorted(set(gpus)), env="inherited", env_names=[], secret_names=passed,
-            reason=reason)
+            reason=reason, endpoints=endpoints)
     scratch = scratch_of(ws, task)
     gpus = list(dict.fromkeys(gpus))
     child, passed = child_env(ws, forge_env=env, passthrough=passthrough, secrets=secrets,
@@ -460,14 +474,15 @@ def prepare(ws: Workspace | None, argv: Sequence[str], *, cwd: str | Path,
         return argv, child, SandboxProfile(
             kind="none", mode=mode, read_only_root=False, writable=["/"],
             network=True, gpus=gpus, env="allowlist", env_names=sorted(child),
-            secret_names=passed, reason=reason)
+            secret_names=passed, reason=reason, endpoints=endpoints)
     writable = writable_dirs(ws, task, cwd, scratch,
                              extra=spec.writable if spec is not None else ())
     hidden = hidden_paths(ws)
-    launch = bwrap_argv(bwrap, argv, cwd=cwd, writable=writable, network=allow_network,
-                        gpus=gpus, hidden=hidden)
-    return launch, child, SandboxProfile(
+    relay = endpoint_relay.plan(ws, argv, endpoints, network=allow_network, task=task)
+    launch = bwrap_argv(bwrap, [*relay.inner, *argv], cwd=cwd, writable=writable,
+                        network=allow_network, gpus=gpus, hidden=hidden)
+    return [*relay.outer, *launch], child, SandboxProfile(
         kind="bwrap", mode=mode, read_only_root=True, writable=[str(d) for d in writable],
         hidden=[str(h) for h in hidden],
         network=allow_network, gpus=gpus, env="allowlist", env_names=sorted(child),
-        secret_names=passed)
+        secret_names=passed, endpoints=endpoints)

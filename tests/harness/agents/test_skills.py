@@ -182,6 +182,87 @@ def test_lint_finds_each_kind_of_problem(workspace):
         ws.close()
 
 
+GRANT = "```yaml\nsandbox:\n  endpoints: [http://127.0.0.1:30000]\n```\n"
+
+
+def test_lint_holds_each_recipe_to_the_allowance_the_skill_declares(workspace):
+    """A recipe that reaches a server (a URL, SGLang's bench client) runs under a sandbox
+    with the network off: the skill must say what it needs and show the task how to grant
+    it. The shipped `sglang-metrics` skill as it was (its curl recipe, no allowance) fails."""
+    mine = workspace.home / "recipes"
+    skill_file(mine, "old-metrics.md", body="# Scrape\n\n- Scrape as a recorded tool call: "
+               "`forge run --task T -- curl -s http://127.0.0.1:30000/metrics` (before and "
+               "after).\n")
+    skill_file(mine, "bench-default.md", body="# Bench\n\n```\nforge run --task T -- "
+               "python -m sglang.bench_serving \\\n  --backend sglang --num-prompts 8\n```\n")
+    skill_file(mine, "silent-grant.md", extra="needs: [endpoint]\n",
+               body="# Silent\n\n```\nforge run --task T -- curl http://127.0.0.1:1/x\n```\n")
+    skill_file(mine, "remote.md", extra="needs: [endpoint]\n",
+               body="# Remote\n\n" + GRANT + "```\nforge run --task T -- curl "
+                    "http://gpu3:30000/metrics\n```\n")
+    skill_file(mine, "bad-needs.md", extra="needs: [internet]\n")
+    skill_file(mine, "granted.md", extra="needs: [endpoint]\n",
+               body="# Granted\n\n" + GRANT + "```\nforge run --task T -- python -m "
+                    "sglang.benchmark.serving --host 127.0.0.1 --port 30000\n```\n")
+    skill_file(mine, "offline.md", body="# Offline\n\n```\nforge run --task T -- python "
+               "-m sglang.launch_server --help\n```\n")
+    ws = configure(workspace, dirs=["recipes"])
+    try:
+        problems = S.lint(ws)
+
+        def one(fragment: str, file: str) -> None:
+            hits = [p for p in problems if file in p]
+            assert len(hits) == 1 and fragment in hits[0], (fragment, problems)
+
+        one("reaches http://127.0.0.1:30000 under a sandbox with the network off, but the "
+            "skill declares no allowance (`needs: [endpoint]` or `needs: [network]`)",
+            "old-metrics.md")
+        one("reaches http://0.0.0.0:30000", "bench-default.md")  # the client's own default
+        one("needs endpoint but the text never shows a task how to grant it", "silent-grant")
+        one("reaches http://gpu3:30000 (another host) but the skill does not declare "
+            "`needs: [network]`", "remote.md")
+        one("needs must be a list of endpoint, network", "bad-needs.md")
+        assert len(problems) == 5, problems
+        skills = {s.name: s for s in S.load_skills(ws)}
+        assert skills["granted"].needs == ("endpoint",)
+        assert skills["granted"].entry()["needs"] == ["endpoint"]  # what skills_list shows
+        assert "bad-needs" not in skills
+        r = run_forge("skills", "lint", home=ws.home)
+        assert r.returncode == 1 and r.stdout.splitlines() == problems
+    finally:
+        ws.close()
+    shipped = {s.name: s.needs for s in S.load_skills(workspace)}
+    assert shipped["sglang-metrics"] == shipped["bench-serving"] == ("endpoint",)
+    assert shipped["pd-disaggregation"] == ("endpoint", "network")
+
+
+def test_the_bench_serving_recipe_holds_for_each_released_client(workspace):
+    """What the bench-serving skill says of SGLang's bench client, read from each release of
+    the kit: `sglang.benchmark.serving` from 0.5.15 (the kit's 0.5.13 lacks it, 0.5.21 on
+    have it, with `sglang.bench_serving` kept as its deprecated alias), every flag of the
+    recipe in each client it names, `random-ids` from 0.5.1 and not in 0.4.0."""
+    from infer_forge.harness.engines.sglang_release import version_key
+
+    from tests.helpers import real_sglang
+
+    (cmd,) = S.recipes(S.get(workspace, "bench-serving").body)
+    assert cmd[:3] == ["python", "-m", "sglang.benchmark.serving"]
+    flags = [a for a in cmd if a.startswith("--")]
+    assert "random-ids" in cmd and "--tokenizer" in flags
+    for v in real_sglang.KIT_VERSIONS:
+        root = real_sglang.release(v) / "sglang"
+        new, old = root / "benchmark" / "serving.py", root / "bench_serving.py"
+        assert new.is_file() == (version_key(v) >= version_key("0.5.15")), v
+        client = (new if new.is_file() else old).read_text()
+        if new.is_file():
+            assert "Deprecated import path for ``sglang.benchmark.serving``" in old.read_text()
+        if v == "0.4.0":
+            assert '"random-ids"' not in client
+            continue
+        assert '"random-ids"' in client, v
+        assert [f for f in flags if f'"{f}"' not in client] == [], v
+
+
 # --- selection ----------------------------------------------------------------------------
 
 
