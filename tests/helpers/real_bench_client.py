@@ -1,8 +1,9 @@
 """SGLang's own bench client (a released wheel's) against servers on 127.0.0.1, for tests.
 
 `run(version, runs)` runs each argument list in `runs` as `python -m sglang.benchmark.serving`
-(`sglang.bench_serving` before 0.5.15, a deprecated alias after) in ONE child process with that release importable
-(tests/data/sglang/golden/bench/run_bench_client.py under the kit), and returns its output.
+(`sglang.bench_serving` before 0.5.15, a deprecated alias after) in ONE child process with
+that release importable (tests/data/sglang/golden/bench/run_bench_client.py under the
+kit), and returns its output.
 `args(...)` is one run's command line: a local tokenizer directory, a local ShareGPT-format
 file (`sharegpt(path)`; the client's `random` dataset would download ShareGPT), fixed output
 lengths, `--output-file`. `stand_in()` starts tests/data/sglang/fake_server.py on a free port.
