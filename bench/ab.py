@@ -32,7 +32,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO.parent))
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
 from infer_forge.harness.engines import commit_build  # noqa: E402
 from infer_forge.harness.loop import ab as ab_mod  # noqa: E402
 from infer_forge.harness.loop import engine_evaluator  # noqa: E402
@@ -41,10 +40,15 @@ from infer_forge.ledger.workspace import init_workspace  # noqa: E402
 from infer_forge.repos import commands as rc  # noqa: E402
 
 from tests.helpers.gitrepos import write_manifest  # noqa: E402
-from tests.helpers.sglang_repo import installed_base, make_sglang_repo, python_of  # noqa: E402
+from tests.helpers.sglang_repo import (  # noqa: E402
+    DEPLOY_INSTALL,
+    ab_spec,
+    installed_base,
+    make_sglang_repo,
+    python_of,
+)
 
-INSTALL = ("python -m pip install -q --no-deps --no-build-isolation --no-index "
-           "-e python --config-settings editable_mode=compat")
+INSTALL = DEPLOY_INSTALL
 
 
 class Timer:
@@ -79,26 +83,6 @@ def workspace(base: Path, repo, model_src: Path | None):
     return ws
 
 
-def spec(d: Path, base_python: Path, prompts: int, output_len: int) -> Path:
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "profile.yaml").write_text(yaml.safe_dump({
-        "service": "sglang-ab", "rev": 1, "engine": "sglang",
-        "config": {"python": str(base_python), "startup_timeout_s": 60},
-        "framework": {"kind": "sglang", "version": "0.5.23"}}))
-    (d / "point.yaml").write_text(yaml.safe_dump({
-        "name": "ab-cpu",
-        "model": {"name": "tiny-llama", "source": "forge:tiny-llama", "revision": "1",
-                  "modalities": ["text"]},
-        "scenario": {"modality": "text",
-                     "traffic": {"input_len": 64, "output_len": output_len,
-                                 "range_ratio": 1.0, "concurrency": 4,
-                                 "num_prompts": prompts}},
-        "topology": {"architecture": "colocated"},
-        "runtime_profile": {"service": "sglang-ab", "rev": 1, "file": "profile.yaml"},
-        "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}}))
-    return d / "point.yaml"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -109,7 +93,8 @@ def main() -> None:
         tmp = Path(t)
         repo = make_sglang_repo(tmp / "sglang")
         base_python = python_of(installed_base(tmp / "base"))
-        point = spec(tmp / "spec", base_python, a.prompts, a.output_len)
+        point = ab_spec(tmp / "spec", base_python, input_len=64, output_len=a.output_len,
+                        prompts=a.prompts)
         first = workspace(tmp, repo, None)
         model = Path(pull(first, "forge:tiny-llama").path)
         first.close()

@@ -35,9 +35,8 @@ from ...ledger.streams import task_stream
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ...repos.commands import open_monorepo
-from ...repos.errors import RepoError
-from ...repos.git import commit_or_origin
 from ..errors import HarnessError
+from .code import member_commit
 
 Progress = Callable[[str], None]
 AB_DIR = "ab"
@@ -92,18 +91,8 @@ def deploy_member(ws: Workspace, member: str | None) -> str:
 
 
 def resolve_ref(ws: Workspace, member: str, ref: str, flag: str) -> str:
-    """The commit `ref` names in the member's checkout: a commit, branch or tag there, else
-    the branch of that name on its `origin` (what a pushed PR branch is)."""
-    mono = open_monorepo(ws)
-    where = mono.member_dir(member)
-    try:
-        sha = commit_or_origin(ref, where)
-    except RepoError as e:
-        raise HarnessError(f"{flag} {ref}: {e}") from None
-    if sha is None:
-        raise HarnessError(f"{flag} {ref!r} is not a commit, branch or tag of member {member} "
-                           f"(nor origin/{ref}) in {where}")
-    return sha
+    """The commit `ref` names in the member (code.member_commit), or a one-line error."""
+    return member_commit(open_monorepo(ws), member, ref, f"{flag} {ref!r}")
 
 
 def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: str,

@@ -80,6 +80,21 @@ def task_monorepo(ws: Workspace, lt: LoadedTask) -> MonoRepo:
     return mono
 
 
+def member_commit(mono: MonoRepo, member: str, ref: str, what: str) -> str:
+    """The commit `ref` names in the member's checkout: a commit, branch or tag there, else
+    the branch of that name on its `origin` (a pushed PR branch). HarnessError starting with
+    `what` when it names none."""
+    where = mono.member_dir(member)
+    try:
+        sha = commit_or_origin(ref, where)
+    except RepoError as e:
+        raise HarnessError(f"{what}: {e}") from None
+    if sha is None:
+        raise HarnessError(f"{what} is not a commit, branch or tag of member {member} (nor "
+                           f"origin/{ref}) in {where}")
+    return sha
+
+
 def pinned(ws: Workspace, lt: LoadedTask, mono: MonoRepo) -> dict[str, str]:
     """member -> the commit the task pinned when it was defined: its `code.base`, else the
     member's commit in its snapshot."""

@@ -37,11 +37,11 @@ from ...ledger.streams import WORKSPACE_STREAM, graph_stream, task_stream
 from ...ledger.workspace import Workspace
 from ...repos.commands import maybe_monorepo
 from ...repos.errors import RepoError
-from ...repos.git import commit_or_origin
 from ..errors import HarnessError
 from ..models.dummy_weights import dummy_refusal
 from ..record import task_append
 from ..task import human_actor, workspace_specs
+from .code import member_commit
 from .code import snapshot as code_snapshot
 
 GRAPH_RUNNER = E.Actor.tool("graph-runner")  # the actor of every graph run's events
@@ -115,17 +115,11 @@ def _resolved_base(ws: Workspace, path: Path, base: dict[str, str]) -> dict[str,
     if mono is None:
         raise HarnessError(f"{path}: code.base: the workspace has no MonoRepo "
                            "(forge repos init MANIFEST.yaml)")
-    out = {}
-    for m, ref in sorted(base.items()):
-        try:
-            sha = commit_or_origin(ref, mono.member_dir(m))
-        except RepoError as e:
-            raise HarnessError(f"{path}: code.base.{m}: {e}") from None
-        if sha is None:
-            raise HarnessError(f"{path}: code.base.{m}: {ref!r} is not a commit of member {m} "
-                               f"(nor origin/{ref})")
-        out[m] = sha
-    return out
+    try:
+        return {m: member_commit(mono, m, ref, f"{path}: code.base.{m}: {ref!r}")
+                for m, ref in sorted(base.items())}
+    except RepoError as e:  # a member the manifest does not have
+        raise HarnessError(f"{path}: code.base: {e}") from None
 
 
 def define_task(ws: Workspace, path: str | Path, actor: E.Actor | None = None, *,

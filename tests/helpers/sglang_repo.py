@@ -419,3 +419,39 @@ def installed_base(path: Path) -> Path:
     env = layered_env(forge_site_packages(), path / "env")
     install(env, src / "python", mode="wheel")
     return env
+
+
+# --- an A/B on this machine (tests/harness/loop/test_ab.py, bench/ab.py) -------------------
+
+# The member's `deploy.install`, as docs/ab.md has it, offline: the build backend comes from
+# the base environment; `editable_mode=compat` so the build is imported before the base's.
+DEPLOY_INSTALL = ("python -m pip install -q --no-deps --no-build-isolation --no-index "
+                  "-e python --config-settings editable_mode=compat")
+
+
+def ab_spec(d: Path, base_python: Path, *, input_len: int = 32, output_len: int = 24,
+            prompts: int = 8, concurrency: int = 4, slo: dict | None = None) -> Path:
+    """A point on this CPU (the generated tiny model, colocated) and its sglang profile whose
+    base environment is `base_python`, written into `d`; the point file's path."""
+    import yaml
+
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "profile.yaml").write_text(yaml.safe_dump({
+        "service": "sglang-ab", "rev": 1, "engine": "sglang",
+        "config": {"python": str(base_python), "startup_timeout_s": 60},
+        "framework": {"kind": "sglang", "version": BASE_VERSION}}))
+    scenario: dict = {"modality": "text",
+                      "traffic": {"input_len": input_len, "output_len": output_len,
+                                  "range_ratio": 1.0, "concurrency": concurrency,
+                                  "num_prompts": prompts}}
+    if slo:
+        scenario["slo"] = slo
+    (d / "point.yaml").write_text(yaml.safe_dump({
+        "name": "ab-cpu",
+        "model": {"name": "tiny-llama", "source": "forge:tiny-llama", "revision": "1",
+                  "modalities": ["text"]},
+        "scenario": scenario,
+        "topology": {"architecture": "colocated"},
+        "runtime_profile": {"service": "sglang-ab", "rev": 1, "file": "profile.yaml"},
+        "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}}))
+    return d / "point.yaml"

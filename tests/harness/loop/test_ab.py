@@ -21,18 +21,16 @@ from infer_forge.repos.git import git, out
 from tests.conftest import run_forge
 from tests.helpers.gitrepos import write_manifest
 from tests.helpers.sglang_repo import (
+    DEPLOY_INSTALL,
     LAUNCH_SERVER_PY,
     SGLangRepo,
+    ab_spec,
     installed_base,
     make_sglang_repo,
     python_of,
 )
 
-# As an SGLang contributor's manifest would say it (docs/ab.md), offline: the build backend
-# comes from the base environment; `editable_mode=compat` so the build's sglang is imported
-# before the base's installed one (the default editable finder comes after it).
-INSTALL = ("python -m pip install -q --no-deps --no-build-isolation --no-index "
-           "-e python --config-settings editable_mode=compat")
+INSTALL = DEPLOY_INSTALL  # as docs/ab.md has it
 
 
 @pytest.fixture(scope="module")
@@ -67,24 +65,8 @@ def ab_home(stack, tmp_path, forge_home, tiny_model):
     models = forge_home / "models"
     models.mkdir(exist_ok=True)
     shutil.copytree(tiny_model, models / tiny_model.name)
-    d = tmp_path / "spec"
-    d.mkdir()
-    (d / "profile.yaml").write_text(yaml.safe_dump({
-        "service": "sglang-ab", "rev": 1, "engine": "sglang",
-        "config": {"python": str(base), "startup_timeout_s": 60},
-        "framework": {"kind": "sglang", "version": "0.5.23"}}))
-    (d / "point.yaml").write_text(yaml.safe_dump({
-        "name": "ab-cpu",
-        "model": {"name": "tiny-llama", "source": "forge:tiny-llama", "revision": "1",
-                  "modalities": ["text"]},
-        "scenario": {"modality": "text",
-                     "traffic": {"input_len": 32, "output_len": 24, "range_ratio": 1.0,
-                                 "concurrency": 4, "num_prompts": 8},
-                     "slo": {"ttft_ms": {"p50": 5000}}},
-        "topology": {"architecture": "colocated"},
-        "runtime_profile": {"service": "sglang-ab", "rev": 1, "file": "profile.yaml"},
-        "accelerator": {"vendor": "cpu", "model": "x86_64", "count": 1}}))
-    return forge_home, d / "point.yaml"
+    point = ab_spec(tmp_path / "spec", base, slo={"ttft_ms": {"p50": 5000}})
+    return forge_home, point
 
 
 def _ab(home: Path, point: Path, *args: str):
@@ -126,6 +108,11 @@ def test_ab_builds_deploys_verifies_and_accepts_the_faster_commit(stack, ab_home
     assert res2["base"]["build"]["cached"] and res2["candidate"]["build"]["cached"]
     shown = run_forge("task", "show", res["task_id"], home=home)
     assert "code.sglang" in shown.stdout and "accepted" in shown.stdout
+    # In the index like any task: its gates by SQL.
+    q = run_forge("sql", f"SELECT block_id, gate, verdict FROM gate_verdicts WHERE task_id = "
+                  f"'{res['task_id']}' AND gate = 'faster'", "--json", home=home)
+    assert q.returncode == 0, q.stderr
+    assert [(r["block_id"], r["verdict"]) for r in json.loads(q.stdout)] == [("b2", "pass")]
 
 
 def test_ab_refuses_a_build_that_fell_back_and_a_server_that_is_not_the_build(stack, ab_home):
@@ -178,15 +165,19 @@ def test_an_agent_edits_the_member_and_its_commit_is_built_deployed_and_accepted
     scheduler = worktree / "python/sglang/srt/managers/scheduler.py"
     edit = {"task_id": "agent-ab", "path": str(scheduler),
             "content": '"""The decode loop."""\n\nDECODE_DELAY_MS = 1.0\n'}
+    # A third decision (b2 not accepted) stops rather than finding the script spent.
     with ScriptedChat([call("write_file", edit),
-                       propose({"code.sglang": "worktree"}, "a faster decode step")]) as chat:
+                       propose({"code.sglang": "worktree"}, "a faster decode step"),
+                       call("stop", {"reason": "b2 was not accepted"})]) as chat:
         with open(home / "forge.toml", "a") as f:
             f.write("\n[wiki]\nembeddings = false\n\n" + models_toml({"small": chat.url}))
         ws = open_workspace(home)
         define_task(ws, task)
         r = run_task(ws, "agent-ab")
-    assert r.exit_state == "delivered", r.exit_reason
-    b1, b2 = r.memory.execution_record
+    b1, b2 = r.memory.execution_record[:2]
+    tool = json.loads(chat.requests[1]["messages"][-1]["content"])
+    assert r.exit_state == "delivered", (r.exit_reason, tool, b2.decision_reason, [
+        (m["success"], m.get("error"), m["metrics"].get("failed")) for m in b2.measurements])
     assert b1.decision is None and b2.decision == "accepted"
     sha = b2.candidate["code.sglang"]
     member = rc.open_monorepo(ws).member_dir("sglang")
