@@ -447,7 +447,8 @@ def engine_build(engine: str, builds: Mapping[str, Deployable]) -> Deployable | 
 
 def apply_builds(profile: RuntimeProfile, builds: Mapping[str, Deployable]) -> RuntimeProfile:
     """The profile whose servers run the builds: a venv build's interpreter as the engine's
-    `python` (each venv build is layered on the one before, so the last has them all), the
+    `python` (each venv build is layered on the one before, so the last has them all; its
+    servers with `PYTHONSAFEPATH=1`: no working directory on sys.path), the
     engine module's build version as its pinned version; an image build as its image.
     Raises HarnessError when the profile cannot run a build (one line naming why)."""
     if not builds:
@@ -469,6 +470,9 @@ def apply_builds(profile: RuntimeProfile, builds: Mapping[str, Deployable]) -> R
     own = engine_build(profile.engine, builds)
     if venvs:
         config["python"] = venvs[-1].python
+        # `python -m` puts the working directory first on sys.path: a checkout there (forge
+        # run from the member's `python/`) would shadow the build. Python 3.11+ skips it.
+        config["env"] = {**(config.get("env") or {}), "PYTHONSAFEPATH": "1"}
         if profile.image is not None:
             raise HarnessError(f"profile {profile.service} runs in image "
                                f"{profile.image.name}; a venv build cannot run there (give "

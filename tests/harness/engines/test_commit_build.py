@@ -177,6 +177,7 @@ def test_a_profile_runs_the_builds():
     assert p.config["python"] == "/k/env/bin/python"  # the last layer sees them all
     assert p.config["version"] == p.framework.version == "0.5.25.dev1+gccccccc"
     assert p.config["tp_size"] == 1
+    assert p.config["env"] == {"PYTHONSAFEPATH": "1"}  # no checkout in the cwd shadows it
     digest = "sha256:" + "a" * 64
     img = _built("image", image=f"forge-build/sglang:cccccccccccc@{digest}",
                  extra={"name": "forge-build/sglang:cccccccccccc", "digest": digest})
