@@ -435,8 +435,9 @@ def check_layered(builds: Sequence[Deployable]) -> str | None:
     return None
 
 
-# Which module a server of each engine reports the version of.
-ENGINE_MODULES = {"sglang": "sglang", "hf": "transformers"}
+# Which module a server of each engine reports the version of (`transformers serve` reports
+# none: a build could not be told from the installed package, so hf does not deploy builds).
+ENGINE_MODULES = {"sglang": "sglang"}
 
 
 def engine_build(engine: str, builds: Mapping[str, Deployable]) -> Deployable | None:
@@ -453,9 +454,11 @@ def apply_builds(profile: RuntimeProfile, builds: Mapping[str, Deployable]) -> R
     Raises HarnessError when the profile cannot run a build (one line naming why)."""
     if not builds:
         return profile
-    if profile.engine == "external":
-        raise HarnessError("an external endpoint cannot run a build of a commit (the engine "
-                           "evaluator deploys builds with the sglang or hf engine)")
+    if profile.engine not in ENGINE_MODULES:
+        raise HarnessError(f"the {profile.engine} engine cannot deploy a build of a commit "
+                           "(an external endpoint is not forge's to launch; `transformers "
+                           "serve` reports no version to check the build by): use the "
+                           "sglang engine")
     config = dict(profile.config)
     if config.get("launcher"):
         raise HarnessError(f"profile {profile.service}: config.launcher "

@@ -191,6 +191,8 @@ def test_a_profile_runs_the_builds():
         (_profile(), {"sglang": venv, "x": img}, "cannot run together"),
         (_profile(engine="external", endpoint="http://127.0.0.1:1"), {"sglang": venv},
          "external endpoint"),
+        (_profile(engine="hf", framework=None, config={}), {"sglang": venv},
+         "reports no version"),
     ]:
         with pytest.raises(commit_build.HarnessError, match=why):
             commit_build.apply_builds(prof, builds)
