@@ -63,7 +63,7 @@ from ..errors import HarnessError
 from ..loop import code
 from ..loop.decision import out_of_scope
 from ..loop.steps import Stepper, measure_events
-from ..models.weights import model_path, parse_name, pull
+from ..models.weights import resolve_model
 from ..record import task_append
 from ..task import load_task_from_ledger
 
@@ -154,14 +154,10 @@ def _retarget(ws: Workspace, h: EngineHandle) -> None:
 # --- what to launch ----------------------------------------------------------------------
 
 
-def _model_dir(ws: Workspace, source: str) -> str:
-    """The point's model on disk (a `forge:` recipe is pulled when missing)."""
-    try:
-        return str(model_path(Path(ws.home), source))
-    except HarnessError:
-        if parse_name(source)[0] != "recipe":
-            raise
-        return str(pull(ws, source).path)
+def _model_dir(ws: Workspace, source: str, revision: str | None = None) -> str:
+    """The point's model on disk, as the engine evaluator finds it (weights.resolve_model: a
+    recipe pulled when missing, a hub id referenced in the shared cache at `revision`)."""
+    return str(resolve_model(ws, source, revision))
 
 
 def _open_task(ctx: ToolContext, task_id: str) -> tuple[Any, Any]:
@@ -234,7 +230,8 @@ def _engine_up(session: AgentSession, ctx: ToolContext, a: EngineUpArgs) -> Any:
                            "whose runtime is outside the sandbox; launch a task whose runtime "
                            "profile pins it")
     source = a.model or (point.model.source if point is not None else None)
-    model_dir = _model_dir(ctx.ws, source) if source and name != "external" else None
+    revision = point.model.revision if point is not None and not a.model else None
+    model_dir = _model_dir(ctx.ws, source, revision) if source and name != "external" else None
     ctx.progress(f"launching {name} engine" + (f" for task {task_id}" if task_id else ""))
     if point is not None and name != "external":  # the point as a whole: PD, EPD, replicas
         running = deploy_whole(ctx.ws, point, profile, model=model_dir, stream=stream,
