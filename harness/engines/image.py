@@ -266,20 +266,39 @@ def _last(text: str) -> str:
     return " ".join((text or "").split())[-300:]
 
 
-def repo_digests(use: ImageUse, run: Runner = subprocess.run) -> list[str] | None:
-    """The digests the runtime knows the image by (None: the image is not present)."""
-    r = _run(use, ["image", "inspect", "--format", "{{json .RepoDigests}}", use.ref], 60, run)
+class _Absent(Exception):
+    """The runtime has no such image."""
+
+
+def _inspect(runtime: ContainerRuntime, ref: str, field: str, run: Runner) -> Any:
+    """`image inspect --format {{json .<field>}} ref`, decoded; `_Absent` when the runtime
+    has no such image, a HarnessError when it cannot answer or answers something else."""
+    try:
+        r = run([runtime.exe, "image", "inspect", "--format", f"{{{{json .{field}}}}}", ref],
+                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"{runtime.kind} image inspect {ref}: {e}") from None
     if r.returncode != 0:
         if MISSING_IMAGE.search(r.stderr or ""):
-            return None
+            raise _Absent
         # Not "no such image": the runtime itself cannot answer (a daemon not running, …).
-        raise HarnessError(f"{use.runtime.kind} image inspect {use.ref} exited "
-                           f"{r.returncode}: {_last(r.stderr or r.stdout)}")
+        raise HarnessError(f"{runtime.kind} image inspect {ref} exited {r.returncode}: "
+                           f"{_last(r.stderr or r.stdout)}")
     try:
-        data = json.loads(r.stdout.strip().splitlines()[0]) if r.stdout.strip() else []
+        return json.loads(r.stdout.strip().splitlines()[0]) if r.stdout.strip() else None
     except ValueError:
-        raise HarnessError(f"{use.runtime.kind} image inspect {use.ref}: RepoDigests is not "
-                           f"JSON: {_last(r.stdout)}") from None
+        raise HarnessError(f"{runtime.kind} image inspect {ref}: {field} is not JSON: "
+                           f"{_last(r.stdout)}") from None
+
+
+def repo_digests(use: ImageUse, run: Runner = subprocess.run) -> list[str] | None:
+    """The digests the runtime knows the image by (None: the image is not present)."""
+    try:
+        data = _inspect(use.runtime, use.ref, "RepoDigests", run)
+    except _Absent:
+        return None
+    if data is None:
+        data = []
     if not isinstance(data, list):
         raise HarnessError(f"{use.runtime.kind} image inspect {use.ref}: RepoDigests is not "
                            "a list")
@@ -315,23 +334,13 @@ def image_id(runtime: ContainerRuntime, ref: str, run: Runner = subprocess.run
              ) -> str | None:
     """The ID (`sha256:…`) the runtime has for `ref`, None when it has no such image. Podman
     prints the ID without its `sha256:` prefix, docker with it."""
-    args = ["image", "inspect", "--format", "{{json .Id}}", ref]
     try:
-        r = run([runtime.exe, *args], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise HarnessError(f"{runtime.kind} image inspect {ref}: {e}") from None
-    if r.returncode != 0:
-        if MISSING_IMAGE.search(r.stderr or ""):
-            return None
-        raise HarnessError(f"{runtime.kind} image inspect {ref} exited {r.returncode}: "
-                           f"{_last(r.stderr or r.stdout)}")
-    try:
-        got = json.loads(r.stdout.strip().splitlines()[0]) if r.stdout.strip() else None
-    except ValueError:
-        got = None
+        got = _inspect(runtime, ref, "Id", run)
+    except _Absent:
+        return None
     if not isinstance(got, str) or not got:
         raise HarnessError(f"{runtime.kind} image inspect {ref}: Id is not a string: "
-                           f"{_last(r.stdout)}")
+                           f"{str(got)[-300:]}")
     return got if got.startswith("sha256:") else f"sha256:{got}"
 
 
