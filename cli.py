@@ -2350,12 +2350,15 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
 @click.option("--no-correctness", is_flag=True, help="No correctness gate (dummy weights).")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Runs per side.")
 @click.option("--id", "task_id", help="The task's id (default: ab-<member>-<base>-<cand>).")
+@click.option("--max-wall-s", type=float, default=4 * 3600.0, show_default=True,
+              help="The A/B's wall-time limit (both sides' builds, loads and runs).")
 @click.option("--json", "as_json", is_flag=True, help="Progress on stderr, result as JSON.")
 @click.pass_context
 @fail_cleanly
 def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
            profile: Path | None, metric: str, min_ratio: float, correctness: float,
-           no_correctness: bool, repeats: int, task_id: str | None, as_json: bool) -> None:
+           no_correctness: bool, repeats: int, task_id: str | None, max_wall_s: float,
+           as_json: bool) -> None:
     """Is CANDIDATE better than BASE at a deployment point? Build both commits of the
     member (cached by their inputs), deploy each at the point, check each server is the
     build it claims, measure both the same way and judge under the gates.
@@ -2376,7 +2379,7 @@ def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
     r = run_ab(open_ws(ctx), point=point, base=base, candidate=candidate, member=member,
                profile=profile, metric=metric, min_ratio=min_ratio,
                correctness=None if no_correctness else correctness, repeats=repeats,
-               task_id=task_id, progress=say)
+               task_id=task_id, max_wall_s=max_wall_s, progress=say)
     if as_json:
         emit_json(r.to_json())
     else:

@@ -41,6 +41,9 @@ from .code import member_commit
 Progress = Callable[[str], None]
 AB_DIR = "ab"
 DEFAULT_METRIC = "output_throughput"
+# Both sides' builds, weight loads and runs: a DeepSeek-class checkpoint loads for many
+# minutes a side.
+DEFAULT_MAX_WALL_S = 4 * 3600.0
 # Metrics where less is better: the gate asks for a ratio at most 1/min_ratio.
 LOWER_IS_BETTER = re.compile(r"(ttft|tpot|itl|e2e|latency)")
 
@@ -98,7 +101,8 @@ def resolve_ref(ws: Workspace, member: str, ref: str, flag: str) -> str:
 def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: str,
             profile: Path | None = None, metric: str = DEFAULT_METRIC,
             min_ratio: float = 1.0, correctness: float | None = 0.99, repeats: int = 3,
-            task_id: str | None = None) -> tuple[str, Path, dict[str, Any]]:
+            task_id: str | None = None, max_wall_s: float = DEFAULT_MAX_WALL_S
+            ) -> tuple[str, Path, dict[str, Any]]:
     """(task id, task file, its content) for comparing `candidate` against `base`."""
     point = point.resolve()
     if not point.is_file():
@@ -107,6 +111,8 @@ def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: st
         raise HarnessError(f"--profile {profile}: no such file")
     if not min_ratio > 0:
         raise HarnessError(f"--min-ratio {min_ratio}: must be above 0")
+    if not max_wall_s > 0:
+        raise HarnessError(f"--max-wall-s {max_wall_s}: must be above 0")
     if repeats < 2:
         raise HarnessError(f"--repeats {repeats}: at least 2 runs per side (an interval "
                            "needs them)")
@@ -134,7 +140,8 @@ def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: st
         "scope": {f"code.{member}": [cand_sha]},
         "code": {"members": [member], "base": {member: base_sha}},
         "contract": {"gates": gates},
-        "exit": {"when": "all_gates_pass", "max_blocks": 2, "no_progress_blocks": 1},
+        "exit": {"when": "all_gates_pass", "max_blocks": 2, "no_progress_blocks": 1,
+                 "max_wall_s": max_wall_s},
         "executor": {"kind": "sweep", "strategy": "grid"},
         "evaluator": {"kind": "engine"},
     }
@@ -160,7 +167,8 @@ def run_ab(ws: Workspace, *, point: Path, base: str, candidate: str,
            member: str | None = None, profile: Path | None = None,
            metric: str = DEFAULT_METRIC, min_ratio: float = 1.0,
            correctness: float | None = 0.99, repeats: int = 3, task_id: str | None = None,
-           progress: Progress | None = None) -> ABResult:
+           max_wall_s: float = DEFAULT_MAX_WALL_S, progress: Progress | None = None
+           ) -> ABResult:
     """Define and run the A/B task, then read its verdict (module contract)."""
     # In the function for start-up time: the loop and its evaluators.
     from .define import define_task
@@ -170,7 +178,8 @@ def run_ab(ws: Workspace, *, point: Path, base: str, candidate: str,
     m = deploy_member(ws, member)
     tid, path, _ = ab_task(ws, point=point, member=m, base=base, candidate=candidate,
                            profile=profile, metric=metric, min_ratio=min_ratio,
-                           correctness=correctness, repeats=repeats, task_id=task_id)
+                           correctness=correctness, repeats=repeats, task_id=task_id,
+                           max_wall_s=max_wall_s)
     say(f"A/B task {tid} ({path})")
     define_task(ws, path)
     run_task(ws, tid, progress=say)
