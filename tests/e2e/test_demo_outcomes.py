@@ -79,6 +79,9 @@ TOUR_OK = [
     ("sql", "SELECT block_id, metric, max(value) FROM measurements GROUP BY ALL"),
     ("filter", "--model", "tiny-llama", "--metric", "output_throughput", "--engine", "hf"),
     ("retrieve", "why was bfloat16 rejected"),
+    ("wiki", "ask", "why was bfloat16 rejected?"),
+    ("wiki", "lint"),
+    ("concurrency", "--by", "engineer", "--period", "month"),
 ]
 
 
