@@ -12,6 +12,7 @@ and the command that continues it (`not_delivered`); the CLI exits non-zero with
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,6 @@ from ..projections.memory import read_memory
 from .errors import HarnessError
 from .loop.define import define_task
 from .loop.engine_evaluator import EngineEvaluator
-from .loop.evaluator_protocol import Evaluator
 from .loop.manual import REOPENABLE, reopen_task
 from .loop.run import run_task
 from .models.weights import pull
@@ -80,12 +80,12 @@ def not_delivered(home: Path, task_id: str, exit_state: str | None,
     carries the numbers) and the command that continues it; None when it delivered."""
     if exit_state == "delivered":
         return None
-    again = f"forge --home {home} demo"
+    forge = f"forge --home {shlex.quote(str(home))}"
     if exit_state in REOPENABLE:
-        how = (f"run `{again}` again to reopen the task and continue (or `forge --home {home} "
-               f"task reopen {task_id} --reason R && forge --home {home} task run {task_id}`)")
+        how = (f"run `{forge} demo` again to reopen the task and continue (or `{forge} task "
+               f"reopen {task_id} --reason R && {forge} task run {task_id}`)")
     elif exit_state is None:  # waiting (a person's approval): nothing exited
-        how = f"`forge --home {home} task memory {task_id}` shows what it waits for"
+        how = f"`{forge} task memory {task_id}` shows what it waits for"
     else:  # failed-budget: the budget is part of the task's definition
         how = ("its budget is part of its definition: run the demo in a fresh home "
                "(`forge --home NEW_DIR demo`)")
@@ -103,11 +103,9 @@ def _continue_if_exited(ws: Workspace, task_id: str, echo: Callable[[str], None]
 
 
 def run_demo(ws: Workspace, echo: Callable[[str], None] = print,
-             task_file: Path = DEMO_TASK, evaluator: Evaluator | None = None
-             ) -> dict[str, Any]:
+             task_file: Path = DEMO_TASK) -> dict[str, Any]:
     """Run the main job in workspace `ws`; returns timings, the candidate table and
-    `problem`: the `not_delivered` line, or None. `evaluator`: the demo's engine evaluator
-    by default."""
+    `problem`: the `not_delivered` line, or None."""
     if not task_file.is_file():
         raise HarnessError(f"{task_file}: the demo task file is missing (a source checkout "
                            "holds it under examples/tasks/)")
@@ -128,8 +126,8 @@ def run_demo(ws: Workspace, echo: Callable[[str], None] = print,
         _continue_if_exited(ws, task_id, echo)
     echo("[4/4] running the loop: baseline, candidates, gates, accept or reject")
     t = time.monotonic()
-    if evaluator is None:
-        evaluator = EngineEvaluator(ws, load_task_from_ledger(ws, task_id).task)
+    lt = load_task_from_ledger(ws, task_id)
+    evaluator = EngineEvaluator(ws, lt.task)
     result = run_task(ws, task_id, evaluator=evaluator,
                       progress=lambda s: echo(f"      {time.monotonic() - t0:6.1f}s  {s}"))
     timings["loop_s"] = time.monotonic() - t
