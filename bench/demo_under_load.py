@@ -5,7 +5,8 @@ occupying `--load-cores` cores (default 1.5 of this machine's 2: busy-loop child
 with a duty cycle, started and killed by their PID) and N times with none, alternating so that
 other work on the machine weighs on both alike; each run in a fresh FORGE_HOME under a
 temporary directory removed at the end. Prints each run (delivered or the demo's one-line
-reason, the accepted candidate, wall time, the load average at its start), the delivered
+reason and its table of blocks, the accepted candidate, wall time, the load average at its
+start), the delivered
 counts, whether every accepted candidate is the same one, and the median wall time under load
 beside the quiet one.
 
@@ -83,11 +84,16 @@ def one_run(home: Path, wiki: bool) -> dict[str, object]:
     memory = json.loads(mem.stdout) if mem.returncode == 0 else {}
     accepted = memory.get("accepted") or []
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+    out = r.stdout.splitlines()
+    start = next((i for i, ln in enumerate(out) if ln.startswith("block ")), len(out))
+    table = [ln for ln in out[start:] if ln.strip() and not ln.startswith("-")]
+    table = table[:next((i for i, ln in enumerate(table) if ln.startswith("exit:")),
+                        len(table))]
     return {"rc": r.returncode, "delivered": memory.get("exit_state") == "delivered",
             "exit_state": memory.get("exit_state"),
             "why": errors[-1] if errors else "",
             "candidate": accepted[0]["candidate"] if accepted else None,
-            "wall_s": wall, "load_at_start": load}
+            "wall_s": wall, "load_at_start": load, "table": table}
 
 
 def describe(candidate: object) -> str:
@@ -119,8 +125,10 @@ def main() -> int:
                       f"rc={res['rc']}  {res['wall_s']:6.1f}s  load@start "
                       f"{res['load_at_start']:.2f}  accepted: {describe(res['candidate'])}",
                       flush=True)
-                if not res["delivered"]:
+                if not res["delivered"]:  # why, and the blocks that led there
                     print(f"          {res['why']}", flush=True)
+                    for ln in res["table"]:  # type: ignore[attr-defined]
+                        print(f"          {ln}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
