@@ -133,3 +133,28 @@ def test_not_delivered_names_the_way_on_for_every_exit(tmp_path):
     assert "task memory" in waiting and "\n" not in waiting
     for state in ("failed-blocked", "failed-no-progress", "follow-up-handoff"):
         assert f"task reopen {TASK}" in not_delivered(tmp_path, TASK, state, "why")
+
+
+class NoBetter(ScriptedEvaluator):
+    """Every candidate measures as the baseline does: none passes the throughput gate."""
+
+    def evaluate(self, candidate, *, repeats, ctx):
+        return super().evaluate({}, repeats=repeats, ctx=ctx)
+
+
+def test_a_demo_out_of_budget_says_to_start_afresh_when_run_again(tmp_path):
+    home = tmp_path / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(demo_mod, "EngineEvaluator", lambda ws, task: NoBetter())
+        first = run_forge("demo", "--no-wiki", home=home, timeout=300)
+        memory = _memory(home)
+        assert memory["exit_state"] == "failed-budget", memory["exit_reason"]
+        again = run_forge("demo", "--no-wiki", home=home, timeout=300)
+    for r in (first, again):
+        line = _one_line_error(r)
+        assert line.startswith("Error: the demo did not deliver (failed-budget): "
+                               f"{memory['exit_reason']}; "), line
+        assert "fresh home" in line and "reopen" not in line, line
+    # It cannot be reopened, so nothing more was measured.
+    assert "reopened" not in again.stdout
+    assert len(_memory(home)["execution_record"]) == len(memory["execution_record"])
