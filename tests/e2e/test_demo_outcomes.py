@@ -1,7 +1,8 @@
 """`forge demo` when its task does not deliver, through the real CLI (issue 31 item 5): one
 line naming why with the numbers and the command that continues it, exit 1; `forge demo`
-again reopens and continues; a delivered demo re-reports; and the README's tour after the
-demo either works or says in one line what is missing, exit non-zero.
+again reopens and continues (one out of budget says to start afresh); a delivered demo
+re-reports; and the README's tour after the demo either works or says in one line what is
+missing, exit non-zero.
 
 The engine is the one part replaced: the demo's own task, ledger, gates and CLI run as a
 user's would, with the scripted evaluator of test_demo.py (an unstable baseline, then a
