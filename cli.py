@@ -1343,7 +1343,10 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
     Pulls the generated tiny-llama, pins a CPU deployment point, defines a deployment-tuning
     task over the `hf` engine's knobs with throughput, TTFT-SLO, token-match and stability
     gates, runs the loop (baseline, candidates, verification, accept or reject, exit), then
-    updates the index and builds the wiki. Running it again resumes from the ledger.
+    updates the index and builds the wiki. Running it again resumes from the ledger: a
+    delivered demo reports again; one that exited without delivering is reopened and
+    continues. A demo that does not deliver exits 1 with one line: why, with the numbers,
+    and the command that continues it.
 
     \b
     Example:
@@ -1375,6 +1378,8 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
                 click.echo(f"  {cmd}")
     if as_json:
         emit_json(result)
+    if result["problem"]:
+        raise click.ClickException(result["problem"])
 
 
 # --- journal: index, queries, wiki ------------------------------------------------------

@@ -3,21 +3,27 @@
 Pull the generated `tiny-llama`, pin the demo deployment point, define a deployment-tuning
 task over the `hf` engine's knobs with throughput / TTFT-SLO / token-match / stability gates,
 run the loop (baseline, candidates, verification, accept or reject, exit), and print what
-was decided and how to explore it. Re-running on the same workspace resumes or re-reports:
-the ledger, not this function, holds the state.
+was decided and how to explore it. The ledger, not this function, holds the state: re-running
+on the same workspace resumes an unfinished task, re-reports a delivered one, and continues
+one that exited without delivering (it reopens the task, as `forge task reopen` would, and
+runs the loop again). A demo that does not deliver says why in one line, with the numbers,
+and the command that continues it (`not_delivered`); the CLI exits non-zero with it.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..ledger.workspace import Workspace
+from ..projections.memory import read_memory
 from .errors import HarnessError
 from .loop.define import define_task
 from .loop.engine_evaluator import EngineEvaluator
+from .loop.manual import REOPENABLE, reopen_task
 from .loop.run import run_task
 from .models.weights import pull
 from .task import load_task_from_ledger
@@ -68,9 +74,38 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def not_delivered(home: Path, task_id: str, exit_state: str | None,
+                  exit_reason: str | None) -> str | None:
+    """The one line a demo that did not deliver ends with: why (the exit's own reason, which
+    carries the numbers) and the command that continues it; None when it delivered."""
+    if exit_state == "delivered":
+        return None
+    forge = f"forge --home {shlex.quote(str(home))}"
+    if exit_state in REOPENABLE:
+        how = (f"run `{forge} demo` again to reopen the task and continue (or `{forge} task "
+               f"reopen {task_id} --reason R && {forge} task run {task_id}`)")
+    elif exit_state is None:  # waiting (a person's approval): nothing exited
+        how = f"`{forge} task memory {task_id}` shows what it waits for"
+    else:  # failed-budget: the budget is part of the task's definition
+        how = ("its budget is part of its definition: run the demo in a fresh home "
+               "(`forge --home NEW_DIR demo`)")
+    return f"the demo did not deliver ({exit_state or 'waiting'}): {exit_reason}; {how}"
+
+
+def _continue_if_exited(ws: Workspace, task_id: str, echo: Callable[[str], None]) -> None:
+    """A demo task that exited without delivering, but may run again, is reopened: running
+    `forge demo` again is how a person asks for another try (the issue-31 contract)."""
+    mem, _ = read_memory(ws.ledger, task_id)
+    if mem.status == "exited" and mem.exit_state in REOPENABLE:
+        reopen_task(ws, task_id, f"forge demo run again after {mem.exit_state}: "
+                                 f"{mem.exit_reason}")
+        echo(f"      it exited {mem.exit_state} ({mem.exit_reason}); reopened, continuing")
+
+
 def run_demo(ws: Workspace, echo: Callable[[str], None] = print,
              task_file: Path = DEMO_TASK) -> dict[str, Any]:
-    """Run the main job in workspace `ws`; returns timings and the candidate table."""
+    """Run the main job in workspace `ws`; returns timings, the candidate table and
+    `problem`: the `not_delivered` line, or None."""
     if not task_file.is_file():
         raise HarnessError(f"{task_file}: the demo task file is missing (a source checkout "
                            "holds it under examples/tasks/)")
@@ -87,6 +122,8 @@ def run_demo(ws: Workspace, echo: Callable[[str], None] = print,
     task_id = info["task_id"]
     echo(f"      task {task_id}  point {info['point_hash'][:19]}  "
          f"{'defined' if info['created'] else 'already defined: resuming'}")
+    if not info["created"]:
+        _continue_if_exited(ws, task_id, echo)
     echo("[4/4] running the loop: baseline, candidates, gates, accept or reject")
     t = time.monotonic()
     lt = load_task_from_ledger(ws, task_id)
@@ -111,4 +148,5 @@ def run_demo(ws: Workspace, echo: Callable[[str], None] = print,
                 f"forge --home {home} check"):
         echo(f"  {cmd}")
     return {"task_id": task_id, "exit_state": result.exit_state, "rows": rows,
-            "timings": timings}
+            "timings": timings,
+            "problem": not_delivered(home, task_id, result.exit_state, result.exit_reason)}

@@ -264,6 +264,13 @@ def _resolve(con: duckdb.DuckDBPyConnection, text: str, runs: str) -> Subject:
                        [text]).fetchall()
     if len(rows) == 1:
         return Subject(text, "block", "task_id = ? AND block_id = ?", [rows[0][0], text])
+    for sep in ("/", ":"):  # a known task, a block it never reached (it exited before)
+        task, _, block = text.rpartition(sep)
+        has = [r[0] for r in con.execute("SELECT block_id FROM loop_blocks WHERE task_id = ? "
+                                         "ORDER BY position", [task]).fetchall()] if task else []
+        if has:
+            raise ProjectionError(f"compare: task {task} has no block {block!r} (its blocks: "
+                                  f"{', '.join(has)})")
     raise ProjectionError(
         f"compare: {text!r} is not a task, block (task/block), runtime profile "
         "(service@rev) or point hash in the index")
