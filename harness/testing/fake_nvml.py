@@ -1,6 +1,7 @@
 """A simulated NVML at the library boundary: the functions of `pynvml` (nvidia-ml-py) that
-the Node Registry and the host state (harness/nodes/host_state.py) call, over a scripted set of GPUs whose compute processes tests (and the
-observation benchmark) add and remove. Values are shaped like a real H100/H200's."""
+the Node Registry and the host state (harness/nodes/host_state.py) call, over a scripted set
+of GPUs whose compute processes, clocks and throttle reasons tests (and the observation
+benchmark) set. Values are shaped like a real H100/H200's."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -199,6 +200,17 @@ def test_a_run_with_a_foreign_gpu_process_and_a_throttle_is_contaminated_and_exc
         plain, runs_of(_records(results)), None, skip_relative=True).gates)
 
 
+def _busy_outside_our_tree() -> int:
+    """A process spinning on a core, started through a shell that exits at once (so it is
+    not this process's descendant, as another user's job is not forge's); its pid."""
+    out = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' "
+                          ">/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                         check=True)
+    pid = int(out.stdout)
+    assert pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+    return pid
+
+
 def test_reproduce_under_a_busy_process_says_not_comparable(measured):
     ws, lt, results, _ = measured
     quiet = {**results[0].meta["host"], "load1": 0.1, "foreign_cpu": 0.0, "foreign_top": []}
@@ -208,14 +220,13 @@ def test_reproduce_under_a_busy_process_says_not_comparable(measured):
                               repeat=i, meta={**r.meta, "host": quiet, "contaminated": []},
                               **common)
         for i, r in enumerate(results[:1])])
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
+    spin = [_busy_outside_our_tree() for _ in range(2)]
+    try:  # the real CLI, in this process (run_forge): the busy processes are not its own
         r = run_forge("reproduce", "hr:b1", "--repeats", "1", "--band", "5", "--json",
-                      home=ws.home, timeout=300, process=True)
+                      home=ws.home, timeout=300)
     finally:
-        for p in spin:
-            p.kill()
-            p.wait()
+        for pid in spin:
+            os.kill(pid, signal.SIGKILL)
     assert r.returncode == 1, (r.stdout, r.stderr)
     out = json.loads(r.stdout)
     cores = psutil.cpu_count()
