@@ -2,7 +2,8 @@
 psutil and /proc and, for GPUs, the simulated NVML (whose surface is checked against the
 real `pynvml`, nvidia-ml-py); judged by `contamination`, recorded by the engine evaluator on
 a real engine (the tiny model on the hf engine), seen by the gates, and compared by
-`forge reproduce` (run as the real CLI while a busy process this test starts holds the CPU).
+`forge reproduce` (run as the real CLI while a busy process this test starts holds the CPU),
+and projected into the DuckDB index (both its SQL and Python paths).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from infer_forge.ledger import events as E
 from infer_forge.ledger.specs import Contract, HostLimits
 from infer_forge.ledger.task import runs_of
 from infer_forge.ledger.workspace import init_workspace
+from infer_forge.projections import index as I
 
 from tests.conftest import REPO, run_forge
 
@@ -38,9 +40,9 @@ PROFILE = REPO / "examples/profiles/demo-tiny-cpu.yaml"
 PLANT = E.Actor.human("planter")
 # Task `hs` judges only the GPU side: on this shared 2-core machine other people's work
 # (a mypy, a test) would otherwise contaminate its runs now and then. Task `hr`, the one
-# reproduced, bounds other processes' CPU at a fifth of the cores.
+# reproduced, bounds other processes' CPU at a tenth of the cores.
 GPU_ONLY = "{max_load_per_core: 1000, max_foreign_cpu: 1000}"
-CPU_TOO = "{max_load_per_core: 1000, max_foreign_cpu: 0.2}"
+CPU_TOO = "{max_load_per_core: 1000, max_foreign_cpu: 0.1}"
 
 
 def write_task(d: Path, task_id: str, host: str) -> Path:
@@ -220,7 +222,7 @@ def test_reproduce_under_a_busy_process_says_not_comparable(measured):
                               repeat=i, meta={**r.meta, "host": quiet, "contaminated": []},
                               **common)
         for i, r in enumerate(results[:1])])
-    spin = [_busy_outside_our_tree() for _ in range(2)]
+    spin = [_busy_outside_our_tree()]
     try:  # the real CLI, in this process (run_forge): the busy processes are not its own
         r = run_forge("reproduce", "hr:b1", "--repeats", "1", "--band", "5", "--json",
                       home=ws.home, timeout=300)
@@ -233,3 +235,24 @@ def test_reproduce_under_a_busy_process_says_not_comparable(measured):
     assert out["verdict"].startswith("not comparable: recorded at other processes' CPU 0 "
                                      f"on {cores} cores, now "), out["verdict"]
     assert out["verdict"] == out["not_comparable"]
+
+
+def test_the_index_has_each_runs_host_state_by_both_paths(measured, tmp_path):
+    ws, _, results, foreign = measured
+    common = {"task_id": "hs", "block_id": "b1", "actor": PLANT}
+    append_to_task(ws, "hs", [E.LoopBlockStarted(index=1, sub_goal="baseline", **common)] + [
+        E.MeasurementRecorded(run_id=f"b1-r{i + 1}", source="forge-bench", metrics=r.metrics,
+                              repeat=i, meta=r.meta, **common)
+        for i, r in enumerate(results)])
+    for sql_path in (True, False):
+        con = I.connect(tmp_path / f"index-{sql_path}.duckdb")
+        try:
+            I.catch_up(con, ws.ledger, sql_path=sql_path)
+            rows = con.execute(
+                "SELECT contaminated, host->>'$.gpus[0].foreign[0].pid', "
+                "(host->>'$.cores')::INT FROM measurement_runs WHERE task_id = 'hs' "
+                "ORDER BY repeat").fetchall()
+        finally:
+            con.close()
+        assert rows == [(False, None, psutil.cpu_count()), (True, str(foreign),
+                        psutil.cpu_count()), (False, None, psutil.cpu_count())], sql_path
