@@ -141,7 +141,8 @@ class Projector:
         self.b_kept = 0
         # Runs projected in SQL: position, dimension index, candidate key, repo snapshot,
         # host state (JSON text) and whether it contaminated the run; their metrics as flat
-        # names and values with each run's offset (one MAP per run, built by Arrow: DuckDB's JSON-to-MAP cast costs ~4 us a run, this ~0.3 us).
+        # names and values with each run's offset (one MAP per run, built by Arrow:
+        # DuckDB's JSON-to-MAP cast costs ~4 us a run, this ~0.3 us).
         self.b_mx: tuple[list[int], list[int], list[str], list[Any], list[str | None],
                          list[bool | None]] = ([], [], [], [], [], [])
         self.b_mx_metric: list[str] = []
