@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger.specs import HostLimits
+from .observe import Probe  # the one NVML loader
 
 MIB = 1024 * 1024
 
@@ -85,8 +86,6 @@ class HostSampler:
 
     def __init__(self, nvml: Any = None, *, own_pid: int | None = None):
         import psutil
-
-        from .observe import Probe  # the one NVML loader (observe.Probe)
 
         self.psutil = psutil
         self.own_pid = own_pid or os.getpid()
