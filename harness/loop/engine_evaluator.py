@@ -238,7 +238,6 @@ class EngineEvaluator:
                         artifact_digest=digest, meta={**meta, "repeat": i, **(
                             {"omitted_metrics": omitted} if omitted else {}),
                             "host": state, "contaminated": dirty}))
-                host.close()
         except HarnessError as e:
             msg = " ".join(str(e).split())
             say(f"engine run failed: {msg[:200]}")

@@ -295,7 +295,6 @@ def reproduce(ws: Workspace, ident: str, *, repeats: int | None = None,
         results = evaluator.evaluate(block.candidate, repeats=n, ctx=ctx)
     finally:
         around = sampler.stop()
-        sampler.close()
     ok = [r for r in results if r.success]
     now = [r.meta["host"] for r in ok if isinstance(r.meta.get("host"), dict)] or [around]
     recorded_host = [m["meta"]["host"] for m in tg.runs

@@ -4,7 +4,7 @@ Contract:
 - `HostSampler(nvml=None)` reads this host: psutil and /proc for the CPU side and, where
   NVML loads (the Node Registry's `observe.Probe`: `pynvml`, or a module with its functions
   handed in, such as the tests' simulated NVML), each GPU. `start()` before a run and
-  `stop()` after it give one `state` dict (JSON):
+  `stop()` after it give one `state` dict (JSON; NVML is held only between the two):
   `{cores, load1, psi_cpu_some_avg10, psi_memory_some_avg10, mem_available_pct,
   foreign_cpu, foreign_top, wall_s, gpus: [...], nvml}`. `load1` is the highest 1-minute
   load average seen at start or end; the PSI fields are `/proc/pressure/*`'s `some avg10`
@@ -88,14 +88,18 @@ class HostSampler:
         import psutil
 
         self.psutil = psutil
+        self.nvml = nvml
         self.own_pid = own_pid or os.getpid()
-        self.probe = Probe(nvml)
+        self.probe: Probe | None = None
         self._t0 = 0.0
         self._cpu0: dict[tuple[int, float], float] = {}
         self._load0 = 0.0
 
     def close(self) -> None:
-        self.probe.close()
+        """Releases NVML if a run's sampling is still open (`stop` releases it too)."""
+        if self.probe is not None:
+            self.probe.close()
+            self.probe = None
 
     def own_pids(self) -> set[int]:
         """forge's process tree: this process and its descendants (the engines it runs)."""
@@ -117,6 +121,8 @@ class HostSampler:
         return out
 
     def start(self) -> None:
+        self.close()
+        self.probe = Probe(self.nvml)  # NVML held only during the run: nothing to leak
         self._t0 = time.monotonic()
         self._load0 = os.getloadavg()[0]
         self._cpu0 = {k: v[1] for k, v in self._cpu_times(self.own_pids()).items()}
@@ -131,6 +137,9 @@ class HostSampler:
                 used.append((dt, pid, name))
         used.sort(reverse=True)
         vm = self.psutil.virtual_memory()
+        gpus = self._gpus(own)
+        note = self.probe.note if self.probe is not None else "not sampled"
+        self.close()
         return {
             "cores": self.psutil.cpu_count() or 1,
             "load1": round(max(self._load0, os.getloadavg()[0]), 2),
@@ -141,17 +150,18 @@ class HostSampler:
             "foreign_top": [{"pid": pid, "name": name, "cores": round(dt / wall, 3)}
                             for dt, pid, name in used[:3]],
             "wall_s": round(wall, 3),
-            "gpus": self._gpus(own),
-            "nvml": self.probe.note or "ok",
+            "gpus": gpus,
+            "nvml": note or "ok",
         }
 
     def _gpus(self, own: set[int]) -> list[dict[str, Any]]:
-        nv = self.probe.nvml
-        if nv is None:
+        probe = self.probe
+        nv = probe.nvml if probe is not None else None
+        if probe is None or nv is None:
             return []
         out = []
         try:
-            for i, (uuid, h) in enumerate(self.probe.handles):
+            for i, (uuid, h) in enumerate(probe.handles):
                 mask = _call(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
                 power = _call(nv.nvmlDeviceGetPowerUsage, h)
                 cap = _call(nv.nvmlDeviceGetEnforcedPowerLimit, h)
@@ -181,7 +191,7 @@ class HostSampler:
                     "foreign": foreign,
                 })
         except Exception as e:  # a GPU fell off the bus, the driver restarted, ...
-            self.probe.note = f"NVML error: {_text(e) or type(e).__name__}"
+            probe.note = f"NVML error: {_text(e) or type(e).__name__}"
             return out
         return out
 
