@@ -3167,7 +3167,8 @@ def reproduce_cmd(ctx, ident: str, repeats: int | None, band: float | None,
     """Re-deploy the point a measurement, block (TASK:BLOCK) or deliverable was recorded on
     (profile revision, model digest, code snapshot), re-run the same workload and say whether
     the recorded figures come back, with the band used; records a ReproductionRecorded.
-    Exit code: 0 reproduced, 1 not reproduced, 2 cannot be reproduced here (why, one line).
+    Exit code: 0 reproduced, 1 not reproduced (or not comparable: the host's state then and
+    now apart beyond the contract's host limits), 2 cannot be reproduced here (why, one line).
     """
     from .harness.loop import reproduce as rp
 
@@ -3180,7 +3181,7 @@ def reproduce_cmd(ctx, ident: str, repeats: int | None, band: float | None,
         emit_json(rp.as_dict(ev))
     else:
         click.echo("\n".join(rp.lines(ev)))
-    if not ev.reproduced:
+    if not ev.reproduced or ev.not_comparable:
         ctx.exit(1)
 
 

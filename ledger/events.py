@@ -1021,4 +1021,7 @@ class ReproductionRecorded(Event):
     band_rule: str = ""
     errors: list[str] = Field(default_factory=list)  # new runs that failed, with why
     reproduced: bool
+    # The recorded runs' host state vs the re-run's (harness/nodes/host_state.py `compare`):
+    # `not comparable: recorded at load 5.1 on 2 cores, now 0.4 ...`, or None.
+    not_comparable: str | None = None
     wall_s: float = 0.0

@@ -398,8 +398,20 @@ class ReviewSpec(Spec):
     timeout_s: float = Field(300, gt=0)
 
 
+class HostLimits(Spec):
+    """When a run's host state (harness/nodes/host_state.py) contaminates it: load per core
+    and other processes' CPU (cores' share) above these bounds, a foreign compute process on
+    the GPUs, a throttled GPU. `refuse`: the gates leave such runs out; `flag`: kept, said."""
+
+    max_load_per_core: float = Field(1.5, gt=0)
+    max_foreign_cpu: float = Field(0.5, gt=0)
+    foreign_gpu: Literal["refuse", "flag"] = "refuse"
+    throttle: Literal["refuse", "flag"] = "refuse"
+
+
 class Contract(Spec):
-    OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None, "noise": None}
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None, "noise": None,
+                                           "host": None}
     gates: list[Gate] = Field(min_length=1)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap: int = Field(2000, ge=100)
@@ -412,7 +424,9 @@ class Contract(Spec):
     # from history, and quote it; inconclusive gates say how many runs would decide
     # (harness/loop/gates.py, projections/noise.py). None: gates judge as before.
     noise: Literal["learned"] | None = None
-
+    # The host-state limits the gates and `forge reproduce` apply (HostLimits); None: runs
+    # record their host state, nothing is judged on it.
+    host: HostLimits | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> Contract:

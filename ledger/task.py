@@ -143,11 +143,14 @@ class Run:
     metrics: Mapping[str, float]
     success: bool = True
     accuracy: Mapping[str, Any] | None = None
+    # Why the host's state contaminated the run (meta.contaminated; harness/nodes/host_state.py)
+    contaminated: tuple[str, ...] = ()
 
 
 def runs_of(measurements: Iterable[MeasurementRecord]) -> list[Run]:
     """The runs of these measurements (see `Block.runs`)."""
-    return [Run(m["metrics"], m["success"], (m.get("meta") or {}).get("accuracy") or None)
+    return [Run(m["metrics"], m["success"], (m.get("meta") or {}).get("accuracy") or None,
+                tuple((m.get("meta") or {}).get("contaminated") or ()))
             for m in measurements]
 
 

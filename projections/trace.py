@@ -44,6 +44,24 @@ TRACEABLE = {E.DeliverableAccepted.TYPE: "deliverable", E.DirectionRejected.TYPE
 _ID = re.compile(r"[0-9a-f-]+")
 
 
+
+def host_line(h: dict[str, Any]) -> str:
+    """One line of a run's host state (its meta's `host`, harness/nodes/host_state.py)."""
+    def num(v: Any, fmt: str = ".2g") -> str:
+        return "?" if v is None else format(v, fmt)
+
+    parts = [f"load {num(h.get('load1'))} on {h.get('cores', '?')} cores",
+             f"others' CPU {num(h.get('foreign_cpu'))}"]
+    if h.get("psi_cpu_some_avg10") is not None:
+        parts.append(f"cpu pressure {h['psi_cpu_some_avg10']:g}%")
+    for g in h.get("gpus") or []:
+        parts.append(f"GPU {g.get('index')}: SM {num(g.get('sm_clock_mhz'), 'd')} MHz, "
+                     f"{num(g.get('power_w'), 'g')}/{num(g.get('power_cap_w'), 'g')} W, "
+                     f"{num(g.get('temperature_c'), 'd')} C"
+                     + (f", {'+'.join(g['throttle'])}" if g.get("throttle") else "")
+                     + (f", {len(g['foreign'])} foreign" if g.get("foreign") else ""))
+    return "; ".join(parts)
+
 def find_event(ledger: Ledger, ident: str) -> Recorded:
     ident = ident.strip().lower()
     if len(ident.replace("-", "")) < MIN_PREFIX or not _ID.fullmatch(ident):
@@ -196,7 +214,10 @@ def _chain(ws: Workspace, task_id: str, events: list[E.Event], mem: TaskMemory,
                 "metrics": dict(e.metrics),
                 "repo_snapshot": e.input_digests.get(Digest.REPO_SNAPSHOT),
                 "artifact": _artifact(ws, e.artifact_digest, f"records of {e.run_id}", arts),
-                "invalidated": invalid.get(str(e.event_id))})
+                "invalidated": invalid.get(str(e.event_id)),
+                **({"host": host_line(e.meta["host"]),
+                    "contaminated": list(e.meta.get("contaminated") or [])}
+                   if isinstance(e.meta.get("host"), dict) else {})})
             for k, v in sorted(e.meta.items()):  # server info, greedy outputs, stdout …
                 if k.endswith("_digest") and isinstance(v, str):
                     _artifact(ws, v, f"{k.removesuffix('_digest')} of {e.run_id}", arts)
@@ -342,7 +363,9 @@ def chain_lines(c: dict[str, Any]) -> list[str]:
             metrics += f" (+{len(m['metrics']) - len(shown)} more in --json)"
         out.append(f"    {m['event_id'][:8]} {m['run_id']} (repeat {m['repeat']}, "
                    f"{m['source']}{'' if m['success'] else ', failed'}): {metrics}"
-                   + (f"  [invalidated: {m['invalidated']}]" if m.get("invalidated") else ""))
+                   + (f"  [invalidated: {m['invalidated']}]" if m.get("invalidated") else "")
+                   + (f"  [contaminated: {'; '.join(m['contaminated'])}]"
+                      if m.get("contaminated") else ""))
     v = c.get("verification")
     if v is None:
         out.append("  verification: (none)")

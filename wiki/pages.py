@@ -358,10 +358,11 @@ def _add_trace(p: Page, c: dict[str, Any]) -> None:
                 code(x["stdout"]) if x["stdout"] else "—") for x in c["tool_calls"]])
     if c["measurements"]:
         p.add("p", text(strong("Measurements")))
-        p.add("table", ["event", "run", "source", "metrics", "records"],
+        p.add("table", ["event", "run", "source", "metrics", "records", "host"],
               [(code(m["event_id"][:8]), m["run_id"], m["source"],
                 ", ".join(f"{k} {_cell_num(v)}" for k, v in sorted(m["metrics"].items())),
-                code(m["artifact"]) if m["artifact"] else "—") for m in c["measurements"]])
+                code(m["artifact"]) if m["artifact"] else "—", _host_cell(m))
+               for m in c["measurements"]])
     v = c.get("verification")
     if v:
         p.add("p", text(strong("Verification"), f" {v['verdict']} (", code(v["event_id"]), ")"))
@@ -376,6 +377,15 @@ def _add_trace(p: Page, c: dict[str, Any]) -> None:
         p.add("p", text(strong("Artifacts")))
         p.add("list", [text(code(a["digest"]), f" {a['what']}: ", code(a["relative"]))
                        for a in c["artifacts"]])
+
+
+def _host_cell(m: dict[str, Any]) -> str:
+    """A run's host state (projections/trace.py `host_line`) and, when it contaminated the
+    run, why; "—" for a run recorded without one."""
+    if not m.get("host"):
+        return "—"
+    dirty = m.get("contaminated") or []
+    return m["host"] + (f" — CONTAMINATED: {'; '.join(dirty)}" if dirty else "")
 
 
 def _cell_num(v: Any) -> str:

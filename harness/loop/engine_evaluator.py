@@ -27,7 +27,10 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
   or request rate, and its SLO as the goodput definition; described in `meta.workload`; a
   point whose workload cannot be built is a failed run saying why, with nothing launched).
   Each run's metrics carry `token_match` against the baseline's outputs (1.0 for the baseline
-  itself) and `failed` (requests that failed). When the task's contract has accuracy gates,
+  itself) and `failed` (requests that failed). Each run's `meta.host` is the host's state
+  around it and `meta.contaminated` why that state contaminates it under the contract's
+  host limits, or the defaults ([] when clean; harness/nodes/host_state.py). When the
+  task's contract has accuracy gates,
   each one's lm_eval task runs once per launch after the greedy outputs, before the
   repeats; its accuracy and per-item correctness (doc ids and 0/1 only, never text) go in
   every run's `meta.accuracy[<gate>]` (an `error` there when it could not run).
@@ -47,7 +50,7 @@ from typing import Any
 import orjson
 
 from ...ledger import events as E
-from ...ledger.specs import CODE_PREFIX, DeploymentPoint, TaskDefinition
+from ...ledger.specs import CODE_PREFIX, DeploymentPoint, HostLimits, TaskDefinition
 from ...ledger.workspace import Workspace
 from ..bench.client import BenchGuard, run_bench
 from ..bench.correctness import (
@@ -68,9 +71,16 @@ from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
 from ..models.dummy_weights import dummy_refusal, weights_of
 from ..models.weights import resolve_model
+from ..nodes.host_state import HostSampler, contamination
 from .evaluator_protocol import Baseline, EvalContext, RunResult
 
 GREEDY_MAX_TOKENS = 32
+
+
+def _host_limits(task: TaskDefinition) -> HostLimits:
+    """The contract's host limits, the defaults when it sets none (recorded, not gated)."""
+    contract = getattr(task, "contract", None)
+    return (contract.host if contract is not None else None) or HostLimits()
 
 
 class WorkloadError(HarnessError):
@@ -80,8 +90,9 @@ class WorkloadError(HarnessError):
 class EngineEvaluator:
     def __init__(self, ws: Workspace, task: TaskDefinition, *,
                  greedy_max_tokens: int = GREEDY_MAX_TOKENS,
-                 base_dir: str | Path | None = None):
+                 base_dir: str | Path | None = None, nvml: Any = None):
         self.ws = ws
+        self.nvml = nvml  # a pynvml-like module for the host state (None: pynvml, if any)
         self.task = task
         self.greedy_max_tokens = greedy_max_tokens
         self.base_dir = base_dir  # the task file's directory
@@ -196,9 +207,18 @@ class EngineEvaluator:
                     meta["accuracy"] = acc
                 say(f"benchmarking: {repeats} runs of {len(prompts)} requests at "
                     f"concurrency {t.concurrency or 'unbounded'}")
+                host = HostSampler(self.nvml)  # the host's state around each run
+                limits = _host_limits(self.task)
                 for i in range(repeats):
                     eng.check()
-                    res = run_bench(cfg, prompts, guard=guard)
+                    host.start()
+                    try:
+                        res = run_bench(cfg, prompts, guard=guard)
+                    finally:
+                        state = host.stop()
+                    dirty = contamination(state, limits)
+                    if dirty:
+                        say(f"run {i + 1}/{repeats} contaminated: {'; '.join(dirty)}")
                     res.scrub = scrub
                     digest = self.ws.artifacts.put(res.records_jsonl())
                     omitted: dict[str, str] = {}  # NaN / infinite: left out, with why
@@ -216,7 +236,8 @@ class EngineEvaluator:
                         m, success=ok,
                         error=None if ok else f"all {failed} requests failed",
                         artifact_digest=digest, meta={**meta, "repeat": i, **(
-                            {"omitted_metrics": omitted} if omitted else {})}))
+                            {"omitted_metrics": omitted} if omitted else {}),
+                            "host": state, "contaminated": dirty}))
         except HarnessError as e:
             msg = " ".join(str(e).split())
             say(f"engine run failed: {msg[:200]}")

@@ -30,6 +30,12 @@ Contract:
   coefficient of variation overflow: two 1.7e308 samples, a ratio over 1e-308) makes its
   gate `fail`, the reason naming the metric and the number: a verdict the ledger can hold,
   never an exception, so the block stays verifiable.
+- Host state (only when the contract sets `host`, ledger.specs.HostLimits): a run whose
+  `contaminated` reasons (its measurement's meta, harness/nodes/host_state.py) include one
+  the limits refuse (host load, other processes' CPU; a foreign GPU process or a throttle
+  unless that limit says `flag`) is left out of every gate's samples, the block's and the
+  baseline's; a run with only flagged reasons is kept. Every gate's reason then ends with
+  what was excluded or flagged (`2 of 3 runs excluded: foreign GPU process pid 4242 ...`).
 - Same inputs and seed → same result, byte for byte.
 """
 
@@ -44,9 +50,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...ledger import payloads
 from ...ledger.payloads import GateResult
-from ...ledger.specs import Contract, Gate
+from ...ledger.specs import Contract, Gate, HostLimits
 from ...ledger.task import Run
 from ..errors import HarnessError
+from ..nodes.host_state import is_gpu_reason
 
 if TYPE_CHECKING:
     from ...projections.noise import NoiseBand
@@ -339,6 +346,39 @@ def _stability(gate: Gate, runs: Sequence[Run],
         else ""), **common)
 
 
+def _refused(reason: str, limits: HostLimits) -> bool:
+    """Whether a contamination reason leaves its run out (else it is kept, flagged)."""
+    gpu, throttled = is_gpu_reason(reason)
+    if gpu:
+        return limits.foreign_gpu == "refuse"
+    if throttled:
+        return limits.throttle == "refuse"
+    return True  # host load and other processes' CPU: over the contract's bound
+
+
+def _clean(runs: Sequence[Run], limits: HostLimits, who: str) -> tuple[list[Run], str]:
+    """The runs the gates judge under `limits` and a note naming what was left out or
+    flagged ("" when every run was clean)."""
+    kept: list[Run] = []
+    out: list[str] = []
+    flagged: list[str] = []
+    for r in runs:
+        refused = [x for x in r.contaminated if _refused(x, limits)]
+        if refused:
+            out += [x for x in refused if x not in out]
+            continue
+        kept.append(r)
+        flagged += [x for x in r.contaminated if x not in flagged]
+    notes = []
+    if len(kept) < len(runs):
+        notes.append(f"{who}{len(runs) - len(kept)} of {len(runs)} runs excluded: "
+                     + "; ".join(out))
+    if flagged:
+        n = sum(1 for r in kept if r.contaminated)
+        notes.append(f"{who}{n} of {len(runs)} runs flagged (kept): " + "; ".join(flagged))
+    return kept, "; ".join(notes)
+
+
 def judge(contract: Contract, runs: Sequence[Run],
           baseline: Sequence[Run] | None, *, skip_relative: bool = False,
           bands: Mapping[str, NoiseBand] | None = None) -> Verdict:
@@ -346,10 +386,20 @@ def judge(contract: Contract, runs: Sequence[Run],
     `bands` as in `judge_gate`."""
     primary = contract.primary
     default_metric = primary.metric if primary else None
+    note = ""
+    if contract.host is not None:
+        runs, note = _clean(runs, contract.host, "")
+        if baseline is not None:
+            baseline, bnote = _clean(baseline, contract.host, "baseline: ")
+            note = "; ".join(x for x in (note, bnote) if x)
     results = [judge_gate(g, runs, baseline, contract=contract, default_metric=default_metric,
                           bands=bands)
                for g in contract.gates
                if not (skip_relative and g.kind in ("relative", "accuracy"))]
+    if note:
+        results = [GateResult.judged(r.verdict, **{**r.model_dump(exclude={"verdict", "passed"}),
+                                                   "reason": f"{r.reason}; {note}"})
+                   for r in results]
     verdicts = {g.verdict for g in results}
     overall = "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts \
         else "pass"

@@ -34,6 +34,12 @@ Contract:
   apart), times 1.5 for latencies (`*_ms`: queueing amplifies it). Each figure says which
   term set its band (`band_from`). Reproduced overall: every judged metric reproduced and
   every new run succeeded.
+- Host state: the recorded runs' `meta.host` against the re-run's (each new run's, else one
+  sample around the whole re-run; harness/nodes/host_state.py `compare`). When the contract
+  sets `host` limits and the two are apart (a quantity over its limit on one side only),
+  the outcome is `not comparable: recorded at load 5.1 on 2 cores, now 0.4 ...`
+  (`not_comparable` in the record, `verdict` in `--json`, the head line) instead of a bare
+  verdict, and the CLI exits 1; without limits the difference is only said in progress.
 - Recorded: one `ReproductionRecorded` on the `reproductions` stream (verdict, figures,
   bands, what was rebuilt, wall time), whatever the verdict; a refusal records nothing.
 """
@@ -50,7 +56,7 @@ from typing import Any
 from ...ledger import events as E
 from ...ledger.errors import LedgerError
 from ...ledger.ids import shown
-from ...ledger.specs import DeploymentPoint, apply_candidate
+from ...ledger.specs import DeploymentPoint, HostLimits, apply_candidate
 from ...ledger.streams import REPRODUCTIONS_STREAM, WORKSPACE_STREAM
 from ...ledger.task import MeasurementRecord
 from ...ledger.workspace import Workspace
@@ -60,6 +66,7 @@ from ...projections.trace import find_event
 from ...repos.errors import RepoError
 from ..errors import HarnessError
 from ..models.weights import MANIFEST, model_path, parse_name, read_manifest, verify_model
+from ..nodes.host_state import HostSampler, compare
 from ..task import LoadedTask, load_task_from_ledger
 from . import code
 from .command_evaluator import make_evaluator
@@ -282,8 +289,18 @@ def reproduce(ws: Workspace, ident: str, *, repeats: int | None = None,
     ctx = EvalContext(ws, lt.task_id, block.block_id, point, profile,
                       _baseline(tg.mem, block), progress, env=prep.env, builds=prep.builds)
     progress(f"re-running {lt.task_id}:{block.block_id} ({n} runs)")
-    results = evaluator.evaluate(block.candidate, repeats=n, ctx=ctx)
+    sampler = HostSampler()
+    sampler.start()
+    try:
+        results = evaluator.evaluate(block.candidate, repeats=n, ctx=ctx)
+    finally:
+        around = sampler.stop()
     ok = [r for r in results if r.success]
+    now = [r.meta["host"] for r in ok if isinstance(r.meta.get("host"), dict)] or [around]
+    recorded_host = [m["meta"]["host"] for m in tg.runs
+                     if isinstance((m.get("meta") or {}).get("host"), dict)]
+    limits = lt.task.contract.host
+    apart = compare(recorded_host, now, limits or HostLimits())
     errors = [f"run {i + 1}: {r.error}" for i, r in enumerate(results) if not r.success]
     cpu = point.accelerator.vendor == "cpu"
     metrics = judged_metrics(lt)
@@ -306,21 +323,32 @@ def reproduce(ws: Workspace, ident: str, *, repeats: int | None = None,
         seed=PROMPT_SEED if lt.task.evaluator.kind != "command" else None, repeats=n,
         recorded_runs=[m["event_id"] for m in tg.runs], figures=figures,
         band_rule=band_rule(cpu, band), errors=errors, reproduced=done,
+        not_comparable=apart if limits is not None else None,
         wall_s=round(time.monotonic() - t0, 3), task_id=lt.task_id, block_id=block.block_id,
         actor=ACTOR, input_digests=lt.digests)
     ws.ledger.append(REPRODUCTIONS_STREAM, [ev])
+    if apart is not None and limits is None:
+        progress(f"host state: {apart} (no host limits in the contract: the verdict stands)")
     return ev
+
+
+def verdict(ev: E.ReproductionRecorded) -> str:
+    """`reproduced`, `not reproduced`, or `not comparable: ...` (host states apart)."""
+    if ev.not_comparable:
+        return ev.not_comparable
+    return "reproduced" if ev.reproduced else "not reproduced"
 
 
 def as_dict(ev: E.ReproductionRecorded) -> dict[str, Any]:
     d = ev.model_dump(mode="json")
-    d["verdict"] = "reproduced" if ev.reproduced else "not reproduced"
+    d["verdict"] = verdict(ev)
     return d
 
 
 def lines(ev: E.ReproductionRecorded) -> list[str]:
     """The human rendering: the verdict, then one line per metric."""
-    head = (f"{ev.task_id}:{ev.block_id}: {'reproduced' if ev.reproduced else 'NOT reproduced'}"
+    said = ev.not_comparable or ("reproduced" if ev.reproduced else "NOT reproduced")
+    head = (f"{ev.task_id}:{ev.block_id}: {said}"
             f" ({ev.repeats} runs, profile {ev.profile}, point {ev.point_hash[:19]}, "
             f"{ev.wall_s:.0f}s)")
     out = [head]

@@ -1,6 +1,7 @@
 """A simulated NVML at the library boundary: the functions of `pynvml` (nvidia-ml-py) that
-the Node Registry calls, over a scripted set of GPUs whose compute processes tests (and the
-observation benchmark) add and remove. Values are shaped like a real H100/H200's."""
+the Node Registry and the host state (harness/nodes/host_state.py) call, over a scripted set
+of GPUs whose compute processes, clocks and throttle reasons tests (and the observation
+benchmark) set. Values are shaped like a real H100/H200's."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ class FakeGpu:
     util: float = 0.0
     used_mib: int = 0
     pids: list[int] = field(default_factory=list)
+    sm_mhz: int = 1980
+    mem_mhz: int = 3201
+    power_mw: int = 120000
+    cap_mw: int = 700000
+    temp_c: int = 38
+    throttle: int = 0  # nvmlClocksThrottleReason* bits
+    ecc: int = 1
+    mig: int = 0
 
 
 class FakeNvml:
@@ -37,6 +46,11 @@ class FakeNvml:
     def busy(self, index: int, *pids: int, util: float = 97.0, used_mib: int = 70000) -> None:
         g = self.gpus[index]
         g.pids, g.util, g.used_mib = list(pids), util, used_mib
+
+    def throttled(self, index: int, mask: int = 0x8, *, sm_mhz: int = 1110) -> None:
+        """GPU `index` throttled (`mask`: nvmlClocksThrottleReason* bits; 0x8 hw_slowdown)."""
+        g = self.gpus[index]
+        g.throttle, g.sm_mhz = mask, sm_mhz
 
     def idle(self, index: int) -> None:
         g = self.gpus[index]
@@ -76,6 +90,28 @@ class FakeNvml:
         self._maybe_fail()
         return [SimpleNamespace(pid=p, usedGpuMemory=h.used_mib * 1024 * 1024 // max(
             1, len(h.pids))) for p in h.pids]
+
+    def nvmlDeviceGetClockInfo(self, h: FakeGpu, kind: int) -> int:
+        self._maybe_fail()
+        return {1: h.sm_mhz, 2: h.mem_mhz}.get(kind, h.sm_mhz)  # NVML_CLOCK_SM, _MEM
+
+    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
+        return h.power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: FakeGpu) -> int:
+        return h.cap_mw
+
+    def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:
+        return h.temp_c
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: FakeGpu) -> int:
+        return h.throttle
+
+    def nvmlDeviceGetEccMode(self, h: FakeGpu) -> list[int]:
+        return [h.ecc, h.ecc]  # (current, pending)
+
+    def nvmlDeviceGetMigMode(self, h: FakeGpu) -> list[int]:
+        return [h.mig, h.mig]
 
     def _maybe_fail(self) -> None:
         if self.fail_sample:

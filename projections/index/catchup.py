@@ -241,16 +241,17 @@ def _apply_raw(con: duckdb.DuckDBPyConnection, rows: pa.Table, runs: pa.Table | 
 
 def _runs_table(p: Projector) -> pa.Table | None:
     """What Python adds to the runs the SQL path projects: position, candidate key, repo
-    snapshot and dimensions (None: no such run)."""
+    snapshot, host state and dimensions (None: no such run)."""
     import pyarrow as pa
 
-    pos, dims, ckey, repo = p.b_mx
+    pos, dims, ckey, repo, host, dirty = p.b_mx
     if not pos:
         return None
     return _with_dims(pa.table({
         "position": pa.array(pos, pa.int64()), "candidate": pa.array(ckey, pa.string()),
         "candidate_key": pa.array(ckey, pa.string()),
         "repo_snapshot": pa.array(repo, pa.string()),
+        "host": pa.array(host, pa.string()), "contaminated": pa.array(dirty, pa.bool_()),
         "metrics": _metrics_map(p.b_mx_off, p.b_mx_metric, p.b_mx_value)}), p, dims)
 
 
@@ -332,6 +333,7 @@ def arrow_types() -> dict[str, pa.DataType]:
         "defined_position": pa.int64(), "last_position": pa.int64(),
         "duration_s": pa.float64(), "observed": pa.float64(), "threshold": pa.float64(),
         "baseline": pa.float64(), "success": pa.bool_(), "passed": pa.bool_(),
+        "contaminated": pa.bool_(),
         "argv": pa.list_(pa.string()), "evidence": pa.list_(pa.string()),
         "findings": pa.list_(pa.string()),
         "interval_s": pa.float64(), "samples": pa.int64(), "missed": pa.int64(),

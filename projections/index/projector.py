@@ -47,6 +47,16 @@ _POINT_HASH_AT = DIM_NAMES.index("point_hash")
 SQL_TOPICS = frozenset({"ToolInvoked", "MeasurementRecorded", "LoopBlockHandedOff"})
 
 
+def _host_of(meta: Any) -> tuple[str | None, bool | None]:
+    """A run's host state as JSON text and whether it was contaminated (its meta's `host`
+    and `contaminated`, harness/nodes/host_state.py); None where the run has none."""
+    if type(meta) is not dict:
+        return None, None
+    host, dirty = meta.get("host"), meta.get("contaminated")
+    return (sorted_json(host) if type(host) is dict else None,
+            bool(dirty) if type(dirty) is list else None)
+
+
 class TableRows:
     """Rows for one table in one batch, as tuples in `names` order: handlers append one
     tuple per row; `columns()` transposes them in C (zip) when the batch is written."""
@@ -69,7 +79,8 @@ class TableRows:
 
 _MEAS_EV_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "run_id",
                  "source", "repeat", "success", "candidate", "candidate_key",
-                 "repo_snapshot"]  # + DIM_NAMES, by reference to the batch's distinct dims
+                 "repo_snapshot", "host", "contaminated"]  # + DIM_NAMES, by reference to
+# the batch's distinct dims
 _BLOCK_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "block_index",
                "sub_goal", "model_tier", "agent_topology", "executor", "routing", "candidate",
                "candidate_key"]
@@ -128,10 +139,12 @@ class Projector:
         self.b_keep: list[bool] = []  # per row of the batch: kept in `events`
         self.b_sql: list[bool] = []  # per row: projected in SQL (`catchup.SQL_TOPICS`)
         self.b_kept = 0
-        # Runs projected in SQL: position, dimension index, candidate key, repo snapshot;
-        # their metrics as flat names and values with each run's offset (one MAP per run,
-        # built by Arrow: DuckDB's JSON-to-MAP cast costs ~4 us a run, this ~0.3 us).
-        self.b_mx: tuple[list[int], list[int], list[str], list[Any]] = ([], [], [], [])
+        # Runs projected in SQL: position, dimension index, candidate key, repo snapshot,
+        # host state (JSON text) and whether it contaminated the run; their metrics as flat
+        # names and values with each run's offset (one MAP per run, built by Arrow:
+        # DuckDB's JSON-to-MAP cast costs ~4 us a run, this ~0.3 us).
+        self.b_mx: tuple[list[int], list[int], list[str], list[Any], list[str | None],
+                         list[bool | None]] = ([], [], [], [], [], [])
         self.b_mx_metric: list[str] = []
         self.b_mx_value: list[float] = []
         self.b_mx_off: list[int] = []
@@ -289,6 +302,9 @@ class Projector:
         mx[1].append(self._run_dims(get("task_id"), digests.get(Digest.POINT)))
         mx[2].append(candidate_key(get("candidate")))
         mx[3].append(digests.get(Digest.REPO_SNAPSHOT))
+        host, dirty = _host_of(get("meta"))
+        mx[4].append(host)
+        mx[5].append(dirty)
         metrics = d["metrics"]
         self.b_mx_off.append(len(self.b_mx_metric))
         self.b_mx_metric.extend(metrics)
@@ -451,7 +467,7 @@ class Projector:
         self.b_meas.append((pos, get("event_id"), get("occurred_at"), tid, get("block_id"),
                             get("run_id"), get("source"), as_int(get("repeat")),
                             bool(get("success", True)), ckey, ckey,
-                            digests.get(Digest.REPO_SNAPSHOT)))
+                            digests.get(Digest.REPO_SNAPSHOT), *_host_of(get("meta"))))
         self.b_meas_dims.append(i)
         self.b_moff.append(len(self.b_metric))
         metrics = get("metrics") or {}
@@ -602,7 +618,8 @@ LEFT_OUT: dict[str, dict[str, str]] = {
     "LoopBlockStarted": {"index": "loop_blocks.block_index", "host": PAYLOAD_ONLY},
     "ToolInvoked": {"cwd": PAYLOAD_ONLY, "env_digest": PAYLOAD_ONLY, "sandbox": PAYLOAD_ONLY},
     "MeasurementRecorded": {"error": PAYLOAD_ONLY, "artifact_digest": PAYLOAD_ONLY,
-                            "meta": PAYLOAD_ONLY},
+                            "meta": PAYLOAD_ONLY + " (but its `host`: measurement_runs.host; "
+                            "`contaminated`: measurement_runs.contaminated, any reason)"},
     "VerificationRecorded": {"steps": PAYLOAD_ONLY, "differs": PAYLOAD_ONLY},
     "DeliverableAccepted": {"summary": "decisions.reason"},
     "SkillsProvided": {"skills": "one skills_provided row each (`skill`, `rank`)",

@@ -17,8 +17,9 @@ PROJECTION = "index"
 # 5: table `skills_provided` (the skills each block received); 6: the Node Registry's
 # observations (host_windows, gpu_windows, gpu_changes, host_samples, gpu_samples);
 # 7: endpoints monitored and diagnosed (endpoint_windows, endpoint_samples, diagnoses);
-# 8: the top operators of `forge perf capture`'s profiles (profile_ops)
-INDEX_SCHEMA_VERSION = 8
+# 8: the top operators of `forge perf capture`'s profiles (profile_ops); 9: each run's host
+# state (measurement_runs.host, .contaminated)
+INDEX_SCHEMA_VERSION = 9
 SCHEMA_KEY = "index-schema"
 
 # Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
@@ -86,6 +87,7 @@ CREATE TABLE IF NOT EXISTS measurement_runs(
   position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
   block_id VARCHAR, run_id VARCHAR, source VARCHAR, repeat BIGINT, success BOOLEAN,
   candidate VARCHAR, candidate_key VARCHAR, repo_snapshot VARCHAR,
+  host JSON, contaminated BOOLEAN,
   {_DIM_SQL},
   metrics MAP(VARCHAR, DOUBLE));
 CREATE TABLE IF NOT EXISTS invalidations(
