@@ -399,7 +399,8 @@ class ReviewSpec(Spec):
 
 
 class Contract(Spec):
-    OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None, "noise": None}
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None, "noise": None,
+                                           "more_runs": 0}
     gates: list[Gate] = Field(min_length=1)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap: int = Field(2000, ge=100)
@@ -412,6 +413,9 @@ class Contract(Spec):
     # from history, and quote it; inconclusive gates say how many runs would decide
     # (harness/loop/gates.py, projections/noise.py). None: gates judge as before.
     noise: Literal["learned"] | None = None
+    # Up to this many more runs per block, one at a time after the repeats, while one more
+    # could decide a gate (unstable, trending, inconclusive: gates.py `more_runs_reason`).
+    more_runs: int = Field(0, ge=0, le=50)
 
 
     @model_validator(mode="after")
