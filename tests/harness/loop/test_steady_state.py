@@ -224,3 +224,13 @@ def test_more_runs_reason_reads_the_baseline_a_candidate_is_handed():
     why = more_runs_reason(c, cand, base)
     assert why is not None and why.startswith("throughput inconclusive")
     assert more_runs_reason(None, cand, base) is None
+
+
+def test_more_runs_is_left_out_of_the_stored_shape_at_zero_and_the_demo_uses_it():
+    """Old contracts keep their hash (OMIT_WHEN); the demo's contract asks for 4 more runs."""
+    c = contract(THROUGHPUT, STABLE)
+    assert "more_runs" not in c.model_dump() and c.more_runs == 0
+    assert contract(THROUGHPUT, STABLE, more_runs=4).model_dump()["more_runs"] == 4
+    with pytest.raises(ValueError, match="more_runs"):
+        contract(THROUGHPUT, STABLE, more_runs=-1)
+    assert load_task(EX / "tasks/demo-tiny-cpu.yaml").contract.more_runs == 4
