@@ -229,7 +229,8 @@ class EngineEvaluator:
                     if failed:
                         eng.check(grace_s=2.0)  # failed requests: did the server die?
                     ok = m.get("completed", 0) > 0
-                    say(f"run {i + 1}/{repeats}: {m.get('output_throughput', 0):.1f} tok/s, "
+                    n = f"{i + 1}/{repeats}" if i < repeats else f"{i + 1} (extra)"
+                    say(f"run {n}: {m.get('output_throughput', 0):.1f} tok/s, "
                         f"TTFT p50 {m.get('median_ttft_ms', float('nan')):.1f} ms, "
                         f"{failed} failed")
                     results.append(RunResult(
