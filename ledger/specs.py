@@ -411,7 +411,7 @@ class HostLimits(Spec):
 
 class Contract(Spec):
     OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None, "noise": None,
-                                           "host": None}
+                                           "host": None, "more_runs": 0}
     gates: list[Gate] = Field(min_length=1)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap: int = Field(2000, ge=100)
@@ -427,6 +427,9 @@ class Contract(Spec):
     # The host-state limits the gates and `forge reproduce` apply (HostLimits); None: runs
     # record their host state, nothing is judged on it.
     host: HostLimits | None = None
+    # Up to this many more runs per block, one at a time after the repeats, while one more
+    # could decide a gate (unstable, trending, inconclusive: gates.py `more_runs_reason`).
+    more_runs: int = Field(0, ge=0, le=50)
 
     @model_validator(mode="after")
     def _unique(self) -> Contract:

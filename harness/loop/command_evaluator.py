@@ -2,7 +2,8 @@
 
 `CommandEvaluator` is the generic path: it runs a configured argv once per repeat with the
 candidate as JSON on stdin and in `$FORGE_CANDIDATE`, and reads a JSON object of metrics from
-the last non-empty line of stdout. Its stdout/stderr are read and kept as a tool call's
+the last non-empty line of stdout; after the repeats, up to the contract's `more_runs` more while
+one could decide a gate (more_runs.py). Its stdout/stderr are read and kept as a tool call's
 (tool_calls/calls.py: streamed, capped with the size and digest of the whole). The engine
 evaluator (engine_evaluator.py) launches the runtime profile's engine and benchmarks it.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger.numbers import metric_value
-from ...ledger.specs import RuntimeProfile, SandboxSpec, TaskDefinition
+from ...ledger.specs import Contract, RuntimeProfile, SandboxSpec, TaskDefinition
 from ...ledger.workspace import Workspace
 from ..engines import ENGINES
 from ..errors import HarnessError
@@ -33,6 +34,7 @@ from ..tool_calls.calls import (
 )
 from .engine_evaluator import EngineEvaluator
 from .evaluator_protocol import EvalContext, Evaluator, RunResult
+from .more_runs import with_more_runs
 
 # Keys of the JSON line that are not metrics.
 _RESERVED = {"success", "error", "meta", "outputs"}
@@ -82,7 +84,7 @@ class CommandEvaluator:
 
     def __init__(self, argv: Sequence[str], *, cwd: str | Path | None = None,
                  timeout_s: float = 600.0, env: dict[str, str] | None = None,
-                 sandbox: SandboxSpec | None = None):
+                 sandbox: SandboxSpec | None = None, contract: Contract | None = None):
         if not argv:
             raise HarnessError("evaluator.argv: empty command")
         self.argv = [str(a) for a in argv]
@@ -90,11 +92,13 @@ class CommandEvaluator:
         self.timeout_s = timeout_s
         self.env = dict(env or {})
         self.sandbox = sandbox
+        self.contract = contract  # its `more_runs`: extra runs while one could decide a gate
 
     def evaluate(
         self, candidate: dict[str, Any], *, repeats: int, ctx: EvalContext
     ) -> list[RunResult]:
-        return [self._run_once(candidate, i, ctx) for i in range(repeats)]
+        return with_more_runs(lambda i: self._run_once(candidate, i, ctx), repeats,
+                              self.contract, ctx.baseline, ctx.progress)
 
     def _run_once(self, candidate: dict[str, Any], repeat: int, ctx: EvalContext) -> RunResult:
         payload = json.dumps(candidate, sort_keys=True)
@@ -172,7 +176,8 @@ def make_evaluator(ws: Workspace, task: TaskDefinition, profile: RuntimeProfile 
     spec = task.evaluator
     if spec.kind == "command":
         return CommandEvaluator(spec.argv, cwd=base_dir, timeout_s=spec.timeout_s,
-                                sandbox=getattr(task, "sandbox", None))
+                                sandbox=getattr(task, "sandbox", None),
+                                contract=getattr(task, "contract", None))
     engine = getattr(profile, "engine", None)
     if engine in ENGINES:
         return EngineEvaluator(ws, task, base_dir=base_dir)

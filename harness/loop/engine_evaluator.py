@@ -21,7 +21,9 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
   reports equal to the build's, and a commit named in it (setuptools-scm's `+g<sha>`) the
   block's (`identity_problem`); otherwise nothing is measured and the run fails saying so.
   The runs' `meta.builds` record each build (commit, key, version, network, cached).
-- Per launch: greedy outputs on the fixed prompt set (stored as an artifact; the baseline's
+- Per launch: warm-up windows at the measured concurrency until two successive ones agree
+  (warmup.py; every run's `meta.warmup`: windows, seconds, steady, throughputs), then greedy
+  outputs on the fixed prompt set (stored as an artifact; the baseline's
   digest travels in `meta.outputs_digest`), then `repeats` benchmark runs of the point's
   workload (bench/workload.py: its dataset, lengths, shared-prefix groups, images, concurrency
   or request rate, and its SLO as the goodput definition; described in `meta.workload`; a
@@ -34,6 +36,10 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
   each one's lm_eval task runs once per launch after the greedy outputs, before the
   repeats; its accuracy and per-item correctness (doc ids and 0/1 only, never text) go in
   every run's `meta.accuracy[<gate>]` (an `error` there when it could not run).
+- More runs: after the repeats, up to the contract's `more_runs` more, one at a time on the
+  same deployment, while one could decide a gate (more_runs.py: the block unstable or
+  trending, or a candidate's gate inconclusive against `ctx.baseline`); progress says why
+  each is taken, and its `meta.extra_run` is true.
 - Failures are data: a server that does not start or dies is a `RunResult(success=False)`
   with the error and the server log's tail; the server never outlives `evaluate`.
 - Safety guard: all traffic goes through the production guard (an external production
@@ -73,6 +79,8 @@ from ..models.dummy_weights import dummy_refusal, weights_of
 from ..models.weights import resolve_model
 from ..nodes.host_state import HostSampler, contamination
 from .evaluator_protocol import Baseline, EvalContext, RunResult
+from .more_runs import more_runs_reason
+from .warmup import warm_up
 
 GREEDY_MAX_TOKENS = 32
 
@@ -162,6 +170,7 @@ class EngineEvaluator:
         name, config = engine_config_of(profile)  # the candidate is applied already
         t = point.scenario.traffic
         say = ctx.progress
+        contract = getattr(self.task, "contract", None)
         fields = {"task_id": ctx.task_id, "block_id": ctx.block_id}
         guard = BenchGuard(self.ws, E.Actor.tool("forge-evaluator"), ctx.task_id,
                            ctx.block_id, in_step=True)
@@ -188,14 +197,19 @@ class EngineEvaluator:
                 meta["server_info_digest"] = self.ws.artifacts.put(
                     orjson.dumps(desc, default=str, option=orjson.OPT_SORT_KEYS))
                 cfg = work.bench_config(eng.base_url, eng.model, name, warmup=0)
-                # A warm-up pass at the measured concurrency: the first batches pay one-off
-                # costs (allocation, kernel selection) that would inflate run 1.
                 cls = data_policy.class_of(self.ws, url=eng.base_url, dataset=work.dataset,
                                            dataset_path=work.dataset_path)
                 scrub = not data_policy.stores_text(self.ws, cls)
                 meta["data_class"] = cls
+                # Warm-up windows at the measured concurrency until two agree: the first
+                # batches pay one-off costs (allocation, kernel selection, caches) that would
+                # make the runs climb one after another (warmup.py).
                 say(f"engine ready in {desc.get('startup_s', 0):.1f}s; warming up")
-                run_bench(cfg, prompts[: max(1, t.concurrency or 1)], guard=guard)
+                window = prompts[: max(1, t.concurrency or 1)]
+                warm = warm_up(lambda: float(run_bench(cfg, window, guard=guard).metrics.get(
+                    "output_throughput") or 0.0))
+                meta["warmup"] = warm.record()
+                say(warm.describe())
                 say("collecting greedy outputs on the fixed prompt set")
                 outputs = collect_greedy_outputs(eng.base_url, eng.model, self._tokenizer,
                                                  max_tokens=self.greedy_max_tokens, engine=name,
@@ -209,7 +223,13 @@ class EngineEvaluator:
                     f"concurrency {t.concurrency or 'unbounded'}")
                 host = HostSampler(self.nvml)  # the host's state around each run
                 limits = _host_limits(self.task)
-                for i in range(repeats):
+                more = contract.more_runs if contract is not None else 0
+                for i in range(repeats + more):
+                    if i >= repeats:  # one more, only while it could decide a gate
+                        why = more_runs_reason(contract, results, ctx.baseline)
+                        if why is None:
+                            break
+                        say(f"extra run {i - repeats + 1}/{more}: {why}")
                     eng.check()
                     host.start()
                     try:
@@ -229,7 +249,8 @@ class EngineEvaluator:
                     if failed:
                         eng.check(grace_s=2.0)  # failed requests: did the server die?
                     ok = m.get("completed", 0) > 0
-                    say(f"run {i + 1}/{repeats}: {m.get('output_throughput', 0):.1f} tok/s, "
+                    n = f"{i + 1}/{repeats}" if i < repeats else f"{i + 1} (extra)"
+                    say(f"run {n}: {m.get('output_throughput', 0):.1f} tok/s, "
                         f"TTFT p50 {m.get('median_ttft_ms', float('nan')):.1f} ms, "
                         f"{failed} failed")
                     results.append(RunResult(
@@ -237,7 +258,8 @@ class EngineEvaluator:
                         error=None if ok else f"all {failed} requests failed",
                         artifact_digest=digest, meta={**meta, "repeat": i, **(
                             {"omitted_metrics": omitted} if omitted else {}),
-                            "host": state, "contaminated": dirty}))
+                            "host": state, "contaminated": dirty, **(
+                            {"extra_run": True} if i >= repeats else {})}))
         except HarnessError as e:
             msg = " ".join(str(e).split())
             say(f"engine run failed: {msg[:200]}")

@@ -8,8 +8,16 @@ Contract:
   the whole interval is on the bad side, otherwise `inconclusive` (too noisy to tell). A
   missing metric or baseline is `inconclusive`, never a guess.
 - Stability: at least `repeats` runs, none failed (a run with failed requests cannot pass),
-  failed requests per run <= max_failed_requests, and the coefficient of variation of the
-  metric (default: the primary gate's metric) <= max_cv.
+  failed requests per run <= max_failed_requests, the coefficient of variation of the
+  metric (default: the primary gate's metric) <= max_cv, and no trend: a series of 3+ runs
+  that rises (or falls) strictly run after run with last/first beyond max_cv (10 % when the
+  gate has none) `fail`s, "output_throughput rose run after run (52.7 → 79.6 → 108): not
+  steady" (`trend`), flagged rather than averaged.
+- More runs (`more_runs_reason`): why one more run could change the verdict, or None: a
+  stability gate failing on noise alone (CV or trend, no failed run or request over the
+  bound), or a level gate whose interval straddles its threshold (`inconclusive` with an
+  interval; a candidate's only, the baseline blocking a task only by its stability). The
+  evaluators take `Contract.more_runs` such runs at most.
 - Accuracy (`kind: accuracy`): the block's per-item results of the gate's lm_eval task (the
   runs' `accuracy[<gate>]`: task, accuracy, items [[doc_id, 0|1], ...], or an `error`) are
   judged non-inferior to the baseline block's within `margin` (default 0.02) by
@@ -298,6 +306,30 @@ def _accuracy(gate: Gate, runs: Sequence[Run],
                                  n=len(cand.items), median=_r(cand.accuracy), **common)
 
 
+TREND_MIN_RUNS = 3  # a monotone series shorter than this is not called a trend
+TREND_BAND = 0.10  # last/first beyond this (or the gate's max_cv when set) is a trend
+
+
+def trend(metric: str, xs: Sequence[float], max_cv: float | None = None) -> str | None:
+    """The one-line reason when `xs` (in run order) rise or fall strictly run after run over
+    at least TREND_MIN_RUNS runs and last/first moves beyond `max_cv` (TREND_BAND when None):
+    `output_throughput rose run after run (52.7 → 79.6 → 108): not steady`; else None."""
+    band = TREND_BAND if max_cv is None else max_cv
+    if len(xs) < TREND_MIN_RUNS or not all(math.isfinite(x) for x in xs) or xs[0] <= 0:
+        return None
+    pairs = list(zip(xs, xs[1:], strict=False))
+    if all(b > a for a, b in pairs):
+        word = "rose"
+    elif all(b < a for a, b in pairs):
+        word = "fell"
+    else:
+        return None
+    if abs(xs[-1] / xs[0] - 1) <= band:
+        return None
+    return (f"{metric} {word} run after run ({' → '.join(f'{x:.3g}' for x in xs)}): "
+            "not steady")
+
+
 def _stability(gate: Gate, runs: Sequence[Run],
                default_metric: str | None) -> GateResult:
     metric = gate.metric or default_metric
@@ -333,14 +365,18 @@ def _stability(gate: Gate, runs: Sequence[Run],
     if len(runs) < need:
         return GateResult.judged("inconclusive",
                                  reason=f"{len(runs)} runs, needs {need} repeats", **common)
-    if gate.max_cv is not None:
-        if cv is None:
-            return GateResult.judged("inconclusive",
-                                     reason=f"coefficient of variation of {metric} not computable",
-                                     **common)
-        if cv > gate.max_cv:
-            return GateResult.judged("fail", reason=f"{metric} CV {cv:.4f} > max {gate.max_cv} "
-                                     f"over {len(xs)} runs", **common)
+    if gate.max_cv is not None and cv is None:
+        return GateResult.judged("inconclusive",
+                                 reason=f"coefficient of variation of {metric} not computable",
+                                 **common)
+    # A series that climbs (or sinks) run after run is not averaged: the engine was not steady.
+    moving = trend(metric, xs, gate.max_cv) if metric else None
+    if gate.max_cv is not None and cv is not None and cv > gate.max_cv:
+        return GateResult.judged("fail", reason=f"{metric} CV {cv:.4f} > max {gate.max_cv} "
+                                 f"over {len(xs)} runs" + (f"; {moving}" if moving else ""),
+                                 **common)
+    if moving:
+        return GateResult.judged("fail", reason=moving, **common)
     return GateResult.judged("pass", reason=f"{len(runs)} runs, no failures" + (
         f", {metric} CV {cv:.4f} <= {gate.max_cv}" if cv is not None and gate.max_cv is not None
         else ""), **common)
@@ -377,6 +413,31 @@ def _clean(runs: Sequence[Run], limits: HostLimits, who: str) -> tuple[list[Run]
         n = sum(1 for r in kept if r.contaminated)
         notes.append(f"{who}{n} of {len(runs)} runs flagged (kept): " + "; ".join(flagged))
     return kept, "; ".join(notes)
+
+
+def more_runs_reason(contract: Contract, runs: Sequence[Run],
+                     baseline: Sequence[Run] | None) -> str | None:
+    """`"<gate> <verdict>: <reason>"` of the first gate that one more run of the block could
+    decide (see the module's contract), or None; `baseline` None: the baseline block
+    itself, whose stability alone blocks the task (harness/loop/run.py)."""
+    primary = contract.primary
+    default_metric = primary.metric if primary else None
+    for g in contract.gates:
+        if g.kind == "stability":
+            res = _stability(g, runs, default_metric)
+            allowed = g.max_failed_requests if g.max_failed_requests is not None else 0
+            clean = res.failed_runs == 0 and all(
+                float(r.metrics.get("failed", 0.0)) <= allowed for r in runs)
+            noisy = (res.cv is not None and g.max_cv is not None and res.cv > g.max_cv) or (
+                res.metric is not None
+                and trend(res.metric, _values(runs, res.metric), g.max_cv) is not None)
+            if res.verdict == "fail" and clean and noisy:
+                return f"{g.name} {res.verdict}: {res.reason}"
+        elif g.kind in ("relative", "absolute") and baseline is not None:
+            res = _judge_level(g, runs, baseline, contract=contract)
+            if res.verdict == "inconclusive" and res.ci is not None:
+                return f"{g.name} {res.verdict}: {res.reason}"
+    return None
 
 
 def judge(contract: Contract, runs: Sequence[Run],

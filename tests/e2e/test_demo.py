@@ -16,6 +16,8 @@ from infer_forge.projections.memory import task_memory
 
 from tests.conftest import run_forge
 
+MORE_RUNS = 4  # the demo contract's more_runs
+
 
 def check_outcome(memory: dict, out: str) -> None:
     """The demo's exit and decisions, on either path: an unstable baseline (a loaded
@@ -28,13 +30,18 @@ def check_outcome(memory: dict, out: str) -> None:
     if exit_state == "failed-unverifiable":
         # A baseline too noisy to judge against (a loaded machine): the loop stops after it
         # and says why, with the numbers of the runs it judged; nothing is accepted.
-        assert stab["verdict"] == "fail" and stab["n"] == 3
+        # 3 repeats and up to the contract's 4 more runs while the baseline is unstable.
+        assert stab["verdict"] == "fail" and 3 <= stab["n"] <= 3 + MORE_RUNS
         assert reason == f"the baseline is not stable: {stab['reason']}"
         if stab["failed_runs"] == 0 and stab["failed_requests"] == 0:
-            assert stab["cv"] > stab["threshold"] == 0.15 and len(stab["samples"]) == 3
-            said = re.search(r"output_throughput CV (\d+\.\d{4}) > max 0\.15 over 3 runs",
-                             reason)
-            assert said and abs(float(said.group(1)) - stab["cv"]) < 1e-3, reason
+            assert stab["threshold"] == 0.15 and len(stab["samples"]) == stab["n"]
+            if stab["cv"] > stab["threshold"]:
+                said = re.search(r"output_throughput CV (\d+\.\d{4}) > max 0\.15 over "
+                                 rf"{stab['n']} runs", reason)
+                assert said and abs(float(said.group(1)) - stab["cv"]) < 1e-3, reason
+            else:  # steady spread, but climbing (or sinking) run after run
+                assert re.search(r"output_throughput (rose|fell) run after run \(.+\): "
+                                 "not steady$", reason), reason
         else:
             assert "failed" in reason
         assert len(blocks) == 1 and not memory["accepted"]
@@ -83,7 +90,13 @@ def test_demo_runs_the_loop_and_leaves_an_explorable_workspace(forge_home):
             r.stderr[-2000:]
     blocks = memory["execution_record"]
     assert blocks[0]["candidate"] == {}  # block 1 is the baseline
-    assert all(len(b["measurements"]) == 3 for b in blocks if b["measurements"])
+    # 3 repeats, then up to 4 more runs (flagged extra_run) while one could decide a gate.
+    for b in blocks:
+        if b["measurements"]:
+            assert 3 <= len(b["measurements"]) <= 3 + MORE_RUNS, b["block_id"]
+            assert [bool(m["meta"].get("extra_run")) for m in b["measurements"]] == \
+                [False] * 3 + [True] * (len(b["measurements"]) - 3), b["block_id"]
+            assert all(m["meta"]["warmup"]["windows"] >= 2 for m in b["measurements"])
     # Every measured run carries the bench_serving metrics and the token match.
     run = blocks[0]["measurements"][0]["metrics"]
     for key in ("output_throughput", "median_ttft_ms", "p99_itl_ms", "token_match"):
@@ -105,7 +118,7 @@ def test_demo_runs_the_loop_and_leaves_an_explorable_workspace(forge_home):
     chain = json.loads(tr.stdout)
     assert chain["tool_calls"] and all(c["argv"] for c in chain["tool_calls"])
     assert any(c["tool"].startswith("engine ") for c in chain["tool_calls"])
-    assert len(chain["measurements"]) == 3 and chain["verification"]["gates"]
+    assert 3 <= len(chain["measurements"]) <= 3 + MORE_RUNS and chain["verification"]["gates"]
 
     check = run_forge("check", "--json", home=forge_home)
     assert check.returncode == 0, check.stdout + check.stderr

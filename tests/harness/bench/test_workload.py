@@ -451,8 +451,9 @@ def test_the_engine_evaluator_benchmarks_the_points_workload(workspace, tmp_path
     assert runs[0].metrics["goodput_slos_ms.ttft"] == 30000.0
     assert runs[0].metrics["slo_attainment"] == 1.0 and runs[0].metrics["request_goodput"] > 0
     chats = [g for g in received(url) if g["endpoint"] == "chat"]
-    # Warm-up (concurrency 2) and two repeats of four, each with the point's two images.
-    assert len(chats) == 2 + 2 * 4
+    # Warm-up windows (concurrency 2 each) and two repeats of four, each with the point's two
+    # images.
+    assert len(chats) == 2 * runs[0].meta["warmup"]["windows"] + 2 * 4
     assert {(i["width"], i["height"]) for g in chats for i in g["images"]} == {(32, 16)}
     assert all(len(g["images"]) == 2 for g in chats)
     # A point the generator cannot follow: a failed run saying why, nothing sent.
