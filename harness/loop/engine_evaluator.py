@@ -238,7 +238,7 @@ class EngineEvaluator:
                         state = host.stop()
                     dirty = contamination(state, limits)
                     if dirty:
-                        say(f"run {i + 1}/{repeats} contaminated: {'; '.join(dirty)}")
+                        say(f"run {i + 1} contaminated: {'; '.join(dirty)}")
                     res.scrub = scrub
                     digest = self.ws.artifacts.put(res.records_jsonl())
                     omitted: dict[str, str] = {}  # NaN / infinite: left out, with why

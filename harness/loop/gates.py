@@ -420,6 +420,10 @@ def more_runs_reason(contract: Contract, runs: Sequence[Run],
     """`"<gate> <verdict>: <reason>"` of the first gate that one more run of the block could
     decide (see the module's contract), or None; `baseline` None: the baseline block
     itself, whose stability alone blocks the task (harness/loop/run.py)."""
+    if contract.host is not None:  # judged on the runs the gates would judge
+        runs = _clean(runs, contract.host, "")[0]
+        if baseline is not None:
+            baseline = _clean(baseline, contract.host, "")[0]
     primary = contract.primary
     default_metric = primary.metric if primary else None
     for g in contract.gates:

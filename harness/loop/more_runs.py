@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ...ledger.specs import Contract
 from ...ledger.task import Run
@@ -27,9 +28,13 @@ def more_runs_reason(contract: Contract | None, results: Sequence[RunResult],
     """Why one more run (see the module's contract), or None."""
     if contract is None:
         return None
-    runs = [Run(r.metrics, r.success, r.meta.get("accuracy") or None) for r in results]
-    base = None if baseline is None else [
-        Run(b.metrics, b.success, b.meta.get("accuracy") or None) for b in baseline.runs]
+    def run(metrics: Any, success: bool, meta: Any) -> Run:  # as ledger.task.runs_of reads it
+        return Run(metrics, success, meta.get("accuracy") or None,
+                   tuple(str(x) for x in meta.get("contaminated") or ()))
+
+    runs = [run(r.metrics, r.success, r.meta) for r in results]
+    base = None if baseline is None else [run(b.metrics, b.success, b.meta)
+                                          for b in baseline.runs]
     return gates.more_runs_reason(contract, runs, base)
 
 

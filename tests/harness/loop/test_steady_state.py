@@ -234,3 +234,22 @@ def test_more_runs_is_left_out_of_the_stored_shape_at_zero_and_the_demo_uses_it(
     with pytest.raises(ValueError, match="more_runs"):
         contract(THROUGHPUT, STABLE, more_runs=-1)
     assert load_task(EX / "tasks/demo-tiny-cpu.yaml").contract.more_runs == 4
+
+
+def test_more_runs_are_asked_of_the_runs_the_gates_would_judge():
+    """Under a contract's host limits a contaminated run is left out of the judgement, so it
+    neither asks for more runs nor hides that the clean ones are steady; an evaluation's
+    `RunResult`s carry it as `meta.contaminated`."""
+    from infer_forge.harness.loop.evaluator_protocol import RunResult
+
+    busy = "host load 5.1 per 2 cores above 1.5 per core"
+    rs = [Run({"output_throughput": 220.0, "failed": 0.0}, contaminated=(busy,)),
+          *runs(100, 99, 101)]
+    plain = contract(THROUGHPUT, STABLE, more_runs=2)
+    assert gates.more_runs_reason(plain, rs, None) is not None  # CV with the busy run
+    limited = Contract.model_validate({**plain.model_dump(mode="json"), "host": {}})
+    assert gates.more_runs_reason(limited, rs, None) is None
+    results = [RunResult(dict(r.metrics), meta={"contaminated": list(r.contaminated)})
+               for r in rs]
+    assert more_runs_reason(limited, results, None) is None
+    assert more_runs_reason(plain, results, None) is not None
