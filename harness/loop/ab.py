@@ -44,6 +44,7 @@ DEFAULT_METRIC = "output_throughput"
 # Both sides' builds, weight loads and runs: a DeepSeek-class checkpoint loads for many
 # minutes a side.
 DEFAULT_MAX_WALL_S = 4 * 3600.0
+AB_MORE_RUNS = 3  # contract.more_runs of the A/B task (harness/loop/more_runs.py)
 # Metrics where less is better: the gate asks for a ratio at most 1/min_ratio.
 LOWER_IS_BETTER = re.compile(r"(ttft|tpot|itl|e2e|latency)")
 
@@ -139,7 +140,8 @@ def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: st
         **({"profile": str(profile.resolve())} if profile is not None else {}),
         "scope": {f"code.{member}": [cand_sha]},
         "code": {"members": [member], "base": {member: base_sha}},
-        "contract": {"gates": gates},
+        # A side whose runs are noisy or still trending gets extra runs, not a shrug.
+        "contract": {"gates": gates, "more_runs": AB_MORE_RUNS},
         "exit": {"when": "all_gates_pass", "max_blocks": 2, "no_progress_blocks": 1,
                  "max_wall_s": max_wall_s},
         "executor": {"kind": "sweep", "strategy": "grid"},
