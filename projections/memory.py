@@ -8,7 +8,9 @@ state (`memory_of`, pure), with its views:
 - the current (open) loop block, the last handoff, the next loop block (index and the
   sub-goal the last handoff proposed);
 - the baseline and best-so-far on the contract's primary metric (`Contract.primary`), each
-  verification judged on the runs valid when it was recorded (the fold keeps what each saw);
+  verification judged on the samples its gates judged (a contaminated run the host limits
+  left out, a block's unsteady first runs: harness/loop/gates.py), else on the runs valid
+  when it was recorded (the fold keeps what each saw);
 - accepted deliverables with their evidence, the effective-config digests already tried,
   the trailing no-progress streak, the time spent exited before a reopen.
 
@@ -19,6 +21,7 @@ queries of `forge task list` and `forge task show`.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -31,7 +34,7 @@ from ..ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
 from ..ledger.specs import Contract
 from ..ledger.store import Ledger, OnError, Undecodable
 from ..ledger.streams import task_of, task_stream
-from ..ledger.task import Block, Task, fold, median_of, runs_of
+from ..ledger.task import Block, Task, VerificationRecord, fold, median_of, runs_of
 
 BlockRecord = Block  # one block of the execution record: the aggregate's own block
 
@@ -105,6 +108,16 @@ def _primary(definition: dict[str, Any]) -> tuple[str | None, str | None]:
     return gate.metric, "at_least" if gate.at_least is not None else "at_most"
 
 
+def _judged_median(v: VerificationRecord, metric: str) -> float | None:
+    """The median of `metric` over the samples a gate of this verification judged (the
+    runs the host limits kept, the steady tail: harness/loop/gates.py), None when no gate
+    recorded samples of it."""
+    for g in v["gates"]:
+        if g.get("metric") == metric and g.get("samples"):
+            return statistics.median(float(x) for x in g["samples"])
+    return None
+
+
 def _best(task: Task, primary: str | None, direction: str | None
           ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The baseline and the best so far: each verification of a block, in order, judged on
@@ -125,9 +138,11 @@ def _best(task: Task, primary: str | None, direction: str | None
         b, v = seen.block, seen.verification
         if not primary:
             med = None
-        else:  # the runs it saw: only when there is a metric to judge them on
-            med = median_of(runs_of(m for m in b.measurements[:seen.measurements]
-                                    if id(m) not in gone), primary)
+        else:  # the runs its gates judged, else the runs it saw
+            med = _judged_median(v, primary)
+            if med is None:
+                med = median_of(runs_of(m for m in b.measurements[:seen.measurements]
+                                        if id(m) not in gone), primary)
         if b.is_baseline:
             baseline = {"block_id": b.block_id, "metric": primary, "median": med,
                         "verdict": v["verdict"]}

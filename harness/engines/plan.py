@@ -40,8 +40,10 @@ contradict them (the point's topology is the authority).
 Devices: `accelerators` is a list of device indices on this host, or {host: indices} for
 several hosts (a server never spans hosts), or None: indices 0..count-1 of the point's
 accelerator. Servers take devices in start order, contiguously, never overlapping; too few is
-a HarnessError naming what each role needs. NVIDIA sets CUDA_VISIBLE_DEVICES, AMD
-HIP_VISIBLE_DEVICES; a cpu accelerator assigns none.
+a HarnessError naming what each role needs. NVIDIA sets CUDA_VISIBLE_DEVICES (and
+CUDA_DEVICE_ORDER=PCI_BUS_ID, so that an index is the GPU nvidia-smi and NVML call by it:
+the host state's GPUs are the deployment's), AMD HIP_VISIBLE_DEVICES; a cpu accelerator
+assigns none.
 
 Engine-config keys read here besides the ServerArgs flags (`sglang.HARNESS_KEYS`):
 `role_config: {prefill|decode|encode|colocated|router: {...}}` merged over the config for
@@ -405,6 +407,8 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
                     raise HarnessError(f"launch plan: device {d} on {host} assigned twice")
                 used.add((host, d))
             env[visible] = ",".join(map(str, devs))
+            if vendor == "nvidia":  # indices as nvidia-smi and NVML number them (host_state)
+                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         processes.append(ProcessPlan(
             name=f"{role_name}-{idx}", role=role_name, index=idx, host=host, port=port,
             url=url, health_url=url + ("/health_generate" if arch == "colocated" else "/health"),

@@ -77,7 +77,7 @@ from ..guard import data_policy
 from ..jsonl import iter_jsonl_text
 from ..models.dummy_weights import dummy_refusal, weights_of
 from ..models.weights import resolve_model
-from ..nodes.host_state import HostSampler, contamination
+from ..nodes.host_state import HostSampler, contamination, deployment_gpus
 from .evaluator_protocol import Baseline, EvalContext, RunResult
 from .more_runs import more_runs_reason
 from .warmup import warm_up
@@ -221,7 +221,8 @@ class EngineEvaluator:
                     meta["accuracy"] = acc
                 say(f"benchmarking: {repeats} runs of {len(prompts)} requests at "
                     f"concurrency {t.concurrency or 'unbounded'}")
-                host = HostSampler(self.nvml)  # the host's state around each run
+                # the host's state around each run, on the GPUs the deployment was given
+                host = HostSampler(self.nvml, gpus=deployment_gpus(desc))
                 limits = _host_limits(self.task)
                 more = contract.more_runs if contract is not None else 0
                 for i in range(repeats + more):

@@ -44,6 +44,13 @@ Contract:
   unless that limit says `flag`) is left out of every gate's samples, the block's and the
   baseline's; a run with only flagged reasons is kept. Every gate's reason then ends with
   what was excluded or flagged (`2 of 3 runs excluded: foreign GPU process pid 4242 ...`).
+- Steady tail (only when the contract sets `more_runs`; `settle`): a block whose whole
+  series fails stability on noise alone (no failed run) and that has more runs than the
+  repeats is judged on its shortest steady tail of at least `repeats` runs, its earlier
+  runs left out as not yet steady (an initial transient deleted), the block's and the
+  baseline's alike, and every gate's reason says so (`first 4 of 7 runs left out as not
+  yet steady (all 7: output_throughput CV 0.2227 > max 0.15 over 7 runs)`). No steady
+  tail: every run is judged, and stability fails on them.
 - Same inputs and seed → same result, byte for byte.
 """
 
@@ -415,15 +422,66 @@ def _clean(runs: Sequence[Run], limits: HostLimits, who: str) -> tuple[list[Run]
     return kept, "; ".join(notes)
 
 
+def _noise_only(contract: Contract, runs: Sequence[Run]) -> bool:
+    """No failed run and no run over a stability gate's failed-request bound: whatever
+    fails stability is noise (CV, trend), which more runs may settle."""
+    for g in contract.gates:
+        if g.kind != "stability":
+            continue
+        allowed = g.max_failed_requests if g.max_failed_requests is not None else 0
+        if any(not r.success or float(r.metrics.get("failed", 0.0)) > allowed for r in runs):
+            return False
+    return True
+
+
+def settle(contract: Contract, runs: Sequence[Run], who: str = "") -> tuple[list[Run], str]:
+    """The runs a contract with `more_runs` judges and a note ("" when all of them): when
+    the whole series fails a stability gate on noise alone (no failed run) and has more
+    runs than the gates' repeats, its steady tail, the shortest prefix left out that leaves
+    every stability gate passing on at least `repeats` runs (an initial transient deleted,
+    as a simulation's warm-up is); the whole series when no tail is steady (the stability
+    gate then fails on it, saying why). A contract without `more_runs` judges every run."""
+    stab = [g for g in contract.gates if g.kind == "stability"]
+    if contract.more_runs == 0 or not stab:
+        return list(runs), ""
+    need = max(g.repeats or 3 for g in stab)
+    metric = contract.primary.metric if contract.primary else None
+
+    def steady(rs: Sequence[Run]) -> tuple[bool, str]:
+        res = [_stability(g, rs, metric) for g in stab]
+        bad = next((r for r in res if r.verdict != "pass"), None)
+        return bad is None, "" if bad is None else bad.reason
+
+    ok, why = steady(runs)
+    if ok or len(runs) <= need or not _noise_only(contract, runs):
+        return list(runs), ""
+    for d in range(1, len(runs) - need + 1):
+        if steady(runs[d:])[0]:
+            return list(runs[d:]), (f"{who}first {d} of {len(runs)} runs left out as not yet "
+                                    f"steady (all {len(runs)}: {why})")
+    return list(runs), ""
+
+
+def _judged(contract: Contract, runs: Sequence[Run], who: str) -> tuple[list[Run], str]:
+    """The runs the gates judge (host limits' exclusions, then the steady tail) and a note."""
+    notes = []
+    kept = list(runs)
+    if contract.host is not None:
+        kept, note = _clean(kept, contract.host, who)
+        notes.append(note)
+    kept, note = settle(contract, kept, who)
+    notes.append(note)
+    return kept, "; ".join(x for x in notes if x)
+
+
 def more_runs_reason(contract: Contract, runs: Sequence[Run],
                      baseline: Sequence[Run] | None) -> str | None:
     """`"<gate> <verdict>: <reason>"` of the first gate that one more run of the block could
     decide (see the module's contract), or None; `baseline` None: the baseline block
     itself, whose stability alone blocks the task (harness/loop/run.py)."""
-    if contract.host is not None:  # judged on the runs the gates would judge
-        runs = _clean(runs, contract.host, "")[0]
-        if baseline is not None:
-            baseline = _clean(baseline, contract.host, "")[0]
+    runs = _judged(contract, runs, "")[0]  # judged on the runs the gates would judge
+    if baseline is not None:
+        baseline = _judged(contract, baseline, "")[0]
     primary = contract.primary
     default_metric = primary.metric if primary else None
     for g in contract.gates:
@@ -451,12 +509,10 @@ def judge(contract: Contract, runs: Sequence[Run],
     `bands` as in `judge_gate`."""
     primary = contract.primary
     default_metric = primary.metric if primary else None
-    note = ""
-    if contract.host is not None:
-        runs, note = _clean(runs, contract.host, "")
-        if baseline is not None:
-            baseline, bnote = _clean(baseline, contract.host, "baseline: ")
-            note = "; ".join(x for x in (note, bnote) if x)
+    runs, note = _judged(contract, runs, "")
+    if baseline is not None:
+        baseline, bnote = _judged(contract, baseline, "baseline: ")
+        note = "; ".join(x for x in (note, bnote) if x)
     results = [judge_gate(g, runs, baseline, contract=contract, default_metric=default_metric,
                           bands=bands)
                for g in contract.gates

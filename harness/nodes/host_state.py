@@ -15,6 +15,11 @@ Contract:
   and cap (W), temperature (C), the throttle reasons as names, ECC and MIG mode, and its
   `foreign` compute processes ([{pid, name, mem_mib}], pids outside forge's tree). A value
   NVML cannot give is None; an NVML that fails says why in `nvml`, never raises.
+  `HostSampler(gpus=[...])` reads only the point's GPUs (indices as NVML and nvidia-smi
+  number them, or UUIDs or their prefixes: what CUDA_VISIBLE_DEVICES holds; the launch plan
+  sets CUDA_DEVICE_ORDER=PCI_BUS_ID so the two numberings agree), recorded as `gpus_scope`
+  ("all" without it): another tenant on a GPU the point does not use is not contamination.
+  `deployment_gpus(describe())` gives them for a deployment.
 - `contamination(state, limits) -> list[str]` (pure): one reason per breach of `limits`
   (`ledger.specs.HostLimits`): a foreign compute process on a GPU, a GPU throttled for a
   reason other than idling, host load per core above `max_load_per_core`, other processes
@@ -29,7 +34,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +89,13 @@ def _call(f: Any, *a: Any) -> Any:
 class HostSampler:
     """Samples this host around one run (module contract)."""
 
-    def __init__(self, nvml: Any = None, *, own_pid: int | None = None):
+    def __init__(self, nvml: Any = None, *, own_pid: int | None = None,
+                 gpus: Collection[str | int] | None = None):
         import psutil
 
         self.psutil = psutil
         self.nvml = nvml
+        self.gpus = None if gpus is None else {str(g) for g in gpus}
         self.own_pid = own_pid or os.getpid()
         self.probe: Probe | None = None
         self._t0 = 0.0
@@ -151,8 +158,17 @@ class HostSampler:
                             for dt, pid, name in used[:3]],
             "wall_s": round(wall, 3),
             "gpus": gpus,
+            "gpus_scope": "all" if self.gpus is None else sorted(self.gpus),
             "nvml": note or "ok",
         }
+
+    def _ours(self, index: int, uuid: str) -> bool:
+        """Whether GPU `index` (NVML's numbering) is one of the point's: named by its index
+        or by its UUID or a prefix of it, as CUDA_VISIBLE_DEVICES names GPUs."""
+        if self.gpus is None:
+            return True
+        return str(index) in self.gpus or any(
+            g.startswith("GPU-") and uuid.startswith(g) for g in self.gpus)
 
     def _gpus(self, own: set[int]) -> list[dict[str, Any]]:
         probe = self.probe
@@ -162,6 +178,8 @@ class HostSampler:
         out = []
         try:
             for i, (uuid, h) in enumerate(probe.handles):
+                if not self._ours(i, uuid):
+                    continue
                 mask = _call(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
                 power = _call(nv.nvmlDeviceGetPowerUsage, h)
                 cap = _call(nv.nvmlDeviceGetEnforcedPowerLimit, h)
@@ -194,6 +212,21 @@ class HostSampler:
             probe.note = f"NVML error: {_text(e) or type(e).__name__}"
             return out
         return out
+
+
+def deployment_gpus(desc: Mapping[str, Any],
+                    environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """The GPUs a deployment was given, as CUDA_VISIBLE_DEVICES names them: its processes'
+    `devices` (a launch plan's, harness/engines/plan.py), else this process's
+    CUDA_VISIBLE_DEVICES (an engine that inherits it), else None: not known, every GPU is
+    the point's."""
+    devs = [str(d) for p in desc.get("processes") or [] for d in p.get("devices") or []]
+    if devs:
+        return sorted(set(devs), key=lambda d: (not d.isdigit(), d.zfill(8)))
+    named = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if named is None:
+        return None
+    return [d.strip() for d in named.split(",") if d.strip()]
 
 
 # --- judging (pure) -----------------------------------------------------------------------

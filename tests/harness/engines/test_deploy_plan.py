@@ -25,6 +25,7 @@ PY = sys.executable
 SERVER = [PY, "-m", "sglang.launch_server"]
 ROUTER = [PY, "-m", "sglang_router.launch_router"]
 MODEL = "deepseek-ai/DeepSeek-V3"
+PCI = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # nvidia: indices as nvidia-smi and NVML number them
 
 
 def make_point(arch: str, roles: list[dict], *, count: int = 16, vendor: str = "nvidia",
@@ -89,8 +90,8 @@ def test_pd_plan_flag_by_flag(version):
     assert [p.devices for p in plan.processes] == [(0, 1, 2, 3), (4, 5, 6, 7),
                                                    tuple(range(8, 16)), ()]
     assert [p.env for p in plan.processes] == [
-        {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"},
-        {"CUDA_VISIBLE_DEVICES": "8,9,10,11,12,13,14,15"}, {}]
+        {"CUDA_VISIBLE_DEVICES": "0,1,2,3", **PCI}, {"CUDA_VISIBLE_DEVICES": "4,5,6,7", **PCI},
+        {"CUDA_VISIBLE_DEVICES": "8,9,10,11,12,13,14,15", **PCI}, {}]
     assert [p.bootstrap_port for p in plan.processes] == [31000, 31001, None, None]
     assert [p.metrics_port for p in plan.processes] == [None, None, None, 31002]
     assert [p.health_url for p in plan.processes] == [
@@ -106,7 +107,7 @@ def test_colocated_plan_one_server_per_dp_group_behind_the_router():
     c0, c1, router = plan.processes
     assert list(c0.argv) == server(30001, "--chunked-prefill-size", "4096", "--enable-metrics",
                                    "--tp-size", "2")
-    assert c1.env == {"CUDA_VISIBLE_DEVICES": "2,3"} and c1.port == 30002
+    assert c1.env == {"CUDA_VISIBLE_DEVICES": "2,3", **PCI} and c1.port == 30002
     assert c0.health_url == "http://127.0.0.1:30001/health_generate"
     assert list(router.argv) == [*ROUTER, "--worker-urls", "http://127.0.0.1:30001",
                                  "http://127.0.0.1:30002", "--host", "127.0.0.1",
@@ -131,7 +132,7 @@ def test_epd_plan_flag_by_flag():
     e0, e1, p0, d0, router = plan.processes
     assert list(e0.argv) == server(30001, "--enable-metrics", "--encoder-only",
                                    "--encoder-transfer-backend", "mooncake", "--tp-size", "1")
-    assert e1.port == 30002 and e1.env == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert e1.port == 30002 and e1.env == {"CUDA_VISIBLE_DEVICES": "1", **PCI}
     assert list(p0.argv) == server(
         30003, "--disaggregation-bootstrap-port", "31000", "--disaggregation-mode", "prefill",
         "--disaggregation-transfer-backend", "mooncake", "--enable-metrics",

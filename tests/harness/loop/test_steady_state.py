@@ -243,8 +243,9 @@ def test_more_runs_are_asked_of_the_runs_the_gates_would_judge():
     from infer_forge.harness.loop.evaluator_protocol import RunResult
 
     busy = "host load 5.1 per 2 cores above 1.5 per core"
-    rs = [Run({"output_throughput": 220.0, "failed": 0.0}, contaminated=(busy,)),
-          *runs(100, 99, 101)]
+    # The busy run last: a steady tail (gates.settle) cannot leave it out, the host limits can.
+    rs = [*runs(100, 99, 101),
+          Run({"output_throughput": 220.0, "failed": 0.0}, contaminated=(busy,))]
     plain = contract(THROUGHPUT, STABLE, more_runs=2)
     assert gates.more_runs_reason(plain, rs, None) is not None  # CV with the busy run
     limited = Contract.model_validate({**plain.model_dump(mode="json"), "host": {}})
@@ -253,3 +254,86 @@ def test_more_runs_are_asked_of_the_runs_the_gates_would_judge():
                for r in rs]
     assert more_runs_reason(limited, results, None) is None
     assert more_runs_reason(plain, results, None) is not None
+
+
+# --- the steady tail ------------------------------------------------------------------------
+
+
+def _judge_baseline(c: Contract, rs: list[Run]):
+    v = gates.judge(c, rs, None, skip_relative=True)
+    (stab,) = [g for g in v.gates if g.kind == "stability"]
+    return v, stab
+
+
+def test_a_block_whose_first_runs_climbed_is_judged_on_its_steady_tail():
+    """With `more_runs`, the runs taken until the series settled are judged on the tail that
+    is steady; the reason names what was left out and why, and no more runs are asked."""
+    c = contract(THROUGHPUT, STABLE, more_runs=4)
+    rs = runs(*ISSUE, 110, 109)
+    v, stab = _judge_baseline(c, rs)
+    # The shortest prefix whose removal leaves a steady tail: 79.6 is already within 15 %.
+    assert v.verdict == "pass" and stab.n == 4 and stab.samples == [79.6, 108.0, 110.0, 109.0]
+    assert stab.reason.endswith(
+        "; first 1 of 5 runs left out as not yet steady (all 5: output_throughput CV 0.2758 > "
+        "max 0.15 over 5 runs)")
+    assert gates.more_runs_reason(c, rs, None) is None
+    # Without more_runs every run is judged, as before.
+    v0, stab0 = _judge_baseline(contract(THROUGHPUT, STABLE), rs)
+    assert v0.verdict == "fail" and stab0.n == 5 and "left out" not in stab0.reason
+
+
+def test_the_steady_tail_is_never_shorter_than_the_repeats_nor_hides_a_failure():
+    c = contract(THROUGHPUT, STABLE, more_runs=4)
+    # No tail of 3 is steady: every run judged, stability fails on all of them.
+    v, stab = _judge_baseline(c, runs(60, 100, 55, 101, 58))
+    assert v.verdict == "fail" and stab.n == 5 and "left out" not in stab.reason
+    # Exactly the repeats: nothing to leave out.
+    v, stab = _judge_baseline(c, runs(*ISSUE))
+    assert v.verdict == "fail" and stab.n == 3
+    # A run with failed requests is not noise: the block is judged whole and fails on it.
+    rs = [Run({"output_throughput": 52.7, "failed": 2.0}), *runs(108, 110, 109)]
+    v, stab = _judge_baseline(c, rs)
+    assert v.verdict == "fail" and stab.reason.startswith("a run had 2 failed requests")
+
+
+def test_a_candidate_is_compared_with_the_baselines_steady_tail():
+    c = contract(THROUGHPUT, STABLE, more_runs=4)
+    base = runs(60, 100, 101, 99)
+    v = gates.judge(c, runs(120, 121, 119), base)
+    (tp,) = [g for g in v.gates if g.name == "throughput"]
+    assert v.verdict == "pass" and tp.baseline_median == 100.0 and tp.ratio == 1.2
+    assert tp.reason.endswith("; baseline: first 1 of 4 runs left out as not yet steady "
+                              "(all 4: output_throughput CV 0.2224 > max 0.15 over 4 runs)")
+
+
+def test_task_memory_best_so_far_is_what_the_gates_judged():
+    """Best-so-far reads the primary metric's judged samples: a contaminated run the host
+    limits left out (or an unsteady first run) does not make a block "best"."""
+    from infer_forge.ledger import events as E
+    from infer_forge.projections.memory import build_memory
+
+    c = contract(THROUGHPUT, STABLE, more_runs=2)
+    limited = Contract.model_validate({**c.model_dump(mode="json"), "host": {}})
+    busy = "host load 5.1 per 2 cores above 1.5 per core"
+    base = runs(100, 101, 99)
+    cand = [Run({"output_throughput": 400.0, "failed": 0.0}, contaminated=(busy,)),
+            Run({"output_throughput": 500.0, "failed": 0.0}, contaminated=(busy,)),
+            *runs(102, 103, 101)]
+    t = {"task_id": "t"}
+    definition = {"type": "deployment-tuning", "goal": "g",
+                  "contract": limited.model_dump(mode="json")}
+    evs = [E.TaskDefined(title="t", task_type="deployment-tuning", goal="g",
+                         definition=definition, definition_hash="sha256:d", **t)]
+    for bid, cand_, rs, base_rs in (("b1", {}, base, None), ("b2", {"a": 1}, cand, base)):
+        b = {"block_id": bid, **t}
+        evs.append(E.LoopBlockStarted(index=int(bid[1:]), sub_goal="s", candidate=cand_, **b))
+        evs += [E.MeasurementRecorded(run_id=f"{bid}-{k}", source="x", metrics=dict(r.metrics),
+                                      meta={"contaminated": list(r.contaminated)}, **b)
+                for k, r in enumerate(rs)]
+        v = gates.judge(limited, rs, base_rs, skip_relative=base_rs is None)
+        evs.append(E.VerificationRecorded(contract_hash="c", passed=v.passed,
+                                          verdict=v.verdict, gates=v.gates, candidate=cand_,
+                                          **b))
+    mem = build_memory(evs)
+    assert mem.best_so_far["block_id"] == "b2" and mem.best_so_far["median"] == 102.0
+    assert mem.baseline["median"] == 100.0  # all runs clean: as before

@@ -135,6 +135,38 @@ def test_a_sample_reads_proc_psutil_and_nvml_and_leaves_forges_own_pids_out():
                    "on GPU 0", "GPU 1 throttled: hw_slowdown"]
 
 
+def test_only_the_points_gpus_are_read_by_index_or_uuid():
+    """Another tenant on a GPU the deployment was not given is not contamination: the
+    sampler reads the GPUs its deployment names (as CUDA_VISIBLE_DEVICES does), by NVML's
+    index or by UUID (or a prefix), and records which."""
+    fake = FakeNvml(4)
+    tenant = os.getppid()
+    fake.busy(3, tenant)
+    fake.throttled(2, 0x20)
+    limits = HostLimits(max_load_per_core=1e3, max_foreign_cpu=1e3)
+
+    def sample(gpus):
+        sampler = hs.HostSampler(fake, gpus=gpus)
+        sampler.start()
+        return sampler.stop()
+
+    mine = sample(["0", "1"])
+    assert [g["index"] for g in mine["gpus"]] == [0, 1] and mine["gpus_scope"] == ["0", "1"]
+    assert hs.contamination(mine, limits) == []
+    theirs = sample([fake.gpus[3].uuid[:12], "2"])  # a UUID prefix and an index
+    assert [g["index"] for g in theirs["gpus"]] == [2, 3]
+    assert [x.split(" (")[0] for x in hs.contamination(theirs, limits)] == [
+        "GPU 2 throttled: sw_thermal_slowdown", f"foreign GPU process pid {tenant}"]
+    everything = sample(None)
+    assert len(everything["gpus"]) == 4 and everything["gpus_scope"] == "all"
+    # A deployment's GPUs: its processes' devices, else the inherited CUDA_VISIBLE_DEVICES.
+    desc = {"processes": [{"devices": [10, 2]}, {"devices": [3]}, {"devices": []}]}
+    assert hs.deployment_gpus(desc, {}) == ["2", "3", "10"]
+    assert hs.deployment_gpus({"engine": "hf"}, {"CUDA_VISIBLE_DEVICES": "1, GPU-ab"}) == [
+        "1", "GPU-ab"]
+    assert hs.deployment_gpus({"engine": "hf"}, {}) is None
+
+
 # --- a real engine's runs, the gates, and forge reproduce ---------------------------------
 
 
