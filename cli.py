@@ -2556,7 +2556,7 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
 
     \b
     Example:
-      claude mcp add --env FORGE_HOME=$FORGE_HOME forge -- forge mcp --task tune-tiny-cpu
+      claude mcp add forge --env FORGE_HOME=$FORGE_HOME -- forge mcp --task tune-tiny-cpu
       forge mcp --http 127.0.0.1:8765
     """
     from .harness.mcp.server import serve as serve_mcp
