@@ -100,6 +100,26 @@ def test_readme_claude_code_lines_connect(tmp_path):
     assert server["env"]["FORGE_HOME"] == str(forge_home)
 
 
+def test_readme_claude_code_http_lines_connect(workspace, tmp_path):
+    """The README's HTTP block: `forge mcp --http` in the background (the test waits for its
+    port before the next line, as a person would), `claude mcp add … --transport http`,
+    `claude mcp list` connects over HTTP. The namespace is the test's own: port 8765 is free."""
+    agent_clients.need("claude")
+    serve, *rest = commands(readme_block("claude-http"))
+    assert serve.rstrip().endswith("&"), serve
+    port = re.search(r"--http 127\.0\.0\.1:(\d+)", serve)
+    assert port, serve
+    # One shell for the block, so the server lives in the namespace the client runs in; the
+    # wait polls the port (bash's /dev/tcp) for at most 60 s.
+    wait = (f"for i in $(seq 600); do (exec 3<>/dev/tcp/127.0.0.1/{port.group(1)}) 2>/dev/null "
+            "&& break; [ $i = 600 ] && exit 9; sleep 0.1; done")
+    # The server is stopped with the shell: still up at the end, it is killed without error.
+    script = [serve, "server=$!", wait, *rest, "kill $server"]
+    out = bash("\n".join(script), tmp_path / "home", workspace).stdout
+    assert re.search(rf"^forge: http://127\.0\.0\.1:{port.group(1)}/mcp \(HTTP\) - ✔ Connected$",
+                     out, re.M), out
+
+
 def test_forge_mcp_help_example_connects(workspace, tmp_path):
     """`forge mcp --help`'s Claude Code example, run as printed (`forge` on PATH)."""
     agent_clients.need("claude")

@@ -33,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,29 +162,40 @@ def run(
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`argv` in the loopback-only namespace with `node_env(home)` (plus `env`), its output
-    captured; on timeout the whole process group is killed and TimeoutExpired raised."""
-    proc = subprocess.Popen(
-        netns_argv(argv),
-        env={**node_env(home), **(env or {})},
-        cwd=cwd or home,
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # the client's own children (MCP servers) die with it
-    )
-    try:
-        out, err = proc.communicate(input, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
-    finally:
-        try:  # a server the client left behind
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    captured. When it exits (or at `timeout`, then TimeoutExpired) its whole process group is
+    killed: a server it left behind neither lingers nor holds the output open."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            netns_argv(argv),
+            env={**node_env(home), **(env or {})},
+            cwd=cwd or home,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,  # its own group: the client and what it started
+        )
+        try:
+            if input is not None:
+                assert proc.stdin is not None
+                proc.stdin.write(input)
+                proc.stdin.close()
+            proc.wait(timeout=timeout)
+            expired = False
+        except subprocess.TimeoutExpired:
+            expired = True
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if expired:
+        raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def fetch() -> int:
