@@ -219,11 +219,12 @@ def ledger(forge_home: Path, *args: str) -> list[dict]:
 
 
 def test_readme_codex_config_listed(workspace, tmp_path):
-    """`codex mcp list` reads the README's block; a wrong value of either key the README
-    explains is refused by Codex naming the key (the keys are Codex's own: it accepts
-    unknown keys silently)."""
+    """`codex mcp list` reads the README's block; each of its keys is Codex's own (Codex
+    accepts an unknown key silently, so each is given a value of the wrong type, which Codex
+    refuses naming that key)."""
     agent_clients.need("codex")
-    home = codex_home(tmp_path, codex_config(workspace))
+    config = codex_config(workspace)
+    home = codex_home(tmp_path, config)
     listed = agent_clients.run(["codex", "mcp", "list", "--json"], home, timeout=60)
     assert listed.returncode == 0, listed.stderr
     forge = {s["name"]: s for s in json.loads(listed.stdout)}["forge"]
@@ -231,12 +232,13 @@ def test_readme_codex_config_listed(workspace, tmp_path):
     assert forge["transport"]["command"] == str(FORGE_BIN)
     assert forge["transport"]["args"] == ["mcp", "--task", TASK]
     assert forge["transport"]["env"]["FORGE_HOME"] == str(workspace)
-    for key, good, bad in (("required", "true", '"sometimes"'),
-                           ("default_tools_approval_mode", '"approve"', '"always"')):
-        config = codex_config(workspace).replace(f"{key} = {good}", f"{key} = {bad}")
-        (home / ".codex" / "config.toml").write_text(config)
-        wrong = agent_clients.run(["codex", "mcp", "list"], home, timeout=60)
-        assert wrong.returncode != 0 and f"mcp_servers.forge.{key}" in wrong.stderr, wrong.stderr
+    keys = re.findall(r"^(\w+) = ", config, re.M)
+    assert {"command", "required", "default_tools_approval_mode"} <= set(keys), keys
+    for key in keys:
+        wrong = re.sub(rf"^{key} = .*$", f"{key} = {{ wrong = 1 }}", config, flags=re.M)
+        (home / ".codex" / "config.toml").write_text(wrong)
+        done = agent_clients.run(["codex", "mcp", "list"], home, timeout=60)
+        assert done.returncode != 0 and f"mcp_servers.forge.{key}" in done.stderr, (key, done)
 
 
 def test_readme_codex_config_offers_and_runs_forge_tools(tmp_path):
