@@ -9,8 +9,10 @@ only the marked placeholders are replaced: the Codex block's `/path/to/infer-for
 @modelcontextprotocol/inspector` (the pinned, installed one: npx would fetch). Codex shows
 no connection in `codex mcp list`, so its block also drives `codex exec` against a scripted
 Responses API on loopback (tests/helpers/responses_probe.py): forge's tools are offered in
-the first turn and a write tool runs, recorded with Codex as the actor; without each of the
-two keys the README explains, they are not.
+the first turn and a write tool runs, recorded with Codex as the actor; without the approval
+mode the README explains, Codex refuses that tool. (Without `required`, forge's tools are
+missing only when Codex builds the turn before forge has answered `initialize`: a race, so
+not asserted here.)
 """
 
 from __future__ import annotations
