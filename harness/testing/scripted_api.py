@@ -78,6 +78,7 @@ class ScriptedApi:
         self._lock = threading.Lock()
         self._servers: list[socketserver.BaseServer] = []
         self._dir: str | None = None
+        self._port = 0
         self._n = 0
 
     # --- what a protocol says ------------------------------------------------------------
@@ -253,8 +254,10 @@ class ScriptedApi:
         unix = _UnixHTTPServer(os.path.join(self._dir, "api.sock"), Handler)
         for s in (tcp, unix):
             s.daemon_threads = True
-            threading.Thread(target=s.serve_forever, daemon=True).start()
+            # A short poll: stop() returns at once (shutdown waits for the loop to look)
+            threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True).start()
         self._servers = [tcp, unix]
+        self._port = int(tcp.server_address[1])
         return self
 
     def error_body(self, message: str) -> dict[str, Any]:
@@ -280,14 +283,14 @@ class ScriptedApi:
     def origin(self) -> str:
         """`http://127.0.0.1:PORT` on this machine's loopback."""
         assert self._servers, "start() first"
-        return f"http://127.0.0.1:{self._servers[0].server_address[1]}"
+        return f"http://127.0.0.1:{self._port}"
 
     @property
     def socket_path(self) -> str:
         """The same server on a Unix socket: reachable from inside a network namespace
         (loopback_bridge.py gives it a loopback port there)."""
-        assert self._servers, "start() first"
-        return str(self._servers[1].server_address)
+        assert self._dir is not None, "start() first"
+        return os.path.join(self._dir, "api.sock")
 
 
 class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
