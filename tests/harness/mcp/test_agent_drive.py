@@ -311,6 +311,22 @@ def test_the_stand_ins_answer_what_the_script_cannot_as_errors_by_name():
         code, body = post(api, "/v1/messages", {"model": "m", "messages": []})
         assert code == 200 and body["content"] == [{"type": "text", "text": "ok"}]
         assert len(api.side) == 1 and len(api.turns) == 2
+        code, body = post(api, "/v1/messages/count_tokens", {"messages": [
+            {"role": "user", "content": "two words"}]})
+        assert code == 200 and body["input_tokens"] > 0
+        with urllib.request.urlopen(api.origin + "/v1/models", timeout=10) as r:
+            assert [m["id"] for m in json.loads(r.read())["data"]] == ["scripted-model"]
+    with ScriptedMessages([call("task_show", task_id="x"), {"text": "done"}]) as api:
+        code, body = post(api, "/v1/messages", {"model": "m", "tools": tools, "messages": []})
+        assert (code, body["stop_reason"]) == (200, "tool_use")
+        assert body["content"] == [{"type": "tool_use", "id": "toolu_1_0",
+                                    "name": "mcp__forge__task_show", "input": {"task_id": "x"}}]
+        code, body = post(api, "/v1/messages", {"model": "m", "tools": tools, "messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1_0",
+                                          "content": [{"type": "text", "text": "{\"a\": 1}"}]}]}]})
+        assert (body["stop_reason"], body["content"]) == ("end_turn", [{"type": "text",
+                                                                        "text": "done"}])
+        assert api.result_json("task_show") == {"a": 1}
     with ScriptedResponses([call("task_show", task_id="x")]) as api:
         tools = [{"type": "namespace", "name": "mcp__forge",
                   "tools": [{"type": "function", "name": "task_show"}]}]
