@@ -233,6 +233,12 @@ def test_claude_code_drives_a_task_over_mcp(forge_home, tmp_path):
         assert all(t.get("stream") is True for t in api.turns)
         assert {(r.headers.get("x-api-key"), bool(r.headers.get("anthropic-version")))
                 for r in api.received} == {("sk-ant-scripted", True)}
+        # forge's refusal reached the model as a tool error (Codex relays only its text).
+        blocks = {b["tool_use_id"]: b for m in api.turns[2]["messages"]
+                  if m["role"] == "user" and isinstance(m["content"], list)
+                  for b in m["content"] if b.get("type") == "tool_result"}
+        assert blocks[api.calls[1].call_id].get("is_error") is True  # block_start refused
+        assert not blocks[api.calls[0].call_id].get("is_error")  # task_show answered
 
 
 # --- Codex ---------------------------------------------------------------------------------
