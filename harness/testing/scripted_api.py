@@ -12,7 +12,8 @@ A script is a list of turns. A turn is one of:
   tools, `mcp__forge__block_start`), so a script names forge's tools as forge does;
 - `{"status": 529, "body": "..."}` — an HTTP error;
 - a callable `(request_json, api) -> turn` — computed when its request comes (from the tool
-  results the client sent back: `api.tool_results(request_json)`).
+  results the client sent back: `api.result_json(tool)`; from the tools offered:
+  `api.offers(request_json, tool)`); it may queue turns to come next (`api.then`).
 
 Only the agent's turns take from the script (`is_turn`: a request that offers tools); a
 client's side requests (a title, a quota probe) get a short text and are kept in `side`.
@@ -119,6 +120,19 @@ class ScriptedApi:
     def add(self, *turns: Turn) -> None:
         with self._lock:
             self.script.extend(turns)
+
+    def then(self, *turns: Turn) -> None:
+        """Queue turns before the rest of the script (from a callable turn)."""
+        with self._lock:
+            self.script[:0] = turns
+
+    def offers(self, req: dict[str, Any], name: str) -> bool:
+        """Whether the request offers tool `name` (as `resolve` finds it)."""
+        try:
+            self.resolve(req, name)
+        except ApiError:
+            return False
+        return True
 
     def result_of(self, name: str, req: dict[str, Any] | None = None) -> list[str]:
         """The text parts the client sent back for the script's last call of tool `name`

@@ -48,17 +48,17 @@ STDOUT = f"measuring\n{json.dumps(METRICS)}\n"
 COMMAND = [sys.executable, "-c", f"print({STDOUT.rstrip(chr(10))!r})"]
 
 
-def read_output(result: dict[str, Any]) -> dict[str, float]:
-    """The metrics the command printed, read from run_command's result as relayed.
+def metrics_in(text: str) -> dict[str, float]:
+    """The metrics line of the command's output (its last line)."""
+    return json.loads(text.strip().splitlines()[-1])
 
-    The result names the command's stdout by digest (the agent checks it is the output it
-    expects); a result that carries the output's text (issue 32) is parsed instead."""
-    for key in ("output", "stdout", "stdout_tail"):
-        text = result.get(key)
-        if isinstance(text, dict):
-            text = text.get("stdout")
-        if isinstance(text, str) and text.strip():
-            return json.loads(text.strip().splitlines()[-1])
+
+def read_output(result: dict[str, Any]) -> dict[str, float]:
+    """The metrics the command printed, from run_command's result as relayed: its output's
+    text where the result carries it (`stdout`), else the agent checks the output's digest is
+    the one it expects."""
+    if isinstance(result.get("stdout"), str) and result["stdout"].strip():
+        return metrics_in(result["stdout"])
     want = "sha256:" + hashlib.sha256(STDOUT.encode()).hexdigest()
     if result.get("stdout_digest") != want or result.get("exit_code") != 0:
         raise ApiError(f"run_command's result is not the command's: {result}")
@@ -104,6 +104,23 @@ def expect(cond: bool, what: str) -> None:
         raise AssertionError(what)
 
 
+def measure(metrics: dict[str, float]) -> dict[str, Any]:
+    return call("measure", task_id=TASK, metrics=metrics, source="scripted-agent")
+
+
+def read_back(req: dict[str, Any], api: ScriptedApi) -> dict[str, Any]:
+    """After run_command: read the command's output, then measure what it printed. Where
+    forge offers `artifact_read`, the agent reads the whole stdout by its digest (one turn
+    more); else from run_command's result."""
+    ran = api.result_json("run_command")
+    if ran.get("exit_code") != 0:
+        raise ApiError(f"run_command failed: {ran}")
+    if api.offers(req, "artifact_read"):
+        api.then(after("artifact_read", lambda r: metrics_in(r["text"]), measure))
+        return call("artifact_read", task_id=TASK, digest=ran["stdout_digest"])
+    return measure(read_output(ran))
+
+
 def script() -> list[Turn]:
     """The agent's turns: forge's tool names, as forge names them (the stand-in finds the
     client's name for each: `mcp__forge__block_start`, or `block_start` in the `mcp__forge`
@@ -129,8 +146,7 @@ def script() -> list[Turn]:
             "block_start", task_id=TASK, sub_goal="measure the baseline", candidate={})),
         after("block_start", started, lambda _: call("run_command", task_id=TASK,
                                                      argv=COMMAND)),
-        after("run_command", read_output, lambda m: call(
-            "measure", task_id=TASK, metrics=m, source="scripted-agent")),
+        read_back,
         after("measure", measured, lambda r: call(
             "block_handoff", task_id=TASK, state_reached="baseline measured",
             findings=[f"output_throughput {METRICS['output_throughput']} ({r['run_id']})"],
@@ -178,7 +194,7 @@ def check_drive(api: ScriptedApi, home: Path, client_name: str) -> None:
     and the ledger holding each step with the client and the model as its actor."""
     assert api.errors == [], api.errors
     assert not api.script, f"{len(api.script)} turns left: the client stopped early"
-    assert len(api.turns) == len(script())
+    assert len(api.turns) == len(api.calls) + 1  # a call a turn, then the answer
     assert {t.get("model") for t in api.turns} == {MODEL}
     # Every call the script made came back with forge's result in the next turn.
     for i, c in enumerate(api.calls):
@@ -197,6 +213,7 @@ def check_drive(api: ScriptedApi, home: Path, client_name: str) -> None:
     assert started.sub_goal == "measure the baseline" and started.block_id == "b1"
     assert ran.argv == COMMAND and ran.exit_code == 0 and ran.block_id == "b1"
     relayed = api.result_json("run_command", api.turns[4])
+    assert "stdout" not in relayed or relayed["stdout"] == STDOUT
     assert relayed["stdout_digest"] == ran.stdout_digest
     assert measured.metrics == METRICS and measured.source == "scripted-agent"
     assert handed.findings == [f"output_throughput {METRICS['output_throughput']} (b1-m1)"]
@@ -225,7 +242,7 @@ def test_claude_code_drives_a_task_over_mcp(forge_home, tmp_path):
         assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:], api.errors)
         out = json.loads(p.stdout)
         assert out["is_error"] is False and out["result"] == "Handed off b1: baseline measured."
-        assert out["num_turns"] == len(script())
+        assert out["num_turns"] == len(api.turns)
         check_drive(api, forge_home, f"claude-code/{version}")
         # What Claude Code calls (non-essential traffic off): streamed Messages requests only,
         # with the key and the API version in headers.
@@ -342,3 +359,5 @@ def test_the_stand_ins_answer_what_the_script_cannot_as_errors_by_name():
         assert (fc["type"], fc["namespace"], fc["name"]) == ("function_call", "mcp__forge",
                                                              "task_show")
         assert json.loads(fc["arguments"]) == {"task_id": "x"}
+        req = {"tools": tools}
+        assert api.offers(req, "task_show") and not api.offers(req, "artifact_read")
