@@ -195,6 +195,10 @@ def check_drive(api: ScriptedApi, home: Path, client_name: str) -> None:
     assert api.errors == [], api.errors
     assert not api.script, f"{len(api.script)} turns left: the client stopped early"
     assert len(api.turns) == len(api.calls) + 1  # a call a turn, then the answer
+    read = ["artifact_read"] if api.offers(api.turns[0], "artifact_read") else []
+    assert [c.name.split("__")[-1] for c in api.calls] == [
+        "task_show", "block_start", "block_start", "run_command", *read, "measure",
+        "block_handoff"]
     assert {t.get("model") for t in api.turns} == {MODEL}
     # Every call the script made came back with forge's result in the next turn.
     for i, c in enumerate(api.calls):
