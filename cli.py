@@ -618,6 +618,16 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
             click.echo(f"          differs from the baseline: {shown_differences(b['differs'])}")
     if s["best_so_far"]:
         click.echo(f"  best so far: {json.dumps(s['best_so_far'], sort_keys=True)}")
+    start = (s["definition"].get("context") or {}).get("start_from")
+    if start:
+        click.echo(f"  follows {start['task_id']} ({start.get('exit_state')}): next "
+                   f"{start.get('next_sub_goal') or '-'}")
+    for p in s["prior_tasks"]:
+        best = p.get("best_so_far") or {}
+        click.echo(f"  prior task {p['task_id']}: {p['status']}"
+                   + (f" ({p['exit_state']})" if p.get("exit_state") else "")
+                   + (f", best {best.get('metric')} {best.get('median')}" if best else "")
+                   + (f"; handoff: {p['exit_handoff']}" if p.get("exit_handoff") else ""))
 
 
 def _run_loop(ctx, task_id: str, as_json: bool) -> None:

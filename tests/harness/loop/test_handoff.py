@@ -26,7 +26,7 @@ from infer_forge.projections.memory import task_memory, task_summary
 
 from tests.conftest import run_forge
 
-from .test_agent_executor import CB_EAGER, propose, setup
+from .test_agent_executor import CB_EAGER, call, propose, setup
 from .test_loop import make_task_dir
 
 METRICS = {"output_throughput": 100.0, "median_ttft_ms": 90.0, "token_match": 1.0}
@@ -75,6 +75,35 @@ def test_repos_without_a_monorepo_or_malformed_are_refused(workspace, tmp_path):
     assert workspace.ledger.version(task_stream("r1")) == 0
 
 
+def test_repos_are_kept_as_the_commits_they_name(workspace, tmp_path):
+    import subprocess
+
+    from infer_forge.repos import commands as rc
+
+    from tests.helpers.gitrepos import make_remote, write_manifest
+
+    remote = make_remote(tmp_path, "kernels", {"value.txt": "0\n"},
+                         branches={"two": {"value.txt": "2\n"}})
+    rc.init(workspace, write_manifest(tmp_path / "m.yaml", [
+        {"name": "kernels", "url": str(remote)}]))
+    two = subprocess.run(["git", "-C", str(rc.open_monorepo(workspace).member_dir("kernels")),
+                          "rev-parse", "origin/two"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    define_task(workspace, _with_context(make_task_dir(tmp_path / "k", "k1"),
+                                         "{repos: [kernels@two]}"))
+    assert task_memory(workspace.ledger, "k1").definition["context"]["repos"] == \
+        [f"kernels@{two}"]
+    for entry, says in (
+            ("kernels@nope", r"context\.repos\[0\]: 'kernels@nope' is not a commit, branch "
+             "or tag of member kernels"),
+            ("other@main", r"context\.repos\[0\]: 'other@main': "),
+            ("kernels", r"context\.repos\[0\]: 'kernels': give MEMBER@REF")):
+        path = _with_context(make_task_dir(tmp_path / "x", "x1"), f"{{repos: ['{entry}']}}")
+        with pytest.raises(HarnessError, match=says):
+            define_task(workspace, path)
+    assert workspace.ledger.version(task_stream("x1")) == 0
+
+
 def test_cli_refuses_an_unknown_prior_task_in_one_line(forge_home, tmp_path):
     assert run_forge("init").returncode == 0
     path = _with_context(make_task_dir(tmp_path / "s", "s1"), "{prior_tasks: [nope]}")
@@ -116,6 +145,11 @@ def test_task_new_from_starts_the_successor_from_the_handoff(forge_home, tmp_pat
         assert prior["exit_handoff"] == "batching was never tried; start there"
         assert prior["last_handoff"]["next_sub_goal"] == NEXT
         assert prior["best_so_far"]["median"] == 100.0
+    p = run_forge("task", "show", "n1")
+    assert p.returncode == 0, p.stderr
+    assert f"follows p1 (follow-up-handoff): next {NEXT}" in p.stdout
+    assert "prior task p1: exited (follow-up-handoff), best output_throughput 100.0; " \
+        "handoff: batching was never tried; start there" in p.stdout
     # The same command again is the same definition (idempotent).
     p = run_forge("task", "new", str(succ), "--from", "p1")
     assert p.returncode == 0 and "already defined" in p.stdout
@@ -137,11 +171,15 @@ def test_the_agent_reads_its_prior_tasks(forge_home, tmp_path):
     ws, _ = init_workspace(forge_home)
     _prior(ws, tmp_path)
     ws.close()
-    with ScriptedChat([propose(CB_EAGER, NEXT)]) as chat:
+    with ScriptedChat([call("task_show", {"task_id": "t1"}), propose(CB_EAGER, NEXT)]) as chat:
         ws, _ = setup(forge_home, tmp_path, {"small": chat.url},
                       extra_yaml="context: {prior_tasks: [p1]}\n")
         r = run_task(ws, "t1")
     assert r.exit_state == "delivered"
+    # task_show (the agent's tool, as the MCP's) carries the prior tasks' briefs.
+    shown = json.loads(chat.requests[1]["messages"][-1]["content"])
+    assert [p["task_id"] for p in shown["prior_tasks"]] == ["p1"]
+    assert shown["prior_tasks"][0]["exit_handoff"] == "batching was never tried; start there"
     system = chat.requests[0]["messages"][0]["content"]
     head, _, prior = system.partition("## Prior tasks")
     assert prior, "no prior tasks section in the agent's prompt"
