@@ -2060,6 +2060,7 @@ def graph_run(ctx, graph_id, jobs, backend, address, by, as_json) -> None:
     \b
     Example:
       forge graph run -j 4
+      forge graph run -j 2 --by ana
       forge graph run --backend ray --address 10.0.0.5:6379
     """
     from .harness.graph.run import run_graph
