@@ -538,20 +538,25 @@ def task() -> None:
 
 @task.command("new")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--from", "from_task", metavar="TASK",
+              help="Follow up this exited task: its handoff (exit, state reached, findings, "
+                   "next sub-goal) becomes the new task's context.start_from, and it joins "
+                   "context.prior_tasks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @fail_cleanly
-def task_new(ctx, file: Path, as_json: bool) -> None:
+def task_new(ctx, file: Path, from_task: str | None, as_json: bool) -> None:
     """Define a task from YAML (records its point and profile too). Idempotent.
 
     \b
     Example:
       forge task new examples/tasks/tune-tiny-cpu.yaml
+      forge task new next-step.yaml --from tune-tiny-cpu
     """
     from .harness.loop.define import define_task
     ws = open_ws(ctx)
     try:
-        info = define_task(ws, file)
+        info = define_task(ws, file, from_task=from_task)
     except SpecError as e:
         _spec_error(e)
     if as_json:
@@ -613,6 +618,16 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
             click.echo(f"          differs from the baseline: {shown_differences(b['differs'])}")
     if s["best_so_far"]:
         click.echo(f"  best so far: {json.dumps(s['best_so_far'], sort_keys=True)}")
+    start = (s["definition"].get("context") or {}).get("start_from")
+    if start:
+        click.echo(f"  follows {start['task_id']} ({start.get('exit_state')}): next "
+                   f"{start.get('next_sub_goal') or '-'}")
+    for p in s["prior_tasks"]:
+        best = p.get("best_so_far") or {}
+        click.echo(f"  prior task {p['task_id']}: {p['status']}"
+                   + (f" ({p['exit_state']})" if p.get("exit_state") else "")
+                   + (f", best {best.get('metric')} {best.get('median')}" if best else "")
+                   + (f"; handoff: {p['exit_handoff']}" if p.get("exit_handoff") else ""))
 
 
 def _run_loop(ctx, task_id: str, as_json: bool) -> None:
@@ -1501,8 +1516,8 @@ def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool, max_rows: int | None,
             timeout_s: float | None) -> None:
     """Run read-only SQL over the index (caught up first). Tables: events, tasks,
     loop_blocks, tool_calls, measurements, verifications, gate_verdicts, decisions,
-    handoffs, skills_provided, points, runtime_profiles; views: task_overview, block_overview,
-    metric_summary, profile_tradeoff, decision_evidence, valid_measurements.
+    handoffs, skills_provided, model_calls, points, runtime_profiles; views: task_overview,
+    block_overview, metric_summary, profile_tradeoff, decision_evidence, valid_measurements.
 
     Queries only (SELECT/WITH, DESCRIBE, SHOW, EXPLAIN, PRAGMA, CALL), in a locked-down
     session: the index read-only, no other file (no COPY, EXPORT, ATTACH, read_csv, glob),
@@ -1511,6 +1526,7 @@ def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool, max_rows: int | None,
     \b
     Example:
       forge sql "SELECT task_id, kind, reason FROM decisions WHERE kind = 'rejected'"
+      forge sql "SELECT task_id, tier, sum(cost_usd) FROM model_calls GROUP BY ALL"
     """
     from .projections.queries import sql_ws
     t = sql_ws(open_ws(ctx), query, max_rows=max_rows, timeout_s=timeout_s)
@@ -2015,6 +2031,9 @@ def _print_run(summary, as_json: bool) -> None:
 
 
 def _backend_opts(f):
+    f = click.option("--by", "by", metavar="NAME",
+                     help="Who runs the graph: the actor of the run's start, named on each "
+                          "node it starts (default: the OS user).")(f)
     f = click.option("--address", default=None,
                      help="Ray cluster address (--backend ray; default: RAY_ADDRESS, else "
                           "a cluster started on this host, else a new local instance).")(f)
@@ -2031,7 +2050,7 @@ def _backend_opts(f):
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.pass_context
 @fail_cleanly
-def graph_run(ctx, graph_id, jobs, backend, address, as_json) -> None:
+def graph_run(ctx, graph_id, jobs, backend, address, by, as_json) -> None:
     """Run ready tasks in parallel worker processes until nothing more can run.
 
     Progress lines print as nodes start, deliver or are rejected. Exit 1 unless completed.
@@ -2041,11 +2060,14 @@ def graph_run(ctx, graph_id, jobs, backend, address, as_json) -> None:
     \b
     Example:
       forge graph run -j 4
+      forge graph run -j 2 --by ana
       forge graph run --backend ray --address 10.0.0.5:6379
     """
     from .harness.graph.run import run_graph
+    from .harness.guard.approvals import person
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, backend=backend, address=address,
+                  by=person(by),
                   echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
     _print_run(s, as_json)
 
@@ -2057,7 +2079,7 @@ def graph_run(ctx, graph_id, jobs, backend, address, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.pass_context
 @fail_cleanly
-def graph_resume(ctx, graph_id, jobs, backend, address, as_json) -> None:
+def graph_resume(ctx, graph_id, jobs, backend, address, by, as_json) -> None:
     """Resume after a crash: re-run nodes that were in flight, never a delivered one.
 
     \b
@@ -2065,9 +2087,10 @@ def graph_resume(ctx, graph_id, jobs, backend, address, as_json) -> None:
       forge graph resume -j 2
     """
     from .harness.graph.run import run_graph
+    from .harness.guard.approvals import person
     ws = open_ws(ctx)
     s = run_graph(ws, _graph_id(ws, graph_id), jobs=jobs, resume=True, backend=backend,
-                  address=address,
+                  address=address, by=person(by),
                   echo=(lambda m: click.echo(m, err=True)) if as_json else click.echo)
     _print_run(s, as_json)
 

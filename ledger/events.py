@@ -666,6 +666,9 @@ class EdgeAdded(Event):
 
 
 class GraphRunStarted(Event):
+    """A graph run's start; its actor is the person who started it (`forge graph run`, `--by`
+    or the OS user), the node work it drives is the graph runner's on their behalf."""
+
     run_id: str
     jobs: int
     pid: int
@@ -683,13 +686,23 @@ class GraphRunFinished(Event):
 
 
 class NodeStarted(Event):
-    """A worker's claim on a node, appended with the graph stream's expected version."""
+    """A worker's claim on a node, appended with the graph stream's expected version. The
+    actor is the graph runner; `on_behalf_of` names the person who started the run (the
+    actor of its GraphRunStarted), None for a run no person started."""
 
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: on_behalf_of
     node: str
     attempt: int
     run_id: str
     worker: str
     pid: int
+    on_behalf_of: str | None = None
+
+
+@upcaster("NodeStarted", 1)
+def _node_started_v1(payload: JSON) -> JSON:
+    """v1 did not name the person a run worked for."""
+    return {**payload, "on_behalf_of": None}
 
 
 class NodeAbandoned(Event):

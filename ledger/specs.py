@@ -455,10 +455,29 @@ class Contract(Spec):
         return None
 
 
+class StartFrom(Spec):
+    """The handoff a successor task starts from (`forge task new --from TASK`): the prior
+    task's exit and its last block's handoff, as they stood when the successor was defined."""
+
+    task_id: str
+    exit_state: str | None = None
+    exit_reason: str = ""
+    handoff: str | None = None  # the exit's handoff text
+    state_reached: str = ""
+    findings: list[str] = Field(default_factory=list)
+    next_sub_goal: str | None = None
+
+
 class Context(Spec):
+    """What a task starts from. `repos`: MonoRepo members at a ref (`member@ref`; the commit
+    it names is recorded); `prior_tasks`: defined tasks whose exits, handoffs and best results
+    reach the agent; `start_from`: the handoff of the task it follows up."""
+
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"start_from": None}
     repos: list[str] = Field(default_factory=list)  # snapshot refs, e.g. sglang@<sha>
     prior_tasks: list[str] = Field(default_factory=list)
     notes: str = ""
+    start_from: StartFrom | None = None
 
 
 class ExitCriteria(Spec):

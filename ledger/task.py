@@ -191,6 +191,7 @@ class Task(BaseModel):
     exit_state: str | None = None
     exit_reason: str | None = None
     exits: list[dict[str, Any]] = Field(default_factory=list)
+    exit_handoff: str | None = None  # the standing exit's handoff (a successor reads it)
     blocks: list[Block] = Field(default_factory=list)
     measurements: int = 0
     invalidated: list[str] = Field(default_factory=list)  # measurement event ids, in order
@@ -450,6 +451,7 @@ def _rejected(s: Task, p: Fields) -> None:
 def _exited(s: Task, p: Fields) -> None:
     s.status = "exited"
     s.exit_state, s.exit_reason = p["state"], p["reason"]
+    s.exit_handoff = _text(p.get("handoff"))
     s.exits.append({"state": p["state"], "reason": p["reason"], "reopened": None})
     s.exited_at = _text(p.get("occurred_at"))
     s.last_turn = "exited"
@@ -460,7 +462,7 @@ def _reopened(s: Task, p: Fields) -> None:
     if s.exits and s.status == "exited":
         s.exits[-1]["reopened"] = p["reason"]
     s.status = "running"
-    s.exit_state = s.exit_reason = None
+    s.exit_state = s.exit_reason = s.exit_handoff = None
     s.no_progress_streak = 0
     s.reopened_after = len(s.blocks)
     if s.exited_at is not None:

@@ -148,6 +148,7 @@ class RunInfo:
     host: str
     resumed: bool
     outcome: str | None = None
+    started_by: str | None = None  # the person who started it (GraphRunStarted's human actor)
 
 
 @dataclass
@@ -184,7 +185,8 @@ class GraphView:
                 self._add_edge(Edge.of(EdgeSpec.model_validate(ev.edge, context=LEDGER_CONTEXT)))
             case E.GraphRunStarted():
                 self.runs.append(RunInfo(ev.run_id, ev.jobs, ev.pid, ev.pid_start, ev.host,
-                                         ev.resumed))
+                                         ev.resumed, started_by=ev.actor.name
+                                         if ev.actor.kind == "human" else None))
             case E.GraphRunFinished():
                 for r in self.runs:
                     if r.run_id == ev.run_id:

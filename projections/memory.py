@@ -173,6 +173,10 @@ def _next_block(task: Task) -> dict[str, Any] | None:
                 else task.last_handoff["next_sub_goal"]}
     if task.last_turn == "reopened":
         return {"index": len(task.blocks) + 1, "sub_goal": None}
+    if task.status == "defined" and not task.blocks:  # a successor: its predecessor's next
+        start = (task.definition.get("context") or {}).get("start_from") or {}
+        if start.get("next_sub_goal"):
+            return {"index": 1, "sub_goal": start["next_sub_goal"]}
     return None
 
 
@@ -259,6 +263,29 @@ def list_tasks(ledger: Ledger, on_error: OnError = None) -> list[dict[str, Any]]
     return out
 
 
+def prior_tasks_of(definition: dict[str, Any]) -> list[str]:
+    """The ids a task definition (as stored) names in `context.prior_tasks`."""
+    context = definition.get("context") or {}
+    return [str(t) for t in context.get("prior_tasks") or []]
+
+
+def prior_brief(ledger: Ledger, task_id: str) -> dict[str, Any]:
+    """What a successor reads of a prior task: its goal, exit (state, reason, handoff), last
+    block handoff and best result. A task the ledger does not hold (a definition recorded
+    before ids were checked) reads as status "unknown"; damaged events are left out."""
+    try:
+        mem, _ = read_memory(ledger, task_id, on_error=lambda u: None)
+    except NotFoundError:
+        return {"task_id": task_id, "status": "unknown"}
+    return {"task_id": task_id, "goal": mem.definition.get("goal"), "status": mem.status,
+            "exit_state": mem.exit_state, "exit_reason": mem.exit_reason,
+            "exit_handoff": mem.task.exit_handoff, "last_handoff": mem.last_handoff,
+            "primary_metric": mem.primary_metric, "baseline": mem.baseline,
+            "best_so_far": mem.best_so_far,
+            "accepted": [{"candidate": a.get("candidate"), "summary": a.get("summary")}
+                         for a in mem.accepted]}
+
+
 def task_summary(ledger: Ledger, task_id: str, on_error: OnError = None) -> dict[str, Any]:
     mem, version = read_memory(ledger, task_id, on_error)
     return {"task_id": task_id, "status": mem.status, "exit_state": mem.exit_state,
@@ -274,4 +301,5 @@ def task_summary(ledger: Ledger, task_id: str, on_error: OnError = None) -> dict
                         "decision": b.decision,
                         "outcome": b.handoff["outcome"] if b.handoff else None}
                        for b in mem.execution_record],
-            "best_so_far": mem.best_so_far}
+            "best_so_far": mem.best_so_far,
+            "prior_tasks": [prior_brief(ledger, t) for t in prior_tasks_of(mem.definition)]}

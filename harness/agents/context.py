@@ -1,5 +1,6 @@
-"""What an agent reads: the agent executor's prompts, and the task and its Task Memory as
-the model sees them (compact JSON views; the whole memory is one `task_memory` call away).
+"""What an agent reads: the agent executor's prompts, and the task, its prior tasks and its
+Task Memory as the model sees them (compact JSON views; the whole memory is one `task_memory`
+call away).
 """
 
 from __future__ import annotations
@@ -51,7 +52,30 @@ def task_view(task: TaskDefinition) -> dict[str, Any]:
                       for k, v in task.scope.items()},
             "code_members": task.code.members if task.code else [],
             "contract": task.contract.model_dump(mode="json"),
-            "exit": task.exit.model_dump(mode="json"), "notes": task.context.notes}
+            "exit": task.exit.model_dump(mode="json"), "notes": task.context.notes,
+            **({"repos": task.context.repos} if task.context.repos else {}),
+            **({"prior_tasks": task.context.prior_tasks} if task.context.prior_tasks else {}),
+            **({"start_from": task.context.start_from.model_dump(mode="json")}
+               if task.context.start_from else {})}
+
+
+def prior_view(briefs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The prior tasks (`projections.memory.prior_brief`) as the model reads them: exit,
+    handoffs and best result, reasons on one line."""
+    out = []
+    for b in briefs:
+        last = b.get("last_handoff") or {}
+        out.append({k: v for k, v in {
+            "task_id": b["task_id"], "goal": b.get("goal"), "status": b.get("status"),
+            "exit_state": b.get("exit_state"),
+            "exit_reason": one_line(b["exit_reason"]) if b.get("exit_reason") else None,
+            "exit_handoff": one_line(b["exit_handoff"]) if b.get("exit_handoff") else None,
+            "last_handoff": {"state_reached": one_line(last.get("state_reached", "")),
+                             "findings": [one_line(f) for f in last.get("findings", [])][:10],
+                             "next_sub_goal": last.get("next_sub_goal")} if last else None,
+            "primary_metric": b.get("primary_metric"), "baseline": b.get("baseline"),
+            "best_so_far": b.get("best_so_far")}.items() if v is not None})
+    return out
 
 
 def memory_view(mem: TaskMemory) -> dict[str, Any]:

@@ -338,8 +338,10 @@ def _connect(address: str | None) -> tuple[bool, Head | None]:
 
 def run_graph_ray(ws: Workspace, graph_id: str, *, jobs: int | None = None,
                   resume: bool = False, echo: Echo = quiet, address: str | None = None,
-                  poll_s: float = 0.2, max_retries: int = MAX_RETRIES) -> RunSummary:
-    """Run the graph's ready nodes as Ray tasks until nothing more can run."""
+                  poll_s: float = 0.2, max_retries: int = MAX_RETRIES,
+                  by: E.Actor | None = None) -> RunSummary:
+    """Run the graph's ready nodes as Ray tasks until nothing more can run (started by
+    `by`, the person: `run_record.start_run`)."""
     own, head = _connect(address)
     import ray
 
@@ -350,7 +352,7 @@ def run_graph_ray(ws: Workspace, graph_id: str, *, jobs: int | None = None,
         cpus = int(sum(x["Resources"].get("CPU", 0) for x in alive))
         max_gpus = max((int(x["Resources"].get("GPU", 0)) for x in alive), default=0)
         jobs = max(1, jobs or cpus or 1)
-        rs = start_run(ws, graph_id, jobs, resume, echo)
+        rs = start_run(ws, graph_id, jobs, resume, echo, by)
         todo = [n for n in rs.view.tasks() if n.state != "delivered"]
         echo(f"graph {graph_id}: {len(rs.view.tasks())} tasks, {len(todo)} to do, Ray cluster "
              f"of {len(alive)} node(s) ({', '.join(hosts)}; {cpus} CPUs, up to {max_gpus} "

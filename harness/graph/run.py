@@ -33,13 +33,15 @@ from .run_record import (
 
 def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: bool = False,
               echo: Echo = quiet, poll_s: float = 0.05, max_respawns: int | None = None,
-              backend: str = "local", address: str | None = None) -> RunSummary:
+              backend: str = "local", address: str | None = None,
+              by: E.Actor | None = None) -> RunSummary:
     """Run the graph's ready nodes until nothing more can run: in `jobs` worker processes
     (backend "local"), or as Ray tasks on the cluster at `address` (backend "ray", see
-    `ray_backend`; `jobs` bounds the tasks in flight)."""
+    `ray_backend`; `jobs` bounds the tasks in flight). `by`: the person running it, the
+    actor of the run's start (default: the OS user); node claims name them."""
     if backend == "ray":
         return run_graph_ray(ws, graph_id, jobs=jobs, resume=resume, echo=echo,
-                             address=address)
+                             address=address, by=by)
     if backend != "local":
         raise HarnessError(f"backend {backend!r}: use local or ray")
     if address is not None:
@@ -47,7 +49,7 @@ def run_graph(ws: Workspace, graph_id: str, *, jobs: int | None = None, resume: 
     jobs = max(1, jobs or os.cpu_count() or 1)
     ledger = ws.ledger
     gstream = graph_stream(graph_id)
-    rs = start_run(ws, graph_id, jobs, resume, echo)
+    rs = start_run(ws, graph_id, jobs, resume, echo, by)
     view, run_id, logs, t0 = rs.view, rs.run_id, rs.logs, rs.t0
     todo = [n for n in view.tasks() if n.state != "delivered"]
     n_workers = max(1, min(jobs, len(todo)))

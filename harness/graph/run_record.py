@@ -24,6 +24,7 @@ from ...projections.graph import GraphView, catch_up, load_graph
 from ..errors import HarnessError
 from ..nodes.identity import local_host
 from ..proc import alive, start_time
+from ..task import human_actor
 from . import lease
 from .commands import check_node_streams
 from .repos import member_nodes, pin_members
@@ -85,9 +86,11 @@ class RunStart:
     t0: float
 
 
-def start_run(ws: Workspace, graph_id: str, jobs: int, resume: bool, echo: Echo) -> RunStart:
+def start_run(ws: Workspace, graph_id: str, jobs: int, resume: bool, echo: Echo,
+              by: E.Actor | None = None) -> RunStart:
     """Record a run's start (GraphRunStarted, after closing a dead run and abandoning its
-    in-flight nodes when `resume`), pin the member repos, make the work and log dirs."""
+    in-flight nodes when `resume`), pin the member repos, make the work and log dirs. The
+    start's actor is `by`, the person running the graph (default: the OS user)."""
     ledger = ws.ledger
     gstream = graph_stream(graph_id)
     view = load_graph(ledger, graph_id)
@@ -118,7 +121,7 @@ def start_run(ws: Workspace, graph_id: str, jobs: int, resume: bool, echo: Echo)
     snapshot_id = pin_members(ws, graph_id, members)
     start.append(E.GraphRunStarted(run_id=run_id, jobs=jobs, pid=me, pid_start=start_time(me),
                                    host=local_host(), resumed=resume,
-                                   repo_snapshot=snapshot_id))
+                                   repo_snapshot=snapshot_id, actor=by or human_actor()))
     try:
         ledger.save(Append(gstream, start, expected_version=view.version),
                     *lease.releases_for(graph_id, start))

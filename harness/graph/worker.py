@@ -35,9 +35,10 @@ def claim_node(ws: Workspace, view: GraphView, node: str, run_id: str, worker: s
     deterministic (graph, node, attempt, run, worker): a retried save adds nothing."""
     graph_id = view.graph_id
     attempt = view.nodes[node].attempt + 1
+    run = next((r for r in view.runs if r.run_id == run_id), None)
     claim = E.NodeStarted(node=node, attempt=attempt, run_id=run_id, worker=worker,
                           pid=os.getpid(), task_id=node_task_id(graph_id, node),
-                          actor=ACTOR,
+                          actor=ACTOR, on_behalf_of=run.started_by if run else None,
                           input_digests={es.spec.src: es.deliverable_digest or ""
                                          for es in view.in_edges.get(node, ())
                                          if es.spec.kind == "handoff"})

@@ -7,7 +7,8 @@ Contract:
   next block, as the loop records them on `LoopBlockStarted.routing`: an escalated block's
   calls go to the escalated tier's endpoint.
 - The model gets a system prompt with the task (goal, scope, contract, exit criteria), a
-  summary of Task Memory and the skills chosen for the block (`skills.select` on the
+  summary of Task Memory, its prior tasks' exits, handoffs and best results
+  (`context.prior_tasks`) and the skills chosen for the block (`skills.select` on the
   sub-goal the last handoff proposed, else the goal; once per query in one run), and the
   tools: the read tools of `TOOLS` (`task_memory`, `task_show`, `skills_list`,
   `skills_get`), `write_file`, a `run_command` that runs in the task's scratch directory or
@@ -59,7 +60,7 @@ from ...ledger.specs import (
     effective_digest,
 )
 from ...ledger.workspace import Workspace
-from ...projections.memory import TaskMemory
+from ...projections.memory import TaskMemory, prior_brief
 from ..agents import approval_tool, task_tools
 from ..agents import skills as S
 from ..agents import tool_registry as T
@@ -69,6 +70,7 @@ from ..agents.context import (
     SYSTEM_PROMPT,
     memory_view,
     one_line,
+    prior_view,
     task_view,
 )
 from ..agents.models import ModelReply, call_model, put_json
@@ -184,6 +186,7 @@ class AgentExecutor:
             "## The task\n" + json.dumps(task_view(s.task), sort_keys=True),
             "## Task Memory (summary)\n" + json.dumps(memory_view(s.memory), sort_keys=True,
                                                       default=str),
+            self._prior(s),
             self._skills(s, actor)) if x)
         index = len(s.memory.execution_record) + 1
         s.messages = [{"role": "system", "content": f"{SYSTEM_PROMPT}\n\n{context}"},
@@ -452,6 +455,15 @@ class AgentExecutor:
             return self._exit(s, "failed-blocked", f"agent executor: no decision within "
                               f"{s.task.executor.timeout_s:g}s" + self._last_failures(s))
         return None
+
+    def _prior(self, s: _Session) -> str:
+        """The prior tasks (`context.prior_tasks`) as prompt text: their exits, handoffs and
+        best results, read from the ledger at each decision (a prior task may move on)."""
+        if not s.task.context.prior_tasks:
+            return ""
+        briefs = [prior_brief(self.ws.ledger, t) for t in s.task.context.prior_tasks]
+        return "## Prior tasks (start from what they learned)\n" + json.dumps(
+            prior_view(briefs), sort_keys=True, default=str)
 
     # --- skills ---------------------------------------------------------------------------
 

@@ -17,12 +17,13 @@ from typing import Any
 
 from ...ledger import events as E
 from ...ledger.clock import digest
-from ...ledger.errors import ConflictError
+from ...ledger.errors import ConflictError, NotFoundError
 from ...ledger.ids import check_id, graph_namespace
 from ...ledger.payloads import Digest
 from ...ledger.specs import (
     RuntimeProfile,
     SpecError,
+    StartFrom,
     TaskDefinition,
     canonical,
     diff_values,
@@ -35,6 +36,7 @@ from ...ledger.specs import (
 from ...ledger.store import Append
 from ...ledger.streams import WORKSPACE_STREAM, graph_stream, task_stream
 from ...ledger.workspace import Workspace
+from ...projections.memory import read_memory
 from ...repos.commands import maybe_monorepo
 from ...repos.errors import RepoError
 from ..errors import HarnessError
@@ -122,13 +124,78 @@ def _resolved_base(ws: Workspace, path: Path, base: dict[str, str]) -> dict[str,
         raise HarnessError(f"{path}: code.base: {e}") from None
 
 
+def _resolved_repos(ws: Workspace, path: Path, repos: list[str]) -> list[str]:
+    """`context.repos`: each `member@ref` as `member@<the commit it names now>`."""
+    mono = maybe_monorepo(ws)
+    if mono is None:
+        raise HarnessError(f"{path}: context.repos: the workspace has no MonoRepo "
+                           "(forge repos init MANIFEST.yaml)")
+    out = []
+    for i, entry in enumerate(repos):
+        member, at, ref = entry.partition("@")
+        what = f"{path}: context.repos[{i}]: {entry!r}"
+        if not at or not member or not ref:
+            raise HarnessError(f"{what}: give MEMBER@REF (a commit, branch or tag)")
+        try:
+            mono.member(member)
+        except RepoError as e:
+            raise HarnessError(f"{what}: {e}") from None
+        out.append(f"{member}@{member_commit(mono, member, ref, what)}")
+    return out
+
+
+def _check_prior_tasks(ws: Workspace, path: Path, task_id: str, task: TaskDefinition) -> None:
+    """`context.prior_tasks` name defined tasks other than this one; `context.start_from`
+    names one of them."""
+    for i, prior in enumerate(task.context.prior_tasks):
+        what = f"{path}: context.prior_tasks[{i}]: {prior!r}"
+        if prior == task_id:
+            raise HarnessError(f"{what} is this task itself")
+        first = ws.ledger.stream(task_stream(prior), until_version=1)
+        if not first or not isinstance(first[0].event, E.TaskDefined):
+            raise HarnessError(f"{what} is not a defined task (forge task list)")
+    start = task.context.start_from
+    if start is not None and start.task_id not in task.context.prior_tasks:
+        raise HarnessError(f"{path}: context.start_from.task_id: {start.task_id!r} is not in "
+                           "context.prior_tasks")
+
+
+def successor_of(ws: Workspace, task: TaskDefinition, prior_id: str) -> TaskDefinition:
+    """The task as the successor of `prior_id` (`forge task new --from`): the prior task
+    added to `context.prior_tasks` and its handoff as `context.start_from` — its exit (state,
+    reason, handoff) and its last block's handoff (state reached, findings, next sub-goal).
+    The prior task must have exited (a running task has not handed off yet)."""
+    try:
+        mem, _ = read_memory(ws.ledger, prior_id)
+    except NotFoundError:
+        raise HarnessError(f"--from: {prior_id!r} is not a defined task (forge task list)"
+                           ) from None
+    if mem.status != "exited":
+        raise HarnessError(f"--from: task {prior_id!r} has not exited (status {mem.status}): "
+                           "a successor starts from an exit's handoff (forge task exit)")
+    last = mem.last_handoff or {}
+    start = StartFrom(task_id=prior_id, exit_state=mem.exit_state,
+                      exit_reason=mem.exit_reason or "", handoff=mem.task.exit_handoff,
+                      state_reached=last.get("state_reached", ""),
+                      findings=list(last.get("findings", [])),
+                      next_sub_goal=last.get("next_sub_goal"))
+    prior = [*task.context.prior_tasks, *([] if prior_id in task.context.prior_tasks
+                                          else [prior_id])]
+    return task.model_copy(update={"context": task.context.model_copy(
+        update={"prior_tasks": prior, "start_from": start})})
+
+
 def define_task(ws: Workspace, path: str | Path, actor: E.Actor | None = None, *,
-                task_id: str | None = None) -> dict[str, Any]:
+                task_id: str | None = None, from_task: str | None = None) -> dict[str, Any]:
     """`forge task new`: validate the task, its point and profile; record the profile revision
     and the point pin if new, and TaskDefined — in one save. Idempotent for the same content.
-    A standalone task: an id in a defined graph's namespace is refused (`check_owner`)."""
+    A standalone task: an id in a defined graph's namespace is refused (`check_owner`).
+    `from_task`: define it as that exited task's successor (`successor_of`)."""
     path = Path(path).resolve()
-    return define_task_spec(ws, load_task(path), path, actor, task_id=task_id)
+    task = load_task(path)
+    if from_task is not None:
+        task = successor_of(ws, task, from_task)
+    return define_task_spec(ws, task, path, actor, task_id=task_id)
 
 
 _DEFINE_RETRIES = 20  # optimistic-concurrency retries of one definition
@@ -171,6 +238,7 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
         task_id = task.id or check_id(
             path.stem, f"{where}: task id taken from the file name (the task has no id:)")
     check_owner(ws, task_id, graph_node=graph_node)  # before anything is recorded
+    _check_prior_tasks(ws, path, task_id, task)
     if task.contract.review is not None:
         # In the function for start-up time: review loads the model client.
         from .review import check_reviewer
@@ -179,6 +247,9 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
     if task.code is not None and task.code.base:
         task = task.model_copy(update={"code": task.code.model_copy(
             update={"base": _resolved_base(ws, path, task.code.base)})})
+    if task.context.repos:  # kept as the commits they name now, as code.base is
+        task = task.model_copy(update={"context": task.context.model_copy(
+            update={"repos": _resolved_repos(ws, path, task.context.repos)})})
     point_path = (path.parent / task.point).resolve()
     point = load_point(point_path)
     ref = point.runtime_profile

@@ -159,7 +159,8 @@ def batch_ops(p: Projector, raw: pa.Table) -> list[tuple[Any, ...]]:
                        ("gate_verdicts", p.b_gates), ("decisions", p.b_dec),
                        ("handoffs", p.b_hand), ("skills_provided", p.b_skills),
                        ("host_windows", p.b_hwin), ("gpu_windows", p.b_gwin),
-                       ("gpu_changes", p.b_gchg), ("profile_ops", p.b_profops)):
+                       ("gpu_changes", p.b_gchg), ("profile_ops", p.b_profops),
+                       ("model_calls", p.b_models)):
         if len(cols):
             ops.append(("insert", name, _table(cols)))
     if p.b_hsamp["t"]:

@@ -105,6 +105,9 @@ _GWIN_COLS = ["position", "host", "gpu_uuid", "start_at", "end_at", "samples", "
 _GCHG_COLS = ["position", "host", "gpu_uuid", "observed_at", "pids", "added", "removed"]
 _PROF_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "engine", "method",
               "kind", "rank", "name", "total_ms", "share", "count"]
+_MODEL_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "tier", "model",
+               "family", "purpose", "tokens_in", "tokens_out", "latency_s", "cost_usd",
+               "success", "error"]
 _HAND_COLS = ["position", "event_id", "occurred_at", "task_id", "block_id", "kind", "outcome",
               "state_reached", "findings", "next_sub_goal"]
 
@@ -171,6 +174,7 @@ class Projector:
         self.b_gwin = TableRows(_GWIN_COLS)
         self.b_gchg = TableRows(_GCHG_COLS)
         self.b_profops = TableRows(_PROF_COLS)
+        self.b_models = TableRows(_MODEL_COLS)
         # Samples as flat columns (a day of a cluster is millions of rows: no tuple per row).
         self.b_hsamp: dict[str, list[Any]] = {k: [] for k in (
             "position", "host", "t", "cpu_pct", "mem_used_mib")}
@@ -572,6 +576,15 @@ class Projector:
                                    as_float(op.get("total_ms")), as_float(op.get("share")),
                                    as_int(op.get("count"))))
 
+    def _on_model_call(self, pos: int, d: dict[str, Any]) -> None:
+        get = d.get
+        self.b_models.append((
+            pos, get("event_id"), get("occurred_at"), get("task_id"), get("block_id"),
+            as_str(get("tier")), as_str(get("model")), as_str(get("family")),
+            as_str(get("purpose")), as_int(get("tokens_in")), as_int(get("tokens_out")),
+            as_float(get("latency_s")), as_float(get("cost_usd")), bool(get("success", True)),
+            get("error")))
+
 
 _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "DeploymentPointPinned": Projector._on_point,
@@ -593,6 +606,7 @@ _HANDLERS: dict[str, Callable[[Projector, int, dict[str, Any]], None]] = {
     "EndpointSummarized": lambda p, pos, d: on_summary(p.b_endpoints, p.artifacts, pos, d),
     "DiagnosisRecorded": lambda p, pos, d: on_diagnosis(p.b_endpoints, pos, d),
     "ProfileCaptured": Projector._on_profile_captured,
+    "ModelCalled": Projector._on_model_call,
 }
 
 
@@ -637,6 +651,8 @@ LEFT_OUT: dict[str, dict[str, str]] = {
     "ProfileCaptured": {"top": "one profile_ops row each (`rank`, `name`, `total_ms`, ...)",
                         **dict.fromkeys(("url", "duration_s", "load", "bench", "traces",
                                          "trace_names", "unit", "samples"), PAYLOAD_ONLY)},
+    "ModelCalled": {"prompt_digest": PAYLOAD_ONLY + " (the prompt artifact)",
+                    "response_digest": PAYLOAD_ONLY + " (the response artifact)"},
 }
 # The envelope (every event's common fields) is the `events` table's, but for these.
 ENVELOPE_LEFT_OUT: dict[str, str] = {

@@ -18,8 +18,9 @@ PROJECTION = "index"
 # observations (host_windows, gpu_windows, gpu_changes, host_samples, gpu_samples);
 # 7: endpoints monitored and diagnosed (endpoint_windows, endpoint_samples, diagnoses);
 # 8: the top operators of `forge perf capture`'s profiles (profile_ops); 9: each run's host
-# state (measurement_runs.host, .contaminated)
-INDEX_SCHEMA_VERSION = 9
+# state (measurement_runs.host, .contaminated); 10: model calls with their tokens and cost
+# (model_calls)
+INDEX_SCHEMA_VERSION = 10
 SCHEMA_KEY = "index-schema"
 
 # Deployment-point dimensions, in the order they appear on tasks, measurements and decisions.
@@ -159,6 +160,14 @@ CREATE TABLE IF NOT EXISTS profile_ops(
   position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
   block_id VARCHAR, engine VARCHAR, method VARCHAR, kind VARCHAR, rank BIGINT, name VARCHAR,
   total_ms DOUBLE, share DOUBLE, count BIGINT);
+-- One row per model call (ModelCalled): which tier and model, why (`purpose`), its tokens,
+-- latency and cost in USD (priced by forge.toml's [models.<tier>] when it was called); a
+-- failed call is a row too (`success` false, `error`). Sum `cost_usd` per task or tier.
+CREATE TABLE IF NOT EXISTS model_calls(
+  position BIGINT, event_id VARCHAR, occurred_at TIMESTAMPTZ, task_id VARCHAR,
+  block_id VARCHAR, tier VARCHAR, model VARCHAR, family VARCHAR, purpose VARCHAR,
+  tokens_in BIGINT, tokens_out BIGINT, latency_s DOUBLE, cost_usd DOUBLE,
+  success BOOLEAN, error VARCHAR);
 """
 
 VIEWS = """
@@ -224,7 +233,7 @@ TABLES = ["events", "points", "runtime_profiles", "tasks", "loop_blocks", "tool_
           "measurement_runs", "invalidations", "verifications", "gate_verdicts", "decisions",
           "handoffs", "skills_provided", "skipped", "host_windows", "gpu_windows",
           "gpu_changes", "host_samples", "gpu_samples", "endpoint_windows",
-          "endpoint_samples", "diagnoses", "profile_ops"]
+          "endpoint_samples", "diagnoses", "profile_ops", "model_calls"]
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

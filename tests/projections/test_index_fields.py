@@ -38,7 +38,10 @@ def _the_other_projected_types(ws) -> None:
                          task_id=tid, block_id=run.block_id, actor=tool),
         E.MeasurementInvalidated(measurement_event_id=run.event_id, reason="bad run",
                                  task_id=tid, actor=tool),
-        E.TaskReopened(reason="again", task_id=tid, actor=tool)])
+        E.TaskReopened(reason="again", task_id=tid, actor=tool),
+        E.ModelCalled(tier="small", model="m", family="f", tokens_in=10, tokens_out=2,
+                      latency_s=0.1, cost_usd=0.001, task_id=tid, block_id=run.block_id,
+                      actor=E.Actor.agent("forge-agent", "m"))])
     ws.ledger.append(NODES_STREAM, [
         E.HostSummarized(host="h1", start=t0, end=t1, interval_s=1.0, samples=60, missed=0,
                          cpu_pct_mean=10.0, cpu_pct_max=20.0, mem_used_max_mib=100,

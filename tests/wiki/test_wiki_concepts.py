@@ -185,13 +185,17 @@ def _with_model(ws, url: str, model: str = "scripted-chat", extra: str = ""):
 def test_generated_claims_with_an_invented_figure_or_a_bad_event_id_are_dropped(workspace):
     run_demo(workspace)
     bad_id = "00000000-0000-4000-8000-000000000000"
+    with open_index(workspace) as q:  # a real event, but not evidence of the bfloat16 page
+        (foreign,) = q.con.execute("SELECT event_id FROM events WHERE type = 'TaskDefined' "
+                                   "LIMIT 1").fetchone()
 
     def reply(req):
         prompt = req["messages"][0]["content"]
         ids = re.findall(r"\[e:([0-9a-f-]{36})\]", prompt)
         first = ids[0]
-        if '"engine.dtype = bfloat16"' not in prompt:
-            return {"content": f"This concept is in the ledger. [e:{first}]"}
+        if '"engine.dtype = bfloat16"' not in prompt:  # names the page's concept, as told
+            term = re.search(r"names it \(([^,)]+)", prompt).group(1)
+            return {"content": f"{term} is in the ledger. [e:{first}]"}
         rej = re.search(r"was rejected in task .*?\[e:([0-9a-f-]{36})\]", prompt).group(1)
         return {"content": "\n".join([
             f"- bfloat16 was rejected: its throughput ratio was 1.02 against a 1.05 floor "
@@ -199,7 +203,10 @@ def test_generated_claims_with_an_invented_figure_or_a_bad_event_id_are_dropped(
             f"- bfloat16 raised throughput by 73% [e:{rej}].",
             f"- The baseline was stable over 3 runs [e:{bad_id}].",
             "- bfloat16 is always faster.",
-            f"- The decision stands as recorded [e:{rej}]."])}
+            f"- The bfloat16 decision stands as recorded [e:{rej}].",
+            # True, cited, and about something else: dropped (issue 32).
+            f"- Continuous batching was not what this block tried [e:{rej}].",
+            f"- The bfloat16 task was defined first [e:{foreign}]."])}
 
     with ScriptedChat([reply] * 20) as chat:
         ws = _with_model(workspace, chat.url)
@@ -211,15 +218,22 @@ def test_generated_claims_with_an_invented_figure_or_a_bad_event_id_are_dropped(
     cat = load_catalog(workspace.home / "wiki")
     bf16 = cat.by_concept()["flag:engine.dtype=bfloat16"]
     reasons = sorted(d["reason"] for d in rep["dropped"] if d["page"] == bf16.slug)
-    assert reasons == [f"cites an unknown event: {bad_id}", "figure 73 is in none of its "
-                       "cited events", "uncited"]
+    concept = "flag:engine.dtype=bfloat16"
+    assert foreign not in {s.event_id for s in bf16.sources}
+    assert reasons == [f"cites an event that is not evidence of {concept}: {foreign}",
+                       f"cites an unknown event: {bad_id}",
+                       f"does not concern {concept} (names none of: bfloat16, dtype, "
+                       "engine.dtype)",
+                       "figure 73 is in none of its cited events", "uncited"]
     assert all(d["page"] == bf16.slug for d in rep["dropped"])
     synth = [c for c in bf16.claims if c.author == "model"]
     assert [c.text for c in synth] == [
         "bfloat16 was rejected: its throughput ratio was 1.02 against a 1.05 floor.",
-        "The decision stands as recorded."]
+        "The bfloat16 decision stands as recorded."]
     assert bf16.author == "model" and bf16.model == "wiki:scripted-chat"
-    assert len(bf16.dropped) == 3
+    assert len(bf16.dropped) == 5
+    # Every other page's synthesis named its concept and was published.
+    assert all(any(c.author == "model" for c in p.claims) for p in cat.pages.values())
     assert_valid_citations(workspace, cat)
     md = (workspace.home / "wiki" / f"{bf16.path}.md").read_text()
     assert "1.02 against a 1.05 floor" in md
@@ -254,6 +268,28 @@ def test_claim_check_rules():
     assert claims.check("Median 102 [e:b]", pay).reason == "cites an unknown event: b"
     assert claims.sentences("One [e:a]. Two. [e:a]\n- Three") == [
         "One [e:a].", "Two. [e:a]", "Three"]
+
+
+def test_a_synthesis_sentence_must_concern_the_page_concept():
+    flag = claims.Concept("flag:engine.continuous_batching=true", frozenset({"a"}))
+    assert flag.terms == {"engine.continuous_batching", "continuous_batching"}
+    assert claims.concerns("Continuous batching helped [e:a]", flag) is None
+    assert claims.concerns("continuous_batching=true was kept [e:a]", flag) is None
+    off = claims.concerns("The machine has two cores [e:a]", flag)
+    assert off.reason.startswith("does not concern flag:engine.continuous_batching=true")
+    assert claims.concerns("Continuous batching helped [e:a] [e:b]", flag).reason == \
+        "cites an event that is not evidence of flag:engine.continuous_batching=true: b"
+    pairing = claims.Concept("pairing:tiny-llama@cpu", frozenset({"a"}))
+    assert pairing.terms == {"tiny-llama", "cpu"}
+    assert claims.concerns("Tiny llama runs on the CPU [e:a]", pairing) is None
+    gate = claims.Concept("failure:gate:ttft-slo/median_ttft_ms", frozenset({"a"}))
+    assert gate.terms == {"ttft-slo", "median_ttft_ms"}
+    pay = {"a": json.dumps({"median": 102.0})}
+    kept, dropped = claims.split("TTFT SLO failed at 102 [e:a]\nDisk was full [e:a]", pay,
+                                 gate)
+    assert [k for k, _ in kept] == ["TTFT SLO failed at 102"]
+    assert [d.reason.split(" (")[0] for d in dropped] == [
+        "does not concern failure:gate:ttft-slo/median_ttft_ms"]
 
 
 @pytest.mark.slow

@@ -8,6 +8,11 @@ A figure is a number standing on its own (`1.4`, `40%`, `1.05x`; not the digits 
 name such as `bfloat16`, `H200` or `-O1`). It is supported when a cited payload holds a
 number equal to it at the precision it is written with, as a percentage (x·100) or as a
 change in percent (|x − 1|·100, from a ratio), or when it counts the sentence's citations.
+
+A concept page's synthesis is checked against the page too (`Concept`): a sentence must cite
+only the page's own evidence (the events its compiled claims cite) and name the page's
+concept (one of `concept_terms`: a flag's key or value, a pairing's model or accelerator, a
+gate, rule or candidate's names). A true sentence about something else is dropped.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .model import DroppedClaim
@@ -120,13 +126,71 @@ def check(sentence: str, payloads: Mapping[str, str]) -> DroppedClaim | None:
     return None
 
 
-def split(text: str, payloads: Mapping[str, str]
+# Words of a concept key that name no concept of their own (a kind's prefix, a boolean).
+_GENERIC = frozenset({"gate", "rule", "node", "engine", "true", "false", "none", "null"})
+_TERM = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def _words(text: str) -> str:
+    """`text` for matching terms: lower case words (letters, digits, inner dots) between
+    single spaces: `continuous_batching=true.` reads ` continuous batching true `."""
+    words = (w.strip(".") for w in re.sub(r"[^a-z0-9.]+", " ", text.lower()).split())
+    return " " + " ".join(w for w in words if w) + " "
+
+
+def concept_terms(concept: str) -> frozenset[str]:
+    """The names a sentence about `concept` ("kind:value") uses: the value's words (a
+    dotted key also by its last part), less generic ones, numbers and one- or two-letter
+    words."""
+    _, _, value = concept.partition(":")
+    out: set[str] = set()
+    for tok in _TERM.findall(value):
+        tok = tok.strip(".-")
+        for t in (tok, tok.rsplit(".", 1)[-1]):
+            t = t.lower()
+            if len(t) > 2 and t not in _GENERIC and not re.fullmatch(r"[\d.\-]+", t):
+                out.add(t)
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Concept:
+    """What a concept page's synthesis must concern: the concept key and the page's evidence
+    (the events its compiled claims cite)."""
+
+    concept: str
+    evidence: frozenset[str]
+
+    @property
+    def terms(self) -> frozenset[str]:
+        return concept_terms(self.concept)
+
+
+def concerns(sentence: str, concept: Concept) -> DroppedClaim | None:
+    """None when `sentence` (checked by `check`) is about the page's concept; else why not:
+    it cites an event that is not the page's evidence, or names none of its terms."""
+    foreign = [i for i in dict.fromkeys(CITE.findall(sentence)) if i not in concept.evidence]
+    if foreign:
+        return DroppedClaim(text=sentence, reason=f"cites an event that is not evidence of "
+                            f"{concept.concept}: {foreign[0]}")
+    terms = concept.terms
+    body = _words(CITE.sub(" ", sentence))
+    if terms and not any(_words(t) in body for t in terms):
+        return DroppedClaim(text=sentence, reason=f"does not concern {concept.concept} (names "
+                            f"none of: {', '.join(sorted(terms))})")
+    return None
+
+
+def split(text: str, payloads: Mapping[str, str], concept: Concept | None = None
           ) -> tuple[list[tuple[str, list[str]]], list[DroppedClaim]]:
-    """(published: (text without markers, cited ids), dropped) of a generated text."""
+    """(published: (text without markers, cited ids), dropped) of a generated text; with
+    `concept`, a concept page's synthesis: its sentences must concern it (`concerns`)."""
     kept: list[tuple[str, list[str]]] = []
     dropped: list[DroppedClaim] = []
     for s in sentences(text):
         bad = check(s, payloads)
+        if bad is None and concept is not None:
+            bad = concerns(s, concept)
         if bad is not None:
             dropped.append(bad)
             continue

@@ -5,7 +5,8 @@ Contracts:
   lists, every row citing its events), so the wiki is complete offline and in CI.
 - With a model tier (`--tier T`, or `[models.wiki]` in forge.toml when no tier is given), the
   model writes each page's synthesis from the same evidence, told how by SCHEMA.md; every
-  sentence it writes passes the citation check (claims.py) or is dropped and reported. A
+  sentence it writes passes the citation check (claims.py) and concerns the page's concept
+  (cites only the page's evidence, names the concept) or is dropped and reported. A
   failing endpoint costs one attempt per compile and is reported, never fatal; answers are
   cached by prompt (`concepts/_model.json`). The request goes through the caller's `post`
   (wiki/chat.py: cli.py passes the one outbound client: no redirect, a byte cap, a deadline);
@@ -130,7 +131,9 @@ def prompt(page: ConceptPage, schema: str) -> str:
             f"\"{page.title}\" ({page.concept}) from the evidence below: at most six "
             "sentences, one per line, each ending with the citations of the evidence it "
             "comes from as [e:<event id>]. State only figures that appear in the evidence "
-            "you cite.\n\n# Evidence\n" + "\n".join(lines)
+            "you cite. Each sentence is about this concept and names it ("
+            + ", ".join(sorted(claims_module.concept_terms(page.concept)))
+            + "); cite only the evidence below.\n\n# Evidence\n" + "\n".join(lines)
             + ("\n\n# Points\n" + "\n".join(points) if points else ""))
 
 
@@ -184,7 +187,8 @@ def with_synthesis(page: ConceptPage, answer: str, payloads: dict[str, str],
                    ev_lookup: dict[str, tuple[int, str, str]], pages: dict[str, str],
                    label: str) -> ConceptPage:
     """The page with the model's checked sentences as its synthesis and the rest dropped."""
-    kept, dropped = claims_module.split(answer, payloads)
+    kept, dropped = claims_module.split(answer, payloads, claims_module.Concept(
+        page.concept, frozenset(s.event_id for s in page.sources)))
     new: list[Claim] = []
     for sentence, ids in kept:
         cs = tuple(Citation(event_id=i, position=ev_lookup[i][0], type=ev_lookup[i][1],

@@ -182,7 +182,10 @@ def test_a_graph_run_with_two_workers_shows_its_tasks_in_flight_on_its_host(work
     assert rep["overall"]["peak"]["tasks"] == ["pair.a", "pair.b"]
     assert rep["overall"]["tasks"] == 3 and rep["open"] == []
     assert set(rep["groups"]["host"]) == {run.host}  # the run's host, no block names one
-    assert set(rep["groups"]["engineer"]) == {"graph-runner"}  # no human recorded
+    # The person who ran the graph (GraphRunStarted's actor: the OS user here), not the
+    # graph runner that defined the node tasks (issue 32).
+    assert set(rep["groups"]["engineer"]) == {run.actor.name} and run.actor.kind == "human"
+    assert run.actor.name != "graph-runner"
     by_task = {s.task_id: s for s in read_stretches(workspace.ledger)}
     assert by_task["pair.c"].start >= max(by_task["pair.a"].end, by_task["pair.b"].end)
     assert by_task["pair.a"].end == _time_of(workspace, "pair.a", "TaskExited")
