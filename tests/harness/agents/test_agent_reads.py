@@ -117,6 +117,21 @@ def test_run_command_answers_the_redacted_tail_and_artifact_read_pages_the_whole
                                           "block_id": "b1"}]
 
 
+def test_past_the_kept_head_the_cut_counts_what_the_command_printed(workspace, tmp_path,
+                                                                     monkeypatch):
+    from infer_forge.harness.tool_calls import calls
+
+    # The capture keeps 1000 bytes of head and 20 KB of tail of this 96 KB output.
+    monkeypatch.setattr(calls, "KEEP_BYTES", 1000)
+    monkeypatch.setattr(calls, "TAIL_BYTES", 20_000)
+    open_task(workspace, tmp_path)
+    r = ok(ctx_for(workspace), "run_command", {"task_id": "t1", "argv": py(
+        f"import sys\nfor i in range({N_LINES}): sys.stdout.write({LINE!r}.format(i))")})
+    printed = "".join(LINE.format(i) for i in range(N_LINES))
+    assert r["stdout"] == printed[-8192:] and r["stdout_bytes"] == len(printed)
+    assert r["stdout_cut"] == len(printed) - 8192
+
+
 def test_pages_start_and_end_on_character_boundaries(workspace, tmp_path):
     open_task(workspace, tmp_path)
     ctx = ctx_for(workspace)
