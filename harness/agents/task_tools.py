@@ -13,7 +13,8 @@ the agent executor's own).
 - `artifact_read` reads an artifact the task's own events reference
   (projections/task_artifacts.py; in the agent executor also the tool calls its decision has
   not saved yet), a page at a time (`offset`, `limit` in bytes of the stored artifact; a
-  page starts and ends on a character boundary; `next_offset` None at the end), text only
+  page starts and ends on a character boundary, and is shortened until its JSON fits in one
+  tool result; `next_offset` None at the end), text only
   (a compressed archive, a NUL byte or bytes that are not UTF-8 are refused), redacted again
   with the workspace's redactor (a secret configured since it was stored). A digest outside
   the task's scope is refused, as every refusal is recorded (`AgentStepFailed`).
@@ -118,14 +119,22 @@ def _read(ctx: ToolContext, a: ReadArgs) -> Any:
     if a.offset > size:
         raise HarnessError(f"offset {a.offset} is past the end of artifact {a.digest} "
                            f"({size} bytes)")
-    data, _ = store.read(a.digest, a.offset, a.limit)
-    end_of_file = a.offset + len(data) >= size
-    text, skip, used = _page_text(a.digest, data, a.offset, end_of_file)
-    start, end = a.offset + skip, a.offset + skip + used
-    return {"digest": a.digest, "size": size, "offset": start, "bytes": used,
-            "next_offset": end if end < size else None,
-            "text": ctx.ws.ledger.redactor.text(text),
-            "referenced_by": [r.to_dict() for r in refs[a.digest][:3]]}
+    limit = a.limit
+    while True:
+        data, _ = store.read(a.digest, a.offset, limit)
+        end_of_file = a.offset + len(data) >= size
+        text, skip, used = _page_text(a.digest, data, a.offset, end_of_file)
+        start, end = a.offset + skip, a.offset + skip + used
+        out = {"digest": a.digest, "size": size, "offset": start, "bytes": used,
+               "next_offset": end if end < size else None,
+               "text": ctx.ws.ledger.redactor.text(text),
+               "referenced_by": [r.to_dict() for r in refs[a.digest][:3]]}
+        # As JSON, a character outside ASCII or a control is written as up to 12: a page
+        # must still fit in one tool result whole, or the agent gets it cut.
+        chars = len(json.dumps(out, sort_keys=True, default=str))
+        if chars <= MAX_RESULT_CHARS or limit <= 64:
+            return out
+        limit = max(64, int(limit * MAX_RESULT_CHARS / chars * 0.9))
 
 
 def _show(ctx: ToolContext, a: TaskArgs) -> Any:

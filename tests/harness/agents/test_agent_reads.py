@@ -145,6 +145,12 @@ def test_pages_start_and_end_on_character_boundaries(workspace, tmp_path):
     ends = [p["offset"] + p["bytes"] for p in pages]
     assert any(p["bytes"] < 1000 for p in pages[:-1])  # a character was left for the next page
     assert [p["offset"] for p in pages[1:]] == ends[:-1]  # nothing skipped, nothing twice
+    # A page of emoji, JSON-escaped to 12 characters each, is shortened to fit one result.
+    wide = ok(ctx, "run_command", {"task_id": "t1", "argv": py("print('😀' * 12000)")})
+    big = ok(ctx, "artifact_read", {"task_id": "t1", "digest": wide["stdout_digest"],
+                                    "limit": 32768})
+    assert big["text"] == "😀" * (big["bytes"] // 4) and 16_000 < big["bytes"] < 20_000
+    assert big["next_offset"] == big["bytes"]
     # A page asked to start inside a character starts at the next one.
     inside = len(b"0 a") + 1  # the second byte of "é"
     page = ok(ctx, "artifact_read", {"task_id": "t1", "digest": r["stdout_digest"],
