@@ -132,6 +132,16 @@ def test_past_the_kept_head_the_cut_counts_what_the_command_printed(workspace, t
     assert r["stdout_cut"] == len(printed) - 8192
 
 
+def test_control_bytes_on_both_streams_still_answer_whole_json(workspace, tmp_path):
+    open_task(workspace, tmp_path)
+    r = ok(ctx_for(workspace), "run_command", {"task_id": "t1", "argv": py(
+        "import sys\nsys.stdout.write('\\x01' * 10000)\nsys.stderr.write('\\x02' * 10000)")})
+    for name, ch in (("stdout", "\x01"), ("stderr", "\x02")):
+        shown = r[name]
+        assert shown == ch * len(shown) and 2000 < len(shown) <= 16_000 // 6
+        assert r[f"{name}_bytes"] == 10_000 and r[f"{name}_cut"] == 10_000 - len(shown)
+
+
 def test_pages_start_and_end_on_character_boundaries(workspace, tmp_path):
     open_task(workspace, tmp_path)
     ctx = ctx_for(workspace)
