@@ -18,8 +18,9 @@ place, `…[truncated: <size> bytes, sha256:<digest of the whole stream>]` (ledg
 and the call is recorded all the same. Each argv element is capped at `ARG_BYTES` alike.
 
 What an agent reads back (`output_tail`, for `run_command`): each stream's redacted text, its
-last `OUTPUT_BYTES` only (at most `OUTPUT_JSON_CHARS` as JSON), with how many bytes the command printed and how many were cut before
-the part shown; the whole is the stream's artifact.
+last `OUTPUT_BYTES` only (at most `OUTPUT_JSON_CHARS` as JSON), with how many bytes the
+command printed and how many were cut before the part shown; the whole is the stream's
+artifact.
 """
 
 from __future__ import annotations
@@ -335,9 +336,10 @@ def run_tool(
 def output_tail(run: ToolRun, limit: int = OUTPUT_BYTES) -> dict[str, Any]:
     """What an agent reads back of a call's output, per stream (`stdout`, `stderr`): the
     redacted text's last `limit` bytes (fewer where its JSON would be over
-    `OUTPUT_JSON_CHARS`: the answer stays whole in one tool result), `<stream>_bytes` (what the command printed) and
-    `<stream>_cut` (the bytes before the part shown that were left out; 0: all of it). The
-    whole stream is its artifact (`<stream>_digest` on the event)."""
+    `OUTPUT_JSON_CHARS`: the answer stays whole in one tool result), `<stream>_bytes` (what
+    the command printed) and `<stream>_cut` (the bytes before the part shown that were left
+    out; 0: all of it). The whole stream is its artifact (`<stream>_digest` on the
+    event)."""
     out: dict[str, Any] = {}
     for name, text, printed in (("stdout", run.stdout, run.stdout_bytes),
                                 ("stderr", run.stderr, run.stderr_bytes)):
