@@ -12,8 +12,8 @@ Contract: `brief(mem, now)` (pure) -> a JSON-able dict of
 - `accepted` (block and candidate); `rejected`: how many, and the last `REJECTED_SHOWN`
   with one-line reasons of at most `REASON_CHARS` (a gate's parenthesised details left out);
 - `next`: the next block's index and the sub-goal the last handoff proposed, how many
-  configurations were tried, the last handoff (its block, outcome, state reached, in one
-  line);
+  configurations were tried, the last handoff (its block, outcome, state reached and its
+  first `FINDINGS_SHOWN` findings, one line each, details left out as in reasons);
 - `budget`: blocks, wall time and no-progress blocks left under the task's exit criteria,
   and its model usage with what is left of a token or cost budget.
 Never a raw per-run metric, an absolute path or a launch command: those are in the detailed
@@ -37,6 +37,7 @@ from .memory import TaskMemory
 REJECTED_SHOWN = 8  # the latest rejections shown (the count says how many there are)
 REASON_CHARS = 160  # a rejection's reason, one line
 TEXT_CHARS = 200  # a goal, sub-goal or handoff's state, one line
+FINDINGS_SHOWN = 3  # the last handoff's first findings, one line each
 _DETAILS = re.compile(r" \([^()]*\)")
 
 
@@ -95,8 +96,8 @@ def _best(mem: TaskMemory) -> dict[str, Any] | None:
 
 
 def _reason(text: str) -> str:
-    """A rejection's reason on one line, its parenthesised details (confidence intervals,
-    sample counts: in the detailed memory) left out."""
+    """A rejection's reason or a finding on one line, its parenthesised details (confidence
+    intervals, sample counts: in the detailed memory) left out."""
     return one_line(_DETAILS.sub("", text), REASON_CHARS)
 
 
@@ -134,6 +135,8 @@ def brief(mem: TaskMemory, now: datetime) -> dict[str, Any]:
             "last_handoff": None if last is None else {
                 "block_id": last.get("block_id"), "outcome": last.get("outcome"),
                 "state_reached": one_line(str(last.get("state_reached") or ""),
-                                          TEXT_CHARS)}},
+                                          TEXT_CHARS),
+                "findings": [_reason(str(f))
+                             for f in (last.get("findings") or [])[:FINDINGS_SHOWN]]}},
         "budget": _budget(mem, now),
     }

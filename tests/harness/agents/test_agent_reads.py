@@ -349,12 +349,15 @@ def test_the_brief_shows_the_open_block_and_the_proposed_next(workspace, tmp_pat
                                   "candidate": {}, "tool_calls": 1, "measurements": 0,
                                   "verdict": None}
     handoff_block(workspace, "t1", state_reached="nothing measured\nyet",
+                  findings=["one", "two\nlines", "x" * 500, "four"],
                   next_sub_goal="try continuous batching", outcome="no-progress", actor=AGENT)
     m = ok(ctx, "task_memory", {"task_id": "t1"})
     assert m["current_block"] is None
     assert m["next"] == {"index": 2, "sub_goal": "try continuous batching", "tried_configs": 1,
                          "last_handoff": {"block_id": "b1", "outcome": "no-progress",
-                                          "state_reached": "nothing measured yet"}}
+                                          "state_reached": "nothing measured yet",
+                                          "findings": ["one", "two lines",
+                                                       "x" * 159 + "…"]}}
     assert m["budget"]["blocks_left"] == 7 and m["budget"]["no_progress_left"] == 2
     whole = ok(ctx, "task_memory", {"task_id": "t1", "detail": True})
     assert whole["execution_record"][0]["handoff"]["next_sub_goal"] == "try continuous batching"
