@@ -10,6 +10,7 @@ Layout: `<home>/artifacts/sha256/<2 hex>/<62 hex>`. Contracts:
   the same in bounded memory.
 - Writes go to a temporary file, are fsynced, then renamed: a crash leaves either nothing or
   the whole artifact, never a partial one under its digest.
+- `read(digest, offset, limit)` reads a page of an artifact (what an agent pages through).
 - The same content is stored once (dedup); `get` re-hashes and raises
   `ArtifactIntegrityError` if the bytes no longer match their digest.
 """
@@ -191,6 +192,19 @@ class ArtifactStore:
                 f"artifact {digest} is corrupt: its bytes hash to {actual}"
             )
         return data
+
+    def read(self, digest: str, offset: int = 0, limit: int = 1 << 20) -> tuple[bytes, int]:
+        """At most `limit` bytes of the artifact from byte `offset`, and its whole size, read
+        without loading the rest (a page is not re-hashed: `get` and `verify` check the
+        whole)."""
+        path = self._path(digest)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, offset))
+                return f.read(max(0, limit)), size
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFoundError(f"artifact {digest} not found under {self.root}") from None
 
     def text(self, digest: str) -> str:
         return self.get(digest).decode("utf-8", errors="replace")

@@ -7,6 +7,9 @@ Contract:
   which bytes, so the whole can still be recognised (and its artifact, when one was kept).
 - `capped(text, limit)`: `text` when its UTF-8 is at most `limit` bytes, else its head
   (cut on a character boundary) followed by the mark; at most `limit` + ~100 bytes.
+- `tail(text, limit)`: `text` and 0 when its UTF-8 is at most `limit` bytes, else its last
+  `limit` bytes (cut on a character boundary) and how many bytes came before them (what an
+  agent reads back of a command's output: the end matters most).
 - `capped_json(value, limit)`: a JSON-shaped value as it is when its JSON text is at most
   `limit` bytes, else `{"truncated": capped(<its JSON text>, limit)}`.
 - `handoff_problem(...)`: why a handoff's text is too large to record (one line naming the
@@ -40,6 +43,14 @@ def capped(text: str, limit: int) -> str:
         return text
     head = data[:limit].decode("utf-8", "ignore")
     return head + truncated(len(data), hashlib.sha256(data).hexdigest())
+
+
+def tail(text: str, limit: int) -> tuple[str, int]:
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text, 0
+    kept = data[-limit:].decode("utf-8", "ignore")  # a character cut in two is left out
+    return kept, len(data) - len(kept.encode("utf-8", "surrogatepass"))
 
 
 def capped_json(value: Any, limit: int) -> Any:

@@ -11,6 +11,8 @@ Contract:
   `\\u00XX` escape; everything else is unchanged. An ESC sequence is left inert: its ESC
   byte shows as `\\u001b` and the rest is plain text. The escape is JSON's own, so a JSON
   text passed through it stays valid and decodes to the same data.
+- `one_line(text, n)`: `text` on one line (runs of whitespace, newlines too, as one space),
+  at most `n` characters (cut with "…"): a reason, a sub-goal, a handoff in a summary.
 - `PrintableStream` is a text stream that passes every write through `printable` (newlines
   kept): the CLI's stdout and stderr, its printing edge. Bytes written to its `buffer` are
   data (an export, a protocol) and pass as they are.
@@ -32,6 +34,11 @@ def _escape(m: re.Match[str]) -> str:
 def printable(text: str, *, newlines: bool = False) -> str:
     """`text` with its control characters written as visible escapes (module contract)."""
     return (_CONTROLS_KEEP_NL if newlines else _CONTROLS).sub(_escape, text)
+
+
+def one_line(text: str, n: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def has_controls(text: str, *, newlines: bool = False) -> bool:

@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...ledger.specs import Range, TaskDefinition
+from ...ledger.text import one_line
 from ...projections.memory import TaskMemory
-
-MAX_REASON = 300  # a failed step's one-line reason
 
 SYSTEM_PROMPT = """\
 You are forge's agent executor for one task of a performance-engineering loop. Each loop \
@@ -38,11 +37,6 @@ plan for the next block: which candidate to try (inside the scope, not one \
 already tried) and why, and what the executor should check first. A few lines, no tool \
 calls: another model executes the plan with the tools."""
 
-
-
-def one_line(text: str, n: int = MAX_REASON) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def task_view(task: TaskDefinition) -> dict[str, Any]:

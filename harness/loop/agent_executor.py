@@ -10,11 +10,12 @@ Contract:
   summary of Task Memory, its prior tasks' exits, handoffs and best results
   (`context.prior_tasks`) and the skills chosen for the block (`skills.select` on the
   sub-goal the last handoff proposed, else the goal; once per query in one run), and the
-  tools: the read tools of `TOOLS` (`task_memory`, `task_show`, `skills_list`,
-  `skills_get`), `write_file`, a `run_command` that runs in the task's scratch directory or
-  worktrees before the block exists, and two decision tools: `propose {candidate, sub_goal}` and
-  `stop {reason, handoff}`. It has `executor.max_steps` turns (model calls) and
-  `executor.timeout_s` seconds for one decision.
+  tools: the read tools of `TOOLS` (`task_memory`, `task_show`, `artifact_read`,
+  `skills_list`, `skills_get`), `write_file`, a `run_command` that runs in the task's scratch
+  directory or worktrees before the block exists (its answer the MCP run_command's, less the
+  block; `artifact_read` reads its output, not saved yet, too), and two decision tools:
+  `propose {candidate, sub_goal}` and `stop {reason, handoff}`. It has `executor.max_steps`
+  turns (model calls) and `executor.timeout_s` seconds for one decision.
 - Topologies: `single`; `planner-executor`: the planner tier (routing's `planner_tier`)
   writes the block's plan in one call, then the executor tier executes it with the tools
   (its calls are `sub-agent` calls); `executor-reviewer`: a proposal is critiqued once by the
@@ -59,6 +60,7 @@ from ...ledger.specs import (
     TaskDefinition,
     effective_digest,
 )
+from ...ledger.text import one_line
 from ...ledger.workspace import Workspace
 from ...projections.memory import TaskMemory, prior_brief
 from ..agents import approval_tool, task_tools
@@ -69,14 +71,13 @@ from ..agents.context import (
     REVIEW_PROMPT,
     SYSTEM_PROMPT,
     memory_view,
-    one_line,
     prior_view,
     task_view,
 )
 from ..agents.models import ModelReply, call_model, put_json
 from ..errors import HarnessError
 from ..guard.task_dirs import dir_in_task
-from ..tool_calls.calls import run_tool
+from ..tool_calls.calls import output_tail, run_tool
 from .decision import Decision, describe, out_of_scope
 from .routing import route
 
@@ -359,8 +360,11 @@ class AgentExecutor:
                            sandbox=s.task.sandbox,
                            event_fields={"task_id": s.memory.task_id, "actor": actor})
             s.events.append(run.event)
-            return {"exit_code": run.returncode, "stdout": run.stdout[-8000:],
-                    "stderr": run.stderr[-4000:]}
+            # The MCP run_command's answer (harness/loop/manual.py), less the block: none yet.
+            return {"exit_code": run.returncode, "error": run.event.error,
+                    "stdout_digest": run.event.stdout_digest,
+                    "stderr_digest": run.event.stderr_digest,
+                    "event_id": str(run.event.event_id), **output_tail(run)}
 
         return {
             "propose": T.AgentTool("propose", "Decide: the next block's candidate (inside "
@@ -370,7 +374,10 @@ class AgentExecutor:
                                 "is left), with a handoff note.", StopArgs, stop),
             "run_command": T.AgentTool(
                 "run_command", "Run a command (argv) in the task's scratch directory or its "
-                "worktrees (cwd), recorded with the block this decision starts.",
+                "worktrees (cwd), recorded with the block this decision starts. Answers its "
+                "exit code and the end of its output, redacted (stdout, stderr: the last 8 KB "
+                "each; *_cut: the bytes left out before them); artifact_read reads the whole "
+                "by its *_digest.",
                 task_tools.RunArgs, run_command, writes=True),
         }
 

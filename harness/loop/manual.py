@@ -20,7 +20,7 @@ from ...projections.memory import BlockRecord, TaskMemory, read_memory
 from ..errors import HarnessError
 from ..record import append_to_task
 from ..task import LoadedTask, human_actor, load_task_from_ledger
-from ..tool_calls.calls import run_tool
+from ..tool_calls.calls import output_tail, run_tool
 from . import code
 from .decision import describe, out_of_scope
 from .routing import route
@@ -69,7 +69,10 @@ def start_block(ws: Workspace, task_id: str, sub_goal: str, candidate: dict[str,
 
 def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = None,
                 tee: bool = True, actor: E.Actor | None = None) -> dict[str, Any]:
-    """`forge run -- CMD`: run CMD as a recorded tool call of the task's open block."""
+    """`forge run -- CMD`: run CMD as a recorded tool call of the task's open block. The
+    answer: the call's exit code, error, output artifacts' digests and event id, and what an
+    agent reads back of its output (`tool_calls.calls.output_tail`: redacted, each stream's
+    tail)."""
     if not argv:
         raise HarnessError("forge run: give the command after --")
     lt, mem, version = _open(ws, task_id)
@@ -86,7 +89,8 @@ def run_command(ws: Workspace, task_id: str, argv: list[str], cwd: str | None = 
                    command_id=f"{task_id}:{blk.block_id}:run:{run.event.event_id}")
     return {"task_id": task_id, "block_id": blk.block_id, "exit_code": run.returncode,
             "error": run.event.error, "stdout_digest": run.event.stdout_digest,
-            "stderr_digest": run.event.stderr_digest, "event_id": str(run.event.event_id)}
+            "stderr_digest": run.event.stderr_digest, "event_id": str(run.event.event_id),
+            **output_tail(run)}
 
 
 def record_measurement(ws: Workspace, task_id: str, metrics: dict[str, float], *,

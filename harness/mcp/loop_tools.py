@@ -4,9 +4,12 @@
   functions (harness/loop/manual.py), the agent as the actor; a candidate outside the
   task's scope, a block that is not open, a `cwd` outside the task's directories (made
   without following a link: harness/guard/task_dirs.py `dir_in_task`) are refused there.
+- `run_command` answers what the manual path's does: the call's digests and exit code and
+  the tail of its output (harness/tool_calls/calls.py `output_tail`).
 - `TOOLS`: the registry the server assembles, in the order it lists them: the task tools
-  (agents/task_tools.py) with these steps, the approval request (agents/approval_tool.py),
-  the skills (agents/skills.py). The server adds its session's own (session_tools.py).
+  (agents/task_tools.py, `artifact_read` among them) with these steps, the approval request
+  (agents/approval_tool.py), the skills (agents/skills.py). The server adds its session's
+  own (session_tools.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from pydantic import Field
 
 from ...ledger import sizes
 from ..agents import approval_tool, skills
-from ..agents.task_tools import TASK_MEMORY, TASK_SHOW, WRITE_FILE, RunArgs, TaskArgs
+from ..agents.task_tools import (
+    ARTIFACT_READ,
+    TASK_MEMORY,
+    TASK_SHOW,
+    WRITE_FILE,
+    RunArgs,
+    TaskArgs,
+)
 from ..agents.tool_registry import AgentTool, ToolContext, registry
 from ..guard.task_dirs import dir_in_task
 from ..loop.manual import (
@@ -81,10 +91,13 @@ LOOP_TOOLS = [
     AgentTool("block_handoff", "Close the open block with a handoff note: the state reached, "
               "findings, the next sub-goal.", HandoffArgs, _handoff, writes=True),
     AgentTool("run_command", "Run a command as a recorded tool call of the open block (in the "
-              "task's worktree or scratch directory).", RunArgs, _run, writes=True),
+              "task's worktree or scratch directory). Answers its exit code and the end of "
+              "its output, redacted (stdout, stderr: the last 8 KB each; *_cut: the bytes "
+              "left out before them); artifact_read reads the whole by its *_digest.",
+              RunArgs, _run, writes=True),
 ]
 MEASURE = AgentTool("measure", "Record a measurement (metrics by name) in the open block.",
                     MeasureArgs, _measure, writes=True)
 
-TOOLS = registry([TASK_MEMORY, TASK_SHOW], LOOP_TOOLS, [WRITE_FILE, MEASURE],
+TOOLS = registry([TASK_MEMORY, TASK_SHOW], LOOP_TOOLS, [ARTIFACT_READ, WRITE_FILE, MEASURE],
                  approval_tool.TOOLS, skills.TOOLS)

@@ -16,11 +16,17 @@ stream; `ToolRun.stdout`/`stderr` hold the first `KEEP_BYTES` and the last `TAIL
 (the last lines: a policy's JSON answer, a step's tail). Whatever was cut is marked in
 place, `…[truncated: <size> bytes, sha256:<digest of the whole stream>]` (ledger/sizes.py),
 and the call is recorded all the same. Each argv element is capped at `ARG_BYTES` alike.
+
+What an agent reads back (`output_tail`, for `run_command`): each stream's redacted text, its
+last `OUTPUT_BYTES` only (at most `OUTPUT_JSON_CHARS` as JSON), with how many bytes the
+command printed and how many were cut before the part shown; the whole is the stream's
+artifact.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -37,7 +43,7 @@ from ...ledger.archives import ArchiveError
 from ...ledger.clock import digest
 from ...ledger.secrets.names import is_secret_name
 from ...ledger.secrets.redactor import Redactor
-from ...ledger.sizes import capped, truncated
+from ...ledger.sizes import capped, tail, truncated
 from ...ledger.specs import SandboxSpec
 from ...ledger.workspace import Workspace
 from ...repos.git import untrusted_state
@@ -49,8 +55,10 @@ from ..proc import kill_group, session_launch
 class ToolRun:
     event: E.ToolInvoked
     returncode: int | None
-    stdout: str
+    stdout: str  # redacted; the head and tail when it was over KEEP_BYTES (module doc)
     stderr: str
+    stdout_bytes: int = 0  # what the command printed on each stream, in bytes
+    stderr_bytes: int = 0
 
 
 class _NotStarted(Exception):
@@ -91,6 +99,8 @@ def repo_digest(cwd: str | Path) -> str | None:
 KEEP_BYTES = 4 << 20  # the head of a stream kept in ToolRun.stdout / stderr
 TAIL_BYTES = 64 << 10  # and its tail
 STORE_BYTES = 256 << 20  # what the artifact keeps of one stream
+OUTPUT_BYTES = 8 << 10  # what an agent reads back of each stream (its tail)
+OUTPUT_JSON_CHARS = 16_000  # and at most, as JSON (a control byte is written as 6)
 ARG_BYTES = 128 << 10  # an argv element as recorded (the kernel's own limit per argument)
 _READ = 1 << 16
 
@@ -320,4 +330,25 @@ def run_tool(
         sandbox=profile.record(),
         **dict(event_fields or {}),
     )
-    return ToolRun(ev, code, stdout, stderr)
+    return ToolRun(ev, code, stdout, stderr, out.size, err.size)
+
+
+def output_tail(run: ToolRun, limit: int = OUTPUT_BYTES) -> dict[str, Any]:
+    """What an agent reads back of a call's output, per stream (`stdout`, `stderr`): the
+    redacted text's last `limit` bytes (fewer where its JSON would be over
+    `OUTPUT_JSON_CHARS`: the answer stays whole in one tool result), `<stream>_bytes` (what
+    the command printed) and `<stream>_cut` (the bytes before the part shown that were left
+    out; 0: all of it). The whole stream is its artifact (`<stream>_digest` on the
+    event)."""
+    out: dict[str, Any] = {}
+    for name, text, printed in (("stdout", run.stdout, run.stdout_bytes),
+                                ("stderr", run.stderr, run.stderr_bytes)):
+        shown, cut = tail(text, limit)
+        n = limit
+        while (chars := len(json.dumps(shown))) > OUTPUT_JSON_CHARS:  # controls, non-ASCII
+            n = max(1, int(n * OUTPUT_JSON_CHARS / chars * 0.9))
+            shown, cut = tail(text, n)
+        if printed > KEEP_BYTES:  # the text is the head, a mark and the tail: count the whole
+            cut = max(0, printed - len(shown.encode("utf-8", "surrogatepass")))
+        out[name], out[f"{name}_bytes"], out[f"{name}_cut"] = shown, printed, cut
+    return out

@@ -19,7 +19,7 @@ from infer_forge.harness.loop.manual import handoff_block, start_block
 from infer_forge.harness.mcp.loop_tools import TOOLS
 from infer_forge.harness.tool_calls import calls
 from infer_forge.ledger import events as E
-from infer_forge.ledger.sizes import capped, capped_json
+from infer_forge.ledger.sizes import capped, capped_json, tail
 from infer_forge.ledger.streams import AGENTS_STREAM, task_stream
 from infer_forge.projections.memory import task_memory
 
@@ -51,6 +51,14 @@ def test_capped_marks_the_cut_with_size_and_digest():
     assert capped("short", 10) == "short"
     assert capped_json({"a": "x" * 100}, 50) == {"truncated": capped(
         json.dumps({"a": "x" * 100}), 50)}
+
+
+def test_tail_keeps_the_last_bytes_on_a_character_boundary():
+    assert tail("short", 10) == ("short", 0)
+    text = "ab" + "é" * 10  # 22 bytes
+    assert tail(text, 22) == (text, 0)
+    assert tail(text, 6) == ("é" * 3, 16)
+    assert tail(text, 5) == ("é" * 2, 18)  # half an "é" is not shown: counted as cut
 
 
 def test_a_tool_call_printing_more_than_the_caps_is_recorded_truncated_and_digested(

@@ -105,9 +105,10 @@ def test_agent_reads_memory_proposes_and_delivers(forge_home, tmp_path):
     assert not offered & {"block_start", "block_verify", "block_handoff", "measure"}
     system = chat.requests[0]["messages"][0]["content"]
     assert "Raise output throughput" in system and "engine.continuous_batching" in system
-    # The second call carries the memory tool's answer (the whole Task Memory).
+    # The second call carries the memory tool's answer (Task Memory in brief).
     tool_msg = chat.requests[1]["messages"][-1]
-    assert tool_msg["role"] == "tool" and '"execution_record"' in tool_msg["content"]
+    assert tool_msg["role"] == "tool" and '"best_so_far"' in tool_msg["content"]
+    assert '"execution_record"' not in tool_msg["content"]
     assert chat.requests[1]["messages"][-2]["tool_calls"][0]["function"]["name"] == "task_memory"
     evs = events(ws)
     started = of_block(evs, "b2", E.LoopBlockStarted)[0]
