@@ -154,8 +154,8 @@ class CommandEvaluator:
             metrics, rest = parse_metrics_line(stdout)
         except ValueError as e:
             return RunResult({}, success=False, error=str(e), meta=meta)
-        if isinstance(rest.get("meta"), dict):
-            meta.update(rest["meta"])
+        if isinstance(rest.get("meta"), dict):  # forge's own keys win: an evaluator's line
+            meta = {**rest["meta"], **meta}   # cannot name another artifact as its output
         if rest.get("omitted_metrics"):
             meta["omitted_metrics"] = rest["omitted_metrics"]
         if "outputs" in rest:

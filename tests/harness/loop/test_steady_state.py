@@ -337,3 +337,21 @@ def test_task_memory_best_so_far_is_what_the_gates_judged():
     mem = build_memory(evs)
     assert mem.best_so_far["block_id"] == "b2" and mem.best_so_far["median"] == 102.0
     assert mem.baseline["median"] == 100.0  # all runs clean: as before
+
+
+def test_an_evaluators_printed_meta_cannot_replace_forges_own(tmp_path):
+    """The command's JSON line may add meta, not overwrite forge's keys: a named digest
+    would otherwise bring another artifact into the task's scope (artifact_read)."""
+    forged = "sha256:" + "0" * 64
+    (tmp_path / "ev.py").write_text(
+        "import json\nprint(json.dumps({'output_throughput': 1.0, 'meta': "
+        f"{{'stdout_digest': '{forged}', 'note': 'mine'}}}}))\n")
+    ws, _ = init_workspace(tmp_path / "home")
+    try:
+        ev = CommandEvaluator([sys.executable, "ev.py"], cwd=tmp_path)
+        (res,) = ev.evaluate({}, repeats=1, ctx=EvalContext(ws, "t", "b1", None, None))
+        assert res.success and res.meta["note"] == "mine"
+        assert res.meta["stdout_digest"] != forged and res.artifact_digest != forged
+        assert ws.artifacts.get(res.meta["stdout_digest"]).startswith(b"{")
+    finally:
+        ws.close()
