@@ -2582,12 +2582,20 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
       claude mcp add forge --env FORGE_HOME=$FORGE_HOME -- forge mcp --task tune-tiny-cpu
       forge mcp --http 127.0.0.1:8765
     """
+    if http is None:
+        from .harness.mcp.front import serve as serve_front
+        ctx.exit(serve_front(ctx.obj.get("home"), task_id, journal=mcp_journal))
     from .harness.mcp.server import serve as serve_mcp
-    from .wiki.retrieve import retrieve
     ws = open_ws(ctx)
-    serve_mcp(ws, http=http, allow_remote=allow_remote, task_id=task_id,
-          retrieve=lambda query, k: retrieve(ws, query, k),
-          ask=lambda question: journal_ask(ws, question))
+    retrieve, ask = mcp_journal(ws)
+    serve_mcp(ws, http, allow_remote=allow_remote, task_id=task_id, retrieve=retrieve, ask=ask)
+
+
+def mcp_journal(ws: Workspace) -> tuple[Any, Any]:
+    """The journal's retrieval and `forge wiki ask` for the MCP server's journal_retrieve and
+    journal_ask (the harness does not import the wiki)."""
+    from .wiki.retrieve import retrieve
+    return (lambda query, k: retrieve(ws, query, k)), (lambda question: journal_ask(ws, question))
 
 
 def wiki_post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> bytes:

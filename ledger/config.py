@@ -24,11 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .atomic import write_atomic
 from .errors import ConfigError
+from .home import CONFIG_NAME, no_workspace, resolve_home
 from .numbers import bad_number, field_path
 from .secrets.redactor import DEFAULT_SECRET_ENV
 from .textfile import TextFileError, read_text
 
-CONFIG_NAME = "forge.toml"
 CREDENTIALS_NAME = "credentials.toml"  # secrets kept out of forge.toml (mode 0600)
 
 DEFAULT_CONFIG = """\
@@ -364,15 +364,6 @@ def check_ledger_url(url: str, where: str, *, allow_password: bool = False) -> N
 # --- the configuration -------------------------------------------------------------------
 
 
-def resolve_home(home: str | Path | None = None) -> Path:
-    if home is not None:
-        return Path(home).expanduser().resolve()
-    env = os.environ.get("FORGE_HOME")
-    if env:
-        return Path(env).expanduser().resolve()
-    return (Path.cwd() / ".forge").resolve()
-
-
 @dataclass(frozen=True)
 class Config:
     home: Path
@@ -482,7 +473,7 @@ def load_config(home: str | Path | None = None, *, must_exist: bool = True) -> C
     path = root / CONFIG_NAME
     if not path.is_file():
         if must_exist:
-            raise ConfigError(f"no workspace at {root} ({CONFIG_NAME} missing): run `forge init`")
+            raise ConfigError(no_workspace(root))
         return Config(home=root, ledger_url="sqlite:///ledger.sqlite")
     data = _read_toml(path, CONFIG_NAME)
     s = parse_config(path, data)

@@ -9,6 +9,8 @@ the agent executor the ones it offers (harness/loop/agent_executor.py).
   Handlers call the same package functions the CLI calls, with the agent as the actor of
   every event they record.
 - `ToolContext.tools` is the list a call may name (plus `extra`, one session's own).
+- A tool whose arguments require `task_id` gets the bound task's (`ToolContext.task_id`)
+  when the call leaves it out; unbound, leaving it out is refused with one line.
 - `call(ctx, name, arguments)` never raises for what an agent sends: malformed JSON, an
   unknown tool, arguments that do not validate, a step the harness refuses (a candidate
   outside the task's scope, an edit to the contract, a write outside the task's directories,
@@ -191,6 +193,14 @@ def call(ctx: ToolContext, name: str, arguments: str | dict[str, Any] | None) ->
                f"{str(parsed.get('task_id'))[:80]!r}")
         record_failure(ctx, name, why, parsed, ctx.task_id)
         return ToolResult(False, error=why)
+    field = t.params.model_fields.get("task_id")
+    if field is not None and field.is_required() and parsed.get("task_id") is None:
+        if ctx.task_id is None:
+            why = (f"{name}: task_id: give the task's id (this session is not bound to a "
+                   "task; `forge task list` shows them)")
+            record_failure(ctx, name, why, parsed, None)
+            return ToolResult(False, error=why)
+        parsed = {**parsed, "task_id": ctx.task_id}  # a bound session's task
     try:
         args = t.params.model_validate(parsed)
     except ValidationError as e:

@@ -8,7 +8,9 @@ Contract:
   `tool_registry.call`: a refusal (a candidate outside the scope, a write to the task
   definition or its gates, a path or cwd outside the task's directories, an unknown tool,
   arguments that do not validate) is recorded as AgentStepFailed and answered as a tool
-  error (`isError`, the one-line reason as its text); a result is its JSON as text.
+  error (`isError`, the one-line reason as its text); a result is its JSON as text. Bound
+  to a task (`--task`), a tool's `task_id` is optional in its schema and defaults to it
+  (`tool_registry.call`).
 - The actor of every event a call records: `Actor(kind="agent", name="<client>/<version>"`
   from the client's `initialize` clientInfo, `model=` the call's `_meta.model` when the
   client says it, else `FORGE_AGENT_MODEL` in the server's environment (set it in the
@@ -18,7 +20,12 @@ Contract:
 - Resources: `forge://tasks/{task_id}/definition` (the definition with its contract and
   hashes), `forge://tasks/{task_id}/memory` (Task Memory), `forge://skills` (the catalog)
   and `forge://skills/{name}` (one skill with its body). A server bound to a task (`--task`)
-  serves that task only.
+  serves that task only, and `resources/list` lists its definition and memory.
+- A start-up problem (no workspace, an unreadable one, an unknown bound task) does not end
+  the server: `start` serves `problem_server`, whose instructions say the problem first and
+  whose every tool call and resource read answers it (`isError`, the same one line); it is
+  said on stderr too. Stdio starts on front.py, which answers `initialize` before this
+  module loads.
 - Engines a session started are stopped when the server ends (stdin closed, Ctrl-C,
   SIGTERM); their stops are recorded.
 - `serve_http` binds 127.0.0.1 by default and refuses a host that is not loopback unless
@@ -39,31 +46,25 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
-from ...ledger.errors import LedgerError
-from ...ledger.workspace import Workspace
+from ...ledger.errors import LedgerError, NotFoundError
+from ...ledger.home import unknown_task
+from ...ledger.secrets.redactor import redact_message
+from ...ledger.workspace import Workspace, open_workspace
 from ...projections.errors import ProjectionError
 from ...projections.memory import read_memory
 from ..agents import skills, tool_registry
 from ..errors import HarnessError
+from .front import SERVER_NAME, Journal, Wire, instructions, server_version
 from .loop_tools import TOOLS
 from .session_tools import AgentSession, Ask, Retrieve, session_tools
 
 MODEL_ENV = "FORGE_AGENT_MODEL"
 META_MODEL_KEY = "model"  # a call's `_meta.model`: the model the client runs
 DEFAULT_CLIENT = "mcp-client"  # a client that did not say who it is
-
-INSTRUCTIONS = """\
-infer-forge: every call here is recorded in the task's ledger with you as its actor.
-Read the task first (task_show, task_memory). A loop block: block_start (a sub-goal and a
-candidate inside the task's scope; {} measures the baseline) -> evaluate (or engine_up,
-bench, engine_down) -> block_verify (the contract's gates) -> block_handoff (state reached,
-findings, next sub-goal). The contract is fixed: candidates outside the scope, edits to the
-task definition or its gates and writes outside the task's directories are refused and
-recorded."""
-
 
 def actor_of(client_info: Any, meta: Any, default_model: str | None) -> E.Actor:
     """The agent behind a call: the client's name/version, the model it says it runs."""
@@ -121,18 +122,19 @@ def _server_class() -> type:
     class ForgeMCPServer(MCPServer):
         """Lists and calls the agent tool registry instead of decorated functions."""
 
-        def __init__(self, ws: Workspace, *, task_id: str | None, retrieve: Retrieve | None,
-                     model: str | None, progress: Callable[[str], None],
-                     ask: Ask | None = None) -> None:
-            from importlib.metadata import version
-
-            super().__init__(name="forge", version=version("infer-forge"),
-                             instructions=INSTRUCTIONS, log_level="WARNING")
+        def __init__(self, ws: Workspace | None, *, task_id: str | None,
+                     retrieve: Retrieve | None, model: str | None,
+                     progress: Callable[[str], None], ask: Ask | None = None,
+                     problem: str | None = None, owns_ws: bool = False) -> None:
+            super().__init__(name=SERVER_NAME, version=server_version(),
+                             instructions=instructions(task_id, problem), log_level="WARNING")
             self.ws = ws
             self.task_id = task_id
+            self.problem = problem  # a start-up problem: every call answers it
+            self.owns_ws = owns_ws
             self.default_model = model
             self.progress = progress
-            self.session = AgentSession(ws)
+            self.session = AgentSession(ws)  # type: ignore[arg-type]  # None: never called
             self.extra = session_tools(self.session, retrieve, ask)
             self.worker = _Worker()
             self._resources()
@@ -147,18 +149,36 @@ def _server_class() -> type:
                     params = rc.session.client_params
                     info = params.client_info if params is not None else None
                     meta = rc.meta
+            assert self.ws is not None  # a server with a problem calls nothing
             return tool_registry.ToolContext(self.ws, actor_of(info, meta, self.default_model),
                                      self.task_id, self.progress, dict(self.extra),
                                      tools=TOOLS)
 
+        def input_schema(self, t: tool_registry.AgentTool) -> dict[str, Any]:
+            """A tool's parameters; bound to a task, its `task_id` is optional (the task)."""
+            schema = t.params.model_json_schema()
+            props = schema.get("properties", {})
+            if self.task_id is not None and "task_id" in props:
+                props["task_id"] = {**props["task_id"], "description":
+                                    f"the task (default: {self.task_id}, the task this "
+                                    "server is bound to)"}
+                required = [r for r in schema.get("required", []) if r != "task_id"]
+                schema.pop("required", None)
+                if required:
+                    schema["required"] = required
+            return schema
+
         async def list_tools(self) -> list[MCPTool]:
             return [MCPTool(name=t.name, description=t.description,
-                            input_schema=t.params.model_json_schema(),
+                            input_schema=self.input_schema(t),
                             annotations=ToolAnnotations(read_only_hint=not t.writes))
-                    for t in tool_registry.available(self.tool_context()).values()]
+                    for t in {**TOOLS, **self.extra}.values()]
 
         async def call_tool(self, name: str, arguments: dict[str, Any],
                             context: Any = None) -> CallToolResult:
+            if self.problem is not None:
+                return CallToolResult(content=[TextContent(type="text", text=self.problem)],
+                                      is_error=True)
             ctx = self.tool_context(context)
             res = await self.worker.run(lambda: _call(ctx, name, arguments))
             text = res.text() if res.ok else str(res.error)
@@ -167,11 +187,26 @@ def _server_class() -> type:
 
         def close(self) -> list[str]:
             self.worker.close()
-            return self.session.close()
+            stopped = self.session.close()
+            if self.owns_ws and self.ws is not None:
+                self.ws.close()
+            return stopped
+
+        async def run_wire(self, wire: Wire) -> None:
+            """Serve the front's wire (front.py): the SDK's stdio transport on its lines."""
+            import anyio
+            from mcp.server.stdio import stdio_server
+
+            async with stdio_server(stdin=anyio.wrap_file(wire),  # type: ignore[arg-type]
+                                    stdout=anyio.wrap_file(wire)) as (read, write):  # type: ignore[arg-type]
+                await self._lowlevel_server.run(
+                    read, write, self._lowlevel_server.create_initialization_options())
 
         # --- resources -----------------------------------------------------------------
 
         def _read(self, task_id: str | None, what: Callable[[], Any]) -> str:
+            if self.problem is not None:
+                raise ResourceError(self.problem)
             if self.task_id is not None and task_id not in (None, self.task_id):
                 raise ResourceError(f"this server works on task {self.task_id}, not "
                                     f"{task_id[:80]!r}")
@@ -180,31 +215,48 @@ def _server_class() -> type:
             except (HarnessError, LedgerError, ProjectionError) as e:
                 raise ResourceError(_one_line(e)) from None
 
+        def _task_definition(self, task_id: str) -> str:
+            return self._read(task_id, lambda: _definition(self.ws, task_id))  # type: ignore[arg-type]
+
+        def _task_memory(self, task_id: str) -> str:
+            return self._read(task_id, lambda: read_memory(
+                self.ws.ledger, task_id)[0].model_dump(mode="json"))  # type: ignore[union-attr]
+
         def _resources(self) -> None:
             mime = "application/json"
+            what = {"definition": "The task's definition (goal, scope, contract with its "
+                    "gates, exit criteria, executor) and its hashes.",
+                    "memory": "The task's memory: current block, last handoff, best so far, "
+                    "rejected directions, execution record."}
 
             @self.resource("forge://tasks/{task_id}/definition", name="task-definition",
-                           mime_type=mime, description="The task's definition (goal, scope, "
-                           "contract with its gates, exit criteria, executor) and its hashes.")
+                           mime_type=mime, description=what["definition"])
             def definition(task_id: str) -> str:
-                return self._read(task_id, lambda: _definition(self.ws, task_id))
+                return self._task_definition(task_id)
 
             @self.resource("forge://tasks/{task_id}/memory", name="task-memory",
-                           mime_type=mime, description="The task's memory: current block, "
-                           "last handoff, best so far, rejected directions, execution record.")
+                           mime_type=mime, description=what["memory"])
             def memory(task_id: str) -> str:
-                return self._read(task_id, lambda: read_memory(self.ws.ledger, task_id)[0]
-                                  .model_dump(mode="json"))
+                return self._task_memory(task_id)
+
+            if self.task_id is not None and self.problem is None:  # listed: the bound task's
+                tid = self.task_id
+                self.resource(f"forge://tasks/{tid}/definition", name=f"{tid}-definition",
+                              mime_type=mime, description=what["definition"])(
+                    lambda: self._task_definition(tid))
+                self.resource(f"forge://tasks/{tid}/memory", name=f"{tid}-memory",
+                              mime_type=mime, description=what["memory"])(
+                    lambda: self._task_memory(tid))
 
             @self.resource("forge://skills", name="skills", mime_type=mime,
                            description="The skills (name, category, task types, summary).")
             def skills_list() -> str:
-                return self._read(None, lambda: [x.entry() for x in skills.find(self.ws)])
+                return self._read(None, lambda: [x.entry() for x in skills.find(self.ws)])  # type: ignore[arg-type]
 
             @self.resource("forge://skills/{name}", name="skill", mime_type=mime,
                            description="One skill: its catalog entry and markdown body.")
             def skill(name: str) -> str:
-                return self._read(None, lambda: skills.get(self.ws, name).as_dict())
+                return self._read(None, lambda: skills.get(self.ws, name).as_dict())  # type: ignore[arg-type]
 
     return ForgeMCPServer
 
@@ -241,18 +293,58 @@ def _stderr(line: str) -> None:
 
 def build_server(ws: Workspace, *, task_id: str | None = None,
                  retrieve: Retrieve | None = None, model: str | None = None,
-                 progress: Callable[[str], None] = _stderr, ask: Ask | None = None) -> Any:
+                 progress: Callable[[str], None] = _stderr, ask: Ask | None = None,
+                 owns_ws: bool = False) -> Any:
     """The server (an MCPServer; `.session` holds its engines, `.close()` stops them).
     `task_id` binds every call to one task; `retrieve(query, k)` adds journal_retrieve and
     `ask(question)` journal_ask;
-    `model` is the agent's model when the client does not say (default: $FORGE_AGENT_MODEL)."""
+    `model` is the agent's model when the client does not say (default: $FORGE_AGENT_MODEL).
+    An unknown bound task is a HarnessError (one line, with what to run)."""
     if task_id is not None:
-        mem, _ = read_memory(ws.ledger, task_id)  # an unknown task fails now, in one line
-        if mem.status == "undefined":
-            raise HarnessError(f"unknown task {task_id} (forge task new FILE.yaml)")
+        try:
+            mem, _ = read_memory(ws.ledger, task_id)
+        except NotFoundError:
+            mem = None
+        if mem is None or mem.status == "undefined":
+            raise HarnessError(unknown_task(task_id, ws.config.home))
     return _server_class()(ws, task_id=task_id, retrieve=retrieve,
                            model=model or os.environ.get(MODEL_ENV) or None, progress=progress,
-                           ask=ask)
+                           ask=ask, owns_ws=owns_ws)
+
+
+def problem_server(problem: str, task_id: str | None = None) -> Any:
+    """A server that cannot work: its instructions say `problem` first, every tool call and
+    resource read answers it (`isError`); its tools are still listed."""
+    return _server_class()(None, task_id=task_id, retrieve=lambda _q, _k: None,
+                           model=None, progress=_stderr, ask=lambda _q: None,
+                           problem=problem)  # the journal's tools listed, never called
+
+
+def start(home: str | Path | None, task_id: str | None, problem: str | None,
+          journal: Journal | None = None) -> Any:
+    """The stdio session's server (front.py): the problem server when the front found a
+    problem or opening the workspace or its task finds one now (said on stderr), else the
+    server on the opened workspace (it closes it), with `journal(ws)`'s retrieve and ask."""
+    if problem is None:
+        ws = None
+        try:
+            ws = open_workspace(home)
+            retrieve, ask = journal(ws) if journal is not None else (None, None)
+            return build_server(ws, task_id=task_id, retrieve=retrieve, ask=ask, owns_ws=True)
+        except (HarnessError, LedgerError, ProjectionError) as e:
+            if ws is not None:
+                ws.close()
+            problem = redact_message(_one_line(e))
+        _stderr(problem)
+    return problem_server(problem, task_id)
+
+
+def run_on(server: Any, wire: Wire) -> None:
+    """Serve `server` on the front's wire until the client closes it."""
+    import anyio
+
+    with _serving(server):
+        anyio.run(server.run_wire, wire)
 
 
 @contextlib.contextmanager
@@ -278,17 +370,6 @@ def _serving(server: Any) -> Iterator[None]:
             _stderr(f"stopped engines {', '.join(stopped)}")
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def serve_stdio(ws: Workspace, *, task_id: str | None = None,
-                retrieve: Retrieve | None = None, model: str | None = None,
-                ask: Ask | None = None) -> None:
-    """Serve one client on stdin/stdout until it closes them."""
-    import anyio
-
-    server = build_server(ws, task_id=task_id, retrieve=retrieve, model=model, ask=ask)
-    with _serving(server):
-        anyio.run(server.run_stdio_async)
 
 
 def is_loopback(host: str) -> bool:
@@ -337,13 +418,10 @@ def serve_http(ws: Workspace, host: str, port: int, *, allow_remote: bool = Fals
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
-def serve(ws: Workspace, *, http: str | None = None, allow_remote: bool = False,
+def serve(ws: Workspace, http: str, *, allow_remote: bool = False,
           task_id: str | None = None, retrieve: Retrieve | None = None,
           ask: Ask | None = None) -> None:
-    """`forge mcp`: stdio, or streamable HTTP at `http` (HOST:PORT)."""
-    if http is None:
-        serve_stdio(ws, task_id=task_id, retrieve=retrieve, ask=ask)
-        return
+    """`forge mcp --http HOST:PORT` (stdio is front.py's `serve`)."""
     host, port = parse_address(http)
     serve_http(ws, host, port, allow_remote=allow_remote, task_id=task_id, retrieve=retrieve,
                ask=ask)

@@ -1,0 +1,28 @@
+"""The `forge` console script: `forge [--home H] mcp [--task T]` starts on the MCP server's
+front (harness/mcp/front.py), which answers the client's `initialize` before the CLI, the
+ledger and the SDK load; every other command line is the CLI's (cli.py `main`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def main() -> None:
+    # For start-up time: the front is standard library only; the CLI loads only when needed.
+    from .harness.mcp.front import serve, stdio_args
+
+    args = stdio_args(sys.argv[1:])
+    if args is None:
+        from .cli import main as cli_main
+
+        cli_main()
+        return
+    sys.exit(serve(*args, journal=_journal))
+
+
+def _journal(ws: Any) -> tuple[Any, Any]:
+    # For start-up time: the CLI (the journal's callables) loads after the first answer.
+    from .cli import mcp_journal
+
+    return mcp_journal(ws)
