@@ -2585,6 +2585,7 @@ def mcp_cmd(ctx, http: str | None, allow_remote: bool, task_id: str | None) -> N
     if http is None:
         from .harness.mcp.front import serve as serve_front
         ctx.exit(serve_front(ctx.obj.get("home"), task_id, journal=mcp_journal))
+        return
     from .harness.mcp.server import serve as serve_mcp
     ws = open_ws(ctx)
     retrieve, ask = mcp_journal(ws)

@@ -14,6 +14,7 @@ def main() -> None:
 
     args = stdio_args(sys.argv[1:])
     if args is None:
+        # For start-up time: the CLI loads here, for every other command.
         from .cli import main as cli_main
 
         cli_main()

@@ -58,9 +58,12 @@ from ...projections.errors import ProjectionError
 from ...projections.memory import read_memory
 from ..agents import skills, tool_registry
 from ..errors import HarnessError
-from .front import SERVER_NAME, Journal, Wire, instructions, server_version
 from .loop_tools import TOOLS
 from .session_tools import AgentSession, Ask, Retrieve, session_tools
+from .wire import SERVER_NAME, Wire, instructions, server_version
+
+# The journal's retrieve and ask on a workspace (cli.py's: the harness does not import the wiki).
+Journal = Callable[[Workspace], tuple[Retrieve | None, Ask | None]]
 
 MODEL_ENV = "FORGE_AGENT_MODEL"
 META_MODEL_KEY = "model"  # a call's `_meta.model`: the model the client runs

@@ -1,7 +1,7 @@
 """`forge mcp`'s start (issue 32): the real `forge` console script, driven by the real MCP
 SDK's stdio client (the initialize handshake, as Claude Code and Codex speak it).
 
-- The front (harness/mcp/front.py) answers `initialize` before the SDK, pydantic or the
+- The front (harness/mcp/front.py, wire.py) answers `initialize` before the SDK, pydantic or the
   ledger load, and answers as the SDK server does: the server's own answer to it is
   compared on the way and never reaches the client twice.
 - A start-up problem (no workspace, forge.toml that is not TOML, an unknown bound task, a
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from infer_forge.harness.mcp import front
+from infer_forge.harness.mcp import front, wire
 from infer_forge.ledger import events as E
 from infer_forge.ledger.streams import AGENTS_STREAM, task_stream
 
@@ -106,16 +106,16 @@ def test_the_front_speaks_the_sdks_versions_and_names():
     from infer_forge.harness.mcp.server import problem_server
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
-    assert front.HANDSHAKE_VERSIONS == HANDSHAKE_PROTOCOL_VERSIONS
-    assert front.HANDSHAKE_VERSIONS[-1] == LATEST_HANDSHAKE_VERSION
+    assert wire.HANDSHAKE_VERSIONS == HANDSHAKE_PROTOCOL_VERSIONS
+    assert wire.HANDSHAKE_VERSIONS[-1] == LATEST_HANDSHAKE_VERSION
     low = problem_server("x")._lowlevel_server.create_initialization_options()
     # The capabilities as the wire carries them: compared per protocol version below.
-    assert set(front.CAPABILITIES) <= set(low.capabilities.model_dump(exclude_none=True))
-    assert (low.server_name, low.server_version) == (front.SERVER_NAME, front.server_version())
-    assert low.instructions == front.instructions(None, "x")
+    assert set(wire.CAPABILITIES) <= set(low.capabilities.model_dump(exclude_none=True))
+    assert (low.server_name, low.server_version) == (wire.SERVER_NAME, wire.server_version())
+    assert low.instructions == wire.instructions(None, "x")
 
 
-@pytest.mark.parametrize("version", [*front.HANDSHAKE_VERSIONS, "1999-01-01"])
+@pytest.mark.parametrize("version", [*wire.HANDSHAKE_VERSIONS, "1999-01-01"])
 def test_initialize_is_answered_once_as_the_sdk_answers_it(bound_home, version):
     # The server (the SDK) gets the same `initialize` after the front answered it: its own
     # answer is compared with the front's (a difference is said on stderr) and dropped.
@@ -125,9 +125,9 @@ def test_initialize_is_answered_once_as_the_sdk_answers_it(bound_home, version):
     assert rc == 0, err
     assert [m.get("id") for m in out] == [1, 2], out
     first = out[0]["result"]
-    want = version if version in front.HANDSHAKE_VERSIONS else front.HANDSHAKE_VERSIONS[-1]
+    want = version if version in wire.HANDSHAKE_VERSIONS else wire.HANDSHAKE_VERSIONS[-1]
     assert first["protocolVersion"] == want
-    assert first["serverInfo"] == {"name": "forge", "version": front.server_version()}
+    assert first["serverInfo"] == {"name": "forge", "version": wire.server_version()}
     assert first["instructions"].startswith("infer-forge:")
     assert "bound to task startt" in first["instructions"]
     assert "first answer" not in err, err  # the SDK's answer was the same
