@@ -23,7 +23,19 @@ def main() -> None:
 
 
 def _journal(ws: Any) -> tuple[Any, Any]:
-    # For start-up time: the CLI (the journal's callables) loads after the first answer.
-    from .cli import mcp_journal
+    """The journal's retrieve and ask (cli.py `mcp_journal`), loading the CLI and the wiki at
+    their first call, not before `tools/list` is answered."""
 
-    return mcp_journal(ws)
+    def retrieve(query: str, k: int) -> Any:
+        # For start-up time: the CLI and the wiki load at the first journal call.
+        from .cli import mcp_journal
+
+        return mcp_journal(ws)[0](query, k)
+
+    def ask(question: str) -> Any:
+        # For start-up time: as retrieve.
+        from .cli import mcp_journal
+
+        return mcp_journal(ws)[1](question)
+
+    return retrieve, ask
