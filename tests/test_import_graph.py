@@ -1,7 +1,7 @@
 """The house's import rules, read from the code itself (ARCHITECTURE.md): every import of the
 package's own modules, at the top of a file or inside a function, is an arrow.
 
-- The floors: `cli.py` > `harness/`, `wiki/` > `projections/`, `repos/` > `ledger/`; nothing
+- The floors: `entry.py` > `cli.py` > `harness/`, `wiki/` > `projections/`, `repos/` > `ledger/`; nothing
   imports a floor above its own, and `harness/` and `wiki/` never import each other.
 - No circle of modules, and no circle of rooms (a room: a subpackage of `harness/` or
   `ledger/`, or one of their top-level modules), counting in-function imports: a circle hidden
