@@ -1,8 +1,9 @@
 """The house's import rules, read from the code itself (ARCHITECTURE.md): every import of the
 package's own modules, at the top of a file or inside a function, is an arrow.
 
-- The floors: `entry.py` > `cli.py` > `harness/`, `wiki/` > `projections/`, `repos/` > `ledger/`; nothing
-  imports a floor above its own, and `harness/` and `wiki/` never import each other.
+- The floors: `entry.py` (the console script) > `cli.py` > `harness/`, `wiki/` >
+  `projections/`, `repos/` > `ledger/`; nothing imports a floor above its own, and
+  `harness/` and `wiki/` never import each other.
 - No circle of modules, and no circle of rooms (a room: a subpackage of `harness/` or
   `ledger/`, or one of their top-level modules), counting in-function imports: a circle hidden
   inside a function body is still a circle.
@@ -22,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PKG = "infer_forge"
 SKIP = {"tests", "bench", "notebooks", "examples", "docs", ".venv"}
-FLOOR = {"entry": 5, "cli": 4, "harness": 3, "wiki": 3, "projections": 2, "repos": 2, "ledger": 1}
+FLOOR = {"entry": 5, "cli": 4, "harness": 3, "wiki": 3, "projections": 2, "repos": 2,
+         "ledger": 1}
 
 
 def modules() -> dict[str, Path]:
