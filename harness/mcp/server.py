@@ -160,16 +160,13 @@ def _server_class() -> type:
         def input_schema(self, t: tool_registry.AgentTool) -> dict[str, Any]:
             """A tool's parameters; bound to a task, its `task_id` is optional (the task)."""
             schema = t.params.model_json_schema()
-            props = schema.get("properties", {})
-            if self.task_id is not None and "task_id" in props:
-                props["task_id"] = {**props["task_id"], "description":
-                                    f"the task (default: {self.task_id}, the task this "
-                                    "server is bound to)"}
-                required = [r for r in schema.get("required", []) if r != "task_id"]
-                schema.pop("required", None)
-                if required:
-                    schema["required"] = required
-            return schema
+            if self.task_id is not None and "task_id" in schema.get("required", []):
+                schema["properties"]["task_id"]["description"] = (
+                    f"the task (default: {self.task_id}, the task this server is bound to)")
+                schema["required"].remove("task_id")
+                if not schema["required"]:
+                    del schema["required"]
+            return schema  # (a task_id that was optional already says its default)
 
         async def list_tools(self) -> list[MCPTool]:
             return [MCPTool(name=t.name, description=t.description,
