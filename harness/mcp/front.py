@@ -77,5 +77,8 @@ def serve(home: str | Path | None, task_id: str | None, journal: Journal | None 
     from .server import run_on, start
 
     server = start(home, task_id, problem, journal)
-    run_on(server, wire)
+    try:
+        run_on(server, wire)
+    finally:
+        wire.close()
     return 1 if server.problem else 0

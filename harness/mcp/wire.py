@@ -110,6 +110,11 @@ class Wire:
         self._eof = line == ""
         return line
 
+    def close(self) -> None:
+        """End of input for whoever reads next (a reader still waiting when the server
+        ends on a signal would otherwise hold the process)."""
+        self._lines.put("")
+
     def unread(self, line: str) -> None:
         self._pending.append(line)
 

@@ -301,3 +301,26 @@ def test_an_unbound_server_asks_for_task_id(bound_home, tmp_path):
     asyncio.run(session())
     failed = [e for e in events(bound_home, AGENTS_STREAM) if isinstance(e, E.AgentStepFailed)]
     assert [(f.tool, f.task_id) for f in failed] == [("task_show", None)]
+
+
+def test_sigterm_ends_a_stdio_server(bound_home):
+    # A worker thread still waiting for the client's next line held the process after
+    # SIGTERM (before the front, too): the wire ends its input when the server ends.
+    import signal
+
+    p = subprocess.Popen([str(FORGE_SCRIPT), "mcp", "--task", "startt"], env=env_of(bound_home),
+                         cwd=str(REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdin is not None and p.stdout is not None and p.stderr is not None
+        p.stdin.write("".join(json.dumps(m) + "\n" for m in (
+            initialize("2025-06-18"), INITIALIZED,
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})))
+        p.stdin.flush()
+        assert [json.loads(p.stdout.readline())["id"] for _ in range(2)] == [1, 2]
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 128 + signal.SIGTERM
+        assert "Traceback" not in p.stderr.read()
+    finally:
+        p.kill()
+        p.wait()
