@@ -84,9 +84,11 @@ def glance(home: str | Path | None, task_id: str | None = None) -> str | None:
         return f"ledger {db} is missing (the workspace was initialised: {CONFIG_NAME} " \
                "exists); restore it or run `forge check`"
     try:
-        with closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=5)) as c:
+        with closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)) as c:
             found = c.execute(f"SELECT 1 FROM {EVENTS_TABLE} WHERE originator_id=? LIMIT 1",
                               [task_stream(task_id)]).fetchone() if task_id else True
     except sqlite3.Error as e:
+        if "locked" in str(e) or "busy" in str(e):
+            return None  # a writer holds it: the real open waits its own lock timeout
         return f"ledger {db} cannot be read: {_one_line(e)} (run `forge check`)"
     return None if found else unknown_task(task_id or "", root)
