@@ -6,7 +6,9 @@ SDK's stdio client (the initialize handshake, as Claude Code and Codex speak it)
   compared on the way and never reaches the client twice.
 - A start-up problem (no workspace, forge.toml that is not TOML, an unknown bound task, a
   forge.toml only the real open refuses) does not close the connection: the instructions
-  say it first, every tool call answers it (`isError`, the same line), stderr says it.
+  say it first, every tool call answers it (`isError`, the same line), stderr says it; the
+  real MCP Inspector CLI shows that line (skipped without it here, failed under CI=true).
+- SIGTERM ends a stdio server.
 - Bound to a task, `resources/list` lists its definition and memory and `task_id` is
   optional everywhere; unbound, leaving it out is refused with one line.
 """
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 from infer_forge.harness.mcp import front, wire
 from infer_forge.ledger import events as E
+from infer_forge.ledger.home import unknown_task
 from infer_forge.ledger.streams import AGENTS_STREAM, task_stream
 
 from tests.conftest import REPO
@@ -324,3 +327,20 @@ def test_sigterm_ends_a_stdio_server(bound_home):
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_real_client_shows_forges_reason(bound_home, tmp_path):
+    # The MCP Inspector's CLI (the real client, from npm: tests/helpers/agent_clients.py)
+    # on a server bound to a task that does not exist: the call answers the problem line.
+    from tests.helpers import agent_clients
+
+    inspector = agent_clients.need("inspector")
+    home = tmp_path / "client-home"
+    home.mkdir()
+    p = agent_clients.run([str(inspector), "--cli", "-e", f"FORGE_HOME={bound_home}",
+                           str(FORGE_SCRIPT), "mcp", "--task", "nope", "--method",
+                           "tools/call", "--tool-name", "task_show"], home, cwd=REPO)
+    called = json.loads(p.stdout)
+    assert called.get("isError") is True, called
+    text = "".join(c.get("text", "") for c in called["content"])
+    assert text == unknown_task("nope", bound_home.resolve()), text
