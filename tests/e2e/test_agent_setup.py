@@ -7,12 +7,12 @@ The shell blocks run verbatim in the checkout with FORGE_HOME set (as the tour s
 only the marked placeholders are replaced: the Codex block's `/path/to/infer-forge/.forge`
 (the home) and `/path/to/infer-forge` (the checkout), and the Inspector's `npx
 @modelcontextprotocol/inspector` (the pinned, installed one: npx would fetch). Codex shows
-no connection in `codex mcp list`, so its block also drives `codex exec` against a scripted
-Responses API on loopback (tests/helpers/responses_probe.py): forge's tools are offered in
-the first turn and a write tool runs, recorded with Codex as the actor; without the approval
-mode the README explains, Codex refuses that tool. (Without `required`, forge's tools are
-missing only when Codex builds the turn before forge has answered `initialize`: a race, so
-not asserted here.)
+no connection in `codex mcp list`, so its block also drives `codex exec` against the scripted
+Responses API (harness/testing/scripted_responses.py, reached through loopback_bridge.py):
+forge's tools are offered in the first turn and a write tool runs, recorded with Codex as
+the actor; without the approval mode the README explains, Codex refuses that tool. (Without
+`required`, forge's tools are missing only when Codex builds the turn before forge has
+answered `initialize`: a race, so not asserted here.)
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 from infer_forge.harness.mcp.loop_tools import TOOLS
+from infer_forge.harness.testing import loopback_bridge
+from infer_forge.harness.testing.scripted_responses import ScriptedResponses
 
 from tests.conftest import REPO, need
 from tests.helpers import agent_clients
@@ -33,7 +35,7 @@ from tests.helpers import agent_clients
 README = REPO / "README.md"
 FORGE_BIN = REPO / ".venv" / "bin" / "forge"  # what the README's lines name
 TASK = "tune-tiny-cpu"
-PROBE = REPO / "tests" / "helpers" / "responses_probe.py"
+BRIDGE = str(Path(loopback_bridge.__file__))
 INSPECTOR_NPX = "npx @modelcontextprotocol/inspector"
 CODEX_HOME_PLACEHOLDER = "/path/to/infer-forge/.forge"
 CODEX_CHECKOUT_PLACEHOLDER = "/path/to/infer-forge"
@@ -174,43 +176,36 @@ def codex_home(tmp_path: Path, config: str) -> Path:
     return home
 
 
-# A turn of `codex exec` against the scripted Responses API: it asks for block_start (a write
-# tool) in forge's namespace, then says it is done.
-START_BASELINE = {"type": "function_call", "id": "fc_1", "call_id": "call_1",
-                  "name": "block_start", "namespace": "mcp__forge", "status": "completed",
-                  "arguments": json.dumps({"task_id": TASK, "sub_goal": "measure the baseline",
-                                           "candidate": {}})}
-DONE = {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
-        "content": [{"type": "output_text", "text": "done", "annotations": []}]}
+# `codex exec` against the scripted Responses API: it asks for block_start (a write tool),
+# then says it is done.
+CODEX_SCRIPT = [
+    {"tool_calls": [{"name": "block_start", "arguments": {
+        "task_id": TASK, "sub_goal": "measure the baseline", "candidate": {}}}]},
+    {"text": "done"},
+]
+API_PORT = 43118  # the scripted API's port inside the client's namespace (always free there)
 
 
-def codex_exec(home: Path, tmp_path: Path) -> list[dict]:
-    """`codex exec` with the config in `home`, its model the scripted API: the requests."""
-    script, log = tmp_path / "script.json", tmp_path / "requests.jsonl"
-    script.write_text(json.dumps([[START_BASELINE], [DONE]]))
-    log.write_text("")
-    provider = ('{name = "probe", base_url = "{url}", env_key = "PROBE_KEY", '
+def codex_exec(home: Path, tmp_path: Path) -> tuple[list[dict], str]:
+    """`codex exec` with the config in `home`, its model the scripted API (reached through
+    loopback_bridge.py): the turns Codex sent, and what block_start answered."""
+    provider = (f'{{name = "scripted", base_url = "http://127.0.0.1:{API_PORT}/v1", '
                 'wire_api = "responses"}')
-    argv = [sys.executable, str(PROBE), str(log), str(script), "--",
-            "codex", "exec", "--skip-git-repo-check", "-c", 'model="gpt-5-codex"',
-            "-c", 'model_provider="probe"', "-c", f"model_providers.probe={provider}",
-            "Start the baseline block."]
-    done = agent_clients.run(argv, home, cwd=tmp_path, env={"PROBE_KEY": "probe"}, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    with ScriptedResponses(CODEX_SCRIPT, model="gpt-5-codex") as api:
+        argv = [sys.executable, BRIDGE, str(API_PORT), api.socket_path, "--",
+                "codex", "exec", "--skip-git-repo-check", "-c", 'model="gpt-5-codex"',
+                "-c", 'model_provider="scripted"', "-c", f"model_providers.scripted={provider}",
+                "Start the baseline block."]
+        done = agent_clients.run(argv, home, cwd=tmp_path, timeout=120)
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:], api.errors)
+        assert not api.errors, api.errors
+        assert len(api.turns) == 2, "codex never answered the tool call"
+        return api.turns, "\n".join(api.result_of("block_start", api.turns[-1]))
 
 
 def forge_tools_offered(request: dict) -> set[str]:
     return {t["name"] for ns in request["tools"] if ns.get("name") == "mcp__forge"
             for t in ns.get("tools", [])}
-
-
-def call_output(requests: list[dict]) -> str:
-    outs = [item for r in requests for item in r["input"]
-            if item.get("type") == "function_call_output" and item.get("call_id") == "call_1"]
-    assert outs, "codex never answered the tool call"
-    out = outs[0]["output"]
-    return out if isinstance(out, str) else "".join(p.get("text", "") for p in out)
 
 
 def ledger(forge_home: Path, *args: str) -> list[dict]:
@@ -249,9 +244,9 @@ def test_readme_codex_config_offers_and_runs_forge_tools(tmp_path):
     agent_clients.need("codex")
     need(FORGE_BIN.is_file(), f"{FORGE_BIN} (make venv) is what the README's lines run")
     forge_home = new_forge_home(tmp_path / "forge-home", define=True)
-    requests = codex_exec(codex_home(tmp_path, codex_config(forge_home)), tmp_path)
+    requests, answered = codex_exec(codex_home(tmp_path, codex_config(forge_home)), tmp_path)
     assert set(TOOLS) <= forge_tools_offered(requests[0]), requests[0]["tools"]
-    assert '"block_id": "b1"' in call_output(requests)
+    assert '"block_id": "b1"' in answered, answered
     started = ledger(forge_home, "--type", "LoopBlockStarted")
     assert [e["actor"] for e in started] == [
         {"kind": "agent", "name": "codex-mcp-client/0.171.0", "model": "gpt-5-codex"}]
@@ -264,7 +259,7 @@ def test_codex_without_the_approval_mode(tmp_path):
     need(FORGE_BIN.is_file(), f"{FORGE_BIN} (make venv) is what the README's lines run")
     forge_home = new_forge_home(tmp_path / "forge-home", define=True)
     config = codex_config(forge_home, drop="default_tools_approval_mode")
-    requests = codex_exec(codex_home(tmp_path, config), tmp_path)
+    requests, answered = codex_exec(codex_home(tmp_path, config), tmp_path)
     assert set(TOOLS) <= forge_tools_offered(requests[0])
-    assert "approval" in call_output(requests), call_output(requests)
+    assert "approval" in answered, answered
     assert ledger(forge_home, "--type", "LoopBlockStarted") == []
