@@ -18,7 +18,7 @@ Contract:
 - Calls run one at a time, in order, on one worker thread: the ledger holds the agent's
   steps as it took them, and the event loop keeps answering while an engine starts.
 - Resources: `forge://tasks/{task_id}/definition` (the definition with its contract and
-  hashes), `forge://tasks/{task_id}/memory` (Task Memory), `forge://skills` (the catalog)
+  hashes), `forge://tasks/{task_id}/memory` (Task Memory in brief), `forge://skills` (the catalog)
   and `forge://skills/{name}` (one skill with its body). A server bound to a task (`--task`)
   serves that task only, and `resources/list` lists its definition and memory.
 - A start-up problem (no workspace, an unreadable one, an unknown bound task) does not end
@@ -50,12 +50,14 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger import events as E
+from ...ledger.clock import utcnow
 from ...ledger.errors import LedgerError, NotFoundError
 from ...ledger.home import unknown_task
 from ...ledger.secrets.redactor import redact_message
 from ...ledger.workspace import Workspace, open_workspace
 from ...projections.errors import ProjectionError
 from ...projections.memory import read_memory
+from ...projections.memory_brief import brief
 from ..agents import skills, tool_registry
 from ..errors import HarnessError
 from .loop_tools import TOOLS
@@ -219,15 +221,17 @@ def _server_class() -> type:
             return self._read(task_id, lambda: _definition(self.ws, task_id))  # type: ignore[arg-type]
 
         def _task_memory(self, task_id: str) -> str:
-            return self._read(task_id, lambda: read_memory(
-                self.ws.ledger, task_id)[0].model_dump(mode="json"))  # type: ignore[union-attr]
+            # The brief, as task_memory answers by default (the whole is the tool's `detail`).
+            return self._read(task_id, lambda: brief(
+                read_memory(self.ws.ledger, task_id)[0], utcnow()))  # type: ignore[union-attr]
 
         def _resources(self) -> None:
             mime = "application/json"
             what = {"definition": "The task's definition (goal, scope, contract with its "
                     "gates, exit criteria, executor) and its hashes.",
-                    "memory": "The task's memory: current block, last handoff, best so far, "
-                    "rejected directions, execution record."}
+                    "memory": "The task's memory in brief (as task_memory answers by default): "
+                    "current block, baseline, best so far, rejections, the last handoff, "
+                    "the budget left."}
 
             @self.resource("forge://tasks/{task_id}/definition", name="task-definition",
                            mime_type=mime, description=what["definition"])

@@ -26,7 +26,8 @@ infer-forge: every call here is recorded in the task's ledger with you as its ac
 Read the task first (task_show, task_memory). A loop block: block_start (a sub-goal and a
 candidate inside the task's scope; {} measures the baseline) -> evaluate (or engine_up,
 bench, engine_down) -> block_verify (the contract's gates) -> block_handoff (state reached,
-findings, next sub-goal). The contract is fixed: candidates outside the scope, edits to the
+findings, next sub-goal). run_command answers its output's tail; artifact_read reads a whole
+output or any artifact of the task by its digest. The contract is fixed: candidates outside the scope, edits to the
 task definition or its gates and writes outside the task's directories are refused and
 recorded."""
 

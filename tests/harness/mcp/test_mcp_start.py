@@ -266,6 +266,8 @@ def test_a_bound_server_lists_its_task_and_defaults_task_id(bound_home, tmp_path
             m = json.loads((await c.read_resource("forge://tasks/startt/memory"))
                            .contents[0].text)
             assert m["status"] == "defined"
+            told = await c.call_tool("task_memory", {})
+            assert json.loads(told.content[0].text) == m  # the brief, as the tool's default
             tools = {t.name: t for t in (await c.list_tools()).tools}
             with_task = [n for n, t in tools.items() if "task_id" in
                          t.input_schema.get("properties", {})]
