@@ -27,9 +27,9 @@ Read the task first (task_show, task_memory). A loop block: block_start (a sub-g
 candidate inside the task's scope; {} measures the baseline) -> evaluate (or engine_up,
 bench, engine_down) -> block_verify (the contract's gates) -> block_handoff (state reached,
 findings, next sub-goal). run_command answers its output's tail; artifact_read reads a whole
-output or any artifact of the task by its digest. The contract is fixed: candidates outside the scope, edits to the
-task definition or its gates and writes outside the task's directories are refused and
-recorded."""
+output or any artifact of the task by its digest. The contract is fixed: candidates outside
+the scope, edits to the task definition or its gates and writes outside the task's
+directories are refused and recorded."""
 
 # The SDK's (mcp_types.version.HANDSHAKE_PROTOCOL_VERSIONS) and what its MCPServer declares
 # (`create_initialization_options`): the test compares both with the SDK's own.
