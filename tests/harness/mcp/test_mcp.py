@@ -236,7 +236,9 @@ def test_an_mcp_client_drives_a_task_on_the_embedded_engine(forge_home, tmp_path
                            .contents[0].text)
             assert [g["name"] for g in d["contract"]["gates"]] == ["throughput", "stability"]
             m = json.loads((await c.read_resource("forge://tasks/mcpt/memory")).contents[0].text)
-            assert [b["block_id"] for b in m["execution_record"]] == ["b1", "b2"]
+            # The brief (the whole is task_memory's detail): two blocks, the second the last.
+            assert (m["task_id"], m["blocks"]) == ("mcpt", 2)
+            assert m["baseline"]["block_id"] == "b1"
             skills = json.loads((await c.read_resource("forge://skills")).contents[0].text)
             assert skills and {"name", "category", "summary"} <= set(skills[0])
             one = json.loads((await c.read_resource(f"forge://skills/{skills[0]['name']}"))
