@@ -1,23 +1,35 @@
 # Two commands: `make demo` runs the main job, `make test` runs the tests.
-# Each creates .venv when missing and installs what it needs (torch pinned to the CPU build).
+# Each creates .venv when missing and installs what it needs (torch pinned to the CPU build):
+# the demo only the core (torch, transformers, the ledger, the journal); the tests, linters
+# and benchmarks also the dev, PostgreSQL and Ray extras, into the same .venv.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test test-fast lint bench clean venv
+.PHONY: demo test test-fast lint bench clean venv venv-demo
 
-$(STAMP): pyproject.toml
+# What the demo runs: torch (CPU) and the package's own dependencies, no extra.
+$(DEMO_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0 2>&1 | grep -v '^WARNING: Location' || true
-	$(BIN)/pip install -q -e '.[dev,postgres,ray]' 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/pip install -q -e . 2>&1 | grep -v '^WARNING: Location' || true
 	$(BIN)/python -c "import infer_forge.cli, torch, transformers, eventsourcing, duckdb"
+	touch $(DEMO_STAMP)
+
+# The rest: pytest, the linters, Selenium, lm_eval, the routers (dev), psycopg, Ray.
+$(STAMP): $(DEMO_STAMP)
+	$(BIN)/pip install -q -e '.[dev,postgres,ray]' 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/python -c "import pytest, mypy, psycopg, ray"
 	touch $(STAMP)
+
+venv-demo: $(DEMO_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	FORGE_HOME=$${FORGE_HOME:-$(CURDIR)/.forge} $(BIN)/forge demo
 
 # One pytest worker per core (pytest-xdist; three on 2 cores were ~10% faster, but the

@@ -313,15 +313,19 @@ def events() -> None:
 @click.pass_context
 @fail_cleanly
 def events_export(ctx, output: Path | None, include_bookkeeping: bool) -> None:
-    """Export every event as JSONL, in global order.
+    """Export every event as JSONL, in global order. With -o, a line on stderr says how
+    many of the ledger's events it wrote and what it left out (the CommandHandled markers
+    that close each save, unless --include-bookkeeping), so its count meets `forge check`'s.
 
     \b
     Example:
       forge events export -o ledger.jsonl
     """
+    from .ledger.store import BOOKKEEPING_TYPES
+
     ws = open_ws(ctx)
     out = output.open("w", encoding="utf-8") if output else sys.stdout
-    bad = 0
+    bad = markers = 0
 
     def undecodable(u) -> None:
         # Kept in the export at its place, with the stored text, so nothing is lost.
@@ -333,15 +337,23 @@ def events_export(ctx, output: Path | None, include_bookkeeping: bool) -> None:
 
     try:
         n = 0
-        for r in ws.ledger.log(include_bookkeeping=include_bookkeeping, on_error=undecodable):
+        # One pass over every stored event: what is left out is counted, not guessed.
+        for r in ws.ledger.log(include_bookkeeping=True, on_error=undecodable):
+            if not include_bookkeeping and r.type in BOOKKEEPING_TYPES:
+                markers += 1
+                continue
             out.write(to_json(event_row(r)) + "\n")
             n += 1
     finally:
         if output:
             out.close()
     if output:
-        click.echo(f"exported {n} events to {output}"
-                   + (f" and {bad} undecodable ones as error records" if bad else ""), err=True)
+        total = n + bad + markers
+        click.echo(f"exported {n} of {total} events to {output}"
+                   + (f"; {bad} undecodable ones as error records" if bad else "")
+                   + (f"; {markers} left out: CommandHandled markers, each closing a save "
+                      "(bookkeeping; --include-bookkeeping exports them)" if markers else ""),
+                   err=True)
 
 
 @main.command()
@@ -1382,13 +1394,13 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
             click.echo(f"  {report.pages} wiki pages at ledger position {report.position}, "
                        f"site in {report.site_dir} ({result['timings']['wiki_s']:.1f}s)")
             click.echo(f"  {concepts.pages} concept pages (forge wiki compile) among them")
-            home = ws.home
+            forge = result["forge"]  # how this shell runs forge, with the home
             for cmd in (
-                f'forge --home {home} sql "SELECT block_id, metric, round(median(value), 2) '
+                f'{forge} sql "SELECT block_id, metric, round(median(value), 2) '
                 f"AS median FROM measurements WHERE metric IN ('output_throughput', "
                 f"'median_ttft_ms') GROUP BY ALL ORDER BY ALL\"",
-                f'forge --home {home} wiki ask "why was bfloat16 rejected?"',
-                f"forge --home {home} wiki serve",
+                f'{forge} wiki ask "why was bfloat16 rejected?"',
+                f"{forge} wiki serve",
             ):
                 click.echo(f"  {cmd}")
     if as_json:

@@ -21,6 +21,7 @@ from typing import Any
 from ..ledger.workspace import Workspace
 from ..projections.memory import read_memory
 from .errors import HarnessError
+from .forge_command import activate_hint, forge_command
 from .loop.define import define_task
 from .loop.engine_evaluator import EngineEvaluator
 from .loop.manual import REOPENABLE, reopen_task
@@ -75,12 +76,13 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def not_delivered(home: Path, task_id: str, exit_state: str | None,
-                  exit_reason: str | None) -> str | None:
+                  exit_reason: str | None, program: str = "forge") -> str | None:
     """The one line a demo that did not deliver ends with: why (the exit's own reason, which
-    carries the numbers) and the command that continues it; None when it delivered."""
+    carries the numbers) and the command that continues it (`program`: how the user's shell
+    runs forge); None when it delivered."""
     if exit_state == "delivered":
         return None
-    forge = f"forge --home {shlex.quote(str(home))}"
+    forge = f"{program} --home {shlex.quote(str(home))}"
     if exit_state in REOPENABLE:
         how = (f"run `{forge} demo` again to reopen the task and continue (or `{forge} task "
                f"reopen {task_id} --reason R && {forge} task run {task_id}`)")
@@ -88,7 +90,7 @@ def not_delivered(home: Path, task_id: str, exit_state: str | None,
         how = f"`{forge} task memory {task_id}` shows what it waits for"
     else:  # failed-budget: the budget is part of the task's definition
         how = ("its budget is part of its definition: run the demo in a fresh home "
-               "(`forge --home NEW_DIR demo`)")
+               f"(`{program} --home NEW_DIR demo`, NEW_DIR a folder of your choice)")
     return f"the demo did not deliver ({exit_state or 'waiting'}): {exit_reason}; {how}"
 
 
@@ -140,13 +142,15 @@ def run_demo(ws: Workspace, echo: Callable[[str], None] = print,
     echo(f"wall time {timings['total_s']:.0f}s (pull {timings['pull_s']:.1f}s, "
          f"loop {timings['loop_s']:.0f}s)")
     home = ws.home
+    forge = f"{forge_command()} --home {shlex.quote(str(home))}"
+    activate = activate_hint()
     echo("")
-    echo("explore:")
-    for cmd in (f"forge --home {home} task memory {task_id}",
-                f"forge --home {home} replay {task_id}",
-                f"forge --home {home} log --task {task_id}",
-                f"forge --home {home} check"):
+    echo("explore:" + (f" (`{activate}` puts forge on PATH; the README's tour writes bare "
+                       "`forge`)" if activate else ""))
+    for cmd in (f"{forge} task memory {task_id}", f"{forge} replay {task_id}",
+                f"{forge} log --task {task_id}", f"{forge} check"):
         echo(f"  {cmd}")
     return {"task_id": task_id, "exit_state": result.exit_state, "rows": rows,
-            "timings": timings,
-            "problem": not_delivered(home, task_id, result.exit_state, result.exit_reason)}
+            "timings": timings, "forge": forge,
+            "problem": not_delivered(home, task_id, result.exit_state, result.exit_reason,
+                                     forge_command())}

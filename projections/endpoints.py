@@ -1,7 +1,9 @@
 """Reads of monitored endpoints (`forge monitor`, harness/diagnose/monitor.py) from the index,
 for the journal's `endpoints` page: per URL its windows, scrapes and failed scrapes, the SLO
 last given (`slo_ms`, {"ttft_ms.p99": ms}), and the series of the plotted metrics as
-(epoch seconds, value) pairs in time order, up to ledger position `stop`."""
+(epoch seconds, value) pairs in time order, up to ledger position `stop`. An endpoint that
+never answered a scrape (windows of failed scrapes only, as forge monitor recorded before it
+refused a dead endpoint) was never monitored: it is left out."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def read_endpoints(con: duckdb.DuckDBPyConnection, stop: int | None = None
     for url, windows, samples, errors, first, last, slo in con.execute(
             "SELECT url, count(*), sum(samples), sum(errors), min(start_at), max(end_at), "
             "arg_max(slo_ms, position) FROM endpoint_windows WHERE position <= ? "
-            "GROUP BY url ORDER BY url", [stop]).fetchall():
+            "GROUP BY url HAVING sum(samples) > 0 ORDER BY url", [stop]).fetchall():
         try:
             objective = orjson.loads(slo) if slo else {}
         except orjson.JSONDecodeError:

@@ -42,8 +42,10 @@ Contracts:
   `accuracy`, `items`, and with a baseline `baseline_accuracy`, `accuracy_delta`) with the
   gate result and the per-item results (doc ids and correctness only, never prompts or
   answers) in meta, on the task's stream (`task_id`) or `measurements`.
-- `evaluate_accuracy` (`forge eval accuracy`) runs the candidate and, given `baseline_url`,
-  the baseline on the same items, judges, records, and returns a summary dict.
+- `evaluate_accuracy` (`forge eval accuracy`) checks that each URL answers (`check_answers`:
+  `GET /v1/models`, any status, within `PROBE_TIMEOUT_S`) before lm_eval starts, runs the
+  candidate and, given `baseline_url`, the baseline on the same items, judges, records, and
+  returns a summary dict.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TASKS_DIR = ROOT / "examples" / "accuracy"  # include_path for the offline task set
 ARITH_ITEMS = 300
 ARITH_SEED = 15
+PROBE_TIMEOUT_S = 5.0  # check_answers: a server that is up answers GET /v1/models at once
 
 
 def arith_items(n: int = ARITH_ITEMS, seed: int = ARITH_SEED) -> list[dict[str, str]]:
@@ -250,6 +253,22 @@ def record_accuracy(ws: Workspace, baseline: AccuracyRun, candidate: AccuracyRun
     return ev
 
 
+def check_answers(ws: Workspace, url: str, *, timeout_s: float = PROBE_TIMEOUT_S,
+                  task_id: str | None = None, block_id: str | None = None) -> None:
+    """A HarnessError, one line, unless the server at `url` answers `GET /v1/models` within
+    `timeout_s` (any HTTP status is an answer): lm_eval takes seconds to start and then
+    retries a dead URL before it fails."""
+    from ..guard import outbound  # in the function for start-up time, as production below
+
+    base = url.rstrip("/").removesuffix("/v1")
+    guard = outbound.Guard(ws, E.Actor.tool("forge-accuracy"), task_id, block_id)
+    try:
+        outbound.fetch("GET", f"{base}/v1/models", timeout_s=timeout_s, max_bytes=1 << 16,
+                       guard=guard, max_redirects=0)
+    except HarnessError as e:
+        raise HarnessError(f"{url} does not answer ({e}); lm_eval not started") from None
+
+
 def evaluate_accuracy(ws: Workspace, url: str, model: str, task: str = "arith", *,
                       baseline_url: str | None = None, baseline_model: str | None = None,
                       margin: float = 0.02, endpoint: str = "completions",
@@ -276,6 +295,9 @@ def evaluate_accuracy(ws: Workspace, url: str, model: str, task: str = "arith", 
             production.check(ws, u, f"POST {path}", rps=math.inf, requests=limit,
                              actor=E.Actor.tool("forge-accuracy"), task_id=task_id,
                              block_id=block_id)
+    for u in (url, baseline_url):
+        if u:
+            check_answers(ws, u, task_id=task_id, block_id=block_id)
     kw: dict[str, Any] = {"endpoint": endpoint, "include_path": include_path, "limit": limit,
                           "concurrency": concurrency, "metric": metric}
     cand = run_task(url, model, task, **kw)

@@ -8,13 +8,17 @@ Contracts:
   is a failed scrape, one line, and monitoring goes on.
 - Numbers are finite: a `NaN`/`±Inf` sample, or a computed value that overflowed, is a hole
   (None) in the samples and left out of the stats, never a stopped monitor.
+- The first scrape must answer: an endpoint whose first scrape fails (nothing listening, an
+  HTTP error, a page that is no Prometheus text) is a HarnessError naming it and why, one
+  line, with nothing recorded. After that, failures are data (below).
 - Scrape k starts at or after first + k·`interval_s` (drift-free; a scrape that overran makes
   the next one start at once). Each is summarised (collect.to_scrape: the `sglang:` families,
   histograms as count/sum/mean/p50/p90/p99 since the server started), plus `ttft_ms_p50`,
   `ttft_ms_p99`, `tpot_ms_p50`, `tpot_ms_p99` of the requests finished since the previous
   scrape (the series to hold against an SLO). A failed scrape counts in the window's `errors`
-  (its `last_error` kept) and monitoring goes on: an endpoint that went away is what a
-  monitor is for. A gap over 1.5 intervals counts the scrapes due in it as `missed`.
+  (its `last_error` kept) and monitoring goes on: an endpoint that went away after it
+  answered is what a monitor is for. A gap over 1.5 intervals counts the scrapes due in it
+  as `missed`.
 - Every `window_s` (and when `count` or `duration_s` is reached) one `EndpointSummarized`
   goes to the `endpoints` stream: per metric (last, min, max, mean) over the window, and the
   samples themselves as an artifact (ledger/samples.py's gzip'd JSON columns: `t`, and
@@ -206,6 +210,12 @@ def monitor(ws: Workspace, url: str, *, interval_s: float = 10.0, window_s: floa
                         break
                 res.samples += err is None
                 res.errors += err is not None
+            if tick == 0 and res.samples == 0:
+                # Nothing answered: nothing to monitor, and nothing recorded (the journal
+                # would list it as monitored). Once it answered, a failure is data.
+                why = next((sv.win.last_error for sv in servers if sv.win.last_error), "")
+                raise HarnessError(f"{shown}: no answer to the first scrape of /metrics "
+                                   f"({why}); nothing recorded")
             scrapes += 1
             done = (count is not None and scrapes >= count) or (
                 duration_s is not None and t - first >= duration_s)

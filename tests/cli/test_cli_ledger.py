@@ -113,6 +113,22 @@ def test_events_export_jsonl(home, tmp_path):
     rows = [json.loads(x) for x in target.read_text().splitlines()]
     assert len(rows) > 13 and "CommandHandled" in {r["type"] for r in rows}
     assert [r["position"] for r in rows] == list(range(1, len(rows) + 1))
+    # Its count is `forge check`'s, and nothing is said left out.
+    total = json.loads(run_forge("check", "--json", home=home).stdout)["events"]
+    assert res.stderr == f"exported {total} of {total} events to {target}\n"
+
+
+def test_events_export_says_what_it_left_out(home, tmp_path):
+    """It used to say "exported 14 events" where `forge check` counted 24."""
+    target = tmp_path / "all.jsonl"
+    res = run_forge("events", "export", "-o", str(target), home=home)
+    assert res.returncode == 0, res.stderr
+    total = json.loads(run_forge("check", "--json", home=home).stdout)["events"]
+    n = len(target.read_text().splitlines())
+    assert n == 13 < total
+    assert res.stderr == (f"exported 13 of {total} events to {target}; {total - 13} left out: "
+                          "CommandHandled markers, each closing a save (bookkeeping; "
+                          "--include-bookkeeping exports them)\n")
 
 
 def test_check_clean(home):

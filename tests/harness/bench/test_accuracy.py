@@ -294,3 +294,29 @@ def test_eval_accuracy_against_a_production_endpoint_is_refused_before_any_reque
             assert ev.action == "POST /v1/completions" and "probe budget" in ev.reason
         finally:
             ws.close()
+
+
+def test_forge_eval_accuracy_checks_each_url_answers_before_lm_eval(tmp_path):
+    """It used to start lm_eval (seconds of imports and task loading, then retries) against
+    a URL where nothing listens."""
+    import socket
+
+    from tests.conftest import run_forge
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    home = tmp_path / "home"
+    assert run_forge("init", home=home).returncode == 0
+    with ScriptedArith() as good:
+        for args in (["--url", dead, "--baseline-url", good.url],
+                     ["--url", good.url, "--baseline-url", dead]):
+            r = run_forge("eval", "accuracy", *args, "--model", "scripted-arith",
+                          "--limit", "5", home=home)
+            assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
+            (line,) = r.stderr.strip().splitlines()
+            assert line.startswith(f"Error: {dead} does not answer (GET {dead}/v1/models: ")
+            assert line.endswith("; lm_eval not started"), line
+        assert good.requests == 0  # no completion sent to the one that answers either
+    log = run_forge("log", "--type", "MeasurementRecorded", home=home)
+    assert log.returncode == 0 and log.stdout == "", log.stdout

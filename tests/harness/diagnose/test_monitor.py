@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 
 import pytest
 from infer_forge.harness.diagnose.monitor import monitor
@@ -102,13 +103,57 @@ def test_ctrl_c_records_the_partial_window(workspace):
 
 
 def test_failed_scrapes_are_counted_and_monitoring_goes_on(workspace):
+    from infer_forge.harness.engines.base import request_text
+
     lines: list[str] = []
-    with ScriptedServer(Script(metrics=None)) as s:  # /metrics answers 404
-        res = monitor(workspace, s.url, interval_s=0.01, count=3, echo=lines.append)
-    assert (res.samples, res.errors) == (0, 3)
+    dead = dead_url()
+    with ScriptedServer(Script(metrics=queue_of_k)) as s:
+        urls = iter([s.url] + [dead] * 2)  # the first scrape answers, then nothing listens
+
+        res = monitor(workspace, s.url, interval_s=0.01, count=3, echo=lines.append,
+                      fetch=lambda: request_text("GET", next(urls) + "/metrics"))
+    assert (res.samples, res.errors) == (1, 2)
     (ev,) = summaries(workspace)
-    assert ev.errors == 3 and "HTTP 404" in ev.last_error and ev.samples == 0
-    assert "3 failed" in lines[0]
+    assert ev.errors == 2 and ev.samples == 1 and "Connection refused" in ev.last_error, ev
+    assert "2 failed" in lines[0]
+
+
+def dead_url() -> str:
+    """The URL of a local port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_an_endpoint_that_never_answers_is_one_line_non_zero_and_not_monitored(workspace):
+    """`forge monitor` on a dead endpoint used to exit 0 after recording windows of failed
+    scrapes, and the journal then listed it among the monitored endpoints."""
+    from infer_forge.wiki.build import build
+
+    dead = dead_url()
+    r = run_forge("monitor", dead, "--interval", "0.01", "--count", "3", home=workspace.home)
+    assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {dead}: no answer to the first scrape of /metrics (")
+    assert line.endswith("nothing recorded"), line
+    with ScriptedServer(Script(metrics=None)) as s:  # up, but /metrics is a 404
+        with pytest.raises(HarnessError, match=r"first scrape .*HTTP 404"):
+            monitor(workspace, s.url, interval_s=0.01, count=3)
+    assert summaries(workspace) == []
+    build(workspace, embeddings=False)
+    assert not (workspace.home / "wiki" / "endpoints.md").exists()
+    # Windows of failed scrapes only, as forge monitor recorded them before: not listed.
+    from infer_forge.harness.diagnose.monitor import EndpointWindow, record_summary
+
+    win = EndpointWindow(dead, 1.0, 0.0)
+    for t in (1.0, 2.0):
+        win.error(t, "GET /metrics: Connection refused")
+    record_summary(workspace, *win.summary(3.0))
+    build(workspace, embeddings=False)
+    with open_index(workspace) as q:  # indexed, and still not listed
+        assert q.con.execute("SELECT url, samples, errors FROM endpoint_windows").fetchall() \
+            == [(dead, 0, 2)]
+    assert not (workspace.home / "wiki" / "endpoints.md").exists()
 
 
 def test_bad_arguments_are_one_line_errors(workspace):
