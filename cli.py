@@ -1667,6 +1667,8 @@ def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
         click.echo(f"wiki at ledger position {rep.position}: {rep.pages} pages, "
                    f"{rep.written} written, {rep.unchanged} unchanged, {rep.removed} removed "
                    f"in {rep.seconds:.1f}s")
+    if rep.concepts:
+        click.echo(f"  {rep.concepts} concept pages compiled first (stale or new)")
     click.echo(f"  journal {rep.wiki_dir}\n  site    {rep.site_dir}/index.html")
 
 

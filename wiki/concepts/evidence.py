@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from ...ledger.streams import graph_of
+from ...ledger.titles import candidate_title_of_key
 from ...projections.index import tracked_position
 from ..graphs import graph_path
 from ..pages import decision_path, task_path
@@ -345,7 +346,8 @@ def _pairings(ev: Evidence, draft: Any) -> None:
             if d["kind"] not in ("accepted", "rejected"):
                 continue
             f.section(sec)
-            f.add(sec, f"{d['candidate_key']} in {tid}: {d['reason'] or ''}",
+            f.add(sec, f"{candidate_title_of_key(d['candidate_key'])} in {tid}: "
+                       f"{d['reason'] or ''}",
                   [d["decision_id"], d["verification_event_id"] or ""], None, p, d["kind"])
 
 
@@ -387,13 +389,13 @@ def _directions(ev: Evidence, draft: Any) -> None:
     for d in ev.decisions:
         if d["kind"] != "rejected" or d["candidate_key"] in (None, "{}"):
             continue
-        f = draft("direction", d["candidate_key"],
-                  f"Rejected direction {d['candidate_key']}")
+        cand = candidate_title_of_key(d["candidate_key"])
+        f = draft("direction", d["candidate_key"], f"Rejected direction: {cand}")
         p = _point(ev, d["task_id"], d.get("point_hash"))
         if p is not None:
             f.points.setdefault(p.point_hash, p)
         f.section("Rejections", "task", "block", "point", "why")
-        f.add("Rejections", f"{d['candidate_key']} rejected in {d['task_id']} block "
+        f.add("Rejections", f"{cand} rejected in {d['task_id']} block "
               f"{d['block_id']} on {_where(p)}: {d['reason'] or ''}",
               [d["decision_id"], *(d["evidence"] or [])],
               (d["task_id"], str(d["block_id"]), _where(p), d["reason"] or ""), p, "rejected")

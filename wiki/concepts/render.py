@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ..numbers import count
 from ..page import Page, join, link, strong, text
 from ..pages import point_path, profile_path
 from .model import CONCEPTS_DIR, Catalog, Citation, ConceptPage, Freshness
@@ -54,7 +55,7 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
                 embed=f"{p.title}. {p.summary}")
     page.add("p", text(strong(f"State: {state}"),
                        f" — compiled at ledger position {p.compiled_at} from "
-                       f"{len(p.sources)} events, by the {p.author}"
+                       f"{count(len(p.sources), 'event')}, by the {p.author}"
                        + (f" ({p.model})" if p.model else "") + ". ", p.summary))
     if reasons:
         page.add("list", list(reasons))

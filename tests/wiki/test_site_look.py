@@ -1,0 +1,102 @@
+"""The journal site as a reader sees it, in a real browser (headless Chromium, one session):
+every page kind opened from the built files (`file://`, the path `forge wiki build` prints)
+at 1280 px and 390 px wide, a screenshot of each in the test's output folder, no page wider
+than the window, no number in e-notation, and search answering from `file://`.
+
+A page kind is one line of `PAGES`: its name and how to find its file in the built site."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from infer_forge.wiki import build as B
+
+from tests.helpers.index_ledger import build as build_ledger
+from tests.wiki.test_browser import _browser
+
+pytestmark = pytest.mark.slow
+
+WIDTHS = (1280, 390)
+E_NOTATION = re.compile(r"\b\d(\.\d+)?e[+-]\d+\b", re.IGNORECASE)
+
+
+def _first(site: Path, pattern: str, but: str = "") -> str:
+    found = sorted(f.relative_to(site).as_posix() for f in site.glob(pattern)
+                   if f.name != but)
+    assert found, pattern
+    return found[0]
+
+
+# Page kind -> its page (a path under the site, with a query where the page needs one).
+PAGES: dict[str, Callable[[Path], str]] = {
+    "home": lambda site: "index.html",
+    "task": lambda site: "tasks/deepgemm-moe-h20.html",
+    "decision": lambda site: _first(site, "decisions/deepgemm-moe-h20-rejected-*.html"),
+    "concept": lambda site: _first(site, "concepts/*.html", but="index.html"),
+    "search": lambda site: "search.html?q=deepgemm",
+}
+
+LOOK = """const d = document.documentElement, s = document.getElementById('status');
+return {scroll: d.scrollWidth, client: d.clientWidth, inner: window.innerWidth,
+        height: d.scrollHeight, text: document.body.innerText,
+        nav: document.querySelectorAll('header nav a').length,
+        status: s ? s.textContent : null, done: s ? s.hasAttribute('data-done') : true};"""
+
+
+def test_every_page_kind_fits_both_widths_and_reads_well(workspace, tmp_path):
+    build_ledger(workspace)
+    rep = B.build(workspace, embeddings=False)
+    assert rep.concepts > 0  # the build compiled the concept pages itself
+    site = workspace.home / "site"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    print(f"\nscreenshots: {shots}")
+    drv = _browser(tmp_path)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        for width in WIDTHS:
+            for kind, where in PAGES.items():
+                drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+                    "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+                url = (site / where(site)).as_uri().replace("%3F", "?")
+                drv.get(url)
+                WebDriverWait(drv, 30).until(lambda d: d.execute_script(LOOK)["done"])
+                st = drv.execute_script(LOOK)
+                assert st["inner"] == width, (kind, width, st["inner"])
+                assert st["scroll"] <= st["client"] + 1, (kind, width, st["scroll"])
+                shown = E_NOTATION.findall(st["text"])
+                assert not shown, (kind, width, E_NOTATION.search(st["text"]))
+                assert st["nav"] >= 3, (kind, "the site's navigation")
+                # The whole page in one picture: the window as tall as the page.
+                drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+                    "width": width, "height": min(st["height"], 6000),
+                    "deviceScaleFactor": 1, "mobile": False})
+                shot = shots / f"{kind}-{width}.png"
+                assert drv.save_screenshot(str(shot)) and shot.stat().st_size > 1000
+                print(f"  {shot}")
+                if kind == "search":  # from file://: the index loads as scripts
+                    assert "unavailable" not in st["status"], st["status"]
+                    assert re.match(r"[1-9]\d* results", st["status"]), st["status"]
+                    assert "deepgemm-moe-h20" in st["text"]
+    finally:
+        drv.quit()
+
+
+def test_titles_numbers_and_statuses_read_as_a_person_writes_them(workspace):
+    build_ledger(workspace)
+    B.build(workspace, embeddings=False)
+    site = workspace.home / "site"
+    dec = (site / _first(site, "decisions/deepgemm-moe-h20-rejected-*.html")).read_text()
+    h1 = re.search(r"<h1>(.*?)</h1>", dec).group(1)
+    assert h1.startswith("Rejected: ") and "{" not in h1 and "&quot;" not in h1, h1
+    home = (site / "index.html").read_text()
+    assert "1 values" not in home and "1 tasks" not in home
+    assert '<div class="scroll"><table>' in home
+    for f in site.rglob("*.html"):
+        body = re.sub(r"<svg.*?</svg>|<style>.*?</style>|<script>.*?</script>", "",
+                      f.read_text(), flags=re.S)
+        assert not E_NOTATION.search(body), (f, E_NOTATION.search(body))
