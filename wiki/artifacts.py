@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..ledger.secrets.redactor import redact_message
 from .page import Page, code, strong, text
 
 READ_BYTES = 64 * 1024  # of an artifact's file read for its preview and page
@@ -47,6 +46,9 @@ def _clean(data: bytes) -> str:
 def preview(digest: str, what: str, relative: str, data: bytes, whole: bool = True
             ) -> Preview:
     """The preview of an artifact from its first bytes (`whole`: they are all of it)."""
+    # In the function: the pages' module imports this one, and every forge command them.
+    from ..ledger.secrets.redactor import redact_message
+
     lines = redact_message(_clean(data)).split("\n")
     if lines and lines[-1] == "":
         lines.pop()

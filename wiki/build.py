@@ -347,12 +347,15 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
 
 
 def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
-          settings: WikiSettings | None = None, post: Post | None = None) -> BuildReport:
+          settings: WikiSettings | None = None, post: Post | None = None,
+          compile_concepts: bool = True) -> BuildReport:
+    """Compile the stale concept pages (unless `compile_concepts` is false: the site then
+    shows them as they are, with their state), then render (module contract)."""
     t0 = time.perf_counter()
     settings = settings or WikiSettings.from_config(ws.config.settings.wiki, embeddings)
     wiki_dir, site_dir = Path(ws.home) / "wiki", Path(ws.home) / "site"
     timings: dict[str, float] = {}
-    concepts_compiled = compile_stale(ws, wiki_dir, post)
+    concepts_compiled = compile_stale(ws, wiki_dir, post) if compile_concepts else 0
     timings["compile_s"] = time.perf_counter() - t0
     with open_index(ws) as s:
         t = time.perf_counter()

@@ -332,13 +332,16 @@ def _step_outcome(snap: Snapshot, tid: str, x: dict[str, Any]) -> tuple[Any, Any
         kind = snap.decided.get((tid, "block", x["block_id"]))
         if kind:
             return kind, f"{kind} on this verification's verdict"
-        return "no decision", "no decision recorded on this block (a baseline, or pending)"
+        if any(b["block_id"] == x["block_id"] and b["candidate_key"] in (None, "{}")
+               for b in snap.blocks.get(tid, [])):
+            return "baseline", "the baseline: nothing to decide"
+        return "no decision", "no decision recorded on this block"
     return x["outcome"], x["detail"]
 
 
 def decision_page(snap: Snapshot, d: dict[str, Any], task: dict[str, Any] | None) -> Page:
     tid = d["task_id"]
-    title = f"{d['kind'].capitalize()}: {_cand(d['candidate_key'])} in {tid}"  # human
+    title = f"{d['kind'].capitalize()}: {_cand(d['candidate_key'])} in {tid}"
     p = Page(decision_path(d), "decision", title, position=d["position"],
              summary=f"{d['kind']} direction {_cand(d['candidate_key'])}: {d['reason'] or ''}",
              facets={k: d.get(k) for k in FACETS}, embed=decision_text(d))
