@@ -427,6 +427,10 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     write_search_index(site_dir, entries, write_if_changed)
     write_if_changed(site_dir / "search.html", search_html(NAV))
     write_if_changed(site_dir / "llms.txt", llms_txt(pages))
+    if concepts:  # the journal carries the schema its concept pages were compiled by
+        from .concepts.compiler import schema_text
+
+        write_if_changed(wiki_dir / "SCHEMA.md", schema_text())
     timings["write_s"] = time.perf_counter() - t
     report.pages = len(pages)
     write_if_changed(wiki_dir / STATE, json.dumps({"position": snap.position, "pages": len(pages),

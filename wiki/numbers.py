@@ -3,10 +3,12 @@ metric's name implies (`11,734 tok/s`, `88.4 ms`, `0.934`), and counted nouns wi
 plural ("1 task", "2 tasks").
 
 Contracts:
-- `number(v)`: an int as itself with thousands separators from 10,000; a float by magnitude:
+- `number(v)`: an int as itself with thousands separators from 1,000; a float by magnitude:
   from 100 a whole number with separators, from 10 one decimal, from 1 two, below 1 three
   significant digits (down to 1e-9, then "0"); trailing zeros dropped; never an exponent.
   Not-a-number and infinities as "nan", "inf", "-inf"; anything else as its str.
+- `exact(v)`: a threshold as written (`2,000.5`, `500`): every digit of the shortest repr,
+  with thousands separators; never an exponent (a value repr writes with one: `number`).
 - `unit(metric)`: the unit of a metric by its name (`*_ms` → ms, `*_s` → s, token
   throughputs → tok/s, `request_throughput` → req/s, `*_bytes` → B), else "" (ratios, counts).
 - `metric_value(metric, v)`: `number(v)` and the metric's unit.
@@ -31,7 +33,7 @@ def number(v: Any) -> str:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return str(v)
     if isinstance(v, int):
-        return f"{v:,}" if abs(v) >= 10_000 else str(v)
+        return f"{v:,}"
     if math.isnan(v):
         return "nan"
     if math.isinf(v):
@@ -48,6 +50,19 @@ def number(v: Any) -> str:
     decimals = 2 - math.floor(math.log10(a))  # three significant digits
     out = _trim(f"{v:.{decimals}f}")
     return "0" if out in ("0", "-0") else out
+
+
+def exact(v: Any) -> str:
+    """A threshold as written (module contract)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return str(v)
+    f = float(v)
+    if not math.isfinite(f) or (f != 0 and not 1e-4 <= abs(f) < 1e15):
+        return number(v)
+    if f.is_integer():
+        return f"{int(f):,}"
+    whole, _, frac = repr(abs(f)).partition(".")
+    return f"{'-' if f < 0 else ''}{int(whole):,}.{frac}"
 
 
 def unit(metric: str) -> str:

@@ -21,7 +21,7 @@ import orjson
 
 from ..ledger.titles import candidate_title_of_key, task_title
 from .artifacts import artifact_path
-from .numbers import count, metric_value, number
+from .numbers import count, exact, metric_value, number
 from .page import Page, Text, code, join, link, page_name, slug, sort_key, strong, text
 from .plot import Line, PlotCache, Point
 from .snapshot import Snapshot
@@ -208,7 +208,7 @@ def slo_lines(snap: Snapshot, t: dict[str, Any]) -> list[Line]:
                 found.append(("x", g.get("at_most"), f"gate {g.get('name')}: ≤ ", " ms"))
             elif g.get("metric") == TRADEOFF_Y:
                 found.append(("y", g.get("at_least"), f"gate {g.get('name')}: ≥ ", " tok/s"))
-    return [Line(axis, v, f"{before}{number(v)}{after}") for axis, value, before, after in found
+    return [Line(axis, v, f"{before}{exact(v)}{after}") for axis, value, before, after in found
             if (v := _number(value)) is not None]
 
 

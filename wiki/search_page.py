@@ -74,10 +74,10 @@ async function run(q){
   const seen = new Set(), rows = [];
   for (const r of sem.concat(texts)){ if(PAGE.test(String(r.u)) && !seen.has(r.u)){ seen.add(r.u); rows.push(r);} }
   ul.innerHTML = rows.map(r=>'<li><a href="'+esc(r.u)+'">'+esc(r.t)+'</a><span class="kind">'+esc(r.k)+' · '+r.how+'</span><div class="snip">'+esc(String(r.s).slice(0,200))+'</div></li>').join('');
-  st.textContent = rows.length + ' results for "' + q + '"' + (err ? ' (text index unavailable: ' + err.message + ')' : '');
+  st.textContent = rows.length + (rows.length === 1 ? ' result' : ' results') + ' for "' + q + '"' + (err ? ' (text index unavailable: ' + err.message + ')' : '');
   st.setAttribute('data-done', String(Math.round(performance.now())));  // ms since navigation
 }
-document.getElementById('f').addEventListener('submit', ev=>{ev.preventDefault(); const q=document.getElementById('q').value; history.replaceState(null,'','?q='+encodeURIComponent(q)); run(q);});
+document.getElementById('f').addEventListener('submit', ev=>{ev.preventDefault(); const q=document.getElementById('q').value; try { history.replaceState(null,'','?q='+encodeURIComponent(q)); } catch(e){}  /* file://: may be refused */ run(q);});
 const q0 = new URLSearchParams(location.search).get('q');
 if (q0){ document.getElementById('q').value = q0; run(q0); }
 </script>"""
