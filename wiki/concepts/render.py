@@ -92,9 +92,9 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
 
 def catalog_page(cat: Catalog, states: dict[str, tuple[Freshness, tuple[str, ...]]]) -> Page:
     page = Page(INDEX, "concepts", "Concepts", position=cat.position,
-                summary=f"{len(cat.pages)} concept pages compiled across tasks",
+                summary=f"{count(len(cat.pages), 'concept page')} compiled across tasks",
                 meta={"pages": len(cat.pages)})
-    page.add("p", f"{len(cat.pages)} concept pages, compiled at ledger position "
+    page.add("p", f"{count(len(cat.pages), 'concept page')}, compiled at ledger position "
                   f"{cat.position}. Every claim on them cites the ledger events it comes "
                   "from; the wiki's SCHEMA.md says how they are made.")
     for kind, title in KIND_TITLES.items():
