@@ -60,21 +60,25 @@ def test_one_new_decision_rewrites_only_the_pages_made_from_it(workspace):
              if k.startswith("wiki/") and k.endswith(".md")}
     # What the decision is an input of: its own page and its task's; the home page, the log,
     # the in-flight page and the dimension indexes (counts of rejections, the position); the
-    # task's point, profile and model pages (its plot's verdicts, their position); and every
-    # page that now links to the new page (its Related and Backlinks blocks).
+    # task's point, profile and model pages (its plot's verdicts, their position); the concept
+    # catalog (the build compiled the concepts the decision made stale); and every page that
+    # now links to the new page (its Related and Backlinks blocks, a concept's citations).
     wiki = workspace.home / "wiki"
     linking = {f.relative_to(wiki).with_suffix("").as_posix() for f in wiki.rglob("*.md")
                if f"[[{new}|" in f.read_text() or f"[[{new}\\|" in f.read_text()}
     point = next(f.relative_to(wiki).with_suffix("").as_posix()
                  for f in (wiki / "points").glob("*.md") if "(qwen-h200-r2)" in f.read_text())
-    expected = ({new, f"tasks/{TASK}", "index", "log", "concurrency",
+    expected = ({new, f"tasks/{TASK}", "index", "log", "concurrency", "concepts/index",
                  "models/qwen3-30b-a3b~155aaf9a3362ee55", "profiles/qwen-h200-r2", point}
                 | {f"dims/{d}" for d in ("model", "task_type", "accelerator", "engine",
                                           "architecture", "parallelism", "runtime_profile",
                                           "scenario")}
                 | linking - {new})
     assert pages == expected
-    assert rep.pages == first.pages + 1
+    born = {k for k in after if k.startswith("wiki/concepts/") and k not in before}
+    assert born == {"wiki/concepts/direction-engine-schedule-policy-fcfs~"
+                    f"{k.split('~')[1]}" for k in born}  # fcfs: a new rejected direction
+    assert rep.pages == first.pages + 1 + len(born)
     assert rep.written == len(expected) and rep.unchanged == rep.pages - len(expected)
     # Every other page's files are the ones the first build wrote: same bytes, same mtime.
     kept = {p for p in (k.split("/", 1)[1].removesuffix(".md") for k in before
@@ -98,14 +102,20 @@ def test_one_new_decision_rewrites_only_the_pages_made_from_it(workspace):
     assert B.build(workspace, embeddings=False).fresh
     again = B.build(workspace, embeddings=False, force=True)
     assert again.written == 0 and again.traced == 0 and _files(workspace.home) == after
-    # Built from nothing (no records, no kept traces), every page is the incremental one.
-    pages_now = {k: v[1] for k, v in after.items() if k.endswith((".md", ".html"))}
+    # Built from nothing (no records, no kept traces), every page is the incremental one; but
+    # the concept pages, which a cold build compiles all at this position (the incremental
+    # build recompiled only the stale ones: the others keep the position they were compiled
+    # at, and say so).
+    def pages(files: dict[str, tuple[int, str]]) -> dict[str, str]:
+        return {k: v[1] for k, v in files.items() if k.endswith((".md", ".html"))
+                and not k.startswith(("wiki/concepts/", "site/concepts/"))}
+
+    pages_now = pages(after)
     for d in ("wiki", "site"):
         shutil.rmtree(workspace.home / d)
     cold = B.build(workspace, embeddings=False)
     assert cold.traced == 4 and cold.written == rep.pages
-    assert {k: v[1] for k, v in _files(workspace.home).items()
-            if k.endswith((".md", ".html"))} == pages_now
+    assert pages(_files(workspace.home)) == pages_now
 
 
 def test_doc_numbers_survive_builds_and_holes_are_reused_after_renumbering():
