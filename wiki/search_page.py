@@ -61,6 +61,7 @@ async function textSearch(q){
     return {u:e[0], t:e[1], k:e[2], s:e[3], score:s/terms.length, how:'text'}; });
 }
 async function semantic(q){
+  if (location.protocol === 'file:') return [];  // opened from the files: no server to ask
   try { const r = await fetch('/api/search?k=10&q=' + encodeURIComponent(q));
         if (!r.ok) return []; const j = await r.json();
         return j.results.map(x=>({u:x.url, t:x.title, k:x.kind, s:x.text, score:x.score, how:'semantic'})); }

@@ -62,7 +62,8 @@ def test_every_page_kind_fits_both_widths_and_reads_well(workspace, tmp_path):
             for kind, where in PAGES.items():
                 drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
                     "width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
-                url = (site / where(site)).as_uri().replace("%3F", "?")
+                path, _, query = where(site).partition("?")
+                url = (site / path).as_uri() + (f"?{query}" if query else "")
                 drv.get(url)
                 WebDriverWait(drv, 30).until(lambda d: d.execute_script(LOOK)["done"])
                 st = drv.execute_script(LOOK)
