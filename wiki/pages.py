@@ -156,15 +156,19 @@ def _gate_table(rows: list[dict[str, Any]]) -> tuple:
     return ("table", ["block", "verification", "gate", "metric", "verdict", "observed",
                       "threshold", "reason"],
             [(g["block_id"], g["verification"], g["gate"], g["metric"], g["verdict"],
-              _gate_value(g, g["observed"]), _gate_value(g, g["threshold"]), g["reason"])
+              _gate_value(g, g["observed"]), _gate_value(g, g["threshold"], True), g["reason"])
              for g in rows])
 
 
-def _gate_value(g: dict[str, Any], v: Any) -> str:
-    """An observed value or threshold: in the metric's unit, or a plain number for a gate
-    against the baseline (a ratio or a difference)."""
-    if g.get("baseline") is not None or not g.get("metric"):
-        return "—" if v is None else number(v)
+def _gate_value(g: dict[str, Any], v: Any, threshold: bool = False) -> str:
+    """An observed value (the metric's, in its unit) or a threshold: in the metric's unit, or
+    for a gate against the baseline a ratio of it ("1.05× baseline")."""
+    if v is None:
+        return "—"
+    if not g.get("metric"):
+        return number(v)
+    if threshold and g.get("baseline") is not None:
+        return f"{number(v)}× baseline"
     return metric_value(g["metric"], v)
 
 
