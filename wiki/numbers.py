@@ -70,6 +70,8 @@ def unit(metric: str) -> str:
     m = metric.lower()
     if m.endswith("_ms"):
         return "ms"
+    if m.endswith("per_s"):  # a rate: tokens or requests per second
+        return "req/s" if "request" in m else "tok/s" if "token" in m else "/s"
     if m.endswith("_s") or m.endswith("_seconds"):
         return "s"
     if m.endswith("_bytes"):

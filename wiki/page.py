@@ -443,7 +443,8 @@ details{margin:.6em 0}summary{cursor:pointer;color:var(--muted)}
 .stopped,.baseline{color:var(--plain)}
 @media (max-width:600px){body{font-size:14px}main{padding:.4em .8em 2em}
 header nav{padding:.5em .8em}header nav form{margin:0;flex-basis:100%}
-header nav input{width:100%}h1{font-size:1.35em}th,td{padding:4px 7px}}"""
+header nav input{width:100%}h1{font-size:1.35em}th,td{padding:4px 7px}
+figure{overflow-x:auto}figure svg{min-width:560px}}"""
 # A table cell (or paragraph) that is one of these words is shown in the verdict's colour.
 VERDICTS = ("pass", "fail", "inconclusive", "accepted", "rejected", "delivered", "failed",
             "deferred", "stopped", "baseline")

@@ -162,12 +162,18 @@ def _gate_table(rows: list[dict[str, Any]]) -> tuple:
 
 def _gate_value(g: dict[str, Any], v: Any, threshold: bool = False) -> str:
     """An observed value (the metric's, in its unit) or a threshold: in the metric's unit, or
-    for a gate against the baseline a ratio of it ("1.05× baseline")."""
+    for a gate against the baseline a ratio of it ("1.05× baseline"), for a stability gate
+    the coefficient of variation ("CV 0.15")."""
+    detail = _json(g.get("detail"))
+    kind = detail.get("kind") if isinstance(detail, dict) else None
+    if kind == "stability":  # observed: the runs' CV, which the row keeps in its detail
+        cv = v if threshold or v is not None else _number(detail.get("cv"))
+        return "—" if cv is None else f"CV {number(cv)}"
     if v is None:
         return "—"
     if not g.get("metric"):
         return number(v)
-    if threshold and g.get("baseline") is not None:
+    if threshold and (kind == "relative" or g.get("baseline") is not None):
         return f"{number(v)}× baseline"
     return metric_value(g["metric"], v)
 

@@ -108,7 +108,8 @@ def merged_guides(lines: Iterable[Line]) -> list[tuple[str, float, str]]:
             label = clean_text(ln.label, LEGEND_CHARS)
             if label not in labels:
                 labels.append(label)
-    return sorted((axis, value, clean_text(" = ".join(sorted(labels)), 2 * LEGEND_CHARS + 3))
+    # One label a line (each cleaned above): a legend entry no wider than one label.
+    return sorted((axis, value, "\n= ".join(sorted(labels)))
                   for (axis, value), labels in at.items())
 
 

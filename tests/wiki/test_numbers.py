@@ -21,6 +21,7 @@ def test_number_by_magnitude(v, shown):
 def test_units_from_metric_names():
     assert unit("output_throughput") == "tok/s" and unit("request_throughput") == "req/s"
     assert unit("median_ttft_ms") == "ms" and unit("duration_s") == "s"
+    assert unit("max_output_tokens_per_s") == "tok/s" and unit("requests_per_s") == "req/s"
     assert unit("token_match") == "" and unit("completed") == ""
     assert metric_value("output_throughput", 11734.2) == "11,734 tok/s"
     assert metric_value("p99_ttft_ms", 88.44) == "88.4 ms"

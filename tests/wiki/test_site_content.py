@@ -94,3 +94,16 @@ def test_a_preview_is_bounded_and_redacted():
     assert SECRET not in p.excerpt and not p.cut
     cut = preview("sha256:" + "ab" * 32, "w", "r", b"\x1b[31mred\x1b[0m\x00\n", whole=False)
     assert cut.head == "red" and cut.cut
+
+
+def test_an_slo_and_a_gate_on_one_value_are_one_line():
+    from infer_forge.wiki.plot import Line, Point, merged_guides, plot_svg
+
+    lines = [Line("x", 500, "TTFT SLO p50 500 ms"), Line("x", 500.0, "gate ttft-slo: ≤ 500 ms"),
+             Line("y", 100, "throughput floor 100 tok/s")]
+    assert merged_guides(lines) == [
+        ("x", 500.0, "TTFT SLO p50 500 ms\n= gate ttft-slo: ≤ 500 ms"),
+        ("y", 100.0, "throughput floor 100 tok/s")]
+    svg = plot_svg([Point(400, 120, "b1", "baseline")], xlabel="x", ylabel="y", title="t",
+                   lines=lines)
+    assert svg.count("stroke-dasharray") == 2 + 2  # two dashed lines, two legend samples
