@@ -593,8 +593,9 @@ def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]], plots: PlotCac
     p.add("list", [text(link(f"dims/{slug(c)}", t), f" ({count(len(groups[c]), 'value')})")
                    for c, t in DIMENSION_PAGES])
     p.add("h", "Latest decisions")
-    p.add("list", [text(link(decision_path(d), d["kind"]), " in ",
-                        link(task_path(d["task_id"]), d["task_id"]), f": {d['reason'] or ''}")
+    p.add("list", [text(link(decision_path(d), f"{d['kind']}: {_cand(d['candidate_key'])}"),
+                        " in ", link(task_path(d["task_id"]), d["task_id"]),
+                        f" — {d['reason'] or ''}")
                    for d in snap.decisions[-20:][::-1]] or ["(none)"])
     p.add("h", "Latest tasks")
     recent = sorted(snap.tasks, key=lambda t: -(t["defined_position"] or 0))[:20]

@@ -28,6 +28,7 @@ from ...ledger.streams import graph_of
 from ...ledger.titles import candidate_title_of_key
 from ...projections.index import tracked_position
 from ..graphs import graph_path
+from ..numbers import count
 from ..pages import decision_path, task_path
 from .model import Citation, PointRef, Section, concept_slug
 
@@ -415,11 +416,12 @@ def _summary(d: Draft) -> str:
     points = len(d.points)
     if d.kind == "flag":
         kinds = [f.row[3] for f in d.findings if f.section == "Decisions" and f.row]
-        return (f"{len(kinds)} block(s): {kinds.count('accepted')} accepted, "
-                f"{kinds.count('rejected')} rejected, on {points} point(s)")
+        return (f"{count(len(kinds), 'block')}: {kinds.count('accepted')} accepted, "
+                f"{kinds.count('rejected')} rejected, on {count(points, 'point')}")
     if d.kind == "pairing":
-        return f"{n.get('Tasks', 0)} task(s) on {points} point(s)"
+        return f"{count(n.get('Tasks', 0), 'task')} on {count(points, 'point')}"
     if d.kind == "failure":
-        return f"{n.get('Occurrences', 0)} occurrences"
+        return count(n.get("Occurrences", 0), "occurrence")
     k = n.get("Rejections", 0)
-    return f"rejected {k} time(s)" + (", and it keeps coming back" if k >= RECURRING else "")
+    return (f"rejected {'once' if k == 1 else count(k, 'time')}"
+            + (", and it keeps coming back" if k >= RECURRING else ""))

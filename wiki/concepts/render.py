@@ -83,8 +83,9 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
                   for x in p.points])
     if p.dropped:  # why, never the dropped text: nothing uncited is published
         page.add("h", "Claims dropped")
-        page.add("p", f"{len(p.dropped)} generated sentence(s) failed the citation check "
-                      "and are not shown (forge wiki compile --json lists them):")
+        page.add("p", f"{count(len(p.dropped), 'generated sentence')} failed the citation check "
+                      f"and {'is' if len(p.dropped) == 1 else 'are'} not shown (forge wiki "
+                      "compile --json lists them):")
         page.add("list", [d.reason for d in p.dropped])
     page.add("p", text("Part of ", link(INDEX, "the concept catalog"), "."))
     return page
