@@ -41,6 +41,16 @@ def tokens(s: str) -> list[str]:
     return _TOKEN.findall(s.lower())
 
 
+def snippet(s: str) -> str:
+    """A doc's text for its result line: at most SNIPPET characters, ending at a word, "…"
+    where it was cut."""
+    if len(s) <= SNIPPET:
+        return s
+    cut = s[:SNIPPET - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > SNIPPET // 2 else cut).rstrip() + "…"
+
+
 def shard_name(token: str) -> str:
     return token[:2].encode("utf-8").hex()
 
@@ -113,7 +123,7 @@ def search_files(entries: Sequence[dict[str, str]],
     slots = max(nums, default=-1) + 1
     docs: list[list[str] | None] = [None] * slots
     for i, e in zip(nums, entries, strict=True):
-        docs[i] = [e["u"], e["t"], e["k"], e["s"][:SNIPPET]]
+        docs[i] = [e["u"], e["t"], e["k"], snippet(e["s"])]
     for k in range(0, slots, DOCS_PER_SHARD):
         out[f"d/{k // DOCS_PER_SHARD}.js"] = script(f"d/{k // DOCS_PER_SHARD}",
                                                     docs[k:k + DOCS_PER_SHARD])

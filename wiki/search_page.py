@@ -38,6 +38,8 @@ function load(name){
   }).catch(e=>{ files.delete(name); throw e; }));  // a failed load is tried again next time
   return files.get(name);
 }
+// A snippet ends at a word, marked when cut.
+function snip(s){ if (s.length <= 200) return s; const c = s.slice(0, 200), i = c.lastIndexOf(' '); return (i > 120 ? c.slice(0, i) : c) + '…'; }
 function hex(s){ return Array.from(new TextEncoder().encode(s), b=>b.toString(16).padStart(2,'0')).join(''); }
 async function textSearch(q){
   if (!meta){ meta = await load('meta'); shardNames = new Set(meta.shards); }
@@ -74,7 +76,7 @@ async function run(q){
   const [texts, sem] = await Promise.all([textSearch(q).catch(e=>{ err = e; return []; }), semantic(q)]);
   const seen = new Set(), rows = [];
   for (const r of sem.concat(texts)){ if(PAGE.test(String(r.u)) && !seen.has(r.u)){ seen.add(r.u); rows.push(r);} }
-  ul.innerHTML = rows.map(r=>'<li><a href="'+esc(r.u)+'">'+esc(r.t)+'</a><span class="kind">'+esc(r.k)+' · '+r.how+'</span><div class="snip">'+esc(String(r.s).slice(0,200))+'</div></li>').join('');
+  ul.innerHTML = rows.map(r=>'<li><a href="'+esc(r.u)+'">'+esc(r.t)+'</a><span class="kind">'+esc(r.k)+' · '+r.how+'</span><div class="snip">'+esc(snip(String(r.s)))+'</div></li>').join('');
   st.textContent = rows.length + (rows.length === 1 ? ' result' : ' results') + ' for "' + q + '"' + (err ? ' (text index unavailable: ' + err.message + ')' : '');
   st.setAttribute('data-done', String(Math.round(performance.now())));  // ms since navigation
 }

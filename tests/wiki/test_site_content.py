@@ -107,3 +107,11 @@ def test_an_slo_and_a_gate_on_one_value_are_one_line():
     svg = plot_svg([Point(400, 120, "b1", "baseline")], xlabel="x", ylabel="y", title="t",
                    lines=lines)
     assert svg.count("stroke-dasharray") == 2 + 2  # two dashed lines, two legend samples
+
+
+def test_a_search_snippet_ends_at_a_word():
+    from infer_forge.wiki.search_index import SNIPPET, snippet
+
+    s = snippet("throughput " * 40)
+    assert len(s) <= SNIPPET and s.endswith("throughput…")
+    assert snippet("short text") == "short text"
