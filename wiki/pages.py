@@ -288,8 +288,8 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
                            "architecture", "parallelism", "scenario", "point_hash"]))
     if decisions:
         p.add("h", "Decisions")
-        p.add("list", [text(link(decision_path(d), d["kind"]), f": {d['reason'] or ''} "
-                            f"(candidate {_cand(d['candidate_key'])})") for d in decisions])
+        p.add("list", [text(link(decision_path(d), f"{d['kind']}: {_cand(d['candidate_key'])}"),
+                            f" — {d['reason'] or ''}") for d in decisions])
     blocks = snap.blocks.get(tid, [])
     if blocks:
         p.add("h", "Loop blocks")

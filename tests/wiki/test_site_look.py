@@ -83,5 +83,16 @@ def test_every_page_kind_fits_both_widths_and_reads_well(workspace, tmp_path):
                     assert "unavailable" not in st["status"], st["status"]
                     assert re.match(r"[1-9]\d* results? for", st["status"]), st["status"]
                     assert "deepgemm-moe-h20" in st["text"]
+        # Dark mode by the reader's setting: the same page on a dark background.
+        drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        drv.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        drv.get((site / PAGES["task"](site)).as_uri())
+        bg = drv.execute_script("return getComputedStyle(document.body).backgroundColor")
+        assert bg == "rgb(20, 23, 27)", bg
+        shot = shots / "task-1280-dark.png"
+        assert drv.save_screenshot(str(shot))
+        print(f"  {shot}")
     finally:
         drv.quit()
