@@ -46,7 +46,8 @@ def _clean(data: bytes) -> str:
 def preview(digest: str, what: str, relative: str, data: bytes, whole: bool = True
             ) -> Preview:
     """The preview of an artifact from its first bytes (`whole`: they are all of it)."""
-    # In the function: the pages' module imports this one, and every forge command them.
+    # In the function for start-up time: the pages' module imports this one, and every
+    # forge command the pages' module.
     from ..ledger.secrets.redactor import redact_message
 
     lines = redact_message(_clean(data)).split("\n")

@@ -428,7 +428,7 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     write_if_changed(site_dir / "search.html", search_html(NAV))
     write_if_changed(site_dir / "llms.txt", llms_txt(pages))
     if concepts:  # the journal carries the schema its concept pages were compiled by
-        from .concepts.compiler import schema_text
+        from .concepts.compiler import schema_text  # in the function: start-up time
 
         write_if_changed(wiki_dir / "SCHEMA.md", schema_text())
     timings["write_s"] = time.perf_counter() - t
