@@ -1658,10 +1658,13 @@ def wiki_group() -> None:
 @click.option("--no-embeddings", is_flag=True,
               help="Related pages from shared dimensions only (no embedding model).")
 @click.option("--force", is_flag=True, help="Rebuild even if the wiki is fresh.")
+@click.option("--no-compile", is_flag=True,
+              help="Render the concept pages as compiled (stale ones show as stale) instead "
+                   "of compiling what is stale first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @fail_cleanly
-def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
+def wiki_build(ctx, no_embeddings: bool, force: bool, no_compile: bool, as_json: bool) -> None:
     """Generate the pages from the index (caught up first) and write the site.
 
     \b
@@ -1669,7 +1672,8 @@ def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
       forge wiki build && forge wiki lint
     """
     from .wiki.build import build
-    rep = build(open_ws(ctx), embeddings=not no_embeddings, force=force, post=wiki_post)
+    rep = build(open_ws(ctx), embeddings=not no_embeddings, force=force, post=wiki_post,
+                compile_concepts=not no_compile)
     if as_json:
         emit_json(rep.__dict__)
         return
@@ -1679,6 +1683,8 @@ def wiki_build(ctx, no_embeddings: bool, force: bool, as_json: bool) -> None:
         click.echo(f"wiki at ledger position {rep.position}: {rep.pages} pages, "
                    f"{rep.written} written, {rep.unchanged} unchanged, {rep.removed} removed "
                    f"in {rep.seconds:.1f}s")
+    if rep.concepts:
+        click.echo(f"  {rep.concepts} concept pages compiled first (stale or new)")
     click.echo(f"  journal {rep.wiki_dir}\n  site    {rep.site_dir}/index.html")
 
 

@@ -91,7 +91,7 @@ def _first_answer(drv: Any, url: str, site: Path) -> tuple[float, int, int, str]
     raw = gz = 0
     for path, _ in drv.execute_script(RESOURCES):
         f = site / path.lstrip("/")
-        if f.is_file() and f.suffix == ".json":
+        if f.is_file() and f.suffix in (".json", ".js"):  # the flat file; the shards (scripts)
             data = f.read_bytes()
             raw, gz = raw + len(data), gz + len(gzip.compress(data, 6))
     return secs, raw, gz, drv.find_element(By.ID, "status").text
@@ -111,7 +111,7 @@ def _again(drv: Any, q: str) -> float:
 
 def index_sizes(site: Path) -> dict[str, int]:
     flat = (site / "search.json").read_bytes()
-    shards = [f.read_bytes() for f in (site / "search").rglob("*.json")]
+    shards = [f.read_bytes() for f in (site / "search").rglob("*.js")]
     return {"search_json": len(flat), "search_json_gz": len(gzip.compress(flat, 6)),
             "shard_files": len(shards), "shards_total": sum(map(len, shards)),
             "largest_shard": max(map(len, shards), default=0),

@@ -32,6 +32,7 @@ from .concepts.model import Claim, DroppedClaim, SourceEvent
 from .concepts.render import cites
 from .errors import WikiError
 from .files import write_if_changed
+from .numbers import count
 from .page import Page, code, link, page_name, strong, text, to_markdown
 
 ANSWERS_DIR = "answers"
@@ -154,9 +155,9 @@ def answer_pages(wiki_dir: Path) -> list[Page]:
         return []
     items = sorted(rec.answers.values(), key=lambda a: (a.position, a.slug))
     idx = Page(INDEX, "answers", "Filed answers", position=max(a.position for a in items),
-               summary=f"{len(items)} answers filed with forge wiki ask --file")
+               summary=f"{count(len(items), 'answer')} filed with forge wiki ask --file")
     idx.add("list", [text(link(a.path, a.question), f" — position {a.position}, "
-                      f"{len(a.claims)} claims") for a in items])
+                      f"{count(len(a.claims), 'claim')}") for a in items])
     return [idx, *(answer_page(a) for a in items)]
 
 

@@ -2,6 +2,12 @@
 HTML site (FORGE_HOME/site) with a search page.
 
 Contracts:
+- Compile, then render: concept pages that are stale (or concepts without a page) are
+  compiled first, as `forge wiki compile --stale` would (when the ledger moved since the last
+  compile), so the site never shows a concept page behind the record it could compile.
+- Tool output: the artifacts a decision's trace names as a tool's output (stdout, an engine's
+  log) are read (their first READ_BYTES), redacted and shown as a preview beside the call,
+  with a page each (artifacts.py).
 - Deterministic: the same index gives byte-identical pages (no build times in them).
 - Freshness: every page records the ledger position it reflects; a file is rewritten only
   when its content changed, pages whose sources vanished are removed, and a build at an
@@ -32,6 +38,7 @@ from ..projections.index import open_index
 from . import narrative, trace_cache
 from . import page as page_module
 from .answers import answer_pages
+from .artifacts import READ_BYTES, Preview, artifact_page, preview
 from .chat import Post
 from .concepts.site import catalog_digest, llms_txt, site_pages
 from .concurrency import concurrency_page
@@ -44,19 +51,22 @@ from .pages import FACETS, NAV, make_pages
 from .plot import PlotCache
 from .retrieve import corpus_docs
 from .search_index import write_search_index
-from .search_page import SEARCH_HTML
+from .search_page import search_html
 from .snapshot import Snapshot, load
 
 STATE = "_state.json"
-BUILD_VERSION = 4  # bump when page generation changes: existing wikis rebuild (2: graph pages;
+BUILD_VERSION = 5  # bump when page generation changes: existing wikis rebuild (2: graph pages;
 # 3: user text never forms a link, injective page names, the graph index at `graphs`;
-# 4: the site rendered from markdown by markdown-it, plots by matplotlib with verdicts and SLOs)
+# 4: the site rendered from markdown by markdown-it, plots by matplotlib with verdicts and SLOs;
+# 5: human titles, numbers by unit, tool output previews and artifact pages, search shards
+# as scripts)
 PLOT_CACHE = "_plots.json"  # drawings kept between builds (plot.PlotCache)
 RENDERED = "_rendered.json"  # what each page's files were rendered from (Rendered)
 RELATED_K = 5
 DIM_BONUS = 0.05  # added to the cosine similarity per shared dimension
 SCORE_STEP = 1e-4  # related scores are compared (and shown) at this step
-MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims", "graphs", "answers")
+MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims", "graphs", "answers",
+           "artifacts")
 
 
 @dataclass
@@ -94,6 +104,7 @@ class BuildReport:
     wiki_dir: str = ""
     site_dir: str = ""
     narrative: dict[str, int] = field(default_factory=dict)
+    concepts: int = 0  # concept pages compiled before rendering (stale or new)
 
 
 def embed_text(p: Page) -> str:
@@ -181,6 +192,39 @@ def search_entries(pages: list[Page]) -> list[dict[str, str]]:
             for p in sorted(pages, key=lambda p: p.path)]
 
 
+
+
+def compile_stale(ws: Workspace, wiki_dir: Path, post: Post | None) -> int:
+    """Compile the concept pages that are not fresh, and concepts without a page, when the
+    ledger moved since the last compile (module contract); how many were compiled."""
+    from .concepts.compiler import compile_wiki  # in the function: start-up time
+    from .concepts.model import load_catalog
+
+    with open_index(ws) as s:
+        position = s.caught_up.position if s.caught_up else 0
+    if load_catalog(wiki_dir).position == position:
+        return 0
+    return len(compile_wiki(ws, stale=True, post=post).compiled)
+
+
+def read_previews(traces: dict[str, dict[str, Any]]) -> dict[str, Preview]:
+    """Digest -> the redacted preview of each tool output the traces name and the artifact
+    store holds (its first READ_BYTES read)."""
+    out: dict[str, Preview] = {}
+    for chain in traces.values():
+        arts = {a.get("digest"): a for a in chain.get("artifacts") or []}
+        for call in chain.get("tool_calls") or []:
+            a = arts.get(call.get("stdout"))
+            if a is None or a["digest"] in out or not a.get("path"):
+                continue
+            try:
+                with open(a["path"], "rb") as f:
+                    data = f.read(READ_BYTES + 1)
+            except OSError:
+                continue  # not in this store: the page shows the digest
+            out[a["digest"]] = preview(a["digest"], a["what"], a["relative"],
+                                       data[:READ_BYTES], whole=len(data) <= READ_BYTES)
+    return dict(sorted(out.items()))
 
 
 def _sha256(data: bytes) -> str:
@@ -303,11 +347,16 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
 
 
 def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
-          settings: WikiSettings | None = None, post: Post | None = None) -> BuildReport:
+          settings: WikiSettings | None = None, post: Post | None = None,
+          compile_concepts: bool = True) -> BuildReport:
+    """Compile the stale concept pages (unless `compile_concepts` is false: the site then
+    shows them as they are, with their state), then render (module contract)."""
     t0 = time.perf_counter()
     settings = settings or WikiSettings.from_config(ws.config.settings.wiki, embeddings)
     wiki_dir, site_dir = Path(ws.home) / "wiki", Path(ws.home) / "site"
     timings: dict[str, float] = {}
+    concepts_compiled = compile_stale(ws, wiki_dir, post) if compile_concepts else 0
+    timings["compile_s"] = time.perf_counter() - t0
     with open_index(ws) as s:
         t = time.perf_counter()
         position = s.caught_up.position if s.caught_up else 0
@@ -326,7 +375,8 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
         # Warm the cache for `forge retrieve` / the served search with the same build.
         corpus = [d.text for d in corpus_docs(s.con)] if settings.embeddings else []
         timings["load_s"] = time.perf_counter() - t
-    report = BuildReport(snap.position, wiki_dir=str(wiki_dir), site_dir=str(site_dir))
+    report = BuildReport(snap.position, wiki_dir=str(wiki_dir), site_dir=str(site_dir),
+                         concepts=concepts_compiled)
     known_tasks = {t["task_id"] for t in snap.tasks}
     graphs = graph_pages(ws.ledger, snap.position, known_tasks)
     t = time.perf_counter()
@@ -340,6 +390,14 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     graphs += answer_pages(wiki_dir)  # filed by forge wiki ask --file
     t = time.perf_counter()
     snap.traces, report.traced = trace_cache.traces(ws, snap, wiki_dir, graph_pos)
+    snap.previews = read_previews(snap.traces)
+    seen_at: dict[str, int] = {}  # an artifact page reflects the tasks that name it
+    for c in snap.traces.values():
+        at = snap.task_positions.get(c["task"]["task_id"], 0)
+        for a in c.get("artifacts") or []:
+            seen_at[a["digest"]] = max(seen_at.get(a["digest"], 0), at)
+    graphs += [artifact_page(p, seen_at.get(p.digest, snap.position))
+               for p in snap.previews.values()]
     timings["traces_s"] = time.perf_counter() - t
     pages = build_pages(snap, settings, wiki_dir, timings, report.narrative, corpus, graphs,
                         post)
@@ -367,8 +425,12 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     write_if_changed(site_dir / "search.json",
            json.dumps(entries, ensure_ascii=False, separators=(",", ":")))
     write_search_index(site_dir, entries, write_if_changed)
-    write_if_changed(site_dir / "search.html", SEARCH_HTML)
+    write_if_changed(site_dir / "search.html", search_html(NAV))
     write_if_changed(site_dir / "llms.txt", llms_txt(pages))
+    if concepts:  # the journal carries the schema its concept pages were compiled by
+        from .concepts.compiler import schema_text  # in the function: start-up time
+
+        write_if_changed(wiki_dir / "SCHEMA.md", schema_text())
     timings["write_s"] = time.perf_counter() - t
     report.pages = len(pages)
     write_if_changed(wiki_dir / STATE, json.dumps({"position": snap.position, "pages": len(pages),

@@ -20,6 +20,7 @@ from ..projections.concurrency import (
     position_time,
     read_stretches,
 )
+from .numbers import count
 from .page import Page, join, link, strong, text
 from .pages import task_path
 from .plot import Steps, steps_svg
@@ -90,8 +91,8 @@ def concurrency_page(ledger: Ledger, position: int, known_tasks: set[str],
     o = rep["overall"]
     pk = o["peak"]
     p = Page(PAGE, "concurrency", "Tasks in flight", position=position,
-             summary=(f"peak {pk['value']} tasks in flight at {_when(pk['at'])}; "
-                      f"{o['tasks']} tasks in {o['stretches']} stretches"),
+             summary=(f"peak {count(pk['value'], 'task')} in flight at {_when(pk['at'])}; "
+                      f"{count(o['tasks'], 'task')} in {count(o['stretches'], 'stretch')}"),
              meta={"peak": pk["value"], "peak_at": pk["at"], "tasks": o["tasks"],
                    "stretches": o["stretches"], "since": rep["since"],
                    "until": rep["until"], "period": period})
@@ -103,7 +104,8 @@ def concurrency_page(ledger: Ledger, position: int, known_tasks: set[str],
     more = f", and {len(pk['tasks']) - len(named)} more" if len(pk["tasks"]) > len(named) else ""
     p.add("p", text("Peak ", strong(pk["value"]), f" tasks in flight at {_when(pk['at'])}",
                     ": " if named else "", join(", ", map(task_ref, named)),
-                    f"{more}. {o['tasks']} tasks in {o['stretches']} stretches from "
+                    f"{more}. {count(o['tasks'], 'task')} in "
+                    f"{count(o['stretches'], 'stretch')} from "
                     f"{_when(rep['since'])} to {_when(rep['until'])}; "
                     f"{len(rep['open'])} still in flight."))
     p.add("p", DEFINITION + f"{_when(rep['until'])} (ledger position {position}).")

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..projections.endpoints import read_endpoints
+from .numbers import count
 from .page import Page, text
 from .plot import Line, Point, plot_svg
 
@@ -41,7 +42,7 @@ def endpoints_page(con: Any, position: int) -> Page | None:
     if not eps:
         return None
     p = Page(PAGE, "endpoints", "Monitored endpoints", position=position,
-             summary=f"{len(eps)} endpoint(s) sampled by forge monitor",
+             summary=f"{count(len(eps), 'endpoint')} sampled by forge monitor",
              meta={"endpoints": len(eps)})
     p.add("p", "Each endpoint's /metrics as forge monitor sampled it. TTFT and TPOT are the "
                "p99 of the requests that finished between two scrapes; the SLO given to "

@@ -18,6 +18,7 @@ from ..ledger.store import Ledger
 from ..projections.errors import ProjectionError
 from ..projections.graph import list_graphs, load_graph, node_task_id
 from ..projections.graph_views import summary, to_mermaid
+from .numbers import count
 from .page import Page, esc, link, page_name, text
 from .pages import task_path
 
@@ -90,14 +91,15 @@ def graph_page(view: Any, position: int, known_tasks: set[str]) -> Page:
     data = summary(view)
     p = Page(graph_path(view.graph_id), "graph", f"Task graph {view.graph_id}",
              position=position,
-             summary=(f"task graph {view.graph_id}: {view.title} — {data['tasks']} tasks, "
-                      f"{data['edges']} edges"),
+             summary=(f"task graph {view.graph_id}: {view.title} — "
+                      f"{count(data['tasks'], 'task')}, {count(data['edges'], 'edge')}"),
              meta={"graph": view.graph_id, "tasks": data["tasks"], "edges": data["edges"],
                    "counts": data["counts"]})
     if view.title:
         p.add("p", view.title)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(data["counts"].items()))
-    p.add("p", f"{data['tasks']} tasks, {data['edges']} edges — {counts}. Critical path "
+    p.add("p", f"{count(data['tasks'], 'task')}, {count(data['edges'], 'edge')} — {counts}. "
+               f"Critical path "
                f"({data['critical_path_s']:.1f} s): " + " → ".join(data["critical_path"]))
     svg = drawing_svg(view)
     if svg:

@@ -6,7 +6,8 @@ frontmatter and `[[path|label]]` wiki links (the journal), and HTML (the static 
 same markdown, with `[label](page.html)` links, rendered by markdown-it-py.
 
 Blocks: ("h", text) | ("p", text) | ("list", [text]) | ("table", columns, rows) |
-("code", str) | ("svg", svg).
+("code", str) | ("svg", svg) | ("details", summary, [block]) (blocks shown on demand: a
+`<details>` element on the site, a bold line and the blocks in the journal).
 
 Links and markup are data, never text. A text is a plain `str` (anything a user or an agent
 typed: reasons, goals, candidate values, titles; it is never read as markup), a `Link` (made
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..ledger.ids import is_id
+from .numbers import number
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -218,6 +220,8 @@ def _texts(b: tuple) -> list[Any]:
     kind = b[0]
     if kind in ("h", "p"):
         return [b[1]]
+    if kind == "details":
+        return [b[1], *(t for inner in b[2] for t in _texts(inner))]
     if kind == "list":
         return list(b[1])
     if kind == "table":
@@ -233,9 +237,7 @@ def _cell(v: Any) -> str:
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            return str(v)
-        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.0f}"
+        return number(v)  # by magnitude, never in e-notation (numbers.py)
     if isinstance(v, Text | Link | Strong | Code):
         return plain(v)
     return str(v)
@@ -361,6 +363,11 @@ def _block_md(b: tuple, link_md: LinkMd) -> list[str]:
     if kind == "code":
         fence = _fence(b[1])
         return [fence, b[1], fence, ""]
+    if kind == "details":
+        out = [f"**{md_escape(plain(b[1]))}**", ""]
+        for inner in b[2]:
+            out += _block_md(inner, link_md) if inner[0] != "svg" else [_svg(inner[1]), ""]
+        return out
     return []
 
 
@@ -390,13 +397,57 @@ def parse_frontmatter(text_: str) -> dict[str, Any]:
 
 # --- html -------------------------------------------------------------------------------
 
-CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:1em auto;padding:0 1em;
-color:#222}nav a{margin-right:1em}table{border-collapse:collapse;margin:.5em 0;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}code,pre{background:#f6f6f6}pre{padding:.5em;overflow:auto}
-.meta{color:#666;font-size:12px}.kind{color:#888;font-size:12px;margin-left:.5em}
-.pass{color:#080}.fail{color:#b00}.inconclusive{color:#a60}"""
-VERDICTS = ("pass", "fail", "inconclusive")
+# The site's one stylesheet (the search page's too): system fonts, a readable measure, a colour
+# per verdict, dark mode by the reader's setting, tables that scroll inside their own box and
+# drawings at the page's width, so no page is wider than a 390 px screen.
+CSS = """:root{--bg:#fff;--fg:#1d2127;--muted:#5c6673;--line:#e1e5ea;--soft:#f4f6f8;
+--code:#eef1f4;--accent:#2453d6;--ok:#237a35;--bad:#c02626;--warn:#a85b00;--plain:#5c6673;
+color-scheme:light dark}
+@media (prefers-color-scheme:dark){:root{--bg:#14171b;--fg:#e4e7eb;--muted:#9aa4b1;
+--line:#2b3139;--soft:#1b1f25;--code:#222830;--accent:#8eb1ff;--ok:#5fd37a;--bad:#ff8a8a;
+--warn:#ffbf69;--plain:#9aa4b1}}
+*{box-sizing:border-box}html{-webkit-text-size-adjust:100%}
+body{margin:0;background:var(--bg);color:var(--fg);overflow-wrap:break-word;
+font:15px/1.55 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",sans-serif}
+a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}
+header.site{background:var(--soft);border-bottom:1px solid var(--line)}
+header nav{max-width:1180px;margin:0 auto;padding:.55em 1.2em;display:flex;flex-wrap:wrap;
+align-items:center;gap:.25em 1.1em}
+header nav a{color:var(--fg)}header nav a.brand{font-weight:650;margin-right:.4em}
+header nav form{margin:0 0 0 auto}
+input,button{font:inherit;color:var(--fg);background:var(--bg);border:1px solid var(--line);
+border-radius:6px;padding:.3em .6em;max-width:100%}
+main{max-width:1180px;margin:0 auto;padding:.6em 1.2em 3em}
+h1{font-size:1.65em;line-height:1.25;margin:.7em 0 .25em;letter-spacing:-.01em}
+h2{font-size:1.15em;margin:2em 0 .6em;padding-bottom:.25em;border-bottom:1px solid var(--line)}
+p,ul{margin:.5em 0}li{margin:.2em 0}
+.meta{color:var(--muted);font-size:13px;margin:0 0 1.4em}
+.badge{display:inline-block;padding:0 .6em;border:1px solid currentColor;border-radius:999px;
+font-size:12px;font-weight:600;line-height:1.6;margin-right:.5em;color:var(--plain)}
+.scroll{overflow-x:auto;max-width:100%;margin:.6em 0}
+table{border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums}
+th,td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{background:var(--soft);font-weight:600}tbody tr:hover td{background:var(--soft)}
+code,pre{font:12.5px/1.45 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;
+background:var(--code);border-radius:4px}
+code{padding:.05em .3em;overflow-wrap:anywhere}pre{padding:.7em 1em;overflow:auto}
+pre code{padding:0;background:none}
+figure{margin:1em 0;padding:.4em;background:#fff;border:1px solid var(--line);
+border-radius:8px}figure svg{display:block;width:100%;height:auto}
+details{margin:.6em 0}summary{cursor:pointer;color:var(--muted)}
+#results{padding-left:1.2em}#results li{margin:.7em 0}
+.kind{color:var(--muted);font-size:12px;margin-left:.5em}.snip{color:var(--muted);font-size:13px}
+.pass,.accepted,.delivered{color:var(--ok);font-weight:600}
+.fail,.rejected,.failed{color:var(--bad);font-weight:600}
+.inconclusive,.deferred{color:var(--warn);font-weight:600}
+.stopped,.baseline{color:var(--plain)}
+@media (max-width:600px){body{font-size:14px}main{padding:.4em .8em 2em}
+header nav{padding:.5em .8em}header nav form{margin:0;flex-basis:100%}
+header nav input{width:100%}h1{font-size:1.35em}th,td{padding:4px 7px}
+figure{overflow-x:auto}figure svg{min-width:560px}}"""
+# A table cell (or paragraph) that is one of these words is shown in the verdict's colour.
+VERDICTS = ("pass", "fail", "inconclusive", "accepted", "rejected", "delivered", "failed",
+            "deferred", "stopped", "baseline")
 # The href of a page of the site, relative to a page: `../` steps, then a page path.
 SITE_HREF = re.compile(r"(?:\.\./)*" + PAGE_PATH.pattern + r"\.html")
 
@@ -520,6 +571,53 @@ def _site_link(prefix: str, known: set[str] | frozenset[str] | None) -> LinkMd:
     return link_md
 
 
+def nav_html(nav: list[tuple[str, str]], prefix: str) -> str:
+    """The site's header: its name, the navigation and the search box (every page, the
+    search page too)."""
+    links = "".join(f'<a href="{prefix}{p}.html">{esc(label)}</a>'
+                    for p, label in nav if is_page_path(p) and p != "index")
+    return (f'<header class="site"><nav><a class="brand" href="{prefix}index.html">'
+            f"infer-forge journal</a>{links}"
+            f'<form action="{prefix}search.html" method="get">'
+            f'<input name="q" placeholder="search the journal" size="22"></form></nav></header>')
+
+
+def shell(title: str, body: str, nav: list[tuple[str, str]], prefix: str,
+          script: str = "") -> str:
+    """A whole page of the site: head (the one stylesheet), header, `body` in <main>, and
+    forge's own `script` (the search page's) last."""
+    return ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)} · infer-forge journal</title>"
+            f"<style>{CSS}</style></head><body>{nav_html(nav, prefix)}<main>{body}</main>"
+            f"{script}</body></html>\n")
+
+
+def _badges(page: Page) -> str:
+    """The page's kind and, for a decision or a task, its verdict or state."""
+    state = (page.meta.get("kind") if page.kind == "decision"
+             else page.meta.get("exit_state") or page.meta.get("status")
+             if page.kind == "task" else None)
+    out = f'<span class="badge">{esc(page.kind)}</span>'
+    if isinstance(state, str) and state:
+        cls = f"badge {state}" if state in VERDICTS else "badge"
+        out += f'<span class="{cls}">{esc(state)}</span>'
+    return out
+
+
+def _block_html(b: tuple, link_md: LinkMd, env: dict[str, Any]) -> str:
+    if b[0] == "svg":
+        return f"<figure>{_svg(b[1])}</figure>"
+    if b[0] == "details":
+        inner = "".join(_block_html(x, link_md, env) for x in b[2])
+        return f"<details><summary>{esc(plain(b[1]))}</summary>{inner}</details>"
+    html = _markdown_it().render("\n".join(_block_md(b, link_md)), env)
+    if b[0] == "table":  # a wide table scrolls in its own box, never the page
+        html = html.replace("<table>", '<div class="scroll"><table>', 1)
+        html = html.replace("</table>", "</table></div>", 1)
+    return html
+
+
 def to_html(page: Page, nav: list[tuple[str, str]], known: set[str] | None = None) -> str:
     """The page as HTML: each block's markdown rendered by markdown-it (`MD`); forge's own
     drawings as they are. `known`: the paths of the built pages (links elsewhere are text)."""
@@ -528,17 +626,6 @@ def to_html(page: Page, nav: list[tuple[str, str]], known: set[str] | None = Non
     link_md = _site_link(prefix, known)
     env: dict[str, Any] = {"prefix": prefix, "known": known}
     body = [f"<h1>{esc(page.title)}</h1>",
-            f'<p class="meta">{esc(page.kind)} · ledger position {esc(page.position)}</p>']
-    for b in page.blocks:
-        if b[0] == "svg":
-            body.append(f"<figure>{_svg(b[1])}</figure>")
-        else:
-            body.append(_markdown_it().render("\n".join(_block_md(b, link_md)), env))
-    navhtml = " ".join(f'<a href="{prefix}{p}.html">{esc(label)}</a>'
-                       for p, label in nav if is_page_path(p))
-    search = (f'<form action="{prefix}search.html" method="get" style="display:inline">'
-              f'<input name="q" placeholder="search" size="24"></form>')
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f"<title>{esc(page.title)} · infer-forge journal</title>"
-            f"<style>{CSS}</style></head><body><nav>{navhtml} {search}</nav>"
-            + "".join(body) + "</body></html>\n")
+            f'<p class="meta">{_badges(page)}ledger position {esc(page.position)}</p>']
+    body += [_block_html(b, link_md, env) for b in page.blocks]
+    return shell(page.title, "".join(body), nav, prefix)

@@ -14,10 +14,14 @@ empty candidate, else unjudged); the TTFT SLO and throughput floor of the deploy
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
 
+from ..ledger.titles import candidate_title_of_key, task_title
+from .artifacts import artifact_path
+from .numbers import count, exact, metric_value, number
 from .page import Page, Text, code, join, link, page_name, slug, sort_key, strong, text
 from .plot import Line, PlotCache, Point
 from .snapshot import Snapshot
@@ -93,7 +97,8 @@ def dim_value_link(col: str, value: Any) -> Any:
 
 
 def _cand(key: str | None) -> str:
-    return "baseline" if key in (None, "{}") else key
+    """A candidate as a person reads it (ledger/titles.py: one spelling everywhere)."""
+    return candidate_title_of_key(key)
 
 
 # --- builders ---------------------------------------------------------------------------
@@ -105,30 +110,72 @@ def _dims_table(row: dict[str, Any], cols: list[str]) -> tuple:
 
 PREFERRED_METRICS = ["output_throughput", "request_throughput", "median_ttft_ms",
                      "p99_ttft_ms", "median_tpot_ms", "median_e2e_latency_ms", "token_match"]
-MAX_METRIC_COLUMNS = 8
+MAIN_METRICS = 4  # metric columns shown at once: the gated ones first; the rest on demand
 
 
-def _metric_table(rows: list[dict[str, Any]]) -> tuple:
-    """Medians pivoted: one row per (block, candidate), one column per metric."""
-    present = {m["metric"] for m in rows}
-    metrics = [m for m in PREFERRED_METRICS if m in present]
-    metrics += sorted(present - set(metrics))
-    metrics = metrics[:MAX_METRIC_COLUMNS]
+def gated_metrics(t: dict[str, Any] | None) -> list[str]:
+    """The metrics a task's contract gates, in the contract's order."""
+    gates = _at(_json((t or {}).get("definition")), "contract", "gates")
+    out = [g.get("metric") for g in gates if isinstance(g, dict)] if isinstance(gates, list) \
+        else []
+    return list(dict.fromkeys(m for m in out if isinstance(m, str) and m))
+
+
+def _metric_order(present: set[str], gated: list[str]) -> list[str]:
+    first = [m for m in gated if m in present]
+    first += [m for m in PREFERRED_METRICS if m in present and m not in first]
+    return first + sorted(present - set(first))
+
+
+def _metric_table(rows: list[dict[str, Any]], gated: Sequence[str] = ()) -> list[tuple]:
+    """Medians pivoted: one row per (block, candidate), one column per metric, the gated
+    metrics first (MAIN_METRICS columns); every metric in a table shown on demand."""
+    metrics = _metric_order({m["metric"] for m in rows}, list(gated))
     grid: dict[tuple, dict[str, Any]] = {}
     for m in rows:
         cell = grid.setdefault((m["block_id"] or "", m["candidate_key"]), {"n": 0})
         cell[m["metric"]] = m["median"]
         cell["n"] = max(cell["n"], m["n"])
-    return ("table", ["block", "candidate", "n", *(f"{m} (median)" for m in metrics)],
-            [(b, _cand(c), v["n"], *(v.get(m) for m in metrics))
-             for (b, c), v in sorted(grid.items(), key=lambda kv: sort_key(kv[0]))])
+    ordered = sorted(grid.items(), key=lambda kv: sort_key(kv[0]))
+
+    def table(ms: list[str]) -> tuple:
+        return ("table", ["block", "candidate", "runs", *(f"{m} (median)" for m in ms)],
+                [(b, _cand(c), v["n"], *(metric_value(m, v.get(m)) for m in ms))
+                 for (b, c), v in ordered])
+
+    out = [table(metrics[:MAIN_METRICS])]
+    if len(metrics) > MAIN_METRICS:
+        out.append(("details", f"All {count(len(metrics), 'metric')} (medians)",
+                    [("table", ["metric", *(f"{b or '—'}: {_cand(c)}" for (b, c), _ in ordered)],
+                      [(m, *(metric_value(m, v.get(m)) for _, v in ordered))
+                       for m in metrics])]))
+    return out
 
 
 def _gate_table(rows: list[dict[str, Any]]) -> tuple:
     return ("table", ["block", "verification", "gate", "metric", "verdict", "observed",
                       "threshold", "reason"],
             [(g["block_id"], g["verification"], g["gate"], g["metric"], g["verdict"],
-              g["observed"], g["threshold"], g["reason"]) for g in rows])
+              _gate_value(g, g["observed"]), _gate_value(g, g["threshold"], True), g["reason"])
+             for g in rows])
+
+
+def _gate_value(g: dict[str, Any], v: Any, threshold: bool = False) -> str:
+    """An observed value (the metric's, in its unit) or a threshold: in the metric's unit, or
+    for a gate against the baseline a ratio of it ("1.05× baseline"), for a stability gate
+    the coefficient of variation ("CV 0.15")."""
+    detail = _json(g.get("detail"))
+    kind = detail.get("kind") if isinstance(detail, dict) else None
+    if kind == "stability":  # observed: the runs' CV, which the row keeps in its detail
+        cv = v if threshold or v is not None else _number(detail.get("cv"))
+        return "—" if cv is None else f"CV {number(cv)}"
+    if v is None:
+        return "—"
+    if not g.get("metric"):
+        return number(v)
+    if threshold and (kind == "relative" or g.get("baseline") is not None):
+        return f"{number(v)}× baseline"
+    return metric_value(g["metric"], v)
 
 
 def _json(v: Any) -> Any:
@@ -171,7 +218,7 @@ def slo_lines(snap: Snapshot, t: dict[str, Any]) -> list[Line]:
                 found.append(("x", g.get("at_most"), f"gate {g.get('name')}: ≤ ", " ms"))
             elif g.get("metric") == TRADEOFF_Y:
                 found.append(("y", g.get("at_least"), f"gate {g.get('name')}: ≥ ", " tok/s"))
-    return [Line(axis, v, f"{before}{v:g}{after}") for axis, value, before, after in found
+    return [Line(axis, v, f"{before}{exact(v)}{after}") for axis, value, before, after in found
             if (v := _number(value)) is not None]
 
 
@@ -223,7 +270,7 @@ def _add_tradeoff(p: Page, snap: Snapshot, tasks: list[dict[str, Any]], plots: P
 def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]],
               plots: PlotCache) -> Page:
     tid = t["task_id"]
-    p = Page(task_path(tid), "task", t["title"] or tid,
+    p = Page(task_path(tid), "task", task_title(t["title"], t["goal"]) or tid,
              position=snap.task_positions.get(tid, t["last_position"] or 0),
              summary=f"{t['task_type']} task: {t['goal']}",
              facets={k: t.get(k) for k in FACETS}, embed=task_text(t))
@@ -241,8 +288,8 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
                            "architecture", "parallelism", "scenario", "point_hash"]))
     if decisions:
         p.add("h", "Decisions")
-        p.add("list", [text(link(decision_path(d), d["kind"]), f": {d['reason'] or ''} "
-                            f"(candidate {_cand(d['candidate_key'])})") for d in decisions])
+        p.add("list", [text(link(decision_path(d), f"{d['kind']}: {_cand(d['candidate_key'])}"),
+                            f" — {d['reason'] or ''}") for d in decisions])
     blocks = snap.blocks.get(tid, [])
     if blocks:
         p.add("h", "Loop blocks")
@@ -254,18 +301,19 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
     metrics = snap.metrics.get(tid, [])
     if metrics:
         p.add("h", "Measurements")
-        p.add(*_metric_table(metrics))
         if len({(m["block_id"], m["candidate_key"]) for m in metrics}) > 1:  # else not drawn
             svg = _tradeoff_svg(snap, [{**m, "runtime_profile": t["runtime_profile"]}
                                        for m in metrics],
                                 f"{tid}: throughput vs TTFT", plots, [t], one_task=True)
             if svg:
                 p.add("svg", svg)
+        for b in _metric_table(metrics, gated_metrics(t)):
+            p.add(*b)
     steps = snap.steps.get(tid, [])
     if steps:
         p.add("h", "Verification steps")
         p.add("table", ["block", "step", "kind", "outcome", "detail"],
-              [(x["block_id"], x["step"], x["kind"], x["outcome"], x["detail"])
+              [(x["block_id"], x["step"], x["kind"], *_step_outcome(snap, tid, x))
                for x in steps])
     gates = snap.gates.get(tid, [])
     if gates:
@@ -285,6 +333,20 @@ def task_page(snap: Snapshot, t: dict[str, Any], decisions: list[dict[str, Any]]
                        + (f"; next: {h['next_sub_goal']}" if h["next_sub_goal"] else "")
                        for h in hand])
     return p
+
+
+def _step_outcome(snap: Snapshot, tid: str, x: dict[str, Any]) -> tuple[Any, Any]:
+    """A step's outcome and detail. The `decide` step is recorded as deferred (it acts after
+    the verification): shown as the decision the task then took on the block, if any."""
+    if x["outcome"] == "deferred" and x["step"] == "decide":
+        kind = snap.decided.get((tid, "block", x["block_id"]))
+        if kind:
+            return kind, f"{kind} on this verification's verdict"
+        if any(b["block_id"] == x["block_id"] and b["candidate_key"] in (None, "{}")
+               for b in snap.blocks.get(tid, [])):
+            return "baseline", "the baseline: nothing to decide"
+        return "no decision", "no decision recorded on this block"
+    return x["outcome"], x["detail"]
 
 
 def decision_page(snap: Snapshot, d: dict[str, Any], task: dict[str, Any] | None) -> Page:
@@ -316,20 +378,44 @@ def decision_page(snap: Snapshot, d: dict[str, Any], task: dict[str, Any] | None
         p.add(*_gate_table(gates))
     rows = [m for m in snap.metrics.get(tid, [])
             if m["block_id"] == d["block_id"] or m["candidate_key"] == "{}"]
+    gated = gated_metrics(task)
     if rows:
         p.add("h", "Measurements behind it (baseline and candidate)")
-        p.add(*_metric_table(rows))
+        for b in _metric_table(rows, gated):
+            p.add(*b)
     if task:
         p.add("h", "Deployment point")
         p.add(*_dims_table(task, ["model", "accelerator", "engine", "runtime_profile",
                                   "point_hash"]))
     chain = snap.traces.get(d["decision_id"])
     if chain:
-        _add_trace(p, chain)
+        _add_trace(p, chain, gated, snap.previews)
     return p
 
 
-def _add_trace(p: Page, c: dict[str, Any]) -> None:
+def _exit(x: dict[str, Any]) -> Any:
+    """A tool call's exit: an engine that forge stopped (SIGTERM, or a clean exit) "stopped"."""
+    e = x["exit_code"]
+    if str(x["tool"]).startswith("engine ") and e in (0, -15):
+        return "stopped"
+    if isinstance(e, int) and e < 0:
+        return f"signal {-e}"
+    return "—" if e is None else e
+
+
+def _output(x: dict[str, Any], previews: dict[str, Any]) -> Any:
+    """A tool call's output cell: a link to the artifact's page (its redacted excerpt), or
+    the digest when the build could not read it."""
+    digest = x.get("stdout")
+    if not digest:
+        return "—"
+    if digest in previews:
+        return link(artifact_path(digest), "output")
+    return code(digest)
+
+
+def _add_trace(p: Page, c: dict[str, Any], gated: Sequence[str] = (),
+               previews: dict[str, Any] | None = None) -> None:
     """The decision's traceable path (`forge trace`, projections/trace.py): block and routing,
     tool calls, measurements, gates, handoff, graph edges fed, artifacts. Every value is
     plain text or code: argv, reasons and findings never form a link or markup."""
@@ -350,19 +436,34 @@ def _add_trace(p: Page, c: dict[str, Any]) -> None:
         facts.append(text(strong("Handoff:"), f" {h['outcome']}: {h['state_reached'] or '—'}",
                           " (", code(h["event_id"]), ")"))
     p.add("list", facts)
+    previews = previews or {}
     if c["tool_calls"]:
         p.add("p", text(strong("Tool calls")))
-        p.add("table", ["event", "tool", "argv", "exit", "repo snapshot", "stdout"],
-              [(code(x["event_id"][:8]), x["tool"], code(" ".join(x["argv"])), x["exit_code"],
+        p.add("table", ["event", "tool", "argv", "exit", "repo snapshot", "output"],
+              [(code(x["event_id"][:8]), x["tool"], code(" ".join(x["argv"])), _exit(x),
                 code(x["repo_snapshot"]) if x["repo_snapshot"] else "—",
-                code(x["stdout"]) if x["stdout"] else "—") for x in c["tool_calls"]])
+                _output(x, previews)) for x in c["tool_calls"]])
+        for x in c["tool_calls"]:  # the first lines of each output, redacted
+            pv = previews.get(x.get("stdout") or "")
+            if pv is not None and pv.head:
+                p.add("details", f"{pv.what} ({x['event_id'][:8]}): first lines",
+                      [("code", pv.head),
+                       ("p", text(link(artifact_path(pv.digest), "the whole output"),
+                                  " (redacted), file ", code(pv.relative)))])
     if c["measurements"]:
         p.add("p", text(strong("Measurements")))
-        p.add("table", ["event", "run", "source", "metrics", "records", "host"],
+        ms = c["measurements"]
+        names = _metric_order({k for m in ms for k in m["metrics"]}, list(gated))
+        main = [k for k in names if k in gated][:MAIN_METRICS] or names[:MAIN_METRICS]
+        p.add("table", ["event", "run", "source", *main, "records", "host"],
               [(code(m["event_id"][:8]), m["run_id"], m["source"],
-                ", ".join(f"{k} {_cell_num(v)}" for k, v in sorted(m["metrics"].items())),
-                code(m["artifact"]) if m["artifact"] else "—", _host_cell(m))
-               for m in c["measurements"]])
+                *(metric_value(k, m["metrics"].get(k)) for k in main),
+                code(m["artifact"]) if m["artifact"] else "—", _host_cell(m)) for m in ms])
+        if len(names) > len(main):
+            p.add("details", f"All {count(len(names), 'metric')} of these runs",
+                  [("table", ["metric", *(m["run_id"] for m in ms)],
+                    [(k, *(metric_value(k, m["metrics"].get(k)) for m in ms))
+                     for k in names])])
     v = c.get("verification")
     if v:
         p.add("p", text(strong("Verification"), f" {v['verdict']} (", code(v["event_id"]), ")"))
@@ -388,10 +489,6 @@ def _host_cell(m: dict[str, Any]) -> str:
     return m["host"] + (f" — CONTAMINATED: {'; '.join(dirty)}" if dirty else "")
 
 
-def _cell_num(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 def _task_list(tasks: list[dict[str, Any]]) -> tuple:
     return ("table", ["task", "type", "status", "model", "accelerator", "engine", "profile"],
             [(link(task_path(t["task_id"]), t["task_id"]), t["task_type"],
@@ -407,7 +504,7 @@ def group_page(snap: Snapshot, path: str, kind: str, title: str, tasks: list[dic
     for b in head:
         p.add(*b)
     _add_tradeoff(p, snap, tasks, plots)
-    p.add("h", f"Tasks ({len(tasks)})")
+    p.add("h", f"Tasks ({len(tasks)})")  # a count in a heading: no noun to agree
     p.add(*_task_list(tasks))
     return p
 
@@ -488,15 +585,17 @@ def home_page(snap: Snapshot, groups: dict[str, dict[Any, list]], plots: PlotCac
     p = Page("index", "index", "infer-forge journal", position=snap.position,
              summary="home of the journal")
     acc = sum(1 for d in snap.decisions if d["kind"] == "accepted")
-    p.add("p", text(f"{len(snap.tasks)} tasks, {len(snap.decisions)} decisions ({acc} "
+    p.add("p", text(f"{count(len(snap.tasks), 'task')}, "
+                    f"{count(len(snap.decisions), 'decision')} ({acc} "
                     f"accepted, {len(snap.decisions) - acc} rejected), as of ledger position "
                     f"{snap.position}. See the ", link("log", "log"), " for the chronology."))
     p.add("h", "Browse by dimension")
-    p.add("list", [text(link(f"dims/{slug(c)}", t), f" ({len(groups[c])} values)")
+    p.add("list", [text(link(f"dims/{slug(c)}", t), f" ({count(len(groups[c]), 'value')})")
                    for c, t in DIMENSION_PAGES])
     p.add("h", "Latest decisions")
-    p.add("list", [text(link(decision_path(d), d["kind"]), " in ",
-                        link(task_path(d["task_id"]), d["task_id"]), f": {d['reason'] or ''}")
+    p.add("list", [text(link(decision_path(d), f"{d['kind']}: {_cand(d['candidate_key'])}"),
+                        " in ", link(task_path(d["task_id"]), d["task_id"]),
+                        f" — {d['reason'] or ''}")
                    for d in snap.decisions[-20:][::-1]] or ["(none)"])
     p.add("h", "Latest tasks")
     recent = sorted(snap.tasks, key=lambda t: -(t["defined_position"] or 0))[:20]

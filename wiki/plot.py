@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..ledger.atomic import write_atomic
+from .numbers import number
 
 VERDICT_STYLE = {  # verdict -> (colour, marker), in legend order
     "accepted": ("#2b8a3e", "^"),
@@ -96,15 +97,30 @@ def scatter_svg(series: dict[str, list[tuple[Any, Any, str]]], *, xlabel: str, y
                     xlabel=xlabel, ylabel=ylabel, title=title)
 
 
+def merged_guides(lines: Iterable[Line]) -> list[tuple[str, float, str]]:
+    """(axis, value, label) of each line to draw: lines at the same place (an SLO and a gate
+    on the same value) are one line whose label names them all, never two drawn on top of
+    each other."""
+    at: dict[tuple[str, float], list[str]] = {}
+    for ln in lines:
+        if _finite(ln.value) and ln.axis in ("x", "y"):
+            labels = at.setdefault((ln.axis, float(ln.value)), [])
+            label = clean_text(ln.label, LEGEND_CHARS)
+            if label not in labels:
+                labels.append(label)
+    # One label a line (each cleaned above): a legend entry no wider than one label.
+    return sorted((axis, value, "\n= ".join(sorted(labels)))
+                  for (axis, value), labels in at.items())
+
+
 def plot_svg(points: Iterable[Point], *, xlabel: str, ylabel: str, title: str,
-             lines: Iterable[Line] = (), width: float = 6.4, height: float = 4.0) -> str:
+             lines: Iterable[Line] = (), width: float = 8.0, height: float = 4.2) -> str:
     """An <svg> element (width and height in inches), or "" when no point is a pair of finite
     numbers or matplotlib cannot draw them."""
     pts = [p for p in points if _finite(p.x) and _finite(p.y)]
     if not pts:
         return ""
-    guides = sorted({(ln.axis, float(ln.value), clean_text(ln.label, LEGEND_CHARS))
-                     for ln in lines if _finite(ln.value) and ln.axis in ("x", "y")})
+    guides = merged_guides(lines)
     with _LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # missing glyphs, singular limits: drawn anyway
         try:
@@ -121,21 +137,29 @@ def plot_svg(points: Iterable[Point], *, xlabel: str, ylabel: str, title: str,
 # every drawing. So a drawing does not depend on the ones before it (tested).
 _CANVAS: dict[tuple[float, float], Any] = {}
 _STEPS_CANVAS: dict[tuple[float, float], Any] = {}  # step lines: a figure of their own
-MARGINS = {"left": 0.13, "right": 0.68, "top": 0.9, "bottom": 0.13}  # of the figure
+MARGINS = {"left": 0.1, "right": 0.7, "top": 0.9, "bottom": 0.15}  # of the figure
+PAD = 0.08  # of the data's range, around it inside the frame (point labels need room)
 TICK_SPACE_PT = 7 + 4  # tick length and padding (3.5 + 3.5 points), then a gap to the label
 DIGIT_EM = 0.64  # width of a tick label's character (DejaVu Sans digits: 0.636 em)
+
+
+def _tick(v: float, _pos: Any = None) -> str:
+    return number(float(v))
 
 
 def _canvas(width: float, height: float, kept: dict[tuple[float, float], Any] = _CANVAS
             ) -> Any:
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     got = kept.get((width, height))
     if got is None:
         fig = Figure(figsize=(width, height))
         FigureCanvasSVG(fig)
         ax = fig.add_subplot()
+        for axis in (ax.xaxis, ax.yaxis):  # the journal's numbers: no offset, no exponent
+            axis.set_major_formatter(FuncFormatter(_tick))
         fig.subplots_adjust(**MARGINS)
         ax.grid(True, color="#e9ecef", linewidth=0.6, zorder=0)
         got = kept[(width, height)] = (fig, ax)
@@ -146,7 +170,7 @@ def _limits(axis: Any, values: list[float]) -> tuple[float, float]:
     """What matplotlib's autoscaling makes of `values` on `axis` (a single value widened by its
     locator, then 5% margins), computed here once instead of from every artist's data."""
     lo, hi = axis.get_major_locator().nonsingular(min(values), max(values))
-    pad = (hi - lo) * 0.05
+    pad = (hi - lo) * PAD
     return lo - pad, hi + pad
 
 
@@ -186,10 +210,16 @@ def _draw(pts: list[Point], guides: Sequence[tuple[str, float, str]], xlabel: st
             for p in pts:
                 if p.label:
                     at.setdefault((p.x, p.y), []).append(clean_text(p.label, LABEL_CHARS))
+            (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
             for (x, y), labels in sorted(at.items()):
+                # Inside the frame: a label of a point in the right third reads leftwards,
+                # of a point near the top below it.
+                left = x > x0 + (x1 - x0) * 0.66
+                low = y > y0 + (y1 - y0) * 0.9
                 ax.annotate(clean_text(", ".join(dict.fromkeys(labels)), 2 * LABEL_CHARS),
-                            (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7,
-                            color="#343a40")
+                            (x, y), xytext=(-5 if left else 5, -5 if low else 4),
+                            textcoords="offset points", fontsize=7, color="#343a40",
+                            ha="right" if left else "left", va="top" if low else "baseline")
         handles: list[Any] = []
         if judged:
             present = {p.verdict if p.verdict in VERDICT_STYLE else "unjudged" for p in pts}
@@ -334,8 +364,9 @@ def _checked(svg: str) -> str:
 
 # --- drawings kept between builds -----------------------------------------------------------
 
-PLOT_VERSION = 2  # bump when the drawing changes: cached drawings are drawn again
-# (2: one figure kept between drawings, title and axis labels at fixed places)
+PLOT_VERSION = 3  # bump when the drawing changes: cached drawings are drawn again
+# (2: one figure kept between drawings, title and axis labels at fixed places; 3: wider,
+# lines at one place merged, point labels kept inside the frame)
 
 
 @functools.cache

@@ -43,6 +43,9 @@ class Snapshot:
     # decision id -> its traceable path (projections.trace.traces_for; the build fills it from
     # the ledger: the index has no tool-call snapshots or graph handoffs per decision)
     traces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # artifact digest -> its redacted preview (the build reads the artifacts the traces name:
+    # tool output, engine logs; wiki/artifacts.py)
+    previews: dict[str, Any] = field(default_factory=dict)
 
     @cached_property
     def decided(self) -> dict[tuple, str]:

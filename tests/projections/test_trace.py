@@ -6,6 +6,7 @@ chain on the decision's wiki page; unknown or too-short ids as one line."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -138,11 +139,14 @@ def test_the_decision_page_carries_the_chain_as_plain_text(delivered, forge_home
     site = (forge_home / "site" / "decisions" / f"t1-accepted-{acc['event_id']}.html")
     html = site.read_text()
     assert "Traceable path" in html and "evalscript.py" in html
-    # The only links the section forms are forge's own: the task page.
+    # The only links the section forms are forge's own: the task page, and the pages of the
+    # tool outputs it previews (artifacts/<digest prefix>).
     section = html[html.index("Traceable path"):]
     section = section[:section.find("Related")] if "Related" in section else section
     assert 'href="../tasks/t1.html"' in section
-    assert section.count("<a ") == section.count('href="../tasks/t1.html"')
+    assert section.count("<a ") == (section.count('href="../tasks/t1.html"')
+                                    + len(re.findall(r'href="\.\./artifacts/[0-9a-f]{16}\.html"',
+                                                     section)))
 
 
 @pytest.mark.parametrize(("ident", "says"), [

@@ -164,7 +164,7 @@ def test_stale_state_shows_on_the_site_before_recompiling(workspace, tmp_path):
     run_demo(workspace)
     compile_wiki(workspace, deterministic=True)
     second_task(workspace, tmp_path)
-    build(workspace, embeddings=False)
+    build(workspace, embeddings=False, compile_concepts=False)
     cat = load_catalog(workspace.home / "wiki")
     bf16 = cat.by_concept()["flag:engine.dtype=bfloat16"]
     fp32 = cat.by_concept()["flag:engine.dtype=float32"]
@@ -173,6 +173,13 @@ def test_stale_state_shows_on_the_site_before_recompiling(workspace, tmp_path):
     assert "new event(s) about flag:engine.dtype=bfloat16" in (
         site / f"{bf16.path}.html").read_text()
     assert "State: fresh" in (site / f"{fp32.path}.html").read_text()
+    # A build compiles what is stale first (and the new concepts), then renders.
+    rep = build(workspace, embeddings=False)
+    assert rep.concepts == 5 and not rep.fresh
+    now = load_catalog(workspace.home / "wiki")
+    assert now.position == rep.position and len(now.pages) == len(cat.pages) + 2
+    assert "State: fresh" in (site / f"{bf16.path}.html").read_text()
+    assert build(workspace, embeddings=False).fresh  # nothing left to compile or render
 
 
 def _with_model(ws, url: str, model: str = "scripted-chat", extra: str = ""):

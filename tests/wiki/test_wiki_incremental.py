@@ -6,7 +6,6 @@ Timing at 10k tasks is bench/journal.py's."""
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from pathlib import Path
 
@@ -39,13 +38,13 @@ def _decide(ws) -> str:
 def _search(site: Path, term: str) -> set[str]:
     """The page's lookup, in Python: the term's shard, every token it begins, their docs."""
     root = site / S.SEARCH_DIR
-    meta = json.loads((root / "meta.json").read_text())
+    meta = S.unscript((root / "meta.js").read_text())
     name = S.shard_name(term)
     assert name in meta["shards"], term
-    shard = json.loads((root / "t" / f"{name}.json").read_text())
+    shard = S.unscript((root / "t" / f"{name}.js").read_text())
     nums = {c // 2 for tok, codes in shard.items() if tok.startswith(term) for c in codes}
     per = meta["per"]
-    return {json.loads((root / "d" / f"{n // per}.json").read_text())[n % per][0]
+    return {S.unscript((root / "d" / f"{n // per}.js").read_text())[n % per][0]
             for n in nums}
 
 
@@ -61,21 +60,25 @@ def test_one_new_decision_rewrites_only_the_pages_made_from_it(workspace):
              if k.startswith("wiki/") and k.endswith(".md")}
     # What the decision is an input of: its own page and its task's; the home page, the log,
     # the in-flight page and the dimension indexes (counts of rejections, the position); the
-    # task's point, profile and model pages (its plot's verdicts, their position); and every
-    # page that now links to the new page (its Related and Backlinks blocks).
+    # task's point, profile and model pages (its plot's verdicts, their position); the concept
+    # catalog (the build compiled the concepts the decision made stale); and every page that
+    # now links to the new page (its Related and Backlinks blocks, a concept's citations).
     wiki = workspace.home / "wiki"
     linking = {f.relative_to(wiki).with_suffix("").as_posix() for f in wiki.rglob("*.md")
                if f"[[{new}|" in f.read_text() or f"[[{new}\\|" in f.read_text()}
     point = next(f.relative_to(wiki).with_suffix("").as_posix()
                  for f in (wiki / "points").glob("*.md") if "(qwen-h200-r2)" in f.read_text())
-    expected = ({new, f"tasks/{TASK}", "index", "log", "concurrency",
+    expected = ({new, f"tasks/{TASK}", "index", "log", "concurrency", "concepts/index",
                  "models/qwen3-30b-a3b~155aaf9a3362ee55", "profiles/qwen-h200-r2", point}
                 | {f"dims/{d}" for d in ("model", "task_type", "accelerator", "engine",
                                           "architecture", "parallelism", "runtime_profile",
                                           "scenario")}
                 | linking - {new})
     assert pages == expected
-    assert rep.pages == first.pages + 1
+    born = {k for k in after if k.startswith("wiki/concepts/") and k not in before}
+    assert born == {"wiki/concepts/direction-engine-schedule-policy-fcfs~"
+                    f"{k.split('~')[1]}" for k in born}  # fcfs: a new rejected direction
+    assert rep.pages == first.pages + 1 + len(born)
     assert rep.written == len(expected) and rep.unchanged == rep.pages - len(expected)
     # Every other page's files are the ones the first build wrote: same bytes, same mtime.
     kept = {p for p in (k.split("/", 1)[1].removesuffix(".md") for k in before
@@ -89,9 +92,9 @@ def test_one_new_decision_rewrites_only_the_pages_made_from_it(workspace):
     # The search index: one doc shard (the new page takes the next number), the meta, and the
     # token shards of tokens that gained or lost a page; the others are kept.
     shards = {k for k in changed if k.startswith("site/search/")}
-    assert {k for k in shards if k.startswith("site/search/d/")} == {"site/search/d/0.json"}
+    assert {k for k in shards if k.startswith("site/search/d/")} == {"site/search/d/0.js"}
     kept_shards = {k for k in before if k.startswith("site/search/t/")} - shards
-    assert kept_shards and "site/search/meta.json" in shards
+    assert kept_shards and "site/search/meta.js" in shards
     assert f"{new}.html" in _search(workspace.home / "site", "fcfs")
     assert f"{new}.html" in _search(workspace.home / "site", "schedul")  # a prefix
     assert rep.traced == 1  # the other decisions' traces were kept (wiki/_traces.json)
@@ -99,14 +102,20 @@ def test_one_new_decision_rewrites_only_the_pages_made_from_it(workspace):
     assert B.build(workspace, embeddings=False).fresh
     again = B.build(workspace, embeddings=False, force=True)
     assert again.written == 0 and again.traced == 0 and _files(workspace.home) == after
-    # Built from nothing (no records, no kept traces), every page is the incremental one.
-    pages_now = {k: v[1] for k, v in after.items() if k.endswith((".md", ".html"))}
+    # Built from nothing (no records, no kept traces), every page is the incremental one; but
+    # the concept pages, which a cold build compiles all at this position (the incremental
+    # build recompiled only the stale ones: the others keep the position they were compiled
+    # at, and say so).
+    def pages(files: dict[str, tuple[int, str]]) -> dict[str, str]:
+        return {k: v[1] for k, v in files.items() if k.endswith((".md", ".html"))
+                and not k.startswith(("wiki/concepts/", "site/concepts/"))}
+
+    pages_now = pages(after)
     for d in ("wiki", "site"):
         shutil.rmtree(workspace.home / d)
     cold = B.build(workspace, embeddings=False)
     assert cold.traced == 4 and cold.written == rep.pages
-    assert {k: v[1] for k, v in _files(workspace.home).items()
-            if k.endswith((".md", ".html"))} == pages_now
+    assert pages(_files(workspace.home)) == pages_now
 
 
 def test_doc_numbers_survive_builds_and_holes_are_reused_after_renumbering():
@@ -118,13 +127,13 @@ def test_doc_numbers_survive_builds_and_holes_are_reused_after_renumbering():
     grown = [{"u": "tasks/a.html", "t": "a", "k": "task", "s": "x"}, *entries[1:]]
     assert S.numbering(grown, kept) == [6, 1, 2, 3, 4, 5]  # t0 removed: a hole at 0
     files = S.search_files(grown, kept)
-    docs = json.loads(files["d/0.json"])
+    docs = S.unscript(files["d/0.js"])
     assert docs[0] is None and docs[6][0] == "tasks/a.html"
-    assert json.loads(files["meta.json"])["docs"] == 7
+    assert S.unscript(files["meta.js"])["docs"] == 7
     far = {"tasks/t1.html": 10_000}  # holes outnumber the docs: numbered afresh
     assert S.numbering(entries[:2], far) == [0, 1]
     # Title tokens are marked (odd codes), snippet-only tokens not.
-    shard = json.loads(files[f"t/{S.shard_name('task')}.json"])
+    shard = S.unscript(files[f"t/{S.shard_name('task')}.js"])
     assert shard["task"] == [3, 5, 7, 9, 11]  # docs 1-5 (t1..t5) have "task" in the title
     assert S.tokens("DeepGEMM/H20, über_fast ½") == ["deepgemm", "h20", "über", "fast", "½"]
 
@@ -152,8 +161,8 @@ def test_the_browser_finds_a_page_through_the_shards(workspace, tmp_path):
             assert f"{url}/tasks/deepgemm-moe-h20.html" in links, links
             fetched = drv.execute_script("return performance.getEntriesByType('resource')"
                                          ".map(e => new URL(e.name).pathname)")
-            assert "/search/meta.json" in fetched and "/search.json" not in fetched
-            assert f"/search/t/{S.shard_name('deepgem')}.json" in fetched
+            assert "/search/meta.js" in fetched and "/search.json" not in fetched
+            assert f"/search/t/{S.shard_name('deepgem')}.js" in fetched
             assert "(text index unavailable" not in drv.find_element(By.ID, "status").text
             # A term in no page: no results, no error.
             drv.get(f"{url}/search.html?q=zzzqqq")

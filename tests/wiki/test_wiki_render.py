@@ -114,7 +114,7 @@ def _squeezed(s: str) -> str:
     return "".join(s.split())
 
 
-STRUCTURE = {"h2", "p", "ul", "li", "table", "thead", "tbody", "tr", "th", "td"}
+STRUCTURE = {"h2", "p", "ul", "li", "div", "table", "thead", "tbody", "tr", "th", "td"}
 
 
 def test_plain_text_shows_as_typed_on_the_site_and_in_the_journal():
@@ -160,7 +160,7 @@ def test_markup_segments_render_once_and_escape_their_content():
 def test_task_plot_labels_points_by_block_and_verdict_and_draws_the_slo(built):
     ws, _ = built
     (texts,) = svg_texts(site_page(ws, "tasks/deepgemm-moe-h20"))
-    assert {"b1", "b2", "baseline", "rejected", "TTFT SLO p99 2000 ms"} <= set(texts), texts
+    assert {"b1", "b2", "baseline", "rejected", "TTFT SLO p99 2,000 ms"} <= set(texts), texts
     assert "unjudged" not in texts and "qwen-h20@1" not in texts  # one task, one profile
     (texts,) = svg_texts(site_page(ws, "tasks/tune-qwen-h200"))
     assert {"b1", "b2", "baseline", "accepted"} <= set(texts), texts
@@ -169,7 +169,7 @@ def test_task_plot_labels_points_by_block_and_verdict_and_draws_the_slo(built):
     assert {"tune-tiny-cpu/b2", "deepgemm-moe-h20/b1", "qwen-h200@1", "qwen-h20@1",
             "tiny-cpu@1", "accepted", "rejected", "baseline"} <= set(texts), texts
     md = (ws.home / "wiki" / "tasks" / "deepgemm-moe-h20.md").read_text()
-    assert "<svg" in md and "TTFT SLO p99 2000 ms" in md
+    assert "<svg" in md and "TTFT SLO p99 2,000 ms" in md
 
 
 def _snap(tasks=(), decisions=(), points=()) -> Snapshot:
@@ -185,7 +185,7 @@ def test_slo_lines_and_verdicts_from_what_the_index_holds():
          '{"name": "floor", "metric": "output_throughput", "at_least": 120}]}}'}
     snap = _snap([t], points=[{"point_hash": "sha256:p", "point": point}])
     got = {(ln.axis, ln.value, ln.label) for ln in slo_lines(snap, t)}
-    assert got == {("x", 500.0, "TTFT SLO p50 500 ms"), ("x", 2000.5, "TTFT SLO p99 2000.5 ms"),
+    assert got == {("x", 500.0, "TTFT SLO p50 500 ms"), ("x", 2000.5, "TTFT SLO p99 2,000.5 ms"),
                    ("y", 100.0, "throughput floor 100 tok/s"), ("x", 450.0, "gate slo: ≤ 450 ms"),
                    ("y", 120.0, "gate floor: ≥ 120 tok/s")}
     # An inline point in the definition; whatever an old ledger holds, no line and no error.

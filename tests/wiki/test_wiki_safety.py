@@ -33,8 +33,9 @@ from infer_forge.wiki.page import (
     to_html,
     to_markdown,
 )
+from infer_forge.wiki.pages import NAV
 from infer_forge.wiki.plot import scatter_svg
-from infer_forge.wiki.search_page import SEARCH_HTML
+from infer_forge.wiki.search_page import search_html
 
 from tests.helpers.hostile import METRIC, REPO, SHOWN, TASK, build_hostile, forge
 
@@ -42,7 +43,8 @@ from tests.helpers.hostile import METRIC, REPO, SHOWN, TASK, build_hostile, forg
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "nav", "a", "form", "input",
                 "h1", "h2", "p", "ul", "li", "table", "thead", "tbody", "tr", "th", "td",
                 "pre", "code", "strong", "figure", "span", "svg", "g", "rect", "text", "line",
-                "circle", "defs", "path", "use", "clippath"}
+                "circle", "defs", "path", "use", "clippath", "header", "main", "div",
+                "details", "summary"}
 URL_ATTRS = {"href", "src", "action", "formaction", "xlink:href", "srcset", "data", "poster"}
 
 
@@ -71,7 +73,7 @@ def audit_site(site: Path) -> dict[str, str]:
         rel = f.relative_to(site).as_posix()
         html = f.read_text(encoding="utf-8")
         if rel == "search.html":  # forge's own page, with forge's own script
-            assert html == SEARCH_HTML
+            assert html == search_html(NAV)
             continue
         a = Audit()
         a.feed(html)
@@ -159,18 +161,23 @@ def test_search_index_points_only_at_site_pages(hostile_home):
         assert_site_url(site, site / "index.html", e["u"])
 
 
+def _main(html: str) -> str:
+    """A page's own content: what follows the site's header (its name, navigation, search)."""
+    return html.split("<main>", 1)[1]
+
+
 def test_renderer_links_only_to_built_pages():
     p = Page("tasks/a", "task", "t")
     p.add("p", text("see ", link("tasks/b", "b"), " and ", link("javascript:alert(1)", "js"),
                     " ", link("https://evil.example", "out"), " ", link("../../etc", "up"),
                     " ", link("//evil.example/x", "pr"), " ", link("tasks/missing", "gone"),
                     " ", link("Tasks/B", "caps")))
-    html = to_html(p, [], known={"tasks/a", "tasks/b"})
+    html = _main(to_html(p, [], known={"tasks/a", "tasks/b"}))
     assert re.findall(r'href="([^"]*)"', html) == ["../tasks/b.html"]
     for label in ("js", "out", "up", "pr", "gone", "caps"):
         assert f">{label}<" not in html and label in html  # the label, as text
     # Without the list of pages, only the shape is checked: a relative page path.
-    html = to_html(p, [])
+    html = _main(to_html(p, []))
     assert re.findall(r'href="([^"]*)"', html) == ["../tasks/b.html", "../tasks/missing.html"]
 
 
@@ -180,7 +187,7 @@ def test_a_link_cannot_be_spliced_into_text():
     p = Page("index", "index", "[[javascript:x|t]]")
     p.add("p", "[[tasks/a|a]] user text that looks like a link")
     p.add("table", ["c|[[x]]"], [("[[tasks/a|a]]",), (link("tasks/a", "x]] [[y|z"),)])
-    md, html = to_markdown(p), to_html(p, [], known={"tasks/a"})
+    md, html = to_markdown(p), _main(to_html(p, [], known={"tasks/a"}))
     assert L.forward_links(md, derived=True) == ["tasks/a"]
     assert md.count("[[") == 2  # the link, and the title as data in the frontmatter
     assert html.count("<a ") == 1 and "[[tasks/a|a]]" not in html  # brackets as references

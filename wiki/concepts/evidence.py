@@ -25,8 +25,10 @@ from typing import Any
 import orjson
 
 from ...ledger.streams import graph_of
+from ...ledger.titles import candidate_title_of_key
 from ...projections.index import tracked_position
 from ..graphs import graph_path
+from ..numbers import count
 from ..pages import decision_path, task_path
 from .model import Citation, PointRef, Section, concept_slug
 
@@ -345,7 +347,8 @@ def _pairings(ev: Evidence, draft: Any) -> None:
             if d["kind"] not in ("accepted", "rejected"):
                 continue
             f.section(sec)
-            f.add(sec, f"{d['candidate_key']} in {tid}: {d['reason'] or ''}",
+            f.add(sec, f"{candidate_title_of_key(d['candidate_key'])} in {tid}: "
+                       f"{d['reason'] or ''}",
                   [d["decision_id"], d["verification_event_id"] or ""], None, p, d["kind"])
 
 
@@ -387,13 +390,13 @@ def _directions(ev: Evidence, draft: Any) -> None:
     for d in ev.decisions:
         if d["kind"] != "rejected" or d["candidate_key"] in (None, "{}"):
             continue
-        f = draft("direction", d["candidate_key"],
-                  f"Rejected direction {d['candidate_key']}")
+        cand = candidate_title_of_key(d["candidate_key"])
+        f = draft("direction", d["candidate_key"], f"Rejected direction: {cand}")
         p = _point(ev, d["task_id"], d.get("point_hash"))
         if p is not None:
             f.points.setdefault(p.point_hash, p)
         f.section("Rejections", "task", "block", "point", "why")
-        f.add("Rejections", f"{d['candidate_key']} rejected in {d['task_id']} block "
+        f.add("Rejections", f"{cand} rejected in {d['task_id']} block "
               f"{d['block_id']} on {_where(p)}: {d['reason'] or ''}",
               [d["decision_id"], *(d["evidence"] or [])],
               (d["task_id"], str(d["block_id"]), _where(p), d["reason"] or ""), p, "rejected")
@@ -413,11 +416,12 @@ def _summary(d: Draft) -> str:
     points = len(d.points)
     if d.kind == "flag":
         kinds = [f.row[3] for f in d.findings if f.section == "Decisions" and f.row]
-        return (f"{len(kinds)} block(s): {kinds.count('accepted')} accepted, "
-                f"{kinds.count('rejected')} rejected, on {points} point(s)")
+        return (f"{count(len(kinds), 'block')}: {kinds.count('accepted')} accepted, "
+                f"{kinds.count('rejected')} rejected, on {count(points, 'point')}")
     if d.kind == "pairing":
-        return f"{n.get('Tasks', 0)} task(s) on {points} point(s)"
+        return f"{count(n.get('Tasks', 0), 'task')} on {count(points, 'point')}"
     if d.kind == "failure":
-        return f"{n.get('Occurrences', 0)} occurrences"
+        return count(n.get("Occurrences", 0), "occurrence")
     k = n.get("Rejections", 0)
-    return f"rejected {k} time(s)" + (", and it keeps coming back" if k >= RECURRING else "")
+    return (f"rejected {'once' if k == 1 else count(k, 'time')}"
+            + (", and it keeps coming back" if k >= RECURRING else ""))

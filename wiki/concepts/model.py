@@ -28,8 +28,8 @@ from ..files import write_if_changed
 from ..page import page_name
 
 # Bump when the record's shape changes: old catalogs recompile whole (2: claims carry their
-# point and outcome).
-CATALOG_VERSION = 2
+# point and outcome; 3: candidates by their human titles, ledger/titles.py).
+CATALOG_VERSION = 3
 CONCEPTS_DIR = "concepts"
 CATALOG = "_catalog.json"
 

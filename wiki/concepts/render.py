@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ..numbers import count
 from ..page import Page, join, link, strong, text
 from ..pages import point_path, profile_path
 from .model import CONCEPTS_DIR, Catalog, Citation, ConceptPage, Freshness
@@ -54,7 +55,7 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
                 embed=f"{p.title}. {p.summary}")
     page.add("p", text(strong(f"State: {state}"),
                        f" — compiled at ledger position {p.compiled_at} from "
-                       f"{len(p.sources)} events, by the {p.author}"
+                       f"{count(len(p.sources), 'event')}, by the {p.author}"
                        + (f" ({p.model})" if p.model else "") + ". ", p.summary))
     if reasons:
         page.add("list", list(reasons))
@@ -82,8 +83,9 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
                   for x in p.points])
     if p.dropped:  # why, never the dropped text: nothing uncited is published
         page.add("h", "Claims dropped")
-        page.add("p", f"{len(p.dropped)} generated sentence(s) failed the citation check "
-                      "and are not shown (forge wiki compile --json lists them):")
+        page.add("p", f"{count(len(p.dropped), 'generated sentence')} failed the citation check "
+                      f"and {'is' if len(p.dropped) == 1 else 'are'} not shown (forge wiki "
+                      "compile --json lists them):")
         page.add("list", [d.reason for d in p.dropped])
     page.add("p", text("Part of ", link(INDEX, "the concept catalog"), "."))
     return page
@@ -91,9 +93,9 @@ def concept_page(p: ConceptPage, state: Freshness | None = None,
 
 def catalog_page(cat: Catalog, states: dict[str, tuple[Freshness, tuple[str, ...]]]) -> Page:
     page = Page(INDEX, "concepts", "Concepts", position=cat.position,
-                summary=f"{len(cat.pages)} concept pages compiled across tasks",
+                summary=f"{count(len(cat.pages), 'concept page')} compiled across tasks",
                 meta={"pages": len(cat.pages)})
-    page.add("p", f"{len(cat.pages)} concept pages, compiled at ledger position "
+    page.add("p", f"{count(len(cat.pages), 'concept page')}, compiled at ledger position "
                   f"{cat.position}. Every claim on them cites the ledger events it comes "
                   "from; the wiki's SCHEMA.md says how they are made.")
     for kind, title in KIND_TITLES.items():

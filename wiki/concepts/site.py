@@ -27,10 +27,11 @@ def catalog_digest(wiki_dir: Path) -> str | None:
 
 
 def site_pages(con: Any, wiki_dir: Path) -> list[Page]:
-    """The compiled concept pages (state as of `con`'s index now) and the catalog page; none
-    when nothing was compiled."""
+    """The compiled concept pages (state as of `con`'s index now) and the catalog page (also
+    when a compile found no concept: the journal holds its catalog page); none when nothing
+    was compiled."""
     cat = load_catalog(wiki_dir)
-    if not cat.pages:
+    if not cat.pages and not (concepts_dir(wiki_dir) / CATALOG).is_file():
         return []
     states = page_states(evidence.load(con), cat)
     pages = [concept_page(p, *states[slug]) for slug, p in cat.pages.items()]
