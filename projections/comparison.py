@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..ledger.errors import LedgerError
+from .index.session import open_index
 from .queries import Subject, compare, resolve, valid_runs
 
 if TYPE_CHECKING:
@@ -160,14 +161,13 @@ def request_latencies(data: bytes, run_id: str) -> tuple[dict[str, list[float]],
             else None
         if line is None or not isinstance(line.get("ttfts"), list):
             return out, f"no bench_serving result line {no or '?'} with per-request details"
-        errors = line.get("errors") if isinstance(line.get("errors"), list) else []
-        itls = line.get("itls") if isinstance(line.get("itls"), list) else []
+        errors, itls = _list(line.get("errors")), _list(line.get("itls"))
         for i, t in enumerate(line["ttfts"]):
             if i < len(errors) and errors[i]:
                 continue
             if (v := _num(t)) is not None:
                 out["ttft_ms"].append(v * 1e3)
-            gaps = itls[i] if i < len(itls) and isinstance(itls[i], list) else []
+            gaps = _list(itls[i]) if i < len(itls) else []
             out["itl_ms"] += [g * 1e3 for x in gaps if (g := _num(x)) is not None]
         if not out["ttft_ms"]:
             return out, "the bench_serving line lists no successful request"
@@ -184,13 +184,17 @@ def request_latencies(data: bytes, run_id: str) -> tuple[dict[str, list[float]],
             out["ttft_ms"].append(v * 1e3)
         if (v := _num(r.get("e2e", r.get("latency")))) is not None:
             out["e2e_ms"].append(v * 1e3)
-        gaps = r.get("itl") if isinstance(r.get("itl"), list) else []
+        gaps = _list(r.get("itl"))
         out["itl_ms"] += [g * 1e3 for x in gaps if (g := _num(x)) is not None]
     if not seen:
         return out, "its artifact holds no per-request latency records"
     if not out["ttft_ms"]:
         return out, "no successful measured request in its records"
     return out, None
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def _object(raw: bytes) -> dict[str, Any] | None:
@@ -391,8 +395,6 @@ def first_gate(raw: str | None) -> tuple[str | None, str | None]:
 
 def comparison_ws(ws: Workspace, a: str, b: str) -> dict[str, Any]:
     """`comparison` on the workspace's index (caught up) and artifact store."""
-    from .index.session import open_index
-
     with open_index(ws) as s:
         return comparison(s.con, a, b, ws.artifacts.get)
 

@@ -58,7 +58,7 @@ def history(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         "SELECT task_id, block_id, kind, position FROM decisions WHERE block_id IS NOT NULL "
         "QUALIFY row_number() OVER (PARTITION BY task_id, block_id ORDER BY position DESC) = 1"
     ).fetchall()}
-    series: dict[tuple, dict[str, Any]] = {}
+    series: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         key = tuple(r[:nd])
         tid, bid, cand, rp, snap, at, pos, metrics = r[nd:]
