@@ -36,6 +36,10 @@ def series_title(key: dict[str, Any]) -> str:
     return " · ".join(p for p in parts if p)
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def history_path(key: dict[str, Any]) -> str:
     # The dimensions' digest keeps two series apart whose readable parts agree.
     h = hashlib.sha256(repr(sorted(key.items(), key=lambda kv: kv[0])).encode()).hexdigest()
@@ -55,11 +59,11 @@ def history_page(s: dict[str, Any], plots: PlotCache) -> Page:
     profiles = sorted({rp for x in pts for rp in x["runtime_profiles"]})
     snaps = sorted({sn for x in pts for sn in x["repo_snapshots"]})
     p.add("p", text(strong("Metric:"), f" {metric} (median of each block's runs; {way}). ",
-                    f"{len(pts)} blocks, {len(profiles)} runtime profile revisions "
-                    f"({', '.join(profiles) or 'none'}), {len(snaps)} code snapshots."))
+                    f"{_n(len(pts), 'block')}, {_n(len(profiles), 'runtime profile revision')} "
+                    f"({', '.join(profiles) or 'none'}), {_n(len(snaps), 'code snapshot')}."))
     p.add("table", ["dimension", "value"], [(k, "—" if v is None else str(v))
                                             for k, v in key.items()])
-    svg = plots.plot_svg(
+    svg = plots.order_svg(
         [Point(i, x["median"], x["block_id"], x["verdict"],
                ", ".join(x["runtime_profiles"]) or "—") for i, x in enumerate(pts, start=1)],
         xlabel="measured block, in ledger order", ylabel=metric,
