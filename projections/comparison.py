@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..ledger.errors import LedgerError
+from ..ledger.errors import ArtifactIntegrityError, LedgerError, NotFoundError
 from .index.session import open_index
 from .queries import Subject, compare, resolve, valid_runs
 
@@ -246,8 +246,13 @@ def _latency_side(runs: Sequence[tuple[str, str, str | None]], read: Read
         try:
             data = read(digest)
         except (LedgerError, OSError) as e:  # not found, corrupt, unreadable
-            missing.append({"run_id": run_id, "source": source,
-                            "why": f"its artifact cannot be read: {e}"})
+            # Said without the store's path: the reason is shown on the journal's pages.
+            why = ("its artifact is corrupt (its bytes no longer match its digest)"
+                   if isinstance(e, ArtifactIntegrityError)
+                   else "its artifact is not in the artifact store"
+                   if isinstance(e, NotFoundError)
+                   else f"its artifact cannot be read ({type(e).__name__})")
+            missing.append({"run_id": run_id, "source": source, "why": why})
             continue
         got, why = request_latencies(data, run_id)
         if got["ttft_ms"]:

@@ -138,9 +138,13 @@ def test_a_records_artifact_that_cannot_be_read_is_named(records):
     path.write_bytes(b"tampered")
     r = C.comparison_ws(records, f"{TASK}/b1", f"{TASK}/b2")
     [bad] = [m for m in r["latency"]["missing"]["b"] if m["run_id"] == "b2-bench-0"]
-    assert bad["why"].startswith("its artifact cannot be read: ") and "corrupt" in bad["why"]
+    assert bad["why"] == "its artifact is corrupt (its bytes no longer match its digest)"
     assert r["latency"]["ttft_ms"]["b"]["n"] == 24  # the bench_serving lines' requests only
     assert r["latency"]["e2e_ms"]["b"]["n"] == 0 and r["latency"]["ttft_ms"]["a"]["n"] == 40
+    path.unlink()  # gone from the store
+    r = C.comparison_ws(records, f"{TASK}/b1", f"{TASK}/b2")
+    [bad] = [m for m in r["latency"]["missing"]["b"] if m["run_id"] == "b2-bench-0"]
+    assert bad["why"] == "its artifact is not in the artifact store"
 
 
 def test_request_latencies_of_what_is_not_records():
