@@ -25,6 +25,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -54,6 +55,19 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+@functools.lru_cache(maxsize=64)
+def _draws(n: int, n_base: int | None) -> tuple[Any, Any]:
+    """The resampling indices for `n` samples (and `n_base` baseline samples): the seeded
+    generator's first draws, the same for every call with these sizes (as the gates draw
+    them), so they are drawn once."""
+    import numpy as np  # here: importing the projections (every forge command) stays fast
+
+    rng = np.random.default_rng(SEED)
+    idx = rng.integers(0, n, size=(RESAMPLES, n))
+    base = rng.integers(0, n_base, size=(RESAMPLES, n_base)) if n_base else None
+    return idx, base
+
+
 def bootstrap_ci(samples: Sequence[float], baseline: Sequence[float] | None = None
                  ) -> tuple[float | None, float | None]:
     """Percentile-bootstrap interval of median(samples), or of median(samples) /
@@ -61,15 +75,14 @@ def bootstrap_ci(samples: Sequence[float], baseline: Sequence[float] | None = No
     or where it is not a finite number."""
     if not samples or (baseline is not None and not baseline):
         return None, None
-    import numpy as np  # here: importing the projections (every forge command) stays fast
+    import numpy as np
 
-    rng = np.random.default_rng(SEED)
+    idx, base = _draws(len(samples), len(baseline) if baseline is not None else None)
     xs = np.asarray(samples, dtype=float)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        stats = np.median(xs[rng.integers(0, len(xs), size=(RESAMPLES, len(xs)))], axis=1)
+        stats = np.median(xs[idx], axis=1)
         if baseline is not None:
-            bs = np.asarray(baseline, dtype=float)
-            mb = np.median(bs[rng.integers(0, len(bs), size=(RESAMPLES, len(bs)))], axis=1)
+            mb = np.median(np.asarray(baseline, dtype=float)[base], axis=1)
             keep = mb != 0
             stats = stats[keep] / mb[keep]
         if stats.size == 0:
@@ -80,12 +93,6 @@ def bootstrap_ci(samples: Sequence[float], baseline: Sequence[float] | None = No
 
 
 # --- reads ---------------------------------------------------------------------------------
-
-
-def _tasks(con: duckdb.DuckDBPyConnection, s: Subject) -> list[str]:
-    return [r[0] for r in con.execute(
-        f"SELECT DISTINCT task_id FROM {s.runs} WHERE {s.where} AND task_id IS NOT NULL "
-        "ORDER BY 1", s.params).fetchall()]
 
 
 def _samples(con: duckdb.DuckDBPyConnection, s: Subject) -> dict[str, list[float]]:
@@ -127,10 +134,12 @@ def _verdict_gates(con: duckdb.DuckDBPyConnection, gates: list[dict[str, Any]]
     return [orjson.loads(r[0]) for r in rows if r[0]]
 
 
-def _runs(con: duckdb.DuckDBPyConnection, s: Subject) -> list[tuple[str, str, str | None]]:
-    """(run id, source, artifact digest) of the side's valid runs, in ledger order."""
-    rows = con.execute(f"SELECT position, run_id, source FROM {s.runs} WHERE {s.where} "
-                       "ORDER BY position", s.params).fetchall()
+def _runs(con: duckdb.DuckDBPyConnection, s: Subject
+          ) -> list[tuple[str, str, str | None, str | None]]:
+    """(run id, source, artifact digest, task id) of the side's valid runs, in ledger
+    order."""
+    rows = con.execute(f"SELECT position, run_id, source, task_id FROM {s.runs} "
+                       f"WHERE {s.where} ORDER BY position", s.params).fetchall()
     if not rows:
         return []
     pos = [r[0] for r in rows]
@@ -140,7 +149,7 @@ def _runs(con: duckdb.DuckDBPyConnection, s: Subject) -> list[tuple[str, str, st
         "SELECT position, json_extract_string(payload, '$.artifact_digest') FROM events "
         "WHERE position BETWEEN ? AND ? AND list_contains(?, position)",
         [pos[0], pos[-1], pos]).fetchall())
-    return [(run_id, source, digests.get(p)) for p, run_id, source in rows]
+    return [(run_id, source, digests.get(p), tid) for p, run_id, source, tid in rows]
 
 
 # --- per-request records -------------------------------------------------------------------
@@ -233,12 +242,12 @@ def distribution(values: Iterable[float]) -> dict[str, Any]:
             "p99": q(0.99), "cdf": cdf}
 
 
-def _latency_side(runs: Sequence[tuple[str, str, str | None]], read: Read
+def _latency_side(runs: Sequence[tuple[str, str, str | None, str | None]], read: Read
                   ) -> tuple[dict[str, list[float]], list[dict[str, str]], int]:
     pooled: dict[str, list[float]] = {k: [] for k, _ in LATENCIES}
     missing: list[dict[str, str]] = []
     with_records = 0
-    for run_id, source, digest in runs[:MAX_RUNS_READ]:
+    for run_id, source, digest, _ in runs[:MAX_RUNS_READ]:
         if not digest:
             missing.append({"run_id": run_id, "source": source,
                             "why": "the run stored no records artifact"})
@@ -254,11 +263,11 @@ def _latency_side(runs: Sequence[tuple[str, str, str | None]], read: Read
                    else f"its artifact cannot be read ({type(e).__name__})")
             missing.append({"run_id": run_id, "source": source, "why": why})
             continue
-        got, why = request_latencies(data, run_id)
+        got, gap = request_latencies(data, run_id)
         if got["ttft_ms"]:
             with_records += 1
-        if why is not None:
-            missing.append({"run_id": run_id, "source": source, "why": why})
+        if gap is not None:
+            missing.append({"run_id": run_id, "source": source, "why": gap})
         for k in pooled:
             pooled[k] += got[k]
     if len(runs) > MAX_RUNS_READ:
@@ -313,8 +322,9 @@ def comparison(con: duckdb.DuckDBPyConnection, a: str, b: str, read: Read) -> di
     runs = valid_runs(con)
     sides = {"a": resolve(con, a, runs), "b": resolve(con, b, runs)}
     samples = {k: _samples(con, s) for k, s in sides.items()}
-    gate_defs = (_contract_gates(con, sorted({t for s in sides.values()
-                                              for t in _tasks(con, s)}))
+    runs_of = {k: _runs(con, s) for k, s in sides.items()}
+    gate_defs = (_contract_gates(con, sorted({r[3] for rs in runs_of.values() for r in rs
+                                              if r[3] is not None}))
                  + _verdict_gates(con, base["gates"]["a"] + base["gates"]["b"]))
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for g in gate_defs:
@@ -336,8 +346,7 @@ def comparison(con: duckdb.DuckDBPyConnection, a: str, b: str, read: Read) -> di
             others.append(row)
     latency: dict[str, Any] = {"missing": {}, "runs": {}}
     pooled = {}
-    for side, s in sides.items():
-        rs = _runs(con, s)
+    for side, rs in runs_of.items():
         pooled[side], latency["missing"][side], n = _latency_side(rs, read)
         latency["runs"][side] = {"runs": len(rs), "with_records": n}
     for key, _ in LATENCIES:
