@@ -361,23 +361,28 @@ def task_pairs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     bounded gate's, in its direction, else output throughput, higher), in task order. {task_id,
     a, b, b_is: accepted | best}."""
     runs = valid_runs(con)
+    defs = dict(con.execute("SELECT task_id, CAST(definition AS VARCHAR) FROM tasks "
+                            ).fetchall())
+    firsts = {t: first_gate(d) for t, d in defs.items()}
+    # Only the metrics a choice can rest on travel out of DuckDB (a run has ~40).
+    wanted = sorted({m for m, _ in firsts.values() if m} | {"output_throughput"})
     blocks: dict[str, list[tuple[str, str | None, dict[str, Any]]]] = {}
-    for tid, bid, cand, metrics in con.execute(
-            f"SELECT task_id, block_id, candidate_key, metrics FROM {runs} "
-            "WHERE task_id IS NOT NULL AND block_id IS NOT NULL ORDER BY position").fetchall():
+    for tid, bid, cand, entries in con.execute(
+            f"SELECT task_id, block_id, candidate_key, list_filter(map_entries(metrics), "
+            f"lambda e: list_contains(?, e.key)) FROM {runs} "
+            "WHERE task_id IS NOT NULL AND block_id IS NOT NULL ORDER BY position",
+            [wanted]).fetchall():
         got = blocks.setdefault(tid, [])
         row = next((x for x in got if x[0] == bid), None)
         if row is None:
             row = (bid, cand, {})
             got.append(row)
-        for m, v in dict(metrics or {}).items():
-            row[2].setdefault(m, []).append(float(v))
+        for e in entries or []:
+            row[2].setdefault(e["key"], []).append(float(e["value"]))
     accepted = dict(con.execute(
         "SELECT task_id, block_id FROM decisions WHERE kind = 'accepted' "
         "AND block_id IS NOT NULL QUALIFY row_number() OVER "
         "(PARTITION BY task_id ORDER BY position DESC) = 1").fetchall())
-    defs = dict(con.execute("SELECT task_id, CAST(definition AS VARCHAR) FROM tasks "
-                            ).fetchall())
     out = []
     for tid in sorted(blocks):
         bs = blocks[tid]
@@ -389,7 +394,7 @@ def task_pairs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         if acc is not None and any(b[0] == acc for b in others):
             out.append({"task_id": tid, "a": base[0], "b": acc, "b_is": "accepted"})
             continue
-        metric, way = first_gate(defs.get(tid))
+        metric, way = firsts.get(tid, (None, None))
         if metric is None or not any(metric in b[2] for b in others):
             metric, way = "output_throughput", "higher"
         scored = [(statistics.median(b[2][metric]), b[0]) for b in others if b[2].get(metric)]

@@ -34,25 +34,43 @@ SERIES_DIMS = ["model", "model_revision", "scenario", "architecture", "paralleli
 FALLBACK_METRIC = "output_throughput"
 
 
-def _primary(definitions: list[str | None]) -> tuple[str | None, str | None]:
+def _primary(firsts: list[tuple[str | None, str | None]]) -> tuple[str | None, str | None]:
     """(metric, direction) of the first bounded gate most contracts start with."""
-    firsts = Counter(g for g in map(first_gate, definitions) if g[0] is not None)
-    if not firsts:
+    counted = Counter(g for g in firsts if g[0] is not None)
+    if not counted:
         return None, None
-    (metric, way), _ = min(firsts.items(), key=lambda kv: (-kv[1], kv[0]))
+    (metric, way), _ = min(counted.items(), key=lambda kv: (-kv[1], kv[0]))
     return metric, way
+
+
+def _values(con: duckdb.DuckDBPyConnection, runs: str, metric: str, tasks: list[str]
+            ) -> dict[tuple[str, str], list[float]]:
+    """(task, block) -> the values of `metric` in these tasks' runs."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for tid, bid, v in con.execute(
+            f"SELECT task_id, block_id, metrics[?] FROM {runs} "
+            "WHERE task_id IN (SELECT unnest(?)) ORDER BY position", [metric, tasks]).fetchall():
+        if v is not None:
+            out.setdefault((tid, bid), []).append(float(v))
+    return out
 
 
 def history(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every series (see the module's contract): {key: {dimension: value}, metric,
     direction, tasks, points: [{task_id, block_id, at, position, runtime_profiles,
     repo_snapshots, candidate, median, n, verdict, decided_position}]}."""
+    runs = valid_runs(con)
+    firsts = {t: first_gate(d) for t, d in con.execute(
+        "SELECT task_id, CAST(definition AS VARCHAR) FROM tasks").fetchall()}
+    # Only the metrics a series can plot travel out of DuckDB (a run has ~40).
+    wanted = sorted({m for m, _ in firsts.values() if m} | {FALLBACK_METRIC})
     dims = ", ".join(f"r.{d}" for d in SERIES_DIMS)
     rows = con.execute(
         f"""SELECT {dims}, r.task_id, r.block_id, r.candidate_key, r.runtime_profile,
-                   r.repo_snapshot, epoch(r.occurred_at), r.position, r.metrics
-            FROM {valid_runs(con)} r WHERE r.task_id IS NOT NULL
-            ORDER BY r.position""").fetchall()
+                   r.repo_snapshot, epoch(r.occurred_at), r.position,
+                   list_filter(map_entries(r.metrics), lambda e: list_contains(?, e.key))
+            FROM {runs} r WHERE r.task_id IS NOT NULL
+            ORDER BY r.position""", [wanted]).fetchall()
     nd = len(SERIES_DIMS)
     decided = {(t, b): (k, p) for t, b, k, p in con.execute(
         "SELECT task_id, block_id, kind, position FROM decisions WHERE block_id IS NOT NULL "
@@ -61,7 +79,7 @@ def history(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     series: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows:
         key = tuple(r[:nd])
-        tid, bid, cand, rp, snap, at, pos, metrics = r[nd:]
+        tid, bid, cand, rp, snap, at, pos, entries = r[nd:]
         s = series.setdefault(key, {"key": dict(zip(SERIES_DIMS, key, strict=True)),
                                     "blocks": {}})
         b = s["blocks"].setdefault((tid, bid), {
@@ -70,21 +88,32 @@ def history(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         for field, v in (("runtime_profiles", rp), ("repo_snapshots", snap)):
             if v is not None and v not in b[field]:
                 b[field].append(v)
-        b["runs"].append(dict(metrics or {}))
-    defs = dict(con.execute("SELECT task_id, CAST(definition AS VARCHAR) FROM tasks").fetchall())
+        b["runs"].append({e["key"]: e["value"] for e in entries or []})
     out = []
     for s in series.values():
         blocks = list(s.pop("blocks").values())
         tasks = sorted({b["task_id"] for b in blocks})
-        metric, way = _primary([defs.get(t) for t in tasks])
+        metric, way = _primary([firsts.get(t, (None, None)) for t in tasks])
         measured: Counter[str] = Counter(m for b in blocks for run in b["runs"] for m in run)
         if metric is None or not measured[metric]:
-            metric, way = ((FALLBACK_METRIC, "higher") if measured[FALLBACK_METRIC]
-                           else (min(measured, key=lambda m: (-measured[m], m)), None)
-                           if measured else (None, None))
+            metric, way = (FALLBACK_METRIC, "higher") if measured[FALLBACK_METRIC] else (
+                None, None)
+        if metric is not None:
+            values = {(b["task_id"], b["block_id"]): [float(run[metric]) for run in b["runs"]
+                                                      if metric in run] for b in blocks}
+        else:  # none of the wanted metrics: the one most of the series' runs measured
+            counts = con.execute(
+                f"SELECT kv.key, count(*) FROM (SELECT unnest(map_entries(metrics)) kv "
+                f"FROM {runs} WHERE task_id IN (SELECT unnest(?))) GROUP BY 1",
+                [tasks]).fetchall()
+            if not counts:
+                continue
+            metric = min(counts, key=lambda kv: (-kv[1], kv[0]))[0]
+            values = _values(con, runs, metric, tasks)
         points = []
         for b in blocks:
-            vals = [float(run[metric]) for run in b.pop("runs") if metric in run]
+            del b["runs"]
+            vals = values.get((b["task_id"], b["block_id"]), [])
             if not vals:
                 continue
             kind, decided_at = decided.get((b["task_id"], b["block_id"]), (None, None))

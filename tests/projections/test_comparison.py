@@ -212,3 +212,19 @@ def test_forge_compare_prints_in_order_and_json_is_the_result(records):
     assert got == want
     assert [g["metric"] for g in got["gated"]][0] == "median_ttft_ms"
     assert got["latency"]["ttft_ms"]["a"]["n"] == 40
+
+
+def test_history_of_a_metric_no_gate_names(workspace):
+    """A series whose contracts' metric was never measured (nor output throughput) plots the
+    metric most of its runs measured."""
+    for args in (("task", "new", "examples/tasks/tune-tiny-cpu.yaml"),
+                 ("block", "start", TASK, "--sub-goal", "base"),
+                 ("measure", TASK, "--metric", "decode_ms=3", "--metric", "prefill_ms=9"),
+                 ("measure", TASK, "--metric", "decode_ms=5"),
+                 ("measure", TASK, "--metric", "decode_ms=4")):
+        r = run_forge(*args, home=workspace.home)
+        assert r.returncode == 0, r.stderr
+    with open_index(workspace) as s:
+        [series] = history(s.con)
+    assert (series["metric"], series["direction"]) == ("decode_ms", None)
+    assert [(p["block_id"], p["median"], p["n"]) for p in series["points"]] == [("b1", 4.0, 3)]
