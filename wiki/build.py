@@ -6,8 +6,10 @@ Contracts:
 - Freshness: every page records the ledger position it reflects; a file is rewritten only
   when its content changed, pages whose sources vanished are removed, and a build at an
   unchanged index position with unchanged settings does nothing.
-- Reuse: drawings are kept between builds by what they draw (`_plots.json`), and a page whose
-  content, links and renderer are unchanged is not rendered again (`_rendered.json`).
+- Reuse: drawings are kept between builds by what they draw (`_plots.json`; the compare and
+  history views' `_view_plots.json`), each task's comparison by its last ledger position
+  (`_compare.json`), and a page whose content, links and renderer are unchanged is not
+  rendered again (`_rendered.json`).
 - Related pages: embedding similarity of title + summary + facets (sentence-transformers),
   plus a bonus per shared dimension; without embeddings, shared dimensions alone.
 - Backlinks are derived after all pages exist; lint ignores them when looking for orphans.
