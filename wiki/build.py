@@ -52,9 +52,10 @@ from .search_page import SEARCH_HTML
 from .snapshot import Snapshot, load
 
 STATE = "_state.json"
-BUILD_VERSION = 4  # bump when page generation changes: existing wikis rebuild (2: graph pages;
+BUILD_VERSION = 5  # bump when page generation changes: existing wikis rebuild (2: graph pages;
 # 3: user text never forms a link, injective page names, the graph index at `graphs`;
-# 4: the site rendered from markdown by markdown-it, plots by matplotlib with verdicts and SLOs)
+# 4: the site rendered from markdown by markdown-it, plots by matplotlib with verdicts and SLOs;
+# 5: the compare and history views)
 PLOT_CACHE = "_plots.json"  # drawings kept between builds (plot.PlotCache)
 VIEW_PLOTS = "_view_plots.json"  # the compare and history views' drawings (their own cache)
 VIEW_INDEXES = ("compare", "history")  # their index pages, listed on the home page
