@@ -128,6 +128,20 @@ def test_latency_distributions_from_the_per_request_records(records):
                                                                                         None]
 
 
+def test_two_deployment_points(planted):
+    with open_index(planted) as s:
+        a, b = (s.con.execute("SELECT point_hash FROM points WHERE name = ?", [n]).fetchone()[0]
+                for n in ("qwen-h200", "qwen-h200-r2"))
+    r = C.comparison_ws(planted, a[7:19], b[7:19])  # hash prefixes, as forge compare takes
+    assert (r["a"]["kind"], r["b"]["kind"]) == ("point", "point")
+    assert {d["dimension"] for d in r["differing_dimensions"]} == {"runtime_profile",
+                                                                  "point_hash", "candidate_key"}
+    tput = _by_metric(r["gated"])["output_throughput"]
+    # Point a: both blocks of tune-qwen-h200 (six runs); b: qwen-h200-rev2's three.
+    assert (tput["a_n"], tput["b_n"], tput["a"], tput["b"]) == (6, 3, 2100.0, 2200.0)
+    assert tput["better"] == "b" and tput["gates"] == ["throughput"]
+
+
 def test_a_records_artifact_that_cannot_be_read_is_named(records):
     digests = {r.event.run_id: r.event.artifact_digest
                for r in records.ledger.log(types=["MeasurementRecorded"])}
