@@ -67,6 +67,8 @@ def test_compare_pages_of_the_hand_built_ledger(planted):
     for page in ("compare", "compare/tune-qwen-h200", "compare/deepgemm-moe-h20"):
         text = _without_svg(_md(home, page))
         assert not E_NOTATION.search(text), (page, E_NOTATION.search(text))
+    # The task's page reaches its comparison (its backlinks).
+    assert "[[compare/tune-qwen-h200|Compare tune-qwen-h200" in _md(home, "tasks/tune-qwen-h200")
     home_md = _md(home, "index")
     assert "[[compare|Compare blocks]]" in home_md and "[[history|" in home_md
     # The history view: one page per point (profile revision left out), an index of them.
