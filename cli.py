@@ -1555,32 +1555,50 @@ def sql_cmd(ctx, query: str, as_json: bool, as_csv: bool, max_rows: int | None,
 @click.pass_context
 @fail_cleanly
 def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
-    """Compare two tasks, blocks (task/block), runtime profiles (service@rev) or points:
-    the deployment-point dimensions that differ, each metric's medians and delta (B - A),
-    and the gate verdicts.
+    """Compare two tasks, blocks (task/block), runtime profiles (service@rev) or points, in
+    this order: the deployment-point dimensions that differ, the gated metrics (medians with
+    95% intervals, delta B - A, ratio B / A, the better side), the other metrics, the gate
+    verdicts, then the latency percentiles from the runs' per-request records.
 
     \b
     Example:
       forge compare qwen-h200@1 qwen-h200@2
       forge compare tune-tiny-cpu/b1 tune-tiny-cpu/b2 --json
     """
-    from .projections.queries import compare_ws
-    r = compare_ws(open_ws(ctx), a, b)
+    from .projections.comparison import LATENCIES, comparison_ws
+    r = comparison_ws(open_ws(ctx), a, b)
     if as_json:
         emit_json(r)
         return
     click.echo(f"A: {a} ({r['a']['kind']}{', ' + r['a']['scope'] if r['a']['scope'] else ''})")
     click.echo(f"B: {b} ({r['b']['kind']}{', ' + r['b']['scope'] if r['b']['scope'] else ''})")
-    click.echo("\ndimensions that differ:")
+    click.echo("\nwhat differed:")
     if r["differing_dimensions"]:
         print_table(["dimension", "A", "B"],
                     [(d["dimension"], d["a"], d["b"]) for d in r["differing_dimensions"]])
     else:
-        click.echo("  (none: same deployment point)")
-    click.echo("\nmetrics (medians):")
-    print_table(["metric", "A", "B", "delta", "delta %", "n A", "n B"],
-                [(m["metric"], m["a"], m["b"], m["delta"], m["delta_pct"], m["a_n"], m["b_n"])
-                 for m in r["metrics"]])
+        click.echo("  (nothing: same deployment point)")
+
+    def ci(v, lo, hi) -> str:
+        return _cell(v) + ("" if lo is None or hi is None else f" [{_cell(lo)}, {_cell(hi)}]")
+
+    def metric_rows(rows, gated: bool) -> list[tuple]:
+        return [(m["metric"], *([", ".join(m["gates"])] if gated else []),
+                 ci(m["a"], *m["a_ci"]), ci(m["b"], *m["b_ci"]), m["delta"], m["delta_pct"],
+                 ci(m["ratio"], *m["ratio_ci"]),
+                 *([{"a": "A", "b": "B"}.get(m["better"], m["better"] or "-"),
+                    {True: "yes", False: "no"}.get(m["beyond_noise"], "-")] if gated else []),
+                 m["a_n"], m["b_n"]) for m in rows]
+
+    head = ["A [95% CI]", "B [95% CI]", "delta", "delta %", "B/A [95% CI]"]
+    click.echo("\ngated metrics (medians):")
+    if r["gated"]:
+        print_table(["metric", "gates", *head, "better", "beyond noise", "n A", "n B"],
+                    metric_rows(r["gated"], True))
+    else:
+        click.echo("  (no gate names a metric of these subjects)")
+    click.echo("\nother metrics (medians):")
+    print_table(["metric", *head, "n A", "n B"], metric_rows(r["other_metrics"], False))
     for side in ("a", "b"):
         gates = r["gates"][side]
         click.echo(f"\ngates {side.upper()}:")
@@ -1591,6 +1609,14 @@ def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
                      "threshold", "reason"],
                     [(g["task_id"], g["block_id"], g["verification"], g["gate"], g["verdict"],
                       g["observed"], g["threshold"], g["reason"]) for g in gates])
+    lat = r["latency"]
+    click.echo("\nlatency from per-request records (ms):")
+    print_table(["latency", "side", "n", "p50", "p90", "p99", "mean"],
+                [(name, side.upper(), d["n"], d["p50"], d["p90"], d["p99"], d["mean"])
+                 for key, name in LATENCIES for side, d in lat[key].items()])
+    for side in ("a", "b"):
+        for m in lat["missing"][side]:
+            click.echo(f"  {side.upper()} {m['run_id']}: {m['why']}")
 
 
 @main.command("filter")

@@ -12,8 +12,10 @@ Contracts:
 - Freshness: every page records the ledger position it reflects; a file is rewritten only
   when its content changed, pages whose sources vanished are removed, and a build at an
   unchanged index position with unchanged settings does nothing.
-- Reuse: drawings are kept between builds by what they draw (`_plots.json`), and a page whose
-  content, links and renderer are unchanged is not rendered again (`_rendered.json`).
+- Reuse: drawings are kept between builds by what they draw (`_plots.json`; the compare and
+  history views' `_view_plots.json`), each task's comparison by its last ledger position
+  (`_compare.json`), and a page whose content, links and renderer are unchanged is not
+  rendered again (`_rendered.json`).
 - Related pages: embedding similarity of title + summary + facets (sentence-transformers),
   plus a bonus per shared dimension; without embeddings, shared dimensions alone.
 - Backlinks are derived after all pages exist; lint ignores them when looking for orphans.
@@ -40,12 +42,14 @@ from . import page as page_module
 from .answers import answer_pages
 from .artifacts import READ_BYTES, Preview, artifact_page, preview
 from .chat import Post
+from .compare_page import compare_pages
 from .concepts.site import catalog_digest, llms_txt, site_pages
 from .concurrency import concurrency_page
 from .embed import EmbeddingCache
 from .endpoints import endpoints_page
 from .files import write_if_changed
 from .graphs import GRAPH_INDEX, graph_pages
+from .history_page import history_pages
 from .page import Page, link, text, to_html, to_markdown
 from .pages import FACETS, NAV, make_pages
 from .plot import PlotCache
@@ -59,14 +63,17 @@ BUILD_VERSION = 5  # bump when page generation changes: existing wikis rebuild (
 # 3: user text never forms a link, injective page names, the graph index at `graphs`;
 # 4: the site rendered from markdown by markdown-it, plots by matplotlib with verdicts and SLOs;
 # 5: human titles, numbers by unit, tool output previews and artifact pages, search shards
-# as scripts)
+# as scripts, the compare and history views)
 PLOT_CACHE = "_plots.json"  # drawings kept between builds (plot.PlotCache)
+VIEW_PLOTS = "_view_plots.json"  # the compare and history views' drawings (their own cache)
+VIEW_INDEXES = ("compare", "history")  # their index pages, listed on the home page
+COMPARE_CACHE = "_compare.json"  # each task's comparison, kept by its last position
 RENDERED = "_rendered.json"  # what each page's files were rendered from (Rendered)
 RELATED_K = 5
 DIM_BONUS = 0.05  # added to the cosine similarity per shared dimension
 SCORE_STEP = 1e-4  # related scores are compared (and shown) at this step
 MANAGED = ("tasks", "decisions", "points", "profiles", "models", "dims", "graphs", "answers",
-           "artifacts")
+           "artifacts", "compare", "history")
 
 
 @dataclass
@@ -334,6 +341,9 @@ def build_pages(snap: Snapshot, settings: WikiSettings, wiki_dir: Path,
             if p.kind == "answers":
                 home.add("h", "Filed answers")
                 home.add("p", text(link(p.path, p.title), f": {p.summary}"))
+            if p.path in VIEW_INDEXES:
+                home.add("h", p.title)
+                home.add("p", text(link(p.path, p.title), f": {p.summary}"))
     timings["pages_s"] = time.perf_counter() - t
     t = time.perf_counter()
     add_related(pages, settings, wiki_dir, extra_texts)
@@ -375,6 +385,13 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
         # Warm the cache for `forge retrieve` / the served search with the same build.
         corpus = [d.text for d in corpus_docs(s.con)] if settings.embeddings else []
         timings["load_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        view_plots = PlotCache(wiki_dir / VIEW_PLOTS)
+        views = (compare_pages(s.con, ws.artifacts.get, snap.position, view_plots,
+                               wiki_dir / COMPARE_CACHE)
+                 + history_pages(s.con, view_plots))
+        view_plots.save()
+        timings["views_s"] = time.perf_counter() - t
     report = BuildReport(snap.position, wiki_dir=str(wiki_dir), site_dir=str(site_dir),
                          concepts=concepts_compiled)
     known_tasks = {t["task_id"] for t in snap.tasks}
@@ -387,6 +404,7 @@ def build(ws: Workspace, *, embeddings: bool = True, force: bool = False,
     if endpoints is not None:
         graphs.append(endpoints)
     graphs += concepts
+    graphs += views
     graphs += answer_pages(wiki_dir)  # filed by forge wiki ask --file
     t = time.perf_counter()
     snap.traces, report.traced = trace_cache.traces(ws, snap, wiki_dir, graph_pos)

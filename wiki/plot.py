@@ -6,7 +6,9 @@ group when verdicts are shown for several groups), and labelled (its block) besi
 the plot has few points; each `Line` (an SLO, a gate's threshold) is drawn across the plot.
 `scatter_svg(series)` is the older shape: a label to (x, y, label) points. `steps_svg(lines)`
 draws step lines (`Steps`: a count over time, the journal's tasks in flight), on a figure of
-its own.
+its own; `cdf_svg(series)` overlays empirical distributions (`Cdf`: the compare view's TTFT,
+ITL and E2E), on another; `order_svg(points)` is `plot_svg` with whole-number x ticks (points
+in order: the history view's blocks), on a third.
 
 Deterministic: a fixed hash salt for element ids, no date or creator metadata, text kept as
 text. Safe: matplotlib's SVG writer escapes every text; labels are cleaned of control and
@@ -29,7 +31,7 @@ import threading
 import unicodedata
 import warnings
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -175,7 +177,8 @@ def _limits(axis: Any, values: list[float]) -> tuple[float, float]:
 
 
 def _draw(pts: list[Point], guides: Sequence[tuple[str, float, str]], xlabel: str, ylabel: str,
-          title: str, width: float, height: float) -> str:
+          title: str, width: float, height: float,
+          kept: dict[tuple[float, float], Any] = _CANVAS) -> str:
     import matplotlib
     from matplotlib.lines import Line2D
 
@@ -183,7 +186,7 @@ def _draw(pts: list[Point], guides: Sequence[tuple[str, float, str]], xlabel: st
     groups = sorted({p.group for p in pts})
     by_group = len(groups) > 1
     with matplotlib.rc_context(RC):
-        fig, ax = _canvas(width, height)
+        fig, ax = _canvas(width, height, kept)
         for artist in [*ax.collections, *ax.lines, *ax.texts]:
             artist.remove()
         if ax.legend_ is not None:
@@ -328,6 +331,91 @@ def _draw_steps(ls: list[Steps], x_end: float, xlabel: str, ylabel: str, title: 
         return _finish(fig, ax, title, xlabel, ylabel)
 
 
+# --- points in order (x: 1, 2, 3, ...) ----------------------------------------------------
+
+_ORDER_CANVAS: dict[tuple[float, float], Any] = {}  # whole-number x ticks: a figure of its own
+
+
+def order_svg(points: Iterable[Point], *, xlabel: str, ylabel: str, title: str,
+              width: float = 6.4, height: float = 4.0) -> str:
+    """`plot_svg` of points whose x is a place in an order (blocks one after another): the
+    same drawing with whole-number x ticks, on a figure of its own (its tick locator never
+    reaches the other plots)."""
+    pts = [p for p in points if _finite(p.x) and _finite(p.y)]
+    if not pts:
+        return ""
+    with _LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if (width, height) not in _ORDER_CANVAS:
+                from matplotlib.ticker import MaxNLocator
+
+                _canvas(width, height, _ORDER_CANVAS)[1].xaxis.set_major_locator(
+                    MaxNLocator(integer=True))
+            svg = _draw(pts, [], xlabel, ylabel, title, width, height, _ORDER_CANVAS)
+        except (ValueError, OverflowError, ArithmeticError, RuntimeError):
+            _ORDER_CANVAS.pop((width, height), None)
+            return ""
+    return _checked(svg)
+
+
+# --- distributions (empirical CDFs) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cdf:
+    """An empirical distribution: `points` are (value, fraction of the values ≤ value), values
+    ascending (`projections.comparison.distribution`'s `cdf`)."""
+
+    label: str
+    points: tuple[tuple[float, float], ...]
+
+
+_CDF_CANVAS: dict[tuple[float, float], Any] = {}  # CDFs: a figure of their own
+
+
+def cdf_svg(series: Iterable[Cdf], *, xlabel: str, title: str,
+            ylabel: str = "fraction of requests ≤ x", width: float = 6.4,
+            height: float = 4.0) -> str:
+    """An <svg> element of overlaid CDFs (one colour each, in the given order, named in the
+    legend), or "" when none has finite points or matplotlib cannot draw them."""
+    ls = [s for s in series if s.points
+          and all(_finite(x) and _finite(f) for x, f in s.points)][:MAX_LEGEND_GROUPS]
+    if not ls:
+        return ""
+    with _LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            svg = _draw_cdf(ls, xlabel, ylabel, title, width, height)
+        except (ValueError, OverflowError, ArithmeticError, RuntimeError):
+            _CDF_CANVAS.pop((width, height), None)
+            return ""
+    return _checked(svg)
+
+
+def _draw_cdf(ls: list[Cdf], xlabel: str, ylabel: str, title: str, width: float,
+              height: float) -> str:
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        fig, ax = _canvas(width, height, _CDF_CANVAS)
+        for artist in [*ax.lines]:
+            artist.remove()
+        if ax.legend_ is not None:
+            ax.legend_.remove()
+        xs_all: list[float] = []
+        for i, s in enumerate(ls):
+            xs = [float(s.points[0][0])] + [float(x) for x, _ in s.points]
+            ys = [0.0] + [float(f) for _, f in s.points]
+            xs_all += xs
+            ax.step(xs, ys, where="post", color=PALETTE[i % len(PALETTE)], linewidth=1.6,
+                    label=clean_text(s.label or "—", LEGEND_CHARS), zorder=3)
+        ax.set_xlim(_limits(ax.xaxis, xs_all))
+        ax.set_ylim(-0.03, 1.05)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, borderaxespad=0)
+        return _finish(fig, ax, title, xlabel, ylabel)
+
+
 # --- the check of the drawing -------------------------------------------------------------
 
 _NS = {"svg": "http://www.w3.org/2000/svg", "xlink": "http://www.w3.org/1999/xlink"}
@@ -403,6 +491,33 @@ class PlotCache:
             svg = (_checked(self.kept[key]) or None) if self.kept[key] else ""
         if svg is None:
             svg = plot_svg(points, xlabel=xlabel, ylabel=ylabel, title=title, lines=lines)
+            self.drawn += 1
+        self.used[key] = svg
+        return svg
+
+    def order_svg(self, points: Iterable[Point], *, xlabel: str, ylabel: str,
+                  title: str) -> str:
+        """`order_svg`, kept by what it draws like the scatter plots."""
+        points = tuple(points)
+        return self._drawing(("order", points, xlabel, ylabel, title), lambda: order_svg(
+            points, xlabel=xlabel, ylabel=ylabel, title=title))
+
+    def cdf_svg(self, series: Iterable[Cdf], *, xlabel: str, title: str,
+                ylabel: str = "fraction of requests ≤ x") -> str:
+        """`cdf_svg`, kept by what it draws like the scatter plots."""
+        series = tuple(series)
+        return self._drawing(("cdf", series, xlabel, ylabel, title), lambda: cdf_svg(
+            series, xlabel=xlabel, ylabel=ylabel, title=title))
+
+    def _drawing(self, what: tuple[Any, ...], draw: Callable[[], str]) -> str:
+        """The drawing of `what` (kept, or drawn by `draw()` and kept)."""
+        key = hashlib.sha256(repr((PLOT_VERSION, _matplotlib_version(), what)).encode(
+            "utf-8", "surrogatepass")).hexdigest()
+        svg = self.used.get(key)
+        if svg is None and key in self.kept:  # a kept drawing that fails the check is redrawn
+            svg = (_checked(self.kept[key]) or None) if self.kept[key] else ""
+        if svg is None:
+            svg = draw()
             self.drawn += 1
         self.used[key] = svg
         return svg

@@ -45,9 +45,10 @@ def test_pages_links_frontmatter_and_site(ws):
         kinds[fm["type"]] = kinds.get(fm["type"], 0) + 1
     # The build compiled the concept pages first (8 and their catalog; SCHEMA.md with them).
     assert kinds == {"task": 4, "decision": 3, "point": 4, "profile": 4, "model": 2,
-                     "dimension": 8, "index": 1, "log": 1, "concurrency": 1, "concept": 8,
-                     "concepts": 1, "schema": 1}
-    assert rep.pages == len(pages) - 1 == 37 and rep.concepts == 8
+                     "dimension": 8, "index": 3, "log": 1, "concurrency": 1, "concept": 8,
+                     "concepts": 1, "schema": 1, "compare": 3, "history": 3}
+    # index: home, compare and history (test_wiki_views.py)
+    assert rep.pages == len(pages) - 1 == 45 and rep.concepts == 8
     task = pages["tasks/deepgemm-moe-h20"]
     fm = parse_frontmatter(task)
     assert fm["accelerator"] == "H20" and fm["exit_state"] == "failed-no-progress"
@@ -177,6 +178,6 @@ def test_optional_narrative(ws):
     # Endpoint gone: pages stay complete, one failed attempt is reported.
     (ws.home / "wiki" / "_narrative.json").unlink()
     rep = B.build(ws, settings=s, force=True, post=wiki_post)
-    assert rep.narrative["failed"] == 1 and rep.pages == 37
+    assert rep.narrative["failed"] == 1 and rep.pages == 45
     assert "## Narrative" not in pages_of(ws.home)["tasks/deepgemm-moe-h20"]
     assert L.lint(ws).ok

@@ -68,8 +68,12 @@ def test_one_new_decision_rewrites_only_the_pages_made_from_it(workspace):
                if f"[[{new}|" in f.read_text() or f"[[{new}\\|" in f.read_text()}
     point = next(f.relative_to(wiki).with_suffix("").as_posix()
                  for f in (wiki / "points").glob("*.md") if "(qwen-h200-r2)" in f.read_text())
+    # The history of the task's point (a verdict in its series) and the history index.
+    history = next(f.relative_to(wiki).with_suffix("").as_posix()
+                   for f in (wiki / "history").glob("*.md") if "qwen-h200@2" in f.read_text())
     expected = ({new, f"tasks/{TASK}", "index", "log", "concurrency", "concepts/index",
-                 "models/qwen3-30b-a3b~155aaf9a3362ee55", "profiles/qwen-h200-r2", point}
+                 "models/qwen3-30b-a3b~155aaf9a3362ee55", "profiles/qwen-h200-r2", point,
+                 "history", history}
                 | {f"dims/{d}" for d in ("model", "task_type", "accelerator", "engine",
                                           "architecture", "parallelism", "runtime_profile",
                                           "scenario")}
