@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import math
 import sys
 import time
 from collections.abc import Mapping
@@ -612,6 +613,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
+    from .ledger.titles import candidate_title
     from .projections.memory import task_summary
     s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
     if as_json:
@@ -623,7 +625,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     click.echo(f"  point {s['point_hash']}  profile {s['profile_hash']}")
     click.echo(f"  contract {s['contract_hash']}")
     for b in s["blocks"]:
-        cand = json.dumps(b["candidate"], sort_keys=True) if b["candidate"] else "baseline"
+        cand = candidate_title(b["candidate"])
         click.echo(f"    {b['block_id']:<5} {b['status']:<11} verdict={b['verdict'] or '-':<12} "
                    f"{b['decision'] or '-':<9} {cand}")
         if b.get("differs"):
@@ -1416,7 +1418,14 @@ def _cell(v: Any) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.0f}"
+        # Four significant digits, never an exponent (11734.5, not 1.173e+04).
+        s = f"{v:.4g}"
+        if "e" not in s or not math.isfinite(v):
+            return s
+        if abs(v) >= 1:
+            return f"{v:.0f}" if abs(v) >= 1e6 else f"{v:.1f}"
+        from .wiki.numbers import number
+        return number(v)
     return printable(str(v))  # one cell, one line: a newline in it is data
 
 
@@ -1574,8 +1583,12 @@ def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
     click.echo(f"B: {b} ({r['b']['kind']}{', ' + r['b']['scope'] if r['b']['scope'] else ''})")
     click.echo("\nwhat differed:")
     if r["differing_dimensions"]:
+        from .ledger.titles import dimension_value
         print_table(["dimension", "A", "B"],
-                    [(d["dimension"], d["a"], d["b"]) for d in r["differing_dimensions"]])
+                    [("candidate" if d["dimension"] == "candidate_key" else d["dimension"],
+                      dimension_value(d["dimension"], d["a"]),
+                      dimension_value(d["dimension"], d["b"]))
+                     for d in r["differing_dimensions"]])
     else:
         click.echo("  (nothing: same deployment point)")
 

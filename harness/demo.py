@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..ledger.titles import candidate_title
 from ..ledger.workspace import Workspace
 from ..projections.memory import read_memory
 from .errors import HarnessError
@@ -38,9 +39,8 @@ def _fmt(x: float | None, spec: str) -> str:
 
 
 def _describe(candidate: dict[str, Any]) -> str:
-    if not candidate:
-        return "baseline (profile as is)"
-    return ", ".join(f"{k.removeprefix('engine.')}={v}" for k, v in sorted(candidate.items()))
+    # One spelling of a candidate everywhere a person reads it (ledger/titles.py).
+    return "baseline (profile as is)" if not candidate else candidate_title(candidate)
 
 
 def candidate_table(memory: Any) -> list[dict[str, Any]]:

@@ -14,6 +14,9 @@ Contracts:
   are their JSON.
 - `candidate_title_of_key(key)`: the same for the index's candidate key (sorted-keys JSON);
   a key that is not a JSON object is shown as it is.
+- `dimension_value(dimension, value)`: a compared dimension's value as a person reads it: the
+  `candidate_key` dimension (one key, or several joined by ", ") by `candidate_title_of_key`,
+  several joined by "; "; any other as it is ("" for None).
 - `task_title(title, goal)`: the title a task was given; else its goal when short, else the
   goal's first clause (cut at a clause word or punctuation) when that leaves a readable
   title, else the goal cut at a word boundary with "…". The full goal stays on the page.
@@ -78,6 +81,30 @@ def candidate_title_of_key(key: str | None) -> str:
     except ValueError:
         return str(key)
     return candidate_title(cand) if isinstance(cand, dict) else str(key)
+
+
+def dimension_value(dimension: str, value: str | None) -> str:
+    """A compared dimension's value as a person reads it (module contract)."""
+    if dimension == "candidate_key" and value:
+        return "; ".join(candidate_title_of_key(k) for k in _keys(value))
+    return "" if value is None else str(value)
+
+
+def _keys(value: str) -> list[str]:
+    # A subject over several candidates joins their keys with ", " (projections.queries._dims);
+    # a key's own text may hold ", ", so split by decoding one JSON value after another.
+    dec, at = json.JSONDecoder(), 0
+    keys: list[str] = []
+    while at < len(value):
+        try:
+            _, end = dec.raw_decode(value, at)
+        except ValueError:
+            return keys + [value[at:]]
+        keys.append(value[at:end])
+        at = end + 2 if value.startswith(", ", end) else end
+        if at == end and at < len(value):
+            return keys + [value[at:]]
+    return keys
 
 
 def _cut_at_word(s: str, limit: int) -> str:

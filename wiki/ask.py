@@ -24,13 +24,13 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..ledger.titles import BASELINE, candidate_title_of_key
 from ..ledger.workspace import Workspace
 from ..projections.index import open_index, tracked_position
 from .chat import Post
@@ -155,13 +155,10 @@ def _where(r: dict[str, Any]) -> str:
 
 
 def _candidate(key: str | None) -> str:
-    try:
-        cand = json.loads(key or "{}")
-    except ValueError:
-        return str(key)
-    if not isinstance(cand, dict) or not cand:
-        return "the baseline"
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(cand.items()))
+    # The journal's spelling of a candidate (ledger/titles.py), so an answer cites what the
+    # pages show.
+    title = candidate_title_of_key(key)
+    return "the baseline" if title == BASELINE else title
 
 
 def _decision_doc(d: dict[str, Any]) -> _Doc:

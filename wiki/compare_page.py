@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..ledger.numbers import json_safe
+from ..ledger.titles import dimension_value
 from ..projections.comparison import LATENCIES, Read, comparison, task_pairs
 from .files import write_if_changed
 from .page import Page, link, page_name, strong, text
@@ -92,6 +93,10 @@ def _metric_rows(rows: list[dict[str, Any]], gated: bool) -> list[tuple]:
     return out
 
 
+def _dimension(name: str) -> str:
+    return "candidate" if name == "candidate_key" else name
+
+
 def compare_page(cmp: dict[str, Any], pair: dict[str, Any], position: int,
                  plots: PlotCache) -> Page:
     """One pair's page from its comparison."""
@@ -106,7 +111,8 @@ def compare_page(cmp: dict[str, Any], pair: dict[str, Any], position: int,
     diff = cmp["differing_dimensions"]
     if diff:
         p.add("table", ["dimension", "A", "B"],
-              [(d["dimension"], d["a"] or "—", d["b"] or "—") for d in diff])
+              [(_dimension(d["dimension"]), dimension_value(d["dimension"], d["a"]) or "—",
+                dimension_value(d["dimension"], d["b"]) or "—") for d in diff])
     else:
         p.add("p", "Nothing: the same deployment point and candidate.")
     p.add("h", "Gated metrics")

@@ -33,6 +33,13 @@ def clean(raw: bytes) -> bool:
     return not any(c in raw for c in CONTROLS)
 
 
+def test_a_table_cell_never_prints_an_exponent():
+    from infer_forge.cli import _cell
+    assert [_cell(v) for v in (11734.5, 0.1234567, 2.5e-05, 1234567.8, 0.0, -20000.25)] == [
+        "11734.5", "0.1235", "0.000025", "1234568", "0", "-20000.2"]
+    assert _cell(float("nan")) == "nan" and _cell(3) == "3" and _cell(None) == ""
+
+
 def test_printable_escapes_controls_and_keeps_text():
     assert printable("a\tb\u00e9\u4e2d") == "a\tb\u00e9\u4e2d"
     assert printable(TITLE) == "\\u001b]0;pwned\\u0007tps"

@@ -3,7 +3,12 @@ goal when it was given none."""
 
 from __future__ import annotations
 
-from infer_forge.ledger.titles import candidate_title, candidate_title_of_key, task_title
+from infer_forge.ledger.titles import (
+    candidate_title,
+    candidate_title_of_key,
+    dimension_value,
+    task_title,
+)
 
 GOAL = ("Raise output throughput at concurrency 8 and meet the TTFT SLO without changing the "
         "outputs")
@@ -28,6 +33,16 @@ def test_the_index_key_reads_the_same():
     assert candidate_title_of_key("{}") == candidate_title_of_key(None) == "baseline"
     assert candidate_title_of_key("not json") == "not json"
     assert candidate_title_of_key("[1]") == "[1]"
+
+
+def test_a_compared_dimension_reads_its_candidate_by_title():
+    assert dimension_value("candidate_key", '{"engine.dtype":"bfloat16"}') == "dtype=bfloat16"
+    assert dimension_value("candidate_key", "{}") == "baseline"
+    assert dimension_value("candidate_key", '{"engine.continuous_batching":true}, {}, '
+                           '{"x":"a, b"}') == "continuous batching on; baseline; x=a, b"
+    assert dimension_value("candidate_key", "{}, not json") == "baseline; not json"
+    assert dimension_value("model", "Qwen3-8B") == "Qwen3-8B"
+    assert dimension_value("repo_snapshot", None) == ""
 
 
 def test_a_task_title_is_a_whole_clause_never_a_cut_word():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -211,7 +212,9 @@ def test_forge_compare_prints_in_order_and_json_is_the_result(records):
     at = [out.index(h) for h in heads]
     assert at == sorted(at), out
     differed = out[at[0]:at[1]]
-    assert "candidate_key" in differed and "engine.continuous_batching" in differed
+    assert "candidate  baseline  continuous batching on; baseline" in differed, differed
+    assert "candidate_key" not in differed and "engine.continuous_batching" not in differed
+    assert not re.search(r"\d\.?\d*e[+-]\d", out), out  # numbers never in e-notation
     gated = out[at[1]:at[2]].splitlines()
     assert [ln.split()[0] for ln in gated[3:6]] == ["median_ttft_ms", "output_throughput",
                                                      "token_match"], out

@@ -36,6 +36,17 @@ PAGES: dict[str, Callable[[Path], str]] = {
     "task": lambda site: "tasks/deepgemm-moe-h20.html",
     "decision": lambda site: _first(site, "decisions/deepgemm-moe-h20-rejected-*.html"),
     "concept": lambda site: _first(site, "concepts/*.html", but="index.html"),
+    "concepts": lambda site: "concepts/index.html",
+    "compare": lambda site: _first(site, "compare/*.html"),
+    "compare index": lambda site: "compare.html",
+    "history": lambda site: _first(site, "history/*.html"),
+    "history index": lambda site: "history.html",
+    "point": lambda site: _first(site, "points/*.html"),
+    "profile": lambda site: _first(site, "profiles/*.html"),
+    "model": lambda site: _first(site, "models/*.html"),
+    "dimension": lambda site: _first(site, "dims/*.html"),
+    "log": lambda site: "log.html",
+    "concurrency": lambda site: "concurrency.html",
     "search": lambda site: "search.html?q=deepgemm",
 }
 
