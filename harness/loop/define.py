@@ -35,6 +35,7 @@ from ...ledger.specs import (
 )
 from ...ledger.store import Append
 from ...ledger.streams import WORKSPACE_STREAM, graph_stream, task_stream
+from ...ledger.titles import task_title
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
 from ...repos.commands import maybe_monorepo
@@ -317,7 +318,7 @@ def _define_task_spec(ws: Workspace, task: TaskDefinition, path: str | Path,
     if sid is not None:
         digests[Digest.REPO_SNAPSHOT] = sid
     defined = E.TaskDefined(
-        title=task.title or task.goal[:80], task_type=task.type, goal=task.goal,
+        title=task.title or task_title(None, task.goal), task_type=task.type, goal=task.goal,
         definition=definition, definition_hash=definition_hash, point_hash=point_hash,
         profile_hash=profile_hash, task_id=task_id, actor=actor,
         input_digests=digests)
