@@ -12,10 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from infer_forge.harness.graph.commands import define_graph
 from infer_forge.wiki import build as B
 
 from tests.helpers.index_ledger import build as build_ledger
 from tests.wiki.test_browser import _browser
+from tests.wiki.test_site_content import _tool_output_and_engine
+from tests.wiki.test_wiki_graph import _graph_file
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +48,9 @@ PAGES: dict[str, Callable[[Path], str]] = {
     "profile": lambda site: _first(site, "profiles/*.html"),
     "model": lambda site: _first(site, "models/*.html"),
     "dimension": lambda site: _first(site, "dims/*.html"),
+    "graph": lambda site: "graphs/mini.html",
+    "graphs index": lambda site: "graphs.html",
+    "artifact": lambda site: _first(site, "artifacts/*.html"),
     "log": lambda site: "log.html",
     "concurrency": lambda site: "concurrency.html",
     "search": lambda site: "search.html?q=deepgemm",
@@ -59,6 +65,8 @@ return {scroll: d.scrollWidth, client: d.clientWidth, inner: window.innerWidth,
 
 def test_every_page_kind_fits_both_widths_and_reads_well(workspace, tmp_path):
     build_ledger(workspace)
+    _tool_output_and_engine(workspace)  # a tool's output: an artifact page
+    define_graph(workspace, _graph_file(tmp_path))
     rep = B.build(workspace, embeddings=False)
     assert rep.concepts > 0  # the build compiled the concept pages itself
     site = workspace.home / "site"
