@@ -25,7 +25,6 @@ Contract:
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import statistics
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ..ledger.bootstrap import bootstrap_ci as _bootstrap
 from ..ledger.errors import ArtifactIntegrityError, LedgerError, NotFoundError
 from .index.session import open_index
 from .queries import Subject, compare, resolve, valid_runs
@@ -55,41 +55,16 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-@functools.lru_cache(maxsize=64)
-def _draws(n: int, n_base: int | None) -> tuple[Any, Any]:
-    """The resampling indices for `n` samples (and `n_base` baseline samples): the seeded
-    generator's first draws, the same for every call with these sizes (as the gates draw
-    them), so they are drawn once."""
-    import numpy as np  # here: importing the projections (every forge command) stays fast
-
-    rng = np.random.default_rng(SEED)
-    idx = rng.integers(0, n, size=(RESAMPLES, n))
-    base = rng.integers(0, n_base, size=(RESAMPLES, n_base)) if n_base else None
-    return idx, base
-
-
 def bootstrap_ci(samples: Sequence[float], baseline: Sequence[float] | None = None
                  ) -> tuple[float | None, float | None]:
-    """Percentile-bootstrap interval of median(samples), or of median(samples) /
-    median(baseline) when a baseline is given (both resampled); (None, None) without samples
-    or where it is not a finite number."""
+    """The gates' interval (ledger/bootstrap.py) of median(samples), or of median(samples) /
+    median(baseline) when a baseline is given; (None, None) without samples or where it is
+    not a finite number."""
     if not samples or (baseline is not None and not baseline):
         return None, None
-    import numpy as np
-
-    idx, base = _draws(len(samples), len(baseline) if baseline is not None else None)
-    xs = np.asarray(samples, dtype=float)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        stats = np.median(xs[idx], axis=1)
-        if baseline is not None:
-            mb = np.median(np.asarray(baseline, dtype=float)[base], axis=1)
-            keep = mb != 0
-            stats = stats[keep] / mb[keep]
-        if stats.size == 0:
-            return None, None
-        alpha = (1 - CONFIDENCE) / 2
-        lo, hi = np.quantile(stats, [alpha, 1 - alpha], method="inverted_cdf")
-    return _finite(float(lo)), _finite(float(hi))
+    lo, hi = _bootstrap(samples, baseline=baseline, confidence=CONFIDENCE,
+                        iterations=RESAMPLES, seed=SEED)
+    return _finite(lo), _finite(hi)
 
 
 # --- reads ---------------------------------------------------------------------------------

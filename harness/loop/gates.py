@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...ledger import payloads
+from ...ledger.bootstrap import bootstrap_ci
 from ...ledger.payloads import GateResult
 from ...ledger.specs import Contract, Gate, HostLimits
 from ...ledger.task import Run
@@ -95,31 +96,6 @@ def _r(x: float | None, nd: int = 6) -> float | None:
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
-
-
-def bootstrap_ci(
-    samples: Sequence[float], *, baseline: Sequence[float] | None = None, confidence: float = 0.95,
-    iterations: int = 2000, seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of median(samples) (or of median ratio vs `baseline`).
-    Seeded (numpy PCG64): the same inputs give the same interval."""
-    import numpy as np  # lazily: most commands that import the loop never judge a gate
-
-    rng = np.random.default_rng(seed)
-    xs = np.asarray(samples, dtype=float)
-    # Overflow gives an infinite bound, which the callers turn into a verdict (no warning).
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        stats = np.median(xs[rng.integers(0, len(xs), size=(iterations, len(xs)))], axis=1)
-        if baseline is not None:
-            bs = np.asarray(baseline, dtype=float)
-            mb = np.median(bs[rng.integers(0, len(bs), size=(iterations, len(bs)))], axis=1)
-            keep = mb != 0
-            stats = stats[keep] / mb[keep]
-        if stats.size == 0:
-            return (float("nan"), float("nan"))
-        alpha = (1 - confidence) / 2
-        lo, hi = np.quantile(stats, [alpha, 1 - alpha], method="inverted_cdf")
-    return (float(lo), float(hi))
 
 
 def _values(runs: Sequence[Run], metric: str) -> list[float]:
