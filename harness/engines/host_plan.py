@@ -33,9 +33,7 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _plan_ports(plan: LaunchPlan) -> list[int]:
-    return [port for p in plan.processes
-            for port in (p.port, p.bootstrap_port, p.encoder_bootstrap_port, p.metrics_port)
-            if port is not None]
+    return [port for p in plan.processes for port in p.bound_ports()]
 
 
 def plan_here(point: DeploymentPoint, profile: RuntimeProfile, *, ws: Workspace | None,
