@@ -414,10 +414,13 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
         per: dict[str, int] = {}
         for r, n, _, _ in servers:
             per[r] = per.get(r, 0) + n
+        dp_servers = [f"; {r} dp {p.dp} without DP attention is {p.dp} servers of "
+                      f"{n} devices" for r, n, p, c in servers
+                      if p.dp > 1 and not c.get("enable_dp_attention")]
         raise HarnessError(
             f"launch plan: the point needs {need} devices "
             f"({', '.join(f'{r} {n}' for r, n in per.items())}) but {available} are available "
-            f"({device_source or 'point'})")
+            f"({device_source or 'point'})" + (dp_servers[0] if dp_servers else ""))
 
     # Devices: contiguous, in start order, a server on the first host with room; a server
     # larger than any host spans whole hosts (one process per host, --nnodes/--node-rank).

@@ -23,12 +23,19 @@ from infer_forge.harness.engines.plan import plan_point
 from infer_forge.harness.engines.point_up import point_and_profile
 from infer_forge.harness.engines.sglang import HARNESS_KEYS, sglang_command
 from infer_forge.harness.errors import HarnessError
-from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
+from infer_forge.ledger.specs import (
+    DeploymentPoint,
+    RuntimeProfile,
+    SpecError,
+    apply_candidate,
+    load_task,
+)
 
 from tests.conftest import REPO
 from tests.helpers import real_sglang
 
 KIT = real_sglang.KIT_VERSIONS
+SCOPE_TASK = REPO / "examples" / "tasks" / "tune-glm-4.5-h200.yaml"
 PROBE = REPO / "harness" / "engines" / "sglang_parser_probe.py"
 MODEL = "m"
 REFUSAL = re.compile(r"^sglang (\S+) has no (--[a-z0-9-]+) \((.+)\)$")
@@ -148,6 +155,7 @@ def _cases(tmp: Path) -> list[Case]:
         _planned(case, point, profile)
         assert case.refusal is None, case.refusal
         cases.append(case)
+    cases += _scope_cases()
     for v in KIT:
         for name, point, profile in examples:
             arch = point.topology.architecture
@@ -183,6 +191,27 @@ def _cases(tmp: Path) -> list[Case]:
             _planned(case, _point(arch, roles), _profile(cfg, v))
             cases.append(case)
     return cases
+
+
+def _scope_cases() -> list[Case]:
+    """Each axis value of the tuning task alone, at the point's pinned version: its argvs,
+    or the plan's refusal (a combination SGLang would rewrite or refuse)."""
+    task = load_task(SCOPE_TASK)
+    point, profile = point_and_profile(SCOPE_TASK.parent / task.point)
+    assert profile.framework is not None
+    out = []
+    for key, allowed in task.scope.items():
+        assert isinstance(allowed, list), key
+        for value in allowed:
+            case = Case(str(profile.framework.version), f"scope {key}={json.dumps(value)}", [])
+            try:
+                case_point, case_profile = apply_candidate(point, profile, {key: value})
+                assert case_point is not None and case_profile is not None
+                _planned(case, case_point, case_profile)
+            except SpecError as e:
+                case.refusal = str(e)
+            out.append(case)
+    return out
 
 
 def _ask(version: str, argvs: list[list[str]], tmp: Path) -> dict[str, Any]:
@@ -284,7 +313,8 @@ def test_boundary_matrix(real, version):
     """Each setting: argv the release's real parser accepts, or a one-line refusal where
     that release's parser indeed lacks every spelling of it (examples re-pinned too)."""
     cases, flags = real
-    mine = [c for c in cases if c.version == version and not c.name.endswith("(pinned)")]
+    mine = [c for c in cases if c.version == version and not c.name.endswith("(pinned)")
+            and not c.name.startswith("scope ")]
     assert len(mine) >= len(MATRIX) + 2
     bad = [v for c in mine for v in _verdicts(c, flags[version])]
     assert not bad, "\n".join(bad)
@@ -397,3 +427,38 @@ def test_new_example_points_at_old_releases(real):
     glm = next(c for c in cases if c.name == "example glm-4.5-h200" and c.version == "0.4.0")
     assert "--speculative-algorithm" not in flags["0.4.0"]
     assert any(f == "--speculative-algorithm" for f, _ in glm.wants)
+
+
+def test_scope_axes_are_the_real_parsers(real):
+    """The tuning task's axes (speculative decoding, DeepEP, EPLB, FP8 KV, HiCache, two-batch
+    overlap, DP attention): each `engine.<flag>` is a flag of the pinned release's real
+    parser taking each listed value; each value alone either plans to argvs that parser
+    accepts, holding the value, or is refused in one line naming its dimension."""
+    cases, flags = real
+    task = load_task(SCOPE_TASK)
+    mine = [c for c in cases if c.name.startswith("scope ")]
+    assert len(mine) == sum(len(v) for v in task.scope.values())  # type: ignore[arg-type]
+    version = mine[0].version
+    for key, allowed in task.scope.items():
+        head, _, name = key.partition(".")
+        if head == "engine":
+            assert all(_has(flags[version], "--" + name.replace("_", "-"), v)
+                       for v in allowed if v is not False), key  # type: ignore[union-attr]
+    accepted = 0
+    for c in mine:
+        key, value = c.name[len("scope "):].split("=", 1)
+        dim = key.rpartition(".")[2]
+        if c.refusal is not None:
+            assert "\n" not in c.refusal and dim in c.refusal, (c.name, c.refusal)
+            continue
+        accepted += 1
+        for r in c.results:
+            assert r["ok"], (c.name, r["error"])
+            v = json.loads(value)
+            if key.startswith("engine.") and dim in r["args"] and v is not False \
+                    and dim != "enable_dp_attention":
+                assert str(r["args"][dim]) == str(v), (c.name, r["args"][dim])
+    refused = {c.name for c in mine if c.refusal is not None}
+    assert accepted >= 15 and {"scope engine.speculative_num_steps=1",
+                               "scope engine.enable_two_batch_overlap=true",
+                               "scope topology.parallelism.dp=2"} <= refused, refused
