@@ -67,7 +67,7 @@ def check_server(cfg: Mapping[str, Any], par: Parallelism, role: str,
 
 def _check_speculative(cfg: Mapping[str, Any], role: str) -> None:
     algo = cfg.get("speculative_algorithm")
-    sizes = {k: cfg.get(k) for k in SPEC_SIZES if cfg.get(k) is not None}
+    sizes: dict[str, Any] = {k: cfg[k] for k in SPEC_SIZES if cfg.get(k) is not None}
     if algo is None:
         if sizes:
             raise HarnessError(f"{role}: {next(iter(sizes))} needs speculative_algorithm")

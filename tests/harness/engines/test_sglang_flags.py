@@ -398,7 +398,7 @@ def test_multi_node_ranks_parse_as_planned(real):
         assert (args["nnodes"], args["node_rank"]) == (2, p.node_rank), p.name
         rank0 = plan.process(f"{p.role}-{p.index}")
         assert args["dist_init_addr"] == p.dist_init_addr == rank0.dist_init_addr, p.name
-        assert rank0.dist_init_addr.startswith(f"{rank0.host}:"), p.name  # type: ignore[union-attr]
+        assert rank0.dist_init_addr.startswith(f"{rank0.host}:"), p.name
         assert args["host"] == p.host and args["port"] == p.port
         assert (args["tp_size"], args["ep_size"], args["attn_dp_size"]) == (16, 16, 16)
         assert args["speculative_algorithm"] == "EAGLE"
@@ -437,13 +437,13 @@ def test_scope_axes_are_the_real_parsers(real):
     cases, flags = real
     task = load_task(SCOPE_TASK)
     mine = [c for c in cases if c.name.startswith("scope ")]
-    assert len(mine) == sum(len(v) for v in task.scope.values())  # type: ignore[arg-type]
+    assert len(mine) == sum(len(v) for v in task.scope.values())
     version = mine[0].version
     for key, allowed in task.scope.items():
         head, _, name = key.partition(".")
         if head == "engine":
             assert all(_has(flags[version], "--" + name.replace("_", "-"), v)
-                       for v in allowed if v is not False), key  # type: ignore[union-attr]
+                       for v in allowed if v is not False), key
     accepted = 0
     for c in mine:
         key, value = c.name[len("scope "):].split("=", 1)
