@@ -38,9 +38,19 @@ server uses tp × pp devices; the profile config may repeat the point's sizes bu
 contradict them (the point's topology is the authority).
 
 Devices: `accelerators` is a list of device indices on this host, or {host: indices} for
-several hosts (a server never spans hosts), or None: indices 0..count-1 of the point's
-accelerator. Servers take devices in start order, contiguously, never overlapping; too few is
-a HarnessError naming what each role needs. NVIDIA sets CUDA_VISIBLE_DEVICES (and
+several hosts, or None: indices 0..count-1 of the point's accelerator on each of its
+`accelerator.nodes` hosts (127.0.0.1 for one; node-0, node-1, ... for more). Servers take
+devices in start order, contiguously, never overlapping, a server on the first host with
+room; too few is a HarnessError naming what each role needs.
+Several hosts: a server larger than every host spans whole untouched hosts of one size
+(tp × pp = nnodes × devices per host, else a one-line refusal naming tp x pp): one process
+per host (`<role>-<i>`, then `<role>-<i>-node<r>`) with `--nnodes --node-rank
+--dist-init-addr HOST0:P` (P from rank 0's dist-init block, base_port + 2000, DIST_SPAN ports
+a server); rank 0 is the server's entry, a follower's health URL is its /health (SGLang's
+health server for node ranks >= 1); every rank gets rank 0's bootstrap port, only rank 0
+binds it. The router goes on the first host and lists each server's rank 0. `ib_devices`
+({host: value}) sets `--disaggregation-ib-device` for that host's PD servers. Settings SGLang
+would rewrite at start are refused per role by plan_rules.py. NVIDIA sets CUDA_VISIBLE_DEVICES (and
 CUDA_DEVICE_ORDER=PCI_BUS_ID, so that an index is the GPU nvidia-smi and NVML call by it:
 the host state's GPUs are the deployment's), AMD HIP_VISIBLE_DEVICES; a cpu accelerator
 assigns none.
