@@ -414,9 +414,10 @@ def test_multi_node_ranks_parse_as_planned(real):
 
 
 def test_new_example_points_at_old_releases(real):
-    """Re-pinned to a release that lacks MTP (0.4.0: no --speculative-algorithm) or DeepEP's
-    backend flag (0.5.1 has it), each new example is refused in one line naming a flag or
-    value that release's real parser lacks (the verdicts), or parses there."""
+    """Re-pinned to 0.4.0 (no --speculative-algorithm, no --moe-a2a-backend, no fp8_e4m3 in
+    --kv-cache-dtype's choices, per its real parser), each new example is refused in one
+    line naming a flag or value that parser lacks; from 0.5.1 on they parse (the boundary
+    matrix's verdicts)."""
     cases, flags = real
     new = ("deepseek-v3-pd-2x8-h200", "deepseek-r1-pd-4x8-h200", "kimi-k2-h200",
            "glm-4.5-h200")
@@ -424,9 +425,13 @@ def test_new_example_points_at_old_releases(real):
         old = next(c for c in cases if c.name == f"example {name}" and c.version == "0.4.0")
         assert old.refusal is not None and old.refusal.startswith("sglang 0.4.0 "), name
         assert not _verdicts(old, flags["0.4.0"]), name
-    glm = next(c for c in cases if c.name == "example glm-4.5-h200" and c.version == "0.4.0")
     assert "--speculative-algorithm" not in flags["0.4.0"]
-    assert any(f == "--speculative-algorithm" for f, _ in glm.wants)
+    assert "--moe-a2a-backend" not in flags["0.4.0"]
+    assert "fp8_e4m3" not in flags["0.4.0"]["--kv-cache-dtype"]["choices"]
+    for name in new:
+        later = next(c for c in cases if c.name == f"example {name}" and c.version == "0.5.1")
+        assert later.refusal is None and later.argvs, (name, later.refusal)
+        assert all(r["ok"] for r in later.results), (name, later.results)
 
 
 def test_scope_axes_are_the_real_parsers(real):
