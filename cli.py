@@ -1061,7 +1061,7 @@ def _host_values(items: tuple[str, ...], what: str) -> dict[str, str]:
     for item in items:
         host, sep, value = item.partition("=")
         if not sep or not host.strip() or not value.strip():
-            raise click.UsageError(f"{what} {item!r}: expected HOST=VALUE")
+            raise click.ClickException(f"{what} {item!r}: expected HOST=VALUE")
         out[host.strip()] = value.strip()
     return out
 

@@ -7,6 +7,7 @@ test_sglang_flags.py's (every example point, the 4-node one rank by rank)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from typing import Any
@@ -23,7 +24,7 @@ from infer_forge.harness.testing.fake_nvml import FakeNvml
 from infer_forge.ledger import events as E
 from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_forge
 
 POINTS = REPO / "examples" / "points"
 
@@ -253,3 +254,36 @@ def test_plan_on_registry_hosts_checks_each_host_and_claims_ports(workspace):
     assert again.digest() == plan_point(point, profile, {"gpu-a": range(8), "gpu-b": range(8)},
                                         device_source=again.device_source).digest()
     assert lease3 is not None
+
+
+def test_engine_up_plans_on_registry_hosts_at_the_cli(workspace):
+    """`forge engine up --point P --plan --hosts A,B --ib-device A=...`: the plan on the
+    registry's hosts, printed; malformed or impossible asks are one line, non-zero."""
+    _register(workspace, "gpu-a", tag="a")
+    _register(workspace, "gpu-b", tag="b")
+    point = str(POINTS / "deepseek-v3-pd-2x8-h200.yaml")
+    r = run_forge("engine", "up", "--point", point, "--plan", "--json", "--hosts",
+                  "gpu-a,gpu-b", "--ib-device", "gpu-b=mlx5_4,mlx5_5", home=workspace.home)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)["plan"]
+    procs = {p["name"]: p for p in plan["processes"]}
+    assert (procs["prefill-0"]["host"], procs["decode-0"]["host"], procs["router"]["host"]) \
+        == ("gpu-a", "gpu-b", "gpu-a")
+    assert plan["device_source"] == "Node Registry hosts gpu-a, gpu-b"
+    ib = {n: flag(tuple(procs[n]["argv"]), "--disaggregation-ib-device")
+          for n in ("prefill-0", "decode-0")}
+    assert ib == {"prefill-0": "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7",
+                  "decode-0": "mlx5_4,mlx5_5"}  # the profile's, and gpu-b's own
+    assert not claims.listing(workspace)  # a printed plan holds nothing
+
+    for args, code, line in (
+            (["--plan", "--ib-device", "gpu-b"], 1, "--ib-device 'gpu-b': expected HOST=VALUE"),
+            (["--hosts", "gpu-a,gpu-b"], 1, "--hosts: launching on several hosts is not "
+                                            "built yet"),
+            ([], 1, "the point runs on 2 hosts (accelerator.nodes): this host alone cannot "
+                    "deploy it"),
+            (["--plan", "--hosts", "gpu-a,gpu-c"], 1, "host gpu-c is not in the Node "
+                                                      "Registry")):
+        r = run_forge("engine", "up", "--point", point, *args, home=workspace.home)
+        assert r.returncode == code and line in r.stderr, (args, r.returncode, r.stderr)
+        assert len(r.stderr.strip().splitlines()) <= 3 and "Traceback" not in r.stderr
