@@ -1182,7 +1182,11 @@ def perf() -> None:
 @click.option("--rate", "rate_hz", type=int, default=100, show_default=True,
               help="py-spy samples per second.")
 @click.option("--activities", default="CPU,GPU", show_default=True,
-              help="sglang: torch profiler activities (CPU, GPU, MEM).")
+              help="sglang: CPU, GPU, MEM, CUDA_PROFILER, RPD (SGLang's ProfileReq).")
+@click.option("--profile", "profile_text", metavar="KEY=VALUE,...",
+              help="sglang: num_steps, start_step, profile_by_stage, with_stack, "
+                   "record_shapes, merge_profiles, profile_prefix, profile_stages "
+                   "(prefill+decode), detailed_annotations.")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--task", "task_id", help="Record on this task's stream (else 'profiles').")
 @click.option("--block", "block_id", help="The loop block the profile belongs to.")
@@ -1190,7 +1194,7 @@ def perf() -> None:
 @click.pass_context
 @fail_cleanly
 def perf_capture(ctx, url, engine_name, model, pid, tokenizer_dir, duration_s, load_text,
-                 rate_hz, activities, top, task_id, block_id, as_json) -> None:
+                 rate_hz, activities, profile_text, top, task_id, block_id, as_json) -> None:
     """Profile the engine at --url while a load runs; traces become artifacts, the top
     operators/kernels/functions by time go into a ProfileCaptured event.
 
@@ -1200,12 +1204,13 @@ def perf_capture(ctx, url, engine_name, model, pid, tokenizer_dir, duration_s, l
         --tokenizer DIR --duration 10 --load concurrency=8,requests=32 --task T --block B
     """
     from .harness.perf.capture import capture_profile, format_summary, parse_load
+    from .harness.perf.options import parse_options
 
     out = capture_profile(
         open_ws(ctx), url=url, engine=engine_name, model=model, duration_s=duration_s,
         load=parse_load(load_text), tokenizer_dir=tokenizer_dir, pid=pid, rate_hz=rate_hz,
-        activities=tuple(a.strip().upper() for a in activities.split(",") if a.strip()),
-        top=top, task_id=task_id, block_id=block_id)
+        options=parse_options(profile_text, activities), top=top, task_id=task_id,
+        block_id=block_id)
     if as_json:
         emit_json(out)
         return
@@ -1221,8 +1226,9 @@ def perf_capture(ctx, url, engine_name, model, pid, tokenizer_dir, duration_s, l
 @click.pass_context
 @fail_cleanly
 def perf_compare(ctx, a: str, b: str, as_json: bool) -> None:
-    """Two recorded profiles' top entries side by side (event ids or prefixes)."""
-    from .projections.perf import compare_captures
+    """Two recorded profiles kernel by kernel, per phase, largest time delta first (event
+    ids or prefixes); captures without phases: their top entries' shares."""
+    from .projections.perf import compare_captures, format_phases
 
     out = compare_captures(open_ws(ctx).ledger, a, b)
     if as_json:
@@ -1230,6 +1236,9 @@ def perf_compare(ctx, a: str, b: str, as_json: bool) -> None:
         return
     click.echo(f"A {out['a']['event_id']} ({out['a']['engine']}, {out['a']['at']})")
     click.echo(f"B {out['b']['event_id']} ({out['b']['engine']}, {out['b']['at']})")
+    if out["phases"]:
+        click.echo(format_phases(out))
+        return
     for r in out["rows"]:
         fa = "-" if r["share_a"] is None else f"{r['share_a'] * 100:.2f} %"
         fb = "-" if r["share_b"] is None else f"{r['share_b'] * 100:.2f} %"

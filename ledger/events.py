@@ -310,12 +310,49 @@ class ProfileOp(BaseModel):
     count: int
 
 
+class PhaseOp(BaseModel):
+    """One entry of a phase's table (harness/perf/phases.py): calls, total and mean time
+    (ms), share of the phase, time per output token of the window (None: unknown) and the
+    time of the calls a CUDA-graph replay launched."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    name: str
+    count: int
+    total_ms: float
+    mean_ms: float
+    share: float
+    per_token_ms: float | None = None
+    graph_ms: float = 0.0
+
+
+class ProfilePhase(BaseModel):
+    """A capture's table for one phase (prefill, decode, ... ; harness/perf/phases.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    name: str
+    kind: str
+    unit: str
+    total_ms: float
+    per_token_ms: float | None = None
+    count: int
+    steps: int = 0
+    tokens: int = 0
+    graph_replays: int = 0
+    top: tuple[PhaseOp, ...] = ()
+
+
 class ProfileCaptured(Event):
     """`forge perf capture`: an engine profiled under load (harness/perf/capture.py).
     `method` torch-profiler (SGLang's /start_profile, traces per rank) or py-spy (the
     embedded engine's process sampled); `traces` the trace artifacts' digests, named in
     `trace_names`; `kind`/`unit`/`total_ms`/`top` the summary (harness/perf/summary.py);
-    `load` the load run during the capture and `bench` its figures."""
+    `phases` the per-phase tables (phases.py; empty for py-spy); `options` the profiler
+    options asked for (SGLang's /start_profile body, less output_dir); `load` the load run
+    during the capture and `bench` its figures."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: phases, options
 
     engine: str
     url: str
@@ -330,6 +367,13 @@ class ProfileCaptured(Event):
     total_ms: float
     samples: int
     top: tuple[ProfileOp, ...] = ()
+    phases: tuple[ProfilePhase, ...] = ()
+    options: JSON = Field(default_factory=dict)
+
+
+@upcaster("ProfileCaptured", 1)
+def _profile_captured_v1(payload: JSON) -> JSON:
+    return {**payload, "phases": [], "options": {}}
 
 
 class MeasurementRecorded(Event):

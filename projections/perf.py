@@ -5,11 +5,16 @@ A capture is named by its event id or an unambiguous prefix of it (8+ characters
 `forge perf capture`). Captures live on the `profiles` stream or on task streams; both are
 found through the ledger's type filter. The index holds no profile table yet (that needs an
 index schema bump), so comparisons read the ledger.
+
+Kernel by kernel: `compare_phases` lines up two captures' per-phase tables (ProfileCaptured
+`phases`, harness/perf/phases.py). The basis is time per output token of each window when both
+captures know their output tokens (windows of different lengths compare), else total time.
+Rows: per phase, one per name in either table, largest absolute delta first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..ledger import events as E
@@ -64,6 +69,53 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+PHASE_ORDER = {"prefill": 0, "decode": 1}
+
+
+def compare_phases(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
+                   ) -> dict[str, Any]:
+    """Two captures' phases (each `{name, total_ms, per_token_ms, top: [{name, count,
+    total_ms, mean_ms, share, per_token_ms}]}`) side by side: `basis` ("ms per output token"
+    when every phase of both has `per_token_ms`, else "ms"), and per phase in either
+    (prefill, decode, then by name) its totals `a`, `b`, `delta` and `rows`: `{name, a, b,
+    delta, rel, calls_a, calls_b, mean_ms_a, mean_ms_b, share_a, share_b}`, None where the
+    entry is not in that capture's table (its delta counts it as 0), `rel` = delta / a (None
+    when a is absent or 0), largest |delta| first, then by name."""
+    phases = [ph for side in (a, b) for ph in side]
+    per_token = bool(phases) and all(ph.get("per_token_ms") is not None for ph in phases)
+    key = "per_token_ms" if per_token else "total_ms"
+
+    def total(ph: Mapping[str, Any] | None) -> float | None:
+        return None if ph is None else ph.get(key)
+
+    pa = {ph["name"]: ph for ph in a}
+    pb = {ph["name"]: ph for ph in b}
+    names = sorted(set(pa) | set(pb), key=lambda n: (PHASE_ORDER.get(n, 2), n == "other", n))
+    out = []
+    for name in names:
+        ta = {op["name"]: op for op in (pa.get(name) or {}).get("top", ())}
+        tb = {op["name"]: op for op in (pb.get(name) or {}).get("top", ())}
+        rows = []
+        for k in set(ta) | set(tb):
+            oa, ob = ta.get(k), tb.get(k)
+            va = oa[key] if oa else None
+            vb = ob[key] if ob else None
+            delta = round((vb or 0.0) - (va or 0.0), 6)
+            rows.append({"name": k, "a": va, "b": vb, "delta": delta,
+                         "rel": round(delta / va, 6) if va else None,
+                         "calls_a": oa["count"] if oa else None,
+                         "calls_b": ob["count"] if ob else None,
+                         "mean_ms_a": oa["mean_ms"] if oa else None,
+                         "mean_ms_b": ob["mean_ms"] if ob else None,
+                         "share_a": oa["share"] if oa else None,
+                         "share_b": ob["share"] if ob else None})
+        rows.sort(key=lambda r: (-abs(r["delta"]), r["name"]))
+        sa, sb = total(pa.get(name)), total(pb.get(name))
+        out.append({"name": name, "a": sa, "b": sb,
+                    "delta": round((sb or 0.0) - (sa or 0.0), 6), "rows": rows})
+    return {"basis": "ms per output token" if per_token else "ms", "phases": out}
+
+
 def compare_captures(ledger: Ledger, ref_a: str, ref_b: str) -> dict[str, Any]:
     """`forge perf compare`: both captures' headers and the rows of `compare`. Captures of
     different kinds (kernel time vs py-spy samples) are refused: their shares do not measure
@@ -81,4 +133,32 @@ def compare_captures(ledger: Ledger, ref_a: str, ref_b: str) -> dict[str, Any]:
                 "bench": dict(ev.bench)}
 
     dump = [{"top": [op.model_dump() for op in ev.top]} for ev in (a, b)]
-    return {"a": head(sa, a), "b": head(sb, b), "rows": compare(dump[0], dump[1])}
+    out = {"a": head(sa, a), "b": head(sb, b), "rows": compare(dump[0], dump[1])}
+    if a.phases and b.phases:
+        out.update(compare_phases([ph.model_dump() for ph in a.phases],
+                                  [ph.model_dump() for ph in b.phases]))
+    else:  # a capture from before phases, or py-spy's: the shares of the top lists only
+        out.update({"basis": None, "phases": []})
+    return out
+
+
+def format_phases(out: Mapping[str, Any], per_phase: int = 15) -> str:
+    """The phase tables of `compare_captures`' answer, `per_phase` rows each."""
+    us = out["basis"] == "ms per output token"
+    unit = "us/token" if us else "ms"
+    scale = 1000.0 if us else 1.0
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v * scale:.2f}"
+
+    lines = []
+    for ph in out["phases"]:
+        lines.append(f"phase {ph['name']} ({unit}): A {fmt(ph['a'])}  B {fmt(ph['b'])}  "
+                     f"delta {ph['delta'] * scale:+.2f}")
+        for r in ph["rows"][:per_phase]:
+            rel = "" if r["rel"] is None else f" ({r['rel'] * 100:+.1f} %)"
+            calls = f"{r['calls_a'] if r['calls_a'] is not None else '-'}->" \
+                    f"{r['calls_b'] if r['calls_b'] is not None else '-'}"
+            lines.append(f"  {fmt(r['a']):>10}  {fmt(r['b']):>10}  "
+                         f"{r['delta'] * scale:+10.2f}{rel:<12} {calls:>11}  {r['name']}")
+    return "\n".join(lines)

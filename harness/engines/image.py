@@ -212,14 +212,17 @@ def image_launcher(argv: Sequence[str], host_python: str) -> list[str]:
 
 def container_argv(use: ImageUse, argv: Sequence[str], *, name: str, vendor: str = "nvidia",
                    devices: Sequence[int] | None = None, env_names: Iterable[str] = (),
-                   mounts: Iterable[str | Path] = (), host_python: str = sys.executable
-                   ) -> list[str]:
-    """The command that runs `argv` in the image, as container `name`."""
+                   mounts: Iterable[str | Path] = (), host_python: str = sys.executable,
+                   rw_mounts: Iterable[str | Path] = ()) -> list[str]:
+    """The command that runs `argv` in the image, as container `name`. `mounts` read-only,
+    `rw_mounts` read-write (the profiler's trace root), each at its own path."""
     kind = use.runtime.kind
     out = [use.runtime.exe, "run", "--rm", "--name", name, "--label", LABEL,
            "--network", "host", "--ipc", "host", *gpu_args(kind, vendor, devices)]
     for m in sorted({str(Path(m)) for m in mounts}):
         out += ["-v", f"{m}:{m}:ro"]
+    for m in sorted({str(Path(m)) for m in rw_mounts}):
+        out += ["-v", f"{m}:{m}:rw"]
     for k in sorted(set(env_names) - VISIBILITY_ENV):
         out += ["-e", k]
     return out + [use.target, *image_launcher(argv, host_python)]

@@ -52,6 +52,7 @@ from ..errors import HarnessError
 from ..guard import outbound
 from ..guard.engine_sandbox import EngineSandbox, for_launch
 from ..models.weights import model_path
+from ..perf.traces import trace_root
 from . import sglang_flags, sglang_profile_req
 from .base import (
     Engine,
@@ -445,8 +446,12 @@ class SGLangEngine(Engine):
             ensure_image(use)
             container = container_name("sglang", port)
             clear_stale_container(use, container, say=say)
+            # The profiler's trace root, read-write at its own path: /start_profile's
+            # output_dir then names the same directory in the container and here.
+            rw = [trace_root(ws.home)] if ws is not None else []
             cmd = owned(container_argv(use, cmd, name=container, env_names=env,
-                                       mounts=model_mounts(model_s), host_python=python))
+                                       mounts=model_mounts(model_s), host_python=python,
+                                       rw_mounts=rw))
         sink = EventSink(ws, stream, event_fields)
         try:
             server = start_server("sglang", cmd, base_url=base_url,

@@ -3,11 +3,15 @@ artifacts and record a `ProfileCaptured` with their summary.
 
 How each engine is profiled:
 - `sglang` (and an `external` endpoint with the SGLang API): POST `/start_profile` with
-  `output_dir` (a fresh directory on this host) and `activities` (default CPU and GPU), run
-  the load, POST `/stop_profile`; SGLang's scheduler writes one torch-profiler chrome trace per
-  rank, `*.trace.json.gz`, into `output_dir`, which is collected (waiting up to
-  `collect_timeout_s` for complete files). The directory is the *server's* filesystem: a
-  server on another host leaves nothing here and the capture fails naming the directory. The
+  `output_dir` (a fresh directory under `<FORGE_HOME>/perf-traces`, traces.py) and the
+  options of `ProfileOptions` (options.py: SGLang's ProfileReq, each field checked against
+  the server's release), run the load, POST `/stop_profile` (not with `num_steps`: SGLang
+  stops by itself); SGLang's scheduler writes one torch-profiler chrome trace per rank (and
+  per stage with `profile_by_stage`), `*.trace.json.gz`, into `output_dir`, which is
+  collected (waiting up to `collect_timeout_s` for complete files; one over
+  `max_trace_bytes` is refused). The directory is the *server's* filesystem: a server forge
+  runs in a pinned image has the trace root mounted read-write at the same path; a server
+  on another host leaves nothing here and the capture fails naming the directory. The
   calls go through the external engine's client, so the production guard refuses them
   against an endpoint forge.toml marks production (profiling is not a read).
 - `hf` (the embedded engine, `transformers serve`, a process of this host): py-spy
@@ -27,12 +31,16 @@ the window's figures: rounds, completed and failed requests, output tokens, seco
 output throughput. Nothing is attached or enabled outside the window, so a server that is not
 being captured pays nothing (bench/perf_profile.py measures the window's cost).
 
-Recording: traces go to the artifact store (gzipped SGLang traces verbatim; py-spy's text
-output through the redactor), then one `ProfileCaptured` on the task's stream with `task_id`
-(and `block_id`, which must be the task's open block, as for a measurement; an unknown or
-exited task or a block not open is refused before anything runs), else on the `profiles`
-stream. The index has no table for profiles yet (that needs an index schema bump):
-`forge perf compare A B` reads two captures from the ledger (projections/perf.py).
+Summaries: the top entries of the whole capture (summary.py) and, for torch traces, one table
+per phase (phases.py: prefill, decode, ... from SGLang's step spans and stage files, per
+output token of the window).
+
+Recording: traces go to the artifact store (gzipped SGLang traces redacted inside, as any
+gzip artifact; py-spy's text output through the redactor), then one `ProfileCaptured` on
+the task's stream with `task_id` (and `block_id`, which must be the task's open block, as
+for a measurement; an unknown or exited task or a block not open is refused before anything
+runs), else on the `profiles` stream. `forge perf compare A B` reads two captures from the
+ledger (projections/perf.py).
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ from ..bench.client import bench_command
 from ..errors import HarnessError
 from ..proc import alive
 from ..record import append_to_task, check_measurement_target
+from .options import ProfileOptions
+from .phases import Phase, select_files, summarize_phases
 from .summary import (
     DEFAULT_TOP,
     Summary,
@@ -68,9 +78,10 @@ from .summary import (
     summarize_chrome,
     summarize_pyspy_raw,
 )
+from .traces import trace_root
 
 ENGINES = ("hf", "sglang", "external")
-ACTIVITIES = ("CPU", "GPU", "MEM")
+MAX_TRACE_BYTES = 1 << 30  # one rank's file; a 10 s H200 capture with stacks is ~100s of MB
 LOAD_KEYS = ("concurrency", "requests", "input_len", "output_len", "seed")
 
 
@@ -178,64 +189,99 @@ class PySpyCapture:
 
 class SGLangCapture:
     """SGLang's torch profiler through /start_profile and /stop_profile (see module
-    docstring). `client` has start_profile(**options) and stop_profile()."""
+    docstring). `client` has start_profile(**options) and stop_profile(). With `num_steps`
+    SGLang stops by itself: the files are awaited (every stage's, by stage) and /stop_profile
+    is called only to flush a capture still running when `collect_timeout_s` has passed."""
 
     method = "torch-profiler"
 
-    def __init__(self, client: Any, workdir: Path, activities: Sequence[str] = ("CPU", "GPU"),
-                 collect_timeout_s: float = 120.0):
-        bad = sorted(set(activities) - set(ACTIVITIES))
-        if bad or not activities:
-            raise HarnessError(f"activities {', '.join(bad) or '(none)'}: expected some of "
-                               f"{', '.join(ACTIVITIES)}")
-        self.client, self.activities = client, list(activities)
+    def __init__(self, client: Any, workdir: Path, options: ProfileOptions | None = None,
+                 collect_timeout_s: float = 120.0, max_bytes: int = MAX_TRACE_BYTES):
+        self.client, self.options = client, options or ProfileOptions()
         self.dir = workdir / "sglang-traces"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.collect_timeout_s = collect_timeout_s
+        self.collect_timeout_s, self.max_bytes = collect_timeout_s, max_bytes
         self.started = False
 
     def start(self) -> None:
-        self.client.start_profile(output_dir=str(self.dir), activities=self.activities)
+        self.client.start_profile(output_dir=str(self.dir), **self.options.body())
         self.started = True
 
     def stop(self) -> list[tuple[str, bytes]]:
         if not self.started:
             return []
         self.started = False
-        self.client.stop_profile()
+        if not self.options.self_stopping:
+            self.client.stop_profile()
         deadline = time.monotonic() + self.collect_timeout_s
         interval = 0.05
+        flushed = not self.options.self_stopping
         while True:
             files = self._complete()
-            if files:
+            if files and (flushed or self._all_stages(files)):
                 return files
             if time.monotonic() > deadline:
+                if not flushed:  # num_steps not reached within the window: flush what runs
+                    flushed = True
+                    try:
+                        self.client.stop_profile()
+                    except HarnessError:
+                        pass  # SGLang had stopped already ("not in progress")
+                    deadline = time.monotonic() + self.collect_timeout_s
+                    continue
                 raise HarnessError(
                     f"sglang /stop_profile: no complete *.trace.json.gz in {self.dir} after "
                     f"{self.collect_timeout_s:.0f}s (is the server on another host? its "
-                    "output_dir is on its own filesystem)")
+                    "output_dir is on its own filesystem; with num_steps, did the load run "
+                    "that many steps?)")
             time.sleep(interval)  # poll interval of a wait for files the server writes
             interval = min(1.0, interval * 1.5)
 
+    def _all_stages(self, files: Sequence[tuple[str, bytes]]) -> bool:
+        from .phases import stage_of_file
+
+        want = set(self.options.stages())
+        return want <= {stage_of_file(n) for n, _ in files}
+
     def _complete(self) -> list[tuple[str, bytes]]:
         out = []
-        for p in sorted(self.dir.glob("*.trace.json.gz")):
+        paths = sorted(self.dir.glob("*.trace.json.gz"))
+        if "MEM" in self.options.activities:
+            paths += sorted(self.dir.glob("*-memory*.pickle"))
+        for p in paths:
+            size = p.stat().st_size
+            if size > self.max_bytes:
+                raise HarnessError(f"{p.name}: {size} bytes, over the limit of "
+                                   f"{self.max_bytes} for one trace (fewer num_steps, a "
+                                   "shorter --duration, or with_stack=false)")
             data = p.read_bytes()
-            try:
-                gzip.decompress(data)
-            except (OSError, EOFError):
-                return []  # still being written: wait for every rank's file
+            if p.suffix == ".gz":
+                try:
+                    gzip.decompress(data)
+                except (OSError, EOFError):
+                    return []  # still being written: wait for every rank's file
             out.append((p.name, data))
         return out
 
     def summarize(self, files: Sequence[tuple[str, bytes]], top: int) -> Summary:
-        traces = []
-        for name, data in files:
+        return summarize_chrome([t for _n, t in self.traces(files)], top)
+
+    def traces(self, files: Sequence[tuple[str, bytes]]) -> list[tuple[str, dict[str, Any]]]:
+        """The chrome traces to summarise, named: the per-rank files (a merged file repeats
+        their events), no memory snapshot."""
+        named = [(n, d) for n, d in files if n.endswith(".trace.json.gz")]
+        out = []
+        for i in select_files([n for n, _ in named]):
+            name, data = named[i]
             try:
-                traces.append(load_chrome_trace(data))
+                out.append((name, load_chrome_trace(data)))
             except TraceError as e:
                 raise TraceError(f"{name}: {e}") from None
-        return summarize_chrome(traces, top)
+        return out
+
+    def phases(self, files: Sequence[tuple[str, bytes]], output_tokens: float | None,
+               top: int) -> tuple[Phase, ...]:
+        return summarize_phases(self.traces(files), output_tokens=output_tokens, top=top)
 
 
 def run_window(capturer: Capturer, *, duration_s: float, round_fn: Callable[[bool], Mapping]
@@ -267,12 +313,17 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
                     duration_s: float = 10.0, load: Load | None = None,
                     tokenizer_dir: str | None = None, pid: int | None = None,
                     rate_hz: int = 100, activities: Sequence[str] = ("CPU", "GPU"),
+                    options: ProfileOptions | None = None,
                     top: int = DEFAULT_TOP, task_id: str | None = None,
                     block_id: str | None = None, actor: E.Actor | None = None,
-                    collect_timeout_s: float = 120.0) -> dict[str, Any]:
+                    collect_timeout_s: float = 120.0,
+                    max_trace_bytes: int = MAX_TRACE_BYTES) -> dict[str, Any]:
     """Profile the engine at `url` under `load` for `duration_s`; store the traces, record
-    `ProfileCaptured`; returns {event_id, stream, method, traces, summary, bench, load}."""
+    `ProfileCaptured`; returns {event_id, stream, method, traces, summary, phases, options,
+    bench, load}. `options` (SGLang's /start_profile; default: `activities` only)."""
     load = load or Load()
+    if options is None:
+        options = ProfileOptions(activities=tuple(activities))
     if engine not in ENGINES:
         raise HarnessError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s)
@@ -294,7 +345,9 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
     # Refused now, not after the run: an unknown or exited task, a block that is not open
     # (the rule a measurement of the same window would meet).
     check_measurement_target(ws, task_id, block_id)
-    with tempfile.TemporaryDirectory(prefix="forge-perf-") as tmp:
+    # Under the trace root, not /tmp: a server forge runs in an image has that root mounted
+    # (traces.py), so the directory it writes is this one.
+    with tempfile.TemporaryDirectory(prefix="capture-", dir=trace_root(ws.home)) as tmp:
         workdir = Path(tmp)
         capturer: Capturer
         if engine == "hf":
@@ -312,8 +365,9 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
             client = ExternalEngine().launch(
                 {"base_url": url, "api": "sglang", "read_only": False, "model": model}, ws=ws,
                 event_fields={"task_id": task_id, "actor": actor})
-            capturer = SGLangCapture(client, workdir, activities,
-                                     collect_timeout_s=collect_timeout_s)
+            capturer = SGLangCapture(client, workdir, options,
+                                     collect_timeout_s=collect_timeout_s,
+                                     max_bytes=max_trace_bytes)
         bench_engine = "hf" if engine == "hf" else "sglang"
 
         def round_fn(first: bool) -> dict[str, Any]:
@@ -331,15 +385,19 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
         # the error).
         # A gzipped trace is redacted inside (ledger/archives.py): it can hold a key.
         digests = tuple(ws.artifacts.put(data) for _name, data in files)
+        phases: tuple[Phase, ...] = ()
         try:
             summary = capturer.summarize(files, top)
+            if isinstance(capturer, SGLangCapture):
+                phases = capturer.phases(files, bench.get("total_output_tokens"), top)
         except TraceError as e:
             raise HarnessError(f"{capturer.method} trace: {e} (stored as "
                                f"{', '.join(digests)})") from None
     ev = _event(engine=engine, url=url, method=capturer.method, duration_s=duration_s,
                 load=asdict(load), bench=bench, names=tuple(n for n, _ in files),
-                digests=digests, summary=summary, task_id=task_id, block_id=block_id,
-                actor=actor)
+                digests=digests, summary=summary, phases=phases,
+                options=options.body() if engine != "hf" else {}, task_id=task_id,
+                block_id=block_id, actor=actor)
     # The capture's own id: a retried save of this event adds nothing, while another capture
     # whose traces came out byte-identical (same engine, same trace) is still recorded. (Keyed
     # by the traces' digests, the second of two such captures was dropped as a retry and the
@@ -354,13 +412,14 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
     return {"event_id": str(ev.event_id), "stream": stream, "method": capturer.method,
             "engine": engine, "url": url, "traces": dict(zip(ev.trace_names, digests,
                                                              strict=True)),
-            "summary": summary.as_dict(), "bench": bench, "load": asdict(load)}
+            "summary": summary.as_dict(), "phases": [p.as_dict() for p in phases],
+            "options": dict(ev.options), "bench": bench, "load": asdict(load)}
 
 
 def _event(*, engine: str, url: str, method: str, duration_s: float, load: Mapping[str, Any],
            bench: Mapping[str, float], names: tuple[str, ...], digests: tuple[str, ...],
-           summary: Summary, task_id: str | None, block_id: str | None,
-           actor: E.Actor) -> E.ProfileCaptured:
+           summary: Summary, phases: Sequence[Phase], options: Mapping[str, Any],
+           task_id: str | None, block_id: str | None, actor: E.Actor) -> E.ProfileCaptured:
     clean, _ = without_non_finite(dict(bench), "bench")
     return E.ProfileCaptured(
         engine=engine, url=url, method=method, duration_s=float(duration_s), load=dict(load),
@@ -368,11 +427,13 @@ def _event(*, engine: str, url: str, method: str, duration_s: float, load: Mappi
         trace_names=names, kind=summary.kind, unit=summary.unit, total_ms=summary.total_ms,
         samples=summary.count,
         top=tuple(E.ProfileOp(**op.as_dict()) for op in summary.top),
-        task_id=task_id, block_id=block_id, actor=actor)
+        phases=tuple(E.ProfilePhase(**{**p.as_dict(), "top": tuple(
+            E.PhaseOp(**op.as_dict()) for op in p.top)}) for p in phases),
+        options=dict(options), task_id=task_id, block_id=block_id, actor=actor)
 
 
-def format_summary(result: Mapping[str, Any]) -> str:
-    """A human table of a capture's top entries."""
+def format_summary(result: Mapping[str, Any], per_phase: int = 10) -> str:
+    """A human table of a capture's top entries, then each phase's first `per_phase`."""
     s = result["summary"]
     lines = [f"{result['method']} profile of {result['engine']} at {result['url']}: "
              f"{s['kind']}, {s['unit']}, total {s['total_ms']:.1f} ms over {s['count']} "
@@ -380,4 +441,15 @@ def format_summary(result: Mapping[str, Any]) -> str:
     for op in s["top"]:
         lines.append(f"  {op['share'] * 100:6.2f} %  {op['total_ms']:10.2f} ms  "
                      f"{op['count']:7d}  {op['name']}")
+    for ph in result.get("phases") or ():
+        per_tok = ("" if ph["per_token_ms"] is None
+                   else f", {ph['per_token_ms'] * 1000:.1f} us per output token")
+        lines.append(f"phase {ph['name']}: {ph['total_ms']:.1f} ms{per_tok}, {ph['steps']} "
+                     f"steps, {ph['tokens']} tokens, {ph['graph_replays']} graph replays")
+        lines.append(f"  {'share':>8}  {'total ms':>10}  {'calls':>7}  {'mean us':>9}  "
+                     f"{'graph ms':>9}  name")
+        for op in ph["top"][:per_phase]:
+            lines.append(f"  {op['share'] * 100:6.2f} %  {op['total_ms']:10.2f}  "
+                         f"{op['count']:7d}  {op['mean_ms'] * 1000:9.1f}  "
+                         f"{op['graph_ms']:9.2f}  {op['name']}")
     return "\n".join(lines)

@@ -10,9 +10,15 @@ silently, as the real server's pydantic schema does (`extra_behavior="ignore"`);
 `Start profiling.`; a second start while profiling answers 500 (the scheduler's "Profiling
 is already in progress. Call /stop_profile first."). `POST /stop_profile` answers `Stop
 profiling. This will take some time.` after writing one gzipped chrome trace per rank,
-`<time>-TP-<rank>.trace.json.gz`, into the start's output_dir (default
-$SGLANG_TORCH_PROFILER_DIR, else /tmp), as SGLang's scheduler does; without a start it
-answers 500. The trace written is `--trace FILE` (a chrome trace recorded by the caller, e.g.
+`[<profile_prefix>-]<profile_id>-TP-<rank>.trace.json.gz` (profile_id: the body's, else the
+time), into the start's output_dir (default $SGLANG_TORCH_PROFILER_DIR, else /tmp), as
+SGLang's scheduler does (profiler_manager.py); without a start it answers 500. With
+`num_steps` it stops by itself after that many generation requests (a request standing for a
+forward step) and a later /stop_profile answers 500; with `profile_by_stage` too, it writes
+the first stage's files (`-EXTEND`) after `num_steps` requests and the second's (`-DECODE`)
+after as many more. `merge_profiles` adds `merged-<profile_id>.trace.json.gz` (every rank's
+events in one trace, as SGLang's ProfileMerger writes on rank 0). The trace written is
+`--trace FILE` (a chrome trace recorded by the caller, e.g.
 torch.profiler's `export_chrome_trace`), verbatim per rank. Everything else is the scripted
 server's.
 
@@ -61,6 +67,7 @@ class ProfilingServer(ScriptedServer):
         self.info_path = ("/server_info" if _release(version) >= SERVER_INFO_SINCE
                           else "/get_server_info")
         self.profiling: dict | None = None
+        self.steps = 0
         self.written: list[str] = []
 
     def handle(self, proto, req):
@@ -71,7 +78,13 @@ class ProfilingServer(ScriptedServer):
             return None
         if req.path not in ("/start_profile", "/stop_profile") or req.method not in (
                 "GET", "POST"):
-            return super().handle(proto, req)
+            out = super().handle(proto, req)
+            if (self.profiling is not None and self.profiling.get("num_steps")
+                    and req.method == "POST" and req.path in ("/v1/completions",
+                                                             "/v1/chat/completions",
+                                                             "/generate")):
+                self._step()
+            return out
         if req.path == "/start_profile":
             try:
                 body = orjson.loads(req.body) if req.body.strip() else {}
@@ -85,25 +98,53 @@ class ProfilingServer(ScriptedServer):
                 proto._write(plain(500, b"Profiling is already in progress. Call "
                                    b"/stop_profile first.", req.close, TEXT))
                 return None
-            self.profiling = body
+            body.setdefault("profile_id", str(time.time()))
+            self.profiling, self.steps = body, 0
             proto._write(plain(200, b"Start profiling.\n", req.close, TEXT))
             return None
         if self.profiling is None:
             proto._write(plain(500, b"Profiling is not in progress. Call /start_profile first.",
                                req.close, TEXT))
             return None
-        out = Path(self.profiling.get("output_dir") or
-                   os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
-        out.mkdir(parents=True, exist_ok=True)
-        stamp = str(time.time())
-        for rank in range(self.ranks):
-            path = out / f"{stamp}-TP-{rank}.trace.json.gz"
-            path.write_bytes(gzip.compress(self.trace))
-            self.written.append(str(path))
+        self._write("")
         self.profiling = None
         proto._write(plain(200, b"Stop profiling. This will take some time.\n", req.close,
                            TEXT))
         return None
+
+
+    def _step(self) -> None:
+        """One forward step under a self-stopping capture (num_steps)."""
+        p = self.profiling
+        assert p is not None
+        self.steps += 1
+        n = int(p["num_steps"])
+        if not p.get("profile_by_stage"):
+            if self.steps >= n:
+                self._write("")
+                self.profiling = None
+            return
+        if self.steps == n:
+            self._write("-EXTEND")
+        elif self.steps == 2 * n:
+            self._write("-DECODE")
+            self.profiling = None
+
+    def _write(self, stage: str) -> None:
+        p = self.profiling or {}
+        out = Path(p.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
+        out.mkdir(parents=True, exist_ok=True)
+        prefix = f"{p['profile_prefix']}-" if p.get("profile_prefix") else ""
+        pid = p.get("profile_id") or str(time.time())
+        for rank in range(self.ranks):
+            path = out / f"{prefix}{pid}-TP-{rank}{stage}.trace.json.gz"
+            path.write_bytes(gzip.compress(self.trace))
+            self.written.append(str(path))
+        if p.get("merge_profiles"):
+            events = orjson.loads(self.trace).get("traceEvents", []) * self.ranks
+            path = out / f"merged-{pid}.trace.json.gz"
+            path.write_bytes(gzip.compress(orjson.dumps({"traceEvents": events})))
+            self.written.append(str(path))
 
 
 def main(argv: Iterable[str] | None = None) -> None:

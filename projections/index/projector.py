@@ -650,7 +650,8 @@ LEFT_OUT: dict[str, dict[str, str]] = {
                                           PAYLOAD_ONLY)},
     "ProfileCaptured": {"top": "one profile_ops row each (`rank`, `name`, `total_ms`, ...)",
                         **dict.fromkeys(("url", "duration_s", "load", "bench", "traces",
-                                         "trace_names", "unit", "samples"), PAYLOAD_ONLY)},
+                                         "trace_names", "unit", "samples", "phases",
+                                         "options"), PAYLOAD_ONLY)},
     "ModelCalled": {"prompt_digest": PAYLOAD_ONLY + " (the prompt artifact)",
                     "response_digest": PAYLOAD_ONLY + " (the response artifact)"},
 }

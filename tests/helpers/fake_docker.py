@@ -26,7 +26,10 @@ Shapes, as the real CLIs print them (docker 27, podman 5):
   leaves it, as the real daemon keeps a container whose client died.
 `run … REF python3 -m sglang.launch_server ARGS` execs the stand-in SGLang server with ARGS
 (`python3 -m sglang_router.launch_router` the stand-in router); `-e NAME` options must name
-variables the client has, as the real CLI passes them on.
+variables the client has, as the real CLI passes them on. Its `-v SRC:DST[:MODE]` volumes go
+to the server as `FAKE_DOCKER_MOUNTS` (JSON [[src, dst, mode]]) with `FAKE_DOCKER_CONTAINER`
+(the name): a file the stand-in writes outside a read-write volume lands in
+`state/container-fs/NAME/` instead (the container's own filesystem), as with the real one.
 
 Images built here (`build`), as docker 28's legacy builder (the real binary here has no
 buildx) and its classic image store do it:
@@ -334,10 +337,13 @@ _RUN_VALUED = ("--name", "--label", "--network", "--ipc", "--gpus", "--device", 
 
 def run(args: list[str]) -> int:
     images = _load("images.json")
-    name, labels, entrypoint, passed = None, {}, None, []
+    name, labels, entrypoint, passed, volumes = None, {}, None, [], []
     i = 0
     while i < len(args) and args[i].startswith("-"):
         a = args[i]
+        if a == "-v":  # SRC:DST[:ro|rw], as docker reads it
+            src, dst, *mode = args[i + 1].split(":")
+            volumes.append([src, dst, (mode or ["rw"])[0]])
         if a == "-e":
             if args[i + 1] not in os.environ:  # passes the client's variable on
                 print(f"fake {KIND}: -e {args[i + 1]}: not set in the client",
@@ -370,6 +376,10 @@ def run(args: list[str]) -> int:
         argv = inner
     if not _hold(name, labels):
         return 125
+    # What the container sees of the host: its volumes (the stand-in server writes
+    # anywhere else into the container's own filesystem, gone with it).
+    os.environ["FAKE_DOCKER_MOUNTS"] = json.dumps(volumes)
+    os.environ["FAKE_DOCKER_CONTAINER"] = name or "anonymous"
     sys.stdout.flush()
     os.execv(argv[0], argv)
     return 127  # not reached

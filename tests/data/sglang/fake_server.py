@@ -47,6 +47,44 @@ ITL_MS = float(os.environ.get("FAKE_SGLANG_ITL_MS") or 0)
 OPTS: dict = {}  # the parsed launch flags
 
 
+MINIMAL_TRACE = {"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "step[DECODE bs=1]", "ts": 0, "dur": 10,
+     "pid": 1, "tid": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 5, "pid": 1, "tid": 1}]}
+
+
+def host_path(path):
+    """Where a file this server writes at `path` lands as the host sees it: `path` itself on
+    the host; in a (stand-in) container, through a read-write volume, else in the
+    container's own filesystem (tests/helpers/fake_docker.py)."""
+    mounts = os.environ.get("FAKE_DOCKER_MOUNTS")
+    if mounts is None:
+        return Path(path)
+    p = Path(path)
+    for src, dst, mode in json.loads(mounts):
+        if mode == "rw" and (p == Path(dst) or Path(dst) in p.parents):
+            return Path(src) / p.relative_to(dst)
+    return (Path(os.environ["FAKE_DOCKER_STATE"]) / "container-fs"
+            / os.environ.get("FAKE_DOCKER_CONTAINER", "anonymous") / str(p).lstrip("/"))
+
+
+def write_traces(req):
+    """/stop_profile: one gzipped chrome trace per TP rank into the start's output_dir
+    (default $SGLANG_TORCH_PROFILER_DIR, else /tmp), named as SGLang's scheduler names them
+    (`<profile_id>-TP-<rank>.trace.json.gz`). The trace: FAKE_SGLANG_TRACE (a file), else a
+    minimal one."""
+    import gzip
+
+    src = os.environ.get("FAKE_SGLANG_TRACE")
+    data = Path(src).read_bytes() if src else json.dumps(MINIMAL_TRACE).encode()
+    out = host_path(req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR",
+                                                            "/tmp"))
+    out.mkdir(parents=True, exist_ok=True)
+    pid = req.get("profile_id") or str(time.time())
+    for rank in range(int(OPTS.get("tp_size") or OPTS.get("tp") or 1)):
+        (out / f"{pid}-TP-{rank}.trace.json.gz").write_bytes(gzip.compress(data))
+
+
 def parse_args(argv):
     opts, i = {}, 0
     while i < len(argv):
@@ -384,7 +422,7 @@ def main():
                 req = json.loads(body or b"{}")
                 if not isinstance(req, dict):
                     return self.send(422, json.dumps({"detail": "expected an object"}))
-                STATE["profiling"] = True
+                STATE["profiling"], STATE["profile"] = True, req
                 print(f"[fake sglang] start_profile {json.dumps(req, sort_keys=True)}",
                       flush=True)
                 return self.send(200, "Start profiling.\n", "text/plain")
@@ -392,6 +430,7 @@ def main():
                 if not STATE["profiling"]:
                     return self.send(400, "Profiling is not in progress.\n", "text/plain")
                 STATE["profiling"] = False
+                write_traces(STATE.get("profile") or {})
                 return self.send(200, "Stop profiling. This will take some time.\n",
                                  "text/plain")
             if path in ("/v1/completions", "/v1/chat/completions", "/generate"):
