@@ -133,7 +133,8 @@ def compare_captures(ledger: Ledger, ref_a: str, ref_b: str) -> dict[str, Any]:
                 "bench": dict(ev.bench)}
 
     dump = [{"top": [op.model_dump() for op in ev.top]} for ev in (a, b)]
-    out = {"a": head(sa, a), "b": head(sb, b), "rows": compare(dump[0], dump[1])}
+    out: dict[str, Any] = {"a": head(sa, a), "b": head(sb, b),
+                           "rows": compare(dump[0], dump[1])}
     if a.phases and b.phases:
         out.update(compare_phases([ph.model_dump() for ph in a.phases],
                                   [ph.model_dump() for ph in b.phases]))

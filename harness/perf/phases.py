@@ -104,11 +104,12 @@ def _events(t: int, trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     for i, ev in enumerate(trace.get("traceEvents", ())):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
-        name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
+        name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")  # type: Any, Any, Any
         if not isinstance(name, str) or not _num(ts) or not _num(dur) or dur < 0:
             raise TraceError(f"trace {t} event {i}: a complete event needs name, ts and "
                              f"dur >= 0 (got name={name!r}, ts={ts!r}, dur={dur!r})")
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        raw = ev.get("args")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
         corr = args.get("correlation")
         out.append({"trace": t, "name": name, "cat": str(ev.get("cat", "")),
                     "ts": float(ts), "dur": float(dur), "pid": ev.get("pid"),
@@ -208,14 +209,14 @@ def summarize_phases(named: Sequence[tuple[str, Mapping[str, Any]]], *,
     for i, e in enumerate(events):
         if e["cat"] not in DEVICE_CATS:
             continue
-        ph = corr_phase.get((e["trace"], e["corr"])) if e["corr"] is not None else None
-        if ph is None:
+        dph = corr_phase.get((e["trace"], e["corr"])) if e["corr"] is not None else None
+        if dph is None:
             sp = gpu_spans.get((e["trace"], e["pid"], e["tid"]))
-            ph = sp.at(e["ts"]) if sp else None
-        if ph is None:  # an annotation on another stream row of the same device
-            ph = next((p for s in gpu_by_trace.get(e["trace"], ()) if (p := s.at(e["ts"]))),
-                      None)
-        phases[i] = ph or fallback(e)
+            dph = sp.at(e["ts"]) if sp else None
+        if dph is None:  # an annotation on another stream row of the same device
+            dph = next((p for s in gpu_by_trace.get(e["trace"], ()) if (p := s.at(e["ts"]))),
+                       None)
+        phases[i] = dph or fallback(e)
     device = [i for i, e in enumerate(events) if e["cat"] in DEVICE_CATS]
     if device:
         kind, unit, idx = "kernel", "device time (ms)", device

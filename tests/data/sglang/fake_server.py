@@ -70,15 +70,18 @@ def host_path(path):
 
 def write_traces(req):
     """/stop_profile: one gzipped chrome trace per TP rank into the start's output_dir
-    (default $SGLANG_TORCH_PROFILER_DIR, else /tmp), named as SGLang's scheduler names them
+    (default $SGLANG_TORCH_PROFILER_DIR; the real server's last default, /tmp, is left out
+    so that tests do not litter it), named as SGLang's scheduler names them
     (`<profile_id>-TP-<rank>.trace.json.gz`). The trace: FAKE_SGLANG_TRACE (a file), else a
     minimal one."""
     import gzip
 
+    where = req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR")
+    if not where:
+        return
     src = os.environ.get("FAKE_SGLANG_TRACE")
     data = Path(src).read_bytes() if src else json.dumps(MINIMAL_TRACE).encode()
-    out = host_path(req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR",
-                                                            "/tmp"))
+    out = host_path(where)
     out.mkdir(parents=True, exist_ok=True)
     pid = req.get("profile_id") or str(time.time())
     for rank in range(int(OPTS.get("tp_size") or OPTS.get("tp") or 1)):

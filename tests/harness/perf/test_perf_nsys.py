@@ -51,7 +51,9 @@ def test_kern_sum_parses_into_the_phase_table():
     assert gemm.share == pytest.approx(0.487, abs=5e-4)  # the CSV's Time (%)
     assert gemm.per_token_ms == pytest.approx(21.905664 / 1792, abs=1e-6)
     assert phase.top[1].name.startswith("void flashinfer::BatchDecodeWithPagedKVCache")
-    assert len(phase.top[1].name) == 200  # cut like every other profile's names
+    long = ('"Time (%)","Total Time (ns)","Instances","Name"\n'
+            f'"100.0","10","1","void k<{"int, " * 80}int>()"\n')
+    assert len(parse_kern_sum(long).top[0].name) == 200  # cut like every profile's names
     # another time unit in the header, and two captures compared as any others
     us = SAMPLE.read_text(encoding="utf-8").replace("Total Time (ns)", "Total Time (us)")
     assert parse_kern_sum(us).total_ms == pytest.approx(44968.704)

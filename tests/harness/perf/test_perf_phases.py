@@ -232,8 +232,10 @@ def test_profile_options_parse_check_and_body():
                     "detailed_annotations": True}
     # every field is one the pinned release's ProfileReq reads (the table from its wheel)
     sglang_profile_req.check({**body, "output_dir": "/x"}, "0.5.23")
-    with pytest.raises(HarnessError, match="does not read merge_profiles"):
+    with pytest.raises(HarnessError, match="does not read detailed_annotations"):
         sglang_profile_req.check(body, "0.5.3")
+    with pytest.raises(HarnessError, match=r"does not read merge_profiles \(0.5.4 and"):
+        sglang_profile_req.check({"activities": ["CPU"], "merge_profiles": True}, "0.5.3")
     assert o.self_stopping and o.stages() == ("prefill", "decode")
     assert ProfileOptions().body() == {"activities": ["CPU", "GPU"]}  # defaults not sent
     for text, acts, msg in (
@@ -292,19 +294,23 @@ def test_capture_by_stage_with_num_steps(workspace, profiling_server, tiny_token
     # rank 0 merges at each stage's stop into the same merged-<profile_id> file
     assert sum(n.startswith("merged-") for n in names) == 1
     assert out["options"] == opts.body()
-    # step spans win over the file stage: the recorded trace has all three phases, from four
-    # per-rank files (two ranks x two stages); merged files left out
+    # four per-rank files (two ranks x two stages; the merged one left out), each the same
+    # recorded trace: a step span's phase wins over the file's stage, and what lies outside
+    # the spans (the scheduler's cat) takes its file's stage
     phases = {p["name"]: p for p in out["phases"]}
-    assert set(phases) == {"prefill", "decode", "other"}
+    assert set(phases) == {"prefill", "decode"}
     sig = next(o for o in phases["decode"]["top"] if o["name"] == "aten::sigmoid")
     assert sig["count"] == 4 * DECODE_STEPS
+    for stage in ("prefill", "decode"):
+        cat = next(o for o in phases[stage]["top"] if o["name"] == "aten::cat")
+        assert cat["count"] == 2 * DECODE_STEPS
     tokens = out["bench"]["total_output_tokens"]
     assert tokens > 0 and sig["per_token_ms"] == pytest.approx(sig["total_ms"] / tokens,
                                                                abs=1e-6)
     [rec] = workspace.ledger.stream("profiles")
     ev = rec.event
     assert isinstance(ev, E.ProfileCaptured) and ev.options == opts.body()
-    assert [p.name for p in ev.phases] == ["prefill", "decode", "other"]
+    assert [p.name for p in ev.phases] == ["prefill", "decode"]
     assert ev.phases[1].top[0].model_dump() == phases["decode"]["top"][0]
     merged = next(d for n, d in out["traces"].items() if n.startswith("merged-"))
     assert len(orjson.loads(gzip.decompress(workspace.artifacts.get(merged)))[
