@@ -1179,6 +1179,8 @@ def perf() -> None:
               help="Seconds of load under the profiler (at least one round).")
 @click.option("--load", "load_text", metavar="KEY=N,...",
               help="concurrency, requests (per round), input_len, output_len, seed.")
+@click.option("--load-url", help="Send the load here instead of --url (a PD point's router, "
+              "--url one role's server).")
 @click.option("--rate", "rate_hz", type=int, default=100, show_default=True,
               help="py-spy samples per second.")
 @click.option("--activities", default="CPU,GPU", show_default=True,
@@ -1194,7 +1196,8 @@ def perf() -> None:
 @click.pass_context
 @fail_cleanly
 def perf_capture(ctx, url, engine_name, model, pid, tokenizer_dir, duration_s, load_text,
-                 rate_hz, activities, profile_text, top, task_id, block_id, as_json) -> None:
+                 load_url, rate_hz, activities, profile_text, top, task_id, block_id,
+                 as_json) -> None:
     """Profile the engine at --url while a load runs; traces become artifacts, the top
     operators/kernels/functions by time go into a ProfileCaptured event.
 
@@ -1210,7 +1213,7 @@ def perf_capture(ctx, url, engine_name, model, pid, tokenizer_dir, duration_s, l
         open_ws(ctx), url=url, engine=engine_name, model=model, duration_s=duration_s,
         load=parse_load(load_text), tokenizer_dir=tokenizer_dir, pid=pid, rate_hz=rate_hz,
         options=parse_options(profile_text, activities), top=top, task_id=task_id,
-        block_id=block_id)
+        block_id=block_id, load_url=load_url)
     if as_json:
         emit_json(out)
         return

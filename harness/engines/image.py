@@ -376,6 +376,14 @@ def owned(argv: Sequence[str]) -> list[str]:
     return [*argv[:i], "--label", f"{OWNER_LABEL}={owner_tag()}", *argv[i:]]
 
 
+def with_trace_mount(argv: Sequence[str], target: str, root: str | Path) -> list[str]:
+    """A container command with the profiler's trace root mounted read-write at its own path
+    (harness/perf/traces.py), added as it is started, like the owner label: the plan names
+    what runs, not this host's FORGE_HOME."""
+    i = list(argv).index(target)
+    return [*argv[:i], "-v", f"{root}:{root}:rw", *argv[i:]]
+
+
 def owner_tag() -> str:
     """This process as a container's owner: host, pid and the pid's start time (so a reused
     pid is not taken for the owner)."""

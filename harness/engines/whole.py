@@ -36,6 +36,7 @@ from ...ledger.candidate_keys import role_key
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..perf.traces import trace_root
 from . import engine_for
 from .base import RunningEngine, engine_config_of
 from .deploy import Deployment
@@ -54,6 +55,7 @@ from .image import (
     owned,
     profile_label,
     remove_container,
+    with_trace_mount,
 )
 from .plan import LaunchPlan, ProcessPlan, plan_point, roles_of, wrap_plan
 
@@ -126,7 +128,10 @@ class PinnedDeployment(Deployment):
 
     def _spawn(self, p: ProcessPlan) -> None:
         if self.use is not None and name_of(p.argv) is not None:
-            p = p.model_copy(update={"argv": tuple(owned(p.argv))})
+            argv = owned(p.argv)
+            if self.ws is not None and p.role != "router":  # where /start_profile writes
+                argv = with_trace_mount(argv, self.use.target, trace_root(self.ws.home))
+            p = p.model_copy(update={"argv": tuple(argv)})
         super()._spawn(p)
 
     def stop(self, reason: str = "teardown") -> None:

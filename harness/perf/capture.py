@@ -317,10 +317,13 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
                     top: int = DEFAULT_TOP, task_id: str | None = None,
                     block_id: str | None = None, actor: E.Actor | None = None,
                     collect_timeout_s: float = 120.0,
-                    max_trace_bytes: int = MAX_TRACE_BYTES) -> dict[str, Any]:
+                    max_trace_bytes: int = MAX_TRACE_BYTES,
+                    load_url: str | None = None) -> dict[str, Any]:
     """Profile the engine at `url` under `load` for `duration_s`; store the traces, record
     `ProfileCaptured`; returns {event_id, stream, method, traces, summary, phases, options,
-    bench, load}. `options` (SGLang's /start_profile; default: `activities` only)."""
+    bench, load}. `options` (SGLang's /start_profile; default: `activities` only).
+    `load_url`: where the load goes when it is not `url` (a PD or EPD point's router, with
+    `url` one role's server: each role captured apart; recorded as the load's `url`)."""
     load = load or Load()
     if options is None:
         options = ProfileOptions(activities=tuple(activities))
@@ -371,7 +374,7 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
         bench_engine = "hf" if engine == "hf" else "sglang"
 
         def round_fn(first: bool) -> dict[str, Any]:
-            out = bench_command(url=url, model=model, tokenizer_dir=tokenizer_dir,
+            out = bench_command(url=load_url or url, model=model, tokenizer_dir=tokenizer_dir,
                                 num_prompts=load.requests, input_len=load.input_len,
                                 output_len=load.output_len, max_concurrency=load.concurrency,
                                 warmup=1 if first else 0, seed=load.seed, engine=bench_engine,
@@ -393,8 +396,9 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
         except TraceError as e:
             raise HarnessError(f"{capturer.method} trace: {e} (stored as "
                                f"{', '.join(digests)})") from None
+    load_rec = {**asdict(load), **({"url": load_url} if load_url else {})}
     ev = _event(engine=engine, url=url, method=capturer.method, duration_s=duration_s,
-                load=asdict(load), bench=bench, names=tuple(n for n, _ in files),
+                load=load_rec, bench=bench, names=tuple(n for n, _ in files),
                 digests=digests, summary=summary, phases=phases,
                 options=options.body() if engine != "hf" else {}, task_id=task_id,
                 block_id=block_id, actor=actor)
@@ -413,7 +417,7 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
             "engine": engine, "url": url, "traces": dict(zip(ev.trace_names, digests,
                                                              strict=True)),
             "summary": summary.as_dict(), "phases": [p.as_dict() for p in phases],
-            "options": dict(ev.options), "bench": bench, "load": asdict(load)}
+            "options": dict(ev.options), "bench": bench, "load": load_rec}
 
 
 def _event(*, engine: str, url: str, method: str, duration_s: float, load: Mapping[str, Any],

@@ -97,3 +97,39 @@ def test_without_the_mount_the_traces_stay_in_the_container(docker, workspace, t
     inside = sorted(p.name for p in (docker / "container-fs").rglob("*.trace.json.gz"))
     assert len(inside) == 2 and all("-TP-" in n for n in inside)
     assert workspace.ledger.stream("profiles") == []
+
+
+def test_each_role_of_a_pd_point_in_the_image_captured_apart(docker, workspace, torch_trace,
+                                                             tiny_tokenizer_dir):
+    """A PD point deployed whole in the image: its servers get the trace mount as they start
+    (the router, which writes no trace, does not); each role's server is captured while the
+    load goes through the router (`load_url`)."""
+    from infer_forge.harness.engines.whole import deploy_whole
+    from infer_forge.ledger.specs import apply_candidate
+
+    from tests.harness.engines.test_images import profile, stand_in_point
+
+    root = trace_root(workspace.home)
+    pd, _ = apply_candidate(stand_in_point(), None, {"topology.architecture": "pd"})
+    assert pd is not None
+    prof = profile(config={"startup_timeout_s": 60, "env": {"FAKE_SGLANG_TRACE":
+                                                            str(torch_trace)}})
+    with deploy_whole(workspace, pd, prof, model="Qwen/Qwen3-8B") as eng:
+        desc = eng.describe()
+        runs = {c[c.index("--name") + 1].rsplit("-", 1)[0]: c
+                for c in (json.loads(x) for x in (docker / "calls.jsonl").read_text()
+                          .splitlines()) if c[:1] == ["run"]}
+        assert f"{root}:{root}:rw" in runs["forge-prefill-0"]
+        assert f"{root}:{root}:rw" in runs["forge-decode-0"]
+        assert not any(a.endswith(":rw") for a in runs["forge-router"])
+        planned = [r.event for r in workspace.ledger.stream("engines")
+                   if r.type == "LaunchPlanned"][-1]
+        assert str(root) not in json.dumps(planned.plan)  # the plan names what runs
+        urls = {p["role"]: p["url"] for p in desc["processes"]}
+        got = {role: capture(workspace, urls[role], tiny_tokenizer_dir,
+                             load_url=desc["entry_url"]) for role in ("prefill", "decode")}
+    for role, out in got.items():
+        assert out["url"] == urls[role] and out["load"]["url"] == desc["entry_url"]
+        assert len(out["traces"]) == 1 and out["bench"]["completed"] >= 2
+        assert [p["name"] for p in out["phases"]] == ["decode"]
+    assert len(workspace.ledger.stream("profiles")) == 2

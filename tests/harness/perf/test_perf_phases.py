@@ -381,6 +381,15 @@ def test_cli_capture_options_and_compare_per_phase(forge_home, profiling_server,
     assert r.returncode == 0 and "phase decode (us/token)" in r.stdout
     assert "aten::sigmoid" in r.stdout
     r = run_forge("perf", "capture", "--url", url, "--engine", "sglang", "--model", "scripted",
+                  "--tokenizer", str(tiny_tokenizer_dir), "--duration", "0.001", "--load",
+                  "requests=2,input_len=8,output_len=4", home=forge_home)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    decode = lines.index(next(ln for ln in lines if ln.startswith("phase decode: ")))
+    assert f"{DECODE_STEPS} steps, {2 * DECODE_STEPS} tokens, 0 graph replays" in lines[decode]
+    assert "us per output token" in lines[decode] and "calls" in lines[decode + 1]
+    assert any(ln.endswith("aten::sigmoid") for ln in lines[decode + 2:])
+    r = run_forge("perf", "capture", "--url", url, "--engine", "sglang", "--model", "scripted",
                   "--tokenizer", str(tiny_tokenizer_dir), "--profile", "profile_by_stage=1",
                   home=forge_home)
     assert r.returncode != 0 and "needs num_steps" in r.stderr and "Traceback" not in r.stderr
