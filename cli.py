@@ -1222,6 +1222,39 @@ def perf_capture(ctx, url, engine_name, model, pid, tokenizer_dir, duration_s, l
                + ", ".join(f"{n} {d}" for n, d in out["traces"].items()))
 
 
+@perf.command("nsys")
+@click.option("--url", required=True, help="The server that ran under nsys profile.")
+@click.option("--report", type=click.Path(dir_okay=False, exists=True),
+              help="The .nsys-rep (kept as an artifact; summarised by nsys stats if no "
+                   "--stats).")
+@click.option("--stats", "stats_csv", type=click.Path(dir_okay=False, exists=True),
+              help="nsys stats --report=cuda_gpu_kern_sum --format=csv output.")
+@click.option("--output-tokens", type=float, help="The window's output tokens (per-token "
+              "figures).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--task", "task_id", help="Record on this task's stream (else 'profiles').")
+@click.option("--block", "block_id", help="The loop block the profile belongs to.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def perf_nsys(ctx, url, report, stats_csv, output_tokens, top, task_id, block_id,
+              as_json) -> None:
+    """Record an Nsight Systems capture: the report as an artifact, its kernel summary as
+    the profile's table (docs/perf.md has the recipe)."""
+    from .harness.perf.capture import format_summary
+    from .harness.perf.nsys_record import record_nsys
+
+    out = record_nsys(open_ws(ctx), url=url, report=report, stats_csv=stats_csv,
+                      output_tokens=output_tokens, top=top, task_id=task_id,
+                      block_id=block_id)
+    if as_json:
+        emit_json(out)
+        return
+    click.echo(format_summary(out))
+    click.echo(f"recorded {out['event_id']} in {out['stream']}; artifacts: "
+               + ", ".join(f"{n} {d}" for n, d in out["traces"].items()))
+
+
 @perf.command("compare")
 @click.argument("a")
 @click.argument("b")

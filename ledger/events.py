@@ -345,18 +345,19 @@ class ProfilePhase(BaseModel):
 
 class ProfileCaptured(Event):
     """`forge perf capture`: an engine profiled under load (harness/perf/capture.py).
-    `method` torch-profiler (SGLang's /start_profile, traces per rank) or py-spy (the
-    embedded engine's process sampled); `traces` the trace artifacts' digests, named in
-    `trace_names`; `kind`/`unit`/`total_ms`/`top` the summary (harness/perf/summary.py);
-    `phases` the per-phase tables (phases.py; empty for py-spy); `options` the profiler
-    options asked for (SGLang's /start_profile body, less output_dir); `load` the load run
-    during the capture and `bench` its figures."""
+    `method` torch-profiler (SGLang's /start_profile, traces per rank), py-spy (the
+    embedded engine's process sampled) or nsys (an Nsight Systems report's kernel summary,
+    `forge perf nsys`); `traces` the trace artifacts' digests, named in `trace_names`;
+    `kind`/`unit`/`total_ms`/`top` the summary (harness/perf/summary.py); `phases` the
+    per-phase tables (phases.py; empty for py-spy); `options` the profiler options asked for
+    (SGLang's /start_profile body, less output_dir); `load` the load run during the capture
+    and `bench` its figures."""
 
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: phases, options
 
     engine: str
     url: str
-    method: Literal["torch-profiler", "py-spy"]
+    method: Literal["torch-profiler", "py-spy", "nsys"]
     duration_s: float
     load: JSON = Field(default_factory=dict)
     bench: dict[str, float] = Field(default_factory=dict)

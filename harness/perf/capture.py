@@ -397,22 +397,12 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
             raise HarnessError(f"{capturer.method} trace: {e} (stored as "
                                f"{', '.join(digests)})") from None
     load_rec = {**asdict(load), **({"url": load_url} if load_url else {})}
-    ev = _event(engine=engine, url=url, method=capturer.method, duration_s=duration_s,
+    ev = event(engine=engine, url=url, method=capturer.method, duration_s=duration_s,
                 load=load_rec, bench=bench, names=tuple(n for n, _ in files),
                 digests=digests, summary=summary, phases=phases,
                 options=options.body() if engine != "hf" else {}, task_id=task_id,
                 block_id=block_id, actor=actor)
-    # The capture's own id: a retried save of this event adds nothing, while another capture
-    # whose traces came out byte-identical (same engine, same trace) is still recorded. (Keyed
-    # by the traces' digests, the second of two such captures was dropped as a retry and the
-    # command printed an event id the ledger did not hold.)
-    command_id = f"perf:{ev.event_id}"
-    if task_id is not None:
-        append_to_task(ws, task_id, [ev], command_id=command_id)
-        stream = task_stream(task_id)
-    else:
-        ws.ledger.append(PROFILES_STREAM, [ev], command_id=command_id)
-        stream = PROFILES_STREAM
+    stream = record(ws, ev)
     return {"event_id": str(ev.event_id), "stream": stream, "method": capturer.method,
             "engine": engine, "url": url, "traces": dict(zip(ev.trace_names, digests,
                                                              strict=True)),
@@ -420,7 +410,21 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
             "options": dict(ev.options), "bench": bench, "load": load_rec}
 
 
-def _event(*, engine: str, url: str, method: str, duration_s: float, load: Mapping[str, Any],
+def record(ws: Workspace, ev: E.ProfileCaptured) -> str:
+    """Append `ev` on its task's stream (else `profiles`); returns the stream."""
+    # The capture's own id: a retried save of this event adds nothing, while another capture
+    # whose traces came out byte-identical (same engine, same trace) is still recorded. (Keyed
+    # by the traces' digests, the second of two such captures was dropped as a retry and the
+    # command printed an event id the ledger did not hold.)
+    command_id = f"perf:{ev.event_id}"
+    if ev.task_id is not None:
+        append_to_task(ws, ev.task_id, [ev], command_id=command_id)
+        return task_stream(ev.task_id)
+    ws.ledger.append(PROFILES_STREAM, [ev], command_id=command_id)
+    return PROFILES_STREAM
+
+
+def event(*, engine: str, url: str, method: str, duration_s: float, load: Mapping[str, Any],
            bench: Mapping[str, float], names: tuple[str, ...], digests: tuple[str, ...],
            summary: Summary, phases: Sequence[Phase], options: Mapping[str, Any],
            task_id: str | None, block_id: str | None, actor: E.Actor) -> E.ProfileCaptured:

@@ -88,3 +88,82 @@ def test_module_entry_points(capsys):
     assert main(["summary", str(SAMPLE.parent / "README.md")]) == 1
     assert "no header" in capsys.readouterr().err
     assert main(["wrap"]) == 2
+
+
+def stand_in_nsys(bin_dir, calls):
+    """An `nsys` on PATH (Nsight Systems cannot run here) that answers `stats` as the real
+    one prints the kernel summary (the documented CSV, tests/data/nsys) and logs its argv."""
+    import os
+
+    bin_dir.mkdir()
+    exe = bin_dir / "nsys"
+    exe.write_text(
+        "#!/bin/sh\n"
+        f"echo \"$@\" >> '{calls}'\n"
+        'if [ "$1 $2 $3 $4" = "stats --report=cuda_gpu_kern_sum --format=csv --output=-" ] '
+        '&& [ -f "$5" ]; then\n'
+        f"  cat '{SAMPLE}'; exit 0\nfi\n"
+        "echo 'ERROR: unexpected arguments' >&2; exit 1\n")
+    os.chmod(exe, 0o755)
+    return exe
+
+
+def test_record_an_nsys_capture_and_compare(workspace, tmp_path, monkeypatch):
+    from infer_forge.harness.errors import HarnessError
+    from infer_forge.harness.perf.nsys_record import record_nsys
+    from infer_forge.ledger import events as E
+    from infer_forge.projections.perf import compare_captures
+
+    rep = tmp_path / "sglang.nsys-rep"
+    rep.write_bytes(b"\x00NSYS report bytes\x01" * 64)
+    with pytest.raises(HarnessError, match="nsys not found"):
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+        record_nsys(workspace, url="http://h:30000", report=rep)
+    calls = tmp_path / "calls.txt"
+    stand_in_nsys(tmp_path / "bin", calls)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    a = record_nsys(workspace, url="http://h:30000", report=rep, output_tokens=1792)
+    assert calls.read_text().split() == ["stats", "--report=cuda_gpu_kern_sum",
+                                         "--format=csv", "--output=-", str(rep)]
+    assert list(a["traces"]) == ["sglang.nsys-rep", "cuda_gpu_kern_sum.csv"]
+    assert workspace.artifacts.get(a["traces"]["sglang.nsys-rep"]) == rep.read_bytes()
+    [phase] = a["phases"]
+    assert phase["name"] == "all" and phase["top"][0]["count"] == 3584
+    assert phase["per_token_ms"] == pytest.approx(44.968704 / 1792, abs=1e-6)
+    # the CSV given (no nsys run), fewer tokens: the same kernels cost more per token
+    b = record_nsys(workspace, url="http://h:30000", stats_csv=SAMPLE, output_tokens=896)
+    assert list(b["traces"]) == ["cuda_gpu_kern_sum.csv"] and len(calls.read_text()
+                                                                  .splitlines()) == 1
+    evs = [r.event for r in workspace.ledger.stream("profiles")]
+    assert [e.method for e in evs] == ["nsys", "nsys"] and all(
+        isinstance(e, E.ProfileCaptured) for e in evs)
+    out = compare_captures(workspace.ledger, a["event_id"], b["event_id"])
+    assert out["basis"] == "ms per output token"
+    top = out["phases"][0]["rows"][0]
+    assert top["name"].startswith("sm90_xmma_gemm") and top["rel"] == pytest.approx(1.0)
+    with pytest.raises(HarnessError, match="over the limit"):
+        record_nsys(workspace, url="http://h:30000", report=rep, max_report_bytes=10)
+    with pytest.raises(HarnessError, match="no header"):
+        record_nsys(workspace, url="http://h:30000", stats_csv=SAMPLE.parent / "README.md")
+    with pytest.raises(HarnessError, match="give the report"):
+        record_nsys(workspace, url="http://h:30000")
+    assert len(workspace.ledger.stream("profiles")) == 2
+
+
+def test_cli_perf_nsys(forge_home):
+    import json
+
+    from tests.conftest import run_forge
+
+    assert run_forge("init", home=forge_home).returncode == 0
+    r = run_forge("perf", "nsys", "--url", "http://h:30000", "--stats", str(SAMPLE),
+                  "--output-tokens", "1792", home=forge_home)
+    assert r.returncode == 0, r.stderr
+    assert "nsys profile of sglang at http://h:30000" in r.stdout
+    assert "phase all:" in r.stdout and "sm90_xmma_gemm" in r.stdout
+    r = run_forge("perf", "nsys", "--url", "http://h:30000", "--stats", str(SAMPLE), "--json",
+                  home=forge_home)
+    assert json.loads(r.stdout)["method"] == "nsys"
+    r = run_forge("perf", "nsys", "--url", "http://h:30000", "--output-tokens", "0",
+                  "--stats", str(SAMPLE), home=forge_home)
+    assert r.returncode != 0 and "output tokens" in r.stderr and "Traceback" not in r.stderr

@@ -254,10 +254,10 @@ def test_profile_options_parse_check_and_body():
 def profiling_server(traces):
     procs: list[subprocess.Popen] = []
 
-    def start(ranks: int = 2, version: str = "0.5.23") -> str:
+    def start(ranks: int = 2, version: str = "0.5.23", trace: Path | None = None) -> str:
         p = subprocess.Popen([sys.executable, "-m",
                               "infer_forge.harness.testing.scripted_profiler", "--port", "0",
-                              "--trace", str(traces["steps"]), "--ranks", str(ranks),
+                              "--trace", str(trace or traces["steps"]), "--ranks", str(ranks),
                               "--version", version],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              cwd=str(REPO))
@@ -342,6 +342,29 @@ def test_a_capture_over_the_size_bound_is_refused(workspace, profiling_server,
                         load=Load(requests=2, input_len=8, output_len=4),
                         tokenizer_dir=str(tiny_tokenizer_dir))
     assert workspace.ledger.stream("profiles") == []
+
+
+def test_a_secret_in_a_trace_is_redacted_in_the_stored_artifact(workspace, profiling_server,
+                                                                 tiny_tokenizer_dir, traces,
+                                                                 tmp_path):
+    """A stack or argument recorded with `with_stack`/`record_shapes` can carry a token: the
+    stored gzip is redacted inside, and the summary is the same."""
+    from infer_forge.harness.perf.capture import capture_profile
+
+    token = "hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"
+    trace = json.loads(traces["steps"].read_bytes())
+    op = next(e for e in trace["traceEvents"] if e.get("cat") == "cpu_op")
+    op.setdefault("args", {})["Call stack"] = f"serve.py(12): main HF_TOKEN={token}"
+    leaky = tmp_path / "leaky.json"
+    leaky.write_text(json.dumps(trace))
+    out = capture_profile(workspace, url=profiling_server(ranks=1, trace=leaky),
+                          engine="sglang", model="scripted", duration_s=0.001,
+                          load=Load(requests=2, input_len=8, output_len=4),
+                          tokenizer_dir=str(tiny_tokenizer_dir), top=100)
+    [digest] = out["traces"].values()
+    stored = gzip.decompress(workspace.artifacts.get(digest))
+    assert token.encode() not in stored and b"HF_TOKEN=" in stored
+    assert [p["name"] for p in out["phases"]] == ["prefill", "decode", "other"]
 
 
 def test_version_one_captures_read_without_phases():
