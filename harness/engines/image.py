@@ -378,7 +378,7 @@ def owned(argv: Sequence[str]) -> list[str]:
 
 def with_trace_mount(argv: Sequence[str], target: str, root: str | Path) -> list[str]:
     """A container command with the profiler's trace root mounted read-write at its own path
-    (harness/perf/traces.py), added as it is started, like the owner label: the plan names
+    (trace_dir.py), added as it is started, like the owner label: the plan names
     what runs, not this host's FORGE_HOME."""
     i = list(argv).index(target)
     return [*argv[:i], "-v", f"{root}:{root}:rw", *argv[i:]]

@@ -52,7 +52,6 @@ from ..errors import HarnessError
 from ..guard import outbound
 from ..guard.engine_sandbox import EngineSandbox, for_launch
 from ..models.weights import model_path
-from ..perf.traces import trace_root
 from . import sglang_flags, sglang_profile_req
 from .base import (
     Engine,
@@ -79,6 +78,7 @@ from .metrics import parse_prometheus, summarize
 from .process import free_port
 from .sglang_release import version_key
 from .sglang_routes import get_info
+from .trace_dir import trace_root
 
 HARNESS_KEYS = {"version", "python", "launcher", "use_config_file", "check_flags", "extra_args",
                 "env", "startup_timeout_s", "image", "image_fallback", "check_args",

@@ -36,7 +36,6 @@ from ...ledger.candidate_keys import role_key
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
-from ..perf.traces import trace_root
 from . import engine_for
 from .base import RunningEngine, engine_config_of
 from .deploy import Deployment
@@ -58,6 +57,7 @@ from .image import (
     with_trace_mount,
 )
 from .plan import LaunchPlan, ProcessPlan, plan_point, roles_of, wrap_plan
+from .trace_dir import trace_root
 
 Say = Callable[[str], None]
 

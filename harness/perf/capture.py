@@ -3,9 +3,9 @@ artifacts and record a `ProfileCaptured` with their summary.
 
 How each engine is profiled:
 - `sglang` (and an `external` endpoint with the SGLang API): POST `/start_profile` with
-  `output_dir` (a fresh directory under `<FORGE_HOME>/perf-traces`, traces.py) and the
-  options of `ProfileOptions` (options.py: SGLang's ProfileReq, each field checked against
-  the server's release), run the load, POST `/stop_profile` (not with `num_steps`: SGLang
+  `output_dir` (a fresh directory under `<FORGE_HOME>/perf-traces`, engines/trace_dir.py)
+  and the options of `ProfileOptions` (options.py: SGLang's ProfileReq, each field checked
+  against the server's release), run the load, POST `/stop_profile` (not with `num_steps`: SGLang
   stops by itself); SGLang's scheduler writes one torch-profiler chrome trace per rank (and
   per stage with `profile_by_stage`), `*.trace.json.gz`, into `output_dir`, which is
   collected (waiting up to `collect_timeout_s` for complete files; one over
@@ -65,11 +65,12 @@ from ...ledger.streams import PROFILES_STREAM, task_stream
 from ...ledger.workspace import Workspace
 from ...projections.perf import running_engine_pid
 from ..bench.client import bench_command
+from ..engines.trace_dir import trace_root
 from ..errors import HarnessError
 from ..proc import alive
 from ..record import append_to_task, check_measurement_target
 from .options import ProfileOptions
-from .phases import Phase, select_files, summarize_phases
+from .phases import Phase, select_files, stage_of_file, summarize_phases
 from .summary import (
     DEFAULT_TOP,
     Summary,
@@ -78,7 +79,6 @@ from .summary import (
     summarize_chrome,
     summarize_pyspy_raw,
 )
-from .traces import trace_root
 
 ENGINES = ("hf", "sglang", "external")
 MAX_TRACE_BYTES = 1 << 30  # one rank's file; a 10 s H200 capture with stacks is ~100s of MB
@@ -238,8 +238,6 @@ class SGLangCapture:
             interval = min(1.0, interval * 1.5)
 
     def _all_stages(self, files: Sequence[tuple[str, bytes]]) -> bool:
-        from .phases import stage_of_file
-
         want = set(self.options.stages())
         return want <= {stage_of_file(n) for n, _ in files}
 
@@ -349,7 +347,7 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
     # (the rule a measurement of the same window would meet).
     check_measurement_target(ws, task_id, block_id)
     # Under the trace root, not /tmp: a server forge runs in an image has that root mounted
-    # (traces.py), so the directory it writes is this one.
+    # (engines/trace_dir.py), so the directory it writes is this one.
     with tempfile.TemporaryDirectory(prefix="capture-", dir=trace_root(ws.home)) as tmp:
         workdir = Path(tmp)
         capturer: Capturer

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from infer_forge.harness.engines import engine_for
 from infer_forge.harness.engines.base import engine_config_of
+from infer_forge.harness.engines.trace_dir import trace_root
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.perf.capture import Load, capture_profile
-from infer_forge.harness.perf.traces import trace_root
 from infer_forge.ledger.specs import RuntimeProfile
 
 from tests.helpers import fake_docker
