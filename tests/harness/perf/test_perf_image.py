@@ -17,6 +17,7 @@ from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.perf.capture import Load, capture_profile
 from infer_forge.ledger.specs import RuntimeProfile
 
+from tests.conftest import need
 from tests.helpers import fake_docker
 
 DIGEST = "sha256:" + "ab" * 32
@@ -26,7 +27,11 @@ REF = f"lmsysorg/sglang:v0.5.23-cu129@{DIGEST}"
 @pytest.fixture(scope="module")
 def torch_trace(tmp_path_factory) -> Path:
     """A real torch.profiler trace (CPU) with one SGLang-named decode step span."""
-    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    need(importlib.util.find_spec("torch") is not None, "torch (the real profiler) is not "
+         "installed")
+    import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     lin = torch.nn.Linear(32, 32)

@@ -19,7 +19,7 @@ from infer_forge.harness.perf.phases import stage_of_file, summarize_phases
 from infer_forge.harness.perf.summary import load_chrome_trace, summarize_chrome
 from infer_forge.projections.perf import compare_phases
 
-from tests.conftest import REPO, run_forge
+from tests.conftest import REPO, need, run_forge
 
 DECODE_STEPS = 6
 
@@ -31,9 +31,13 @@ def record(path: Path, *, decode_steps: int = DECODE_STEPS, steps: bool = True,
     and scheduler-like work between steps (cat), each step inside a `record_function` named
     as SGLang's ModelRunner.forward names its step span (`step[EXTEND bs=2 toks=64]`,
     `step[DECODE bs=2]`; sglang/srt/utils/profile_utils.py build_step_span_name)."""
-    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    need(importlib.util.find_spec("torch") is not None, "torch (the real profiler) is not "
+         "installed")
     from contextlib import nullcontext
 
+    import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     lin = torch.nn.Linear(64, decode_width)
