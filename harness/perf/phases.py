@@ -6,6 +6,8 @@ naming (read from the 0.5.23 wheel; docs/perf.md cites the files):
   a `torch.profiler.record_function` (category `user_annotation`) named `step[MODE bs=B ...]`,
   `toks=T` after `bs` for EXTEND (`sglang/srt/utils/profile_utils.py`). MODE is the
   ForwardMode's name, `DRAFT` for a draft model's step and `VERIFY` for a target verify.
+  The spans are in SGLang 0.5.11 and later (model_runner.py's `_build_step_span_name` in
+  0.5.11 and 0.5.13, moved to profile_utils.py by 0.5.21; not in 0.5.10 and before).
   A CPU event (operator, runtime call) inside a step span on the same thread has that step's
   phase; a device event (kernel, memcpy, memset) has the phase of the runtime call that
   launched it (same `args.correlation`), else of a device-side step annotation
@@ -13,7 +15,7 @@ naming (read from the 0.5.23 wheel; docs/perf.md cites the files):
 - **Stage files.** With `profile_by_stage`, each stage is its own file: `...-TP-0-EXTEND` /
   `-DECODE` before the suffix `.trace.json.gz` (the scheduler's profiler, ForwardMode names),
   `-prefill` / `-decode` under `SGLANG_PROFILE_V2`. An event outside any step span takes its
-  file's stage.
+  file's stage (the only phase information before 0.5.11: `profile_by_stage` since 0.4.7).
 - Otherwise: `other` (the scheduler's own work between steps) when the capture has step spans,
   else `all` (a trace with no phase information is one phase).
 Phase names: EXTEND -> `prefill`, DECODE -> `decode`, every other mode its lower-cased name
