@@ -325,6 +325,9 @@ def capture_profile(ws: Workspace, *, url: str, engine: str, model: str,
     load = load or Load()
     if options is None:
         options = ProfileOptions(activities=tuple(activities))
+    if engine == "hf" and options != ProfileOptions():
+        raise HarnessError("the hf engine is profiled with py-spy: SGLang's profiler options "
+                           "(--activities, --profile) do not apply")
     if engine not in ENGINES:
         raise HarnessError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s)

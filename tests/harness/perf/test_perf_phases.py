@@ -321,6 +321,15 @@ def test_capture_by_stage_with_num_steps(workspace, profiling_server, tiny_token
         "traceEvents"]) > 0
 
 
+def test_sglang_options_are_refused_for_the_hf_engine(workspace):
+    from infer_forge.harness.perf.capture import capture_profile
+
+    with pytest.raises(HarnessError, match="do not apply"):
+        capture_profile(workspace, url="http://127.0.0.1:9", engine="hf", model="m",
+                        tokenizer_dir="/nonexistent", pid=1,
+                        options=parse_options("num_steps=3"))
+
+
 def test_capture_refuses_an_option_the_release_does_not_read(workspace, profiling_server,
                                                              tiny_tokenizer_dir):
     from infer_forge.harness.perf.capture import capture_profile
