@@ -613,9 +613,11 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
+    from .ledger.correctness import correctness_of
     from .ledger.titles import candidate_title
     from .projections.memory import task_summary
     s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
+    s = {**s, "correctness": correctness_of(s["definition"])}
     if as_json:
         emit_json(s)
         return
@@ -624,6 +626,9 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
                                               if s["exit_state"] else ""))
     click.echo(f"  point {s['point_hash']}  profile {s['profile_hash']}")
     click.echo(f"  contract {s['contract_hash']}")
+    c = s["correctness"]
+    click.echo(f"  correctness: {', '.join(c['gates']) or 'no gate'} ({c['source']}; "
+               f"a {c['type']} task's default: {c['default']})")
     for b in s["blocks"]:
         cand = candidate_title(b["candidate"])
         click.echo(f"    {b['block_id']:<5} {b['status']:<11} verdict={b['verdict'] or '-':<12} "
@@ -3205,6 +3210,9 @@ def eval_group() -> None:
 @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--metric", default="exact_match", show_default=True,
               help="The per-item metric that says correct (acc for multiple choice).")
+@click.option("--filter", "filter_name",
+              help="lm_eval's answer filter (gsm8k: strict-match, flexible-extract; default: "
+                   "the task's first).")
 @click.option("--tasks-dir", type=click.Path(file_okay=False),
               help="Folder of lm_eval task YAMLs (default: the shipped examples/accuracy).")
 @click.option("--task-id", help="Record on this task's stream (else 'measurements').")
@@ -3213,7 +3221,8 @@ def eval_group() -> None:
 @click.pass_context
 @fail_cleanly
 def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, endpoint, limit,
-                  concurrency, metric, tasks_dir, task_id, block_id, as_json) -> None:
+                  concurrency, metric, filter_name, tasks_dir, task_id, block_id,
+                  as_json) -> None:
     """Run an accuracy task with lm-evaluation-harness against --url (and --baseline-url);
     with a baseline, judge non-inferiority (CI of the accuracy difference above -margin).
     Records a MeasurementRecorded (source forge-accuracy). Exit code: 0 pass (or no
@@ -3230,7 +3239,7 @@ def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, e
         open_ws(ctx), url, model, task, baseline_url=baseline_url,
         baseline_model=baseline_model, margin=margin, endpoint=endpoint,
         include_path=tasks_dir or acc.TASKS_DIR, limit=limit, concurrency=concurrency,
-        metric=metric, task_id=task_id, block_id=block_id)
+        metric=metric, filter_name=filter_name, task_id=task_id, block_id=block_id)
     gate = out["gate"]
     if as_json:
         emit_json(out)
@@ -3239,9 +3248,70 @@ def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, e
                    + (f" (baseline {out['baseline_accuracy']:.4f})" if gate else ""))
         if gate:
             click.echo(f"{gate['verdict']}: {gate['reason']}")
-        click.echo(f"recorded {out['event_id']}")
+        click.echo("runtime: " + ", ".join(f"{k} {v:.1f} s"
+                                           for k, v in out["runtime_s"].items()))
+        revs = {t: d.get("revision") for t, d in out["dataset"].get("tasks", {}).items()}
+        if len(revs) == 1:
+            click.echo(f"dataset: {next(iter(revs))} revision {next(iter(revs.values()))}")
+        elif revs:
+            click.echo(f"dataset: {len(revs)} tasks")
+        click.echo(f"recorded {out['event_id']} (items {out['items_digest']})")
     if gate and gate["verdict"] != "pass":
         ctx.exit(1 if gate["verdict"] == "fail" else 3)
+
+
+@eval_group.command("prefetch")
+@click.argument("suites", nargs=-1, required=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The tarball to write (manifest + the datasets' cache folders).")
+@click.option("--tasks-dir", type=click.Path(file_okay=False),
+              help="Folder of lm_eval task YAMLs (default: the shipped examples/accuracy).")
+@click.option("--json", "as_json", is_flag=True)
+@fail_cleanly
+def eval_prefetch(suites, out: Path, tasks_dir, as_json) -> None:
+    """Fill the Hugging Face datasets cache with SUITES' datasets (on a host with network)
+    and export them as one tarball with a manifest (suite, dataset, revision, file
+    digests) for `forge eval import` on an offline host.
+
+    \b
+    Example:
+      forge eval prefetch gsm8k mmlu_generative --out evals.tar.gz
+    """
+    from .harness.bench import accuracy as acc
+    from .harness.bench.dataset_cache import prefetch
+
+    res = prefetch(list(suites), out, include_path=tasks_dir or acc.TASKS_DIR)
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"{res['out']}: {res['datasets']} datasets, {res['files']} files, "
+               f"{res['bytes']} bytes (from {res['cache']})")
+    for folder, rev in res["revisions"].items():
+        click.echo(f"  {folder}  revision {rev}")
+
+
+@eval_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The datasets cache to fill (default: HF_DATASETS_CACHE, HF_HOME/datasets).")
+@click.option("--json", "as_json", is_flag=True)
+@fail_cleanly
+def eval_import(file: Path, cache_dir: Path | None, as_json: bool) -> None:
+    """Import a `forge eval prefetch` tarball into this host's datasets cache; every file's
+    digest is checked against the manifest before anything is written.
+
+    \b
+    Example:
+      HF_HOME=/data/hf forge eval import evals.tar.gz
+    """
+    from .harness.bench.dataset_cache import import_cache
+
+    res = import_cache(file, cache_dir)
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"{res['cache']}: {res['datasets']} datasets, {res['files']} files imported "
+               f"({res['kept']} already there, {res['bytes']} bytes written)")
 
 
 @main.command("reproduce")
