@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..ledger import events as E
+
 if TYPE_CHECKING:
     from ..ledger.store import Ledger
 
@@ -68,8 +70,6 @@ def changed_items(a: Mapping[ItemId, bool], b: Mapping[ItemId, bool]) -> dict[st
 
 
 def _measurement(ledger: Ledger, run_id: str) -> Any:
-    from ..ledger import events as E
-
     found = None
     for rec in ledger.log(types=["MeasurementRecorded"]):
         ev = rec.event

@@ -122,7 +122,7 @@ def dataset_identity(tasks: Sequence[Any], hashes: Mapping[ItemId, str]) -> dict
     out: dict[str, Any] = {"tasks": {}}
     for t in tasks:
         folder = None
-        ds = getattr(t, "dataset", None)
+        ds: Any = getattr(t, "dataset", None)
         for split in (ds.values() if hasattr(ds, "values") else []):
             files = getattr(split, "cache_files", None) or []
             if files:
@@ -201,7 +201,7 @@ def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "comp
             i: ItemId = int(s["doc_id"]) if len(names) == 1 else f"{name}/{int(s['doc_id'])}"
             items.append((i, bool(s[metric])))
             hashes[i] = str(s.get("doc_hash", ""))
-    items.sort(key=lambda x: (isinstance(x[0], str), x[0]))  # type: ignore[arg-type]
+    items.sort(key=lambda x: (isinstance(x[0], str), x[0]))
     acc = sum(c for _, c in items) / len(items) if items else 0.0
     ident = dataset_identity(leaves, hashes)
     ident["n_shot"] = {n: (res.get("n-shot") or {}).get(n) for n in names}

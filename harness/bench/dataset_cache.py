@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from ..errors import HarnessError
+from .accuracy import task_config
 
 FORMAT = "forge-dataset-cache/1"
 MANIFEST = "manifest.json"
@@ -50,7 +51,7 @@ MAX_MANIFEST_BYTES = 16 << 20
 
 def cache_root() -> Path:
     """The datasets cache the environment names (HF_DATASETS_CACHE, HF_HOME, default)."""
-    import datasets.config
+    import datasets.config  # type: ignore[import-untyped]
 
     return Path(datasets.config.HF_DATASETS_CACHE)
 
@@ -77,8 +78,6 @@ def suite_tasks(suite: str, include_path: str | Path | None) -> list[Any]:
     except ImportError as e:
         raise HarnessError(f"the dataset cache needs lm_eval (pip install "
                            f"'infer-forge[accuracy]'): {e}") from None
-    from .accuracy import task_config
-
     shipped = task_config(suite, include_path) if include_path else None
     manager = TaskManager(include_defaults=shipped is None)
     try:
@@ -94,7 +93,7 @@ def suite_tasks(suite: str, include_path: str | Path | None) -> list[Any]:
 
 def task_folders(task: Any, root: Path) -> list[Path]:
     """The cache folders (…/<version>/<hash>) that hold `task`'s dataset splits."""
-    ds = getattr(task, "dataset", None)
+    ds: Any = getattr(task, "dataset", None)
     splits = ds.values() if hasattr(ds, "values") else [ds] if ds is not None else []
     folders: list[Path] = []
     for split in splits:
@@ -204,19 +203,19 @@ def _manifest(tar: tarfile.TarFile, file: Path) -> dict[str, Any]:
         raise HarnessError(f"{file}: {MANIFEST}: format {got!r}, expected {FORMAT}")
     ds = manifest.get("datasets")
     if not isinstance(ds, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("files"), list) for e in ds):
+            isinstance(x, dict) and isinstance(x.get("files"), list) for x in ds):
         raise HarnessError(f"{file}: {MANIFEST}: datasets: expected a list of entries with "
                            "files")
-    for e in ds:
-        for f in e["files"]:
+    for entry in ds:
+        for f in entry["files"]:
             if not (isinstance(f, dict) and isinstance(f.get("path"), str)
                     and isinstance(f.get("sha256"), str) and isinstance(f.get("bytes"), int)):
-                raise HarnessError(f"{file}: {MANIFEST}: a file entry of {e.get('folder')} "
+                raise HarnessError(f"{file}: {MANIFEST}: a file entry of {entry.get('folder')} "
                                    "lacks path, bytes or sha256")
             _safe_rel(f["path"], file)
-        if e.get("digest") != files_digest(e["files"]):
-            raise HarnessError(f"{file}: {MANIFEST}: {e.get('folder')}: digest "
-                               f"{e.get('digest')} does not match its files")
+        if entry.get("digest") != files_digest(entry["files"]):
+            raise HarnessError(f"{file}: {MANIFEST}: {entry.get('folder')}: digest "
+                               f"{entry.get('digest')} does not match its files")
     return manifest
 
 
