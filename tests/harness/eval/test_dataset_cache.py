@@ -19,6 +19,7 @@ import pytest
 from infer_forge.harness.errors import HarnessError
 
 from tests.conftest import need, run_forge
+from tests.helpers.hf_datasets import hub_cache
 
 HAVE_LM_EVAL = importlib.util.find_spec("lm_eval") is not None
 SHA = "e53f048856ff4f594e959d75785d2c2d37b678ee"  # a commit id, as the hub names a revision
@@ -30,35 +31,11 @@ def _row(a: int, b: int) -> dict[str, str]:
             "answer": f"{a} plus {b} is {a + b}.\n#### {a + b}"}
 
 
-def hub_cache(root: Path, src: Path) -> Path:
-    """GSM8K-shaped rows in a datasets cache at `root`, written by the datasets library the
-    way its hub loader does (the Parquet builder configured with the repo's config `main`,
-    dataset name `gsm8k`, the commit as hash), then moved under the namespaced folder the
-    hub loader names (`openai___gsm8k`: given the repo id, the builder would insist that
-    the data files come from the hub). The datasets library's own offline reader loads it
-    (test_import_fills_an_offline_cache_that_lm_eval_reads); returns the cache folder."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from datasets.data_files import DataFilesDict
-    from datasets.load import configure_builder_class
-    from datasets.packaged_modules.parquet.parquet import Parquet, ParquetConfig
-
-    src.mkdir(parents=True)
-    splits = {"train": [_row(i, 2 * i) for i in range(1, 9)],
-              "test": [_row(10 + i, 7 * i) for i in range(12)]}
-    for split, rows in splits.items():
-        pq.write_table(pa.Table.from_pylist(rows), src / f"{split}.parquet")
-    files = DataFilesDict.from_local_or_remote(
-        {s: [f"{s}.parquet"] for s in splits}, base_path=str(src))
-    cls = configure_builder_class(Parquet, builder_configs=[ParquetConfig(name=CONFIG,
-                                                                          data_files=files)],
-                                  default_config_name=CONFIG, dataset_name="gsm8k")
-    b = cls(cache_dir=str(root), dataset_name="gsm8k", config_name=CONFIG, hash=SHA)
-    b.download_and_prepare()
-    built = Path(b.cache_dir)
-    assert built == root / "gsm8k" / CONFIG / "0.0.0" / SHA
-    (root / "gsm8k").rename(root / REPO_ID.replace("/", "___"))
-    return root / REPO_ID.replace("/", "___") / CONFIG / "0.0.0" / SHA
+def gsm8k_cache(root: Path, src: Path) -> Path:
+    """A tiny GSM8K (8 train, 12 test rows of `What is A + B?`) in the hub's cache layout."""
+    return hub_cache(root, src, REPO_ID, CONFIG,
+                     {"train": [_row(i, 2 * i) for i in range(1, 9)],
+                      "test": [_row(10 + i, 7 * i) for i in range(12)]}, SHA)
 
 
 def gsm8k_tasks_dir(tmp_path: Path) -> Path:
@@ -77,6 +54,7 @@ def offline_env(cache: Path) -> dict[str, str]:
 
 
 def files_of(root: Path) -> dict[str, str]:
+    """The cache's files and digests (lock files and staging folders left out)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(".lock")
             and not any(part.startswith(".") for part in p.relative_to(root).parts)}
@@ -86,7 +64,7 @@ def files_of(root: Path) -> dict[str, str]:
 def exported(tmp_path):
     need(HAVE_LM_EVAL, "lm_eval not installed (pip install 'infer-forge[accuracy]')")
     online = tmp_path / "online-cache"
-    folder = hub_cache(online, tmp_path / "src")
+    folder = gsm8k_cache(online, tmp_path / "src")
     out = tmp_path / "evals.tar.gz"
     res = run_forge("eval", "prefetch", "gsm8k", "--tasks-dir",
                     str(gsm8k_tasks_dir(tmp_path)), "--out", str(out), "--json",
