@@ -2435,8 +2435,12 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
               help="The metric judged (latency metrics: lower is better).")
 @click.option("--min-ratio", type=float, default=1.0, show_default=True,
               help="The candidate/base ratio the whole interval must clear (1.05: 5 % better).")
-@click.option("--correctness", type=float, default=0.99, show_default=True,
-              help="Greedy-output token match against the base at least this.")
+@click.option("--type", "task_type", default="engine-integration", show_default=True,
+              help="What the change is (kernel, quantization, moe-backend, …): its default "
+                   "correctness gate (docs/accuracy.md).")
+@click.option("--correctness", type=float,
+              help="Greedy-output token match against the base at least this (default: "
+                   "the --type's default gate; engine-integration: token match >= 0.99).")
 @click.option("--no-correctness", is_flag=True, help="No correctness gate (dummy weights).")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Runs per side.")
 @click.option("--id", "task_id", help="The task's id (default: ab-<member>-<base>-<cand>).")
@@ -2446,9 +2450,9 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
 @click.pass_context
 @fail_cleanly
 def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
-           profile: Path | None, metric: str, min_ratio: float, correctness: float,
-           no_correctness: bool, repeats: int, task_id: str | None, max_wall_s: float,
-           as_json: bool) -> None:
+           profile: Path | None, metric: str, min_ratio: float, task_type: str,
+           correctness: float | None, no_correctness: bool, repeats: int,
+           task_id: str | None, max_wall_s: float, as_json: bool) -> None:
     """Is CANDIDATE better than BASE at a deployment point? Build both commits of the
     member (cached by their inputs), deploy each at the point, check each server is the
     build it claims, measure both the same way and judge under the gates.
@@ -2468,8 +2472,9 @@ def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
 
     r = run_ab(open_ws(ctx), point=point, base=base, candidate=candidate, member=member,
                profile=profile, metric=metric, min_ratio=min_ratio,
-               correctness=None if no_correctness else correctness, repeats=repeats,
-               task_id=task_id, max_wall_s=max_wall_s, progress=say)
+               correctness=None if no_correctness else "default" if correctness is None
+               else correctness, repeats=repeats, task_id=task_id, max_wall_s=max_wall_s,
+               progress=say, task_type=task_type)
     if as_json:
         emit_json(r.to_json())
     else:

@@ -145,3 +145,42 @@ def test_the_quick_suite_size_decides_what_the_docs_say(n, flips, verdict):
     r = judge_accuracy(AccuracyRun("gsm8k", 0.8, base), AccuracyRun("gsm8k", 0.8, cand),
                        margin=QUICK_MARGIN)
     assert r.ratio == 0.0 and r.verdict == verdict, r.reason
+
+
+@pytest.mark.parametrize(("task_type", "correctness", "want"), [
+    ("engine-integration", "default", ("token_match", 0.99)),
+    ("kernel", "default", ("gsm8k", 300)),
+    ("profiling", "default", None),
+    ("kernel", 0.95, ("token_match", 0.95)),
+    ("kernel", None, None),
+])
+def test_forge_ab_writes_the_types_default_correctness_gate(tmp_path, workspace, task_type,
+                                                           correctness, want):
+    from infer_forge.harness.loop.ab import ab_task
+    from infer_forge.repos import commands as rc
+
+    from tests.helpers.gitrepos import make_remote, write_manifest
+
+    make_remote(tmp_path, "alpha", {"a.py": "x = 1\n"}, {"fast": {"a.py": "x = 2\n"}})
+    rc.init(workspace, write_manifest(tmp_path / "manifests" / "stack.yaml", [
+        {"name": "alpha", "url": "../remotes/alpha.git", "branch": "main"}]))
+    _, path, content = ab_task(workspace, point=POINT, member="alpha", base="main",
+                               candidate="fast", task_type=task_type,
+                               correctness=correctness)
+    t = load_task(path)
+    assert t.type == content["type"] == task_type
+    gates = {g.name: g for g in t.contract.gates}
+    assert set(gates) - {"correctness"} == {"faster", "stability"}
+    g = gates.get("correctness")
+    got = None if g is None else (g.metric, g.at_least) if g.kind == "absolute" else (
+        g.task, g.limit)
+    assert got == want
+
+
+def test_forge_ab_refuses_an_unknown_type(tmp_path, workspace):
+    from infer_forge.harness.errors import HarnessError
+    from infer_forge.harness.loop.ab import ab_task
+
+    with pytest.raises(HarnessError, match="--type 'kernal': not a task type"):
+        ab_task(workspace, point=POINT, member="alpha", base="main", candidate="fast",
+                task_type="kernal")
