@@ -269,6 +269,8 @@ def test_engine_evaluator_runs_the_accuracy_gate_and_the_gate_rejects(tmp_path):
     assert cand["acc"]["items_digest"] == base["acc"]["items_digest"]  # the same documents
     assert "error" in prod["acc"] and "production" in prod["acc"]["error"]
     assert any("accuracy gate acc" in s for s in said)
+    assert any(s.startswith("accuracy gate acc: 1.0000 over 40 items in ") for s in said)
+    assert 0 < base["acc"]["runtime_s"] < 120
 
     def runs(acc):
         return [Run({"output_throughput": 100.0}, accuracy=acc)]

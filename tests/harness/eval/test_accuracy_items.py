@@ -131,3 +131,20 @@ def test_the_gate_does_not_pair_runs_that_read_other_documents():
     g = judge(c, runs("sha256:b"), runs("sha256:a")).gates[0]
     assert g.verdict == "inconclusive" and "not paired" in g.reason, g.reason
     assert "sha256:b vs sha256:a" in g.reason
+
+
+@pytest.mark.slow
+def test_forge_eval_accuracy_prints_runtime_dataset_and_items(forge_home):
+    need(HAVE_LM_EVAL, "lm_eval not installed (pip install 'infer-forge[accuracy]')")
+    from tests.conftest import run_forge
+
+    assert run_forge("init", home=forge_home).returncode == 0
+    with ScriptedArith() as srv:
+        res = run_forge("eval", "accuracy", "--url", srv.url, "--model", "scripted-arith",
+                        "--limit", "10", home=forge_home)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "arith: accuracy 1.0000 over 10 items"
+    assert lines[1].startswith("runtime: candidate ") and lines[1].endswith(" s")
+    assert lines[2].startswith("dataset: arith revision ") and len(lines[2].split()[-1]) >= 8
+    assert lines[3].startswith("recorded ") and "(items sha256:" in lines[3]
