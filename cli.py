@@ -1635,6 +1635,11 @@ def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
     for side in ("a", "b"):
         for m in lat["missing"][side]:
             click.echo(f"  {side.upper()} {m['run_id']}: {m['why']}")
+    for acc in r.get("accuracy", []):
+        same = {True: "", False: "; NOT the same documents"}.get(acc["same_documents"], "")
+        click.echo(f"\naccuracy items {acc['gate']}: {acc['items']} shared, "
+                   f"{len(acc['lost'])} lost {acc['lost'][:20]}, {len(acc['gained'])} gained "
+                   f"{acc['gained'][:20]}{same}")
 
 
 @main.command("filter")

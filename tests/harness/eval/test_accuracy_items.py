@@ -148,3 +148,65 @@ def test_forge_eval_accuracy_prints_runtime_dataset_and_items(forge_home):
     assert lines[1].startswith("runtime: candidate ") and lines[1].endswith(" s")
     assert lines[2].startswith("dataset: arith revision ") and len(lines[2].split()[-1]) >= 8
     assert lines[3].startswith("recorded ") and "(items sha256:" in lines[3]
+
+
+def test_the_compare_view_shows_which_accuracy_items_changed(workspace):
+    # Two blocks of a task whose engine runs recorded an accuracy gate's items (as the
+    # engine evaluator writes them), compared by the compare view and drawn on its page.
+    from pathlib import Path
+
+    from infer_forge.harness.record import record_measurements
+    from infer_forge.ledger import events as E
+    from infer_forge.projections.comparison import comparison_ws
+    from infer_forge.wiki.compare_page import compare_page
+    from infer_forge.wiki.plot import PlotCache
+
+    from tests.conftest import run_forge
+
+    home = Path(workspace.home)
+    task = "tune-tiny-cpu"
+
+    def cli(*args):
+        r = run_forge(*args, home=home)
+        assert r.returncode == 0, (args, r.stderr)
+
+    def run(block, rid, correct, digest="sha256:d"):
+        acc = {"acc": {"task": "gsm8k", "accuracy": sum(correct) / len(correct),
+                       "items": [[i, int(c)] for i, c in enumerate(correct)],
+                       "items_digest": digest}}
+        ev = E.MeasurementRecorded(task_id=task, block_id=block, run_id=rid, source="engine",
+                                   metrics={"output_throughput": 100.0}, success=True,
+                                   meta={"accuracy": acc})
+        record_measurements(workspace, [ev], task_id=task, command_id=f"t:{rid}")
+
+    cli("task", "new", "examples/tasks/tune-tiny-cpu.yaml")
+    cli("block", "start", task, "--sub-goal", "baseline")
+    run("b1", "r1", [True] * 30)
+    cli("block", "handoff", task, "--state-reached", "baseline measured")
+    cli("block", "start", task, "--sub-goal", "batching", "--set",
+        "engine.continuous_batching=true")
+    run("b2", "r2", [i not in (3, 17) for i in range(29)] + [True])
+    cmp = comparison_ws(workspace, f"{task}/b1", f"{task}/b2")
+    [row] = cmp["accuracy"]
+    assert row["gate"] == "acc" and row["lost"] == [3, 17] and row["gained"] == []
+    assert row["items"] == 30 and row["same_documents"] is True
+    page = compare_page(cmp, {"task_id": task, "a": "b1", "b": "b2", "b_is": "accepted"}, 1,
+                        PlotCache())
+    heads = [b[1] for b in page.blocks if b[0] == "h"]
+    assert heads.index("Accuracy items") == heads.index("Gated metrics") + 1
+    at = page.blocks.index(("h", "Accuracy items"))
+    counts, ids = page.blocks[at + 1], page.blocks[at + 2]
+    assert counts[2] == [("acc", 30, "1", "0.9333", 2, 0, 28, "yes")]
+    assert ids[2] == [("acc", "3, 17", "—")]
+    # another dataset revision on one side: shown as not paired
+    run("b2", "r3", [True] * 30, digest="sha256:other")
+    assert comparison_ws(workspace, f"{task}/b1", f"{task}/b2")["accuracy"][0][
+        "same_documents"] is True  # the side's first run holding the gate is kept
+    cli("block", "handoff", task, "--state-reached", "batching measured")
+    cli("block", "start", task, "--sub-goal", "other data", "--set", "engine.dtype=bfloat16")
+    run("b3", "r4", [True] * 30, digest="sha256:other")
+    other = comparison_ws(workspace, f"{task}/b1", f"{task}/b3")["accuracy"][0]
+    assert other["same_documents"] is False and other["lost"] == []
+    shown = run_forge("compare", f"{task}/b1", f"{task}/b2", home=home)
+    assert shown.returncode == 0, shown.stderr
+    assert "accuracy items acc: 30 shared, 2 lost [3, 17], 0 gained []" in shown.stdout
