@@ -288,6 +288,10 @@ def _stage(tar: tarfile.TarFile, file: Path, want: dict[str, dict[str, Any]],
                 raise HarnessError(f"{file}: {m.name}: not listed in {MANIFEST}")
             if rel in staged:
                 raise HarnessError(f"{file}: {m.name}: present twice")
+            f = want[rel]
+            if m.size != f["bytes"]:  # checked before reading: no unbounded member is staged
+                raise HarnessError(f"{file}: {m.name}: {m.size} bytes, the manifest says "
+                                   f"{f['bytes']}")
             fh = tar.extractfile(m)
             assert fh is not None  # a regular file
             h, n = hashlib.sha256(), 0
@@ -297,7 +301,6 @@ def _stage(tar: tarfile.TarFile, file: Path, want: dict[str, dict[str, Any]],
                     h.update(chunk)
                     n += len(chunk)
                     out.write(chunk)
-            f = want[rel]
             if n != f["bytes"] or h.hexdigest() != f["sha256"]:
                 raise HarnessError(f"{file}: {m.name}: sha256 {h.hexdigest()[:16]}… ({n} "
                                    f"bytes) does not match the manifest's {f['sha256'][:16]}… "

@@ -168,6 +168,11 @@ def test_import_refuses_a_file_that_does_not_match_the_manifest(exported, tmp_pa
 
     from infer_forge.harness.bench.dataset_cache import import_cache
 
+    grown = tmp_path / "grown.tar.gz"
+    _rewrite(out, grown, lambda n, d: d + b"\0" if n.endswith("dataset_info.json") else d)
+    with pytest.raises(HarnessError, match=r"dataset_info.json: \d+ bytes, the manifest says "
+                                           r"\d+"):
+        import_cache(grown, offline)
     dropped = tmp_path / "dropped.tar.gz"
     _rewrite(out, dropped, lambda n, d: None if n.endswith("dataset_info.json") else d)
     with pytest.raises(HarnessError, match="dataset_info.json: listed in manifest.json but "
