@@ -210,3 +210,26 @@ def test_the_compare_view_shows_which_accuracy_items_changed(workspace):
     shown = run_forge("compare", f"{task}/b1", f"{task}/b2", home=home)
     assert shown.returncode == 0, shown.stderr
     assert "accuracy items acc: 30 shared, 2 lost [3, 17], 0 gained []" in shown.stdout
+
+
+def test_eval_accuracy_refuses_to_pair_runs_that_read_other_documents(workspace,
+                                                                      monkeypatch):
+    # The two sides' lm_eval runs (replaced here: the pairing rule is what is tested) read
+    # the same ids from other documents, as a dataset revision changed between them would.
+    from infer_forge.harness.bench import accuracy as A
+    from infer_forge.harness.errors import HarnessError
+
+    runs = {}
+
+    def fake_run(url, model, task, **kw):
+        digest = "sha256:cand" if url == runs["cand"] else "sha256:base"
+        return A.AccuracyRun(task, 1.0, [(i, True) for i in range(5)], {},
+                             {"items_digest": digest})
+
+    monkeypatch.setattr(A, "run_task", fake_run)
+    with ScriptedArith() as good, ScriptedArith() as other:
+        runs["cand"] = other.url
+        with pytest.raises(HarnessError, match="read different items .*sha256:base vs "
+                                               "sha256:cand.*not paired"):
+            A.evaluate_accuracy(workspace, other.url, "m", "arith", baseline_url=good.url)
+    assert not [r for r in workspace.ledger.log(types=["MeasurementRecorded"])]
