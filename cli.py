@@ -3205,18 +3205,38 @@ def eval_group() -> None:
     """Evaluate an engine's answers (accuracy with lm-evaluation-harness)."""
 
 
+@eval_group.command("suites")
+@click.option("--json", "as_json", is_flag=True)
+def eval_suites(as_json: bool) -> None:
+    """The named accuracy suites and what each costs (items per side; `--suite NAME`)."""
+    from dataclasses import asdict
+
+    from .ledger.correctness import SUITES
+
+    if as_json:
+        emit_json([{**asdict(s), "items": s.items} for s in SUITES.values()])
+        return
+    print_table(["suite", "lm_eval task", "items", "of", "endpoint", "few-shot"],
+                [(s.name, s.task, s.items, s.test_items, s.endpoint, s.few_shot)
+                 for s in SUITES.values()])
+
+
 @eval_group.command("accuracy")
 @click.option("--url", required=True, help="The candidate engine's base URL.")
 @click.option("--model", required=True, help="Model name sent in the request body.")
-@click.option("--task", default="arith", show_default=True,
-              help="A task of --tasks-dir, else of lm_eval's registry (gsm8k, mmlu, ...).")
+@click.option("--suite", "suite_name",
+              help="A named suite (forge eval suites: gsm8k-quick, mmlu-quick, gsm8k, mmlu): "
+                   "its task, limit and endpoint, unless given.")
+@click.option("--task", help="A task of --tasks-dir, else of lm_eval's registry (gsm8k, "
+                             "mmlu_generative, ...). Default: arith.")
 @click.option("--baseline-url", help="The baseline engine's URL: judge non-inferiority.")
 @click.option("--baseline-model", help="The baseline's model name (default: --model).")
 @click.option("--margin", type=click.FloatRange(min=0), default=0.02, show_default=True,
               help="Largest accuracy loss tolerated (0.02 = 2 points).")
-@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
-              show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), help="Evaluate the first N items.")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]),
+              help="Default: the suite's, else completions.")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="Evaluate the first N items (of each task of a group).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--metric", default="exact_match", show_default=True,
               help="The per-item metric that says correct (acc for multiple choice).")
@@ -3230,9 +3250,9 @@ def eval_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
-def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, endpoint, limit,
-                  concurrency, metric, filter_name, tasks_dir, task_id, block_id,
-                  as_json) -> None:
+def eval_accuracy(ctx, url, model, suite_name, task, baseline_url, baseline_model, margin,
+                  endpoint, limit, concurrency, metric, filter_name, tasks_dir, task_id,
+                  block_id, as_json) -> None:
     """Run an accuracy task with lm-evaluation-harness against --url (and --baseline-url);
     with a baseline, judge non-inferiority (CI of the accuracy difference above -margin).
     Records a MeasurementRecorded (source forge-accuracy). Exit code: 0 pass (or no
@@ -3244,7 +3264,18 @@ def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, e
         --model M --task arith --limit 200
     """
     from .harness.bench import accuracy as acc
+    from .ledger.correctness import suite
 
+    if suite_name is not None:
+        try:
+            chosen = suite(suite_name)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--suite") from None
+        task = task or chosen.task
+        limit = limit if limit is not None else chosen.limit
+        endpoint = endpoint or chosen.endpoint
+    task = task or "arith"
+    endpoint = endpoint or "completions"
     out = acc.evaluate_accuracy(
         open_ws(ctx), url, model, task, baseline_url=baseline_url,
         baseline_model=baseline_model, margin=margin, endpoint=endpoint,

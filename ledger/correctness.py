@@ -20,6 +20,11 @@ Contracts:
 - `correctness_of(definition)` says, for `forge task show`, which correctness gates a stored
   definition has and where they came from (`explicit`, `default`, `none`), with the type's
   default beside it.
+- `SUITES`: the named accuracy suites with a known cost (`forge eval suites`, `forge eval
+  accuracy --suite`): the lm_eval task or group, the items per leaf task (`limit`; None: the
+  whole test split), how many leaf tasks, the test split's size, the endpoint (chat: the
+  point's chat template) and the few-shot as lm_eval defines it. The default accuracy gate
+  is the `gsm8k-quick` suite.
 """
 
 from __future__ import annotations
@@ -40,6 +45,40 @@ QUICK_LIMIT = 300
 QUICK_MARGIN = 0.03
 
 Kind = Literal["accuracy", "token_match"]
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    task: str  # an lm_eval task or group
+    limit: int | None  # items per leaf task; None: the whole test split
+    leaves: int  # lm_eval tasks it runs (a group's subjects)
+    test_items: int  # the test split's items, all leaves together
+    endpoint: Literal["completions", "chat"]
+    few_shot: str
+
+    @property
+    def items(self) -> int:
+        """Items evaluated per side (the requests one side sends)."""
+        return self.test_items if self.limit is None else min(self.test_items,
+                                                              self.limit * self.leaves)
+
+
+_GSM8K_SHOTS = "5-shot from train (lm_eval's gsm8k), as multi-turn chat"
+_MMLU_SHOTS = "0-shot (lm_eval's mmlu_generative), the answer letter"
+SUITES: Mapping[str, Suite] = {s.name: s for s in (
+    Suite("gsm8k-quick", "gsm8k", QUICK_LIMIT, 1, 1319, "chat", _GSM8K_SHOTS),
+    Suite("gsm8k", "gsm8k", None, 1, 1319, "chat", _GSM8K_SHOTS),
+    Suite("mmlu-quick", "mmlu_generative", 5, 57, 14042, "chat", _MMLU_SHOTS),
+    Suite("mmlu", "mmlu_generative", None, 57, 14042, "chat", _MMLU_SHOTS),
+)}
+
+
+def suite(name: str) -> Suite:
+    """The named suite; ValueError naming the known ones."""
+    if name not in SUITES:
+        raise ValueError(f"suite {name!r}: not one of {', '.join(SUITES)}")
+    return SUITES[name]
 
 
 @dataclass(frozen=True)

@@ -184,3 +184,27 @@ def test_forge_ab_refuses_an_unknown_type(tmp_path, workspace):
     with pytest.raises(HarnessError, match="--type 'kernal': not a task type"):
         ab_task(workspace, point=POINT, member="alpha", base="main", candidate="fast",
                 task_type="kernal")
+
+
+def test_the_named_suites_say_what_they_cost():
+    from infer_forge.ledger.correctness import SUITES, suite
+
+    assert {n: (s.task, s.items, s.endpoint) for n, s in SUITES.items()} == {
+        "gsm8k-quick": ("gsm8k", 300, "chat"), "gsm8k": ("gsm8k", 1319, "chat"),
+        "mmlu-quick": ("mmlu_generative", 285, "chat"),
+        "mmlu": ("mmlu_generative", 14042, "chat")}
+    quick = suite("gsm8k-quick")
+    d = default_correctness("kernel")
+    assert (d.gate["task"], d.gate["limit"], d.gate["endpoint"]) == (
+        quick.task, quick.limit, quick.endpoint)
+    with pytest.raises(ValueError, match="suite 'gsm8k-fast': not one of gsm8k-quick"):
+        suite("gsm8k-fast")
+    shown = run_forge("eval", "suites")
+    assert shown.returncode == 0
+    row = next(ln for ln in shown.stdout.splitlines() if ln.startswith("mmlu-quick"))
+    assert row.split()[:5] == ["mmlu-quick", "mmlu_generative", "285", "14042", "chat"]
+    js = json.loads(run_forge("eval", "suites", "--json").stdout)
+    assert [s["name"] for s in js] == list(SUITES) and js[0]["items"] == 300
+    bad = run_forge("eval", "accuracy", "--url", "http://127.0.0.1:9", "--model", "m",
+                    "--suite", "gsm8k-fast")
+    assert bad.returncode == 2 and "suite 'gsm8k-fast': not one of" in bad.stderr

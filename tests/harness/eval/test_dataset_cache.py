@@ -131,6 +131,17 @@ def test_import_fills_an_offline_cache_that_lm_eval_reads(exported, tmp_path, mo
     assert ident["n_shot"] == {"gsm8k": 5} and ident["endpoint"] == "chat"
     assert ident["items_digest"] == strict.dataset["items_digest"]  # same documents
     assert len(set(flex.doc_hashes.values())) == 6
+    # the named quick suite through the CLI: gsm8k, chat, its limit overridden here
+    assert run_forge("init").returncode == 0
+    with ScriptedArith() as srv:
+        res = run_forge("eval", "accuracy", "--url", srv.url, "--model", "scripted-arith",
+                        "--suite", "gsm8k-quick", "--limit", "4", "--filter",
+                        "flexible-extract", "--tasks-dir", str(tasks), "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert (out["task"], out["items"], out["accuracy"]) == ("gsm8k", 4, 1.0)
+    assert out["dataset"]["endpoint"] == "chat"
+    assert out["dataset"]["tasks"]["gsm8k"]["revision"] == SHA
 
 
 def _rewrite(src: Path, dst: Path, change) -> None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from infer_forge.harness.bench.accuracy import judge_accuracy, run_task
 from infer_forge.harness.testing.scripted_arith import ScriptedArith
+from infer_forge.ledger.correctness import suite
 
 from tests.conftest import need
 from tests.helpers.hf_datasets import hub_cache
@@ -52,11 +53,13 @@ def test_mmlu_quick_reads_every_subject_and_pairs_by_item(tmp_path, monkeypatch)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    quick = suite("mmlu-quick")  # its task and endpoint; fewer items per subject here
+    assert (quick.task, quick.limit, quick.items) == ("mmlu_generative", 5, 285)
     with ScriptedArith() as good, ScriptedArith(corrupt_every=4) as bad:
-        base = run_task(good.url, "scripted-arith", "mmlu_generative", include_path=None,
-                        limit=LIMIT)
-        cand = run_task(bad.url, "scripted-arith", "mmlu_generative", include_path=None,
-                        limit=LIMIT)
+        base = run_task(good.url, "scripted-arith", quick.task, include_path=None,
+                        limit=LIMIT, endpoint=quick.endpoint)
+        cand = run_task(bad.url, "scripted-arith", quick.task, include_path=None,
+                        limit=LIMIT, endpoint=quick.endpoint)
         altered = len(bad.altered)
     n = 57 * LIMIT
     assert len(base.items) == len(cand.items) == n
@@ -70,6 +73,7 @@ def test_mmlu_quick_reads_every_subject_and_pairs_by_item(tmp_path, monkeypatch)
     assert tasks["mmlu_anatomy_generative"]["dataset_path"] == "cais/mmlu"
     assert tasks["mmlu_anatomy_generative"]["dataset_name"] == "anatomy"
     assert base.dataset["items_digest"] == cand.dataset["items_digest"]
+    assert set(base.dataset["n_shot"].values()) == {0} and base.dataset["endpoint"] == "chat"
     r = judge_accuracy(base, cand, margin=0.02)
     assert r.verdict == "fail" and r.n == n, r.reason
     assert judge_accuracy(base, base).verdict == "pass"
