@@ -8,8 +8,9 @@ The cache root is `datasets.config.HF_DATASETS_CACHE`: `$HF_DATASETS_CACHE`, els
 `$HF_HOME/datasets`, else `~/.cache/huggingface/datasets`.
 
 Contracts:
-- `prefetch(suites, out)` loads each suite's lm_eval tasks (a shipped task of
-  `include_path`, else lm_eval's registry; a group is all its tasks), which fills the cache
+- `prefetch(suites, out)` loads each suite's lm_eval tasks (a named suite's task,
+  `ledger.correctness.SUITES`; a shipped task of `include_path`; else lm_eval's registry; a
+  group is all its tasks), which fills the cache
   on a host with network, and writes ONE gzip tarball `out`: `manifest.json` first, then
   each dataset's cache folder under `datasets/<folder relative to the cache root>`. The
   manifest (`FORMAT`) lists per dataset the suite, the lm_eval task, `dataset_path`,
@@ -40,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from ...ledger.correctness import SUITES
 from ..errors import HarnessError
 from .accuracy import task_config
 
@@ -132,7 +134,8 @@ def prefetch(suites: Sequence[str], out: str | Path, *,
     entries: list[dict[str, Any]] = []
     seen: set[str] = set()
     for suite in suites:
-        for task in suite_tasks(suite, include_path):
+        named = SUITES.get(suite)  # a named suite (gsm8k-quick) is its lm_eval task's data
+        for task in suite_tasks(named.task if named else suite, include_path):
             for folder in task_folders(task, root):
                 e = dataset_entry(suite, task, folder, root)
                 if e["folder"] not in seen:  # mmlu's subjects share nothing; gsm8k variants do

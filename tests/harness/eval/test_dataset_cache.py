@@ -66,7 +66,7 @@ def exported(tmp_path):
     online = tmp_path / "online-cache"
     folder = gsm8k_cache(online, tmp_path / "src")
     out = tmp_path / "evals.tar.gz"
-    res = run_forge("eval", "prefetch", "gsm8k", "--tasks-dir",
+    res = run_forge("eval", "prefetch", "gsm8k-quick", "gsm8k", "--tasks-dir",
                     str(gsm8k_tasks_dir(tmp_path)), "--out", str(out), "--json",
                     env=offline_env(online), process=True)
     assert res.returncode == 0, res.stderr
@@ -81,10 +81,10 @@ def test_prefetch_exports_the_cache_folder_with_its_manifest(exported):
     from infer_forge.harness.bench.dataset_cache import read_manifest
 
     m = read_manifest(out)
-    assert m["format"] == "forge-dataset-cache/1" and m["suites"] == ["gsm8k"]
-    [e] = m["datasets"]
+    assert m["format"] == "forge-dataset-cache/1" and m["suites"] == ["gsm8k-quick", "gsm8k"]
+    [e] = m["datasets"]  # the named suite and the task read the same folder: carried once
     assert (e["suite"], e["task"], e["dataset_path"], e["dataset_name"], e["folder"],
-            e["revision"]) == ("gsm8k", "gsm8k", REPO_ID, CONFIG, rel, SHA)
+            e["revision"]) == ("gsm8k-quick", "gsm8k", REPO_ID, CONFIG, rel, SHA)
     want = {k: v for k, v in files_of(online).items() if k.startswith(rel)}
     assert {f["path"]: f["sha256"] for f in e["files"]} == want
     assert any(p.endswith("gsm8k-test.arrow") for p in want)
