@@ -1060,6 +1060,17 @@ def engine() -> None:
     """Launch and inspect serving engines (hf, sglang, external)."""
 
 
+def _host_values(items: tuple[str, ...], what: str) -> dict[str, str]:
+    """`HOST=VALUE` options as {host: value}; one line for a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        host, sep, value = item.partition("=")
+        if not sep or not host.strip() or not value.strip():
+            raise click.ClickException(f"{what} {item!r}: expected HOST=VALUE")
+        out[host.strip()] = value.strip()
+    return out
+
+
 @engine.command("up")
 @click.argument("profile", required=False, type=click.Path(dir_okay=False, exists=True))
 @click.option("--point", "point", type=click.Path(dir_okay=False, exists=True),
@@ -1079,12 +1090,18 @@ def engine() -> None:
               help="With --point --plan: parse every server's command line with the real "
                    "argument parser of the pinned SGLang release (its wheel, ~39 MB, is "
                    "fetched from the package index once); exit 1 when one is rejected.")
+@click.option("--hosts", help="With --point --plan: the Node Registry hosts of a point over "
+                             "several hosts, comma-separated (rank 0 and the router first).")
+@click.option("--ib-device", "ib_devices", multiple=True, metavar="HOST=DEVICES",
+              help="With --point: that host's --disaggregation-ib-device (repeatable), "
+                   "e.g. node-0=mlx5_0,mlx5_1.")
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 @click.pass_context
 @fail_cleanly
 def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
                   base_port: int | None, model: str | None, sets: tuple[str, ...], once: bool,
-                  check_parser: bool, as_json: bool) -> None:
+                  check_parser: bool, hosts: str | None, ib_devices: tuple[str, ...],
+                  as_json: bool) -> None:
     """Launch a runtime profile's engine, print what runs, keep it up until Ctrl-C.
 
     \b
@@ -1092,6 +1109,8 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
       forge engine up examples/profiles/tiny-cpu.yaml --model tiny-llama --once
       forge engine up --point examples/points/qwen3-235b-pd-h200.yaml --plan
       forge engine up --point examples/points/qwen3-235b-pd-h200.yaml --plan --check-parser
+      forge engine up --point examples/points/deepseek-v3-pd-2x8-h200.yaml --plan \
+          --hosts gpu-a,gpu-b --ib-device gpu-a=mlx5_0,mlx5_1 --ib-device gpu-b=mlx5_0,mlx5_1
     """
     from .harness.engines.up import engine_up
     if check_parser and not (point is not None and plan_only):
@@ -1107,7 +1126,10 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
         out = point_up(ws, point, profile_path=profile,
                        model=model, overrides=parse_assignments(sets, "--set"),
                        base_port=base_port, plan_only=plan_only, once=once,
-                       echo=lambda s: click.echo(s, err=True), check_parser=check_parser)
+                       echo=lambda s: click.echo(s, err=True), check_parser=check_parser,
+                       hosts=[h.strip() for h in hosts.split(",") if h.strip()] if hosts
+                       else None,
+                       ib_devices=_host_values(ib_devices, "--ib-device"))
         check = out.get("parser_check")
         if as_json:
             emit_json(out)

@@ -95,10 +95,14 @@ def _text_only() -> list[Modality]:
 
 
 class ModelRef(Spec):
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"experts": None}
     name: str
     source: str  # local path, hub id, or forge:<generated-model>
     revision: str = "main"
     modalities: list[Modality] = Field(default_factory=_text_only)
+    # Routed experts of a MoE model, when known: the plan refuses an EP size that does not
+    # divide them (plus EPLB's redundant experts).
+    experts: int | None = Field(None, ge=1)
 
     @field_validator("revision", mode="before")
     @classmethod
@@ -191,9 +195,13 @@ class ProfileRef(Spec):
 
 
 class Accelerator(Spec):
+    """`count` devices on each of `nodes` hosts (one host unless said)."""
+
+    OMIT_WHEN: ClassVar[dict[str, Any]] = {"nodes": 1}
     vendor: Literal["nvidia", "amd", "intel", "cpu", "other"]
     model: str
     count: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1)
     memory_gb: float | None = Field(None, gt=0)
     driver: str | None = None
     runtime: str | None = None  # e.g. "cuda 12.9", "rocm 7.0"

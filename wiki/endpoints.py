@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..projections.endpoints import read_endpoints
-from .numbers import count
+from .numbers import count, exact
 from .page import Page, text
 from .plot import Line, Point, plot_svg
 
@@ -49,7 +49,7 @@ def endpoints_page(con: Any, position: int) -> Page | None:
                "forge monitor (--slo, or the deployment point's) is drawn across.")
     p.add("table", ["endpoint", "windows", "scrapes", "failed", "from", "to", "SLO (ms)"],
           [(e["url"], e["windows"], e["samples"], e["errors"], _when(e["first"]),
-            _when(e["last"]), ", ".join(f"{k} {v:g}" for k, v in sorted(e["slo_ms"].items()))
+            _when(e["last"]), ", ".join(f"{k} {exact(v)}" for k, v in sorted(e["slo_ms"].items()))
             or "—") for e in eps])
     for e in eps:
         p.add("h", text(e["url"]))
@@ -59,7 +59,7 @@ def endpoints_page(con: Any, position: int) -> Page | None:
             pts = e["series"].get(metric)
             if not pts:
                 continue
-            lines = [Line("y", v, f"SLO {k.partition('.')[2] or 'p99'} {v:g} ms")
+            lines = [Line("y", v, f"SLO {k.partition('.')[2] or 'p99'} {exact(v)} ms")
                      for k, v in sorted(e["slo_ms"].items())
                      if slo_key and k.partition(".")[0] == slo_key]
             svg = plot_svg([Point((t - t0) / 60, v, group=label) for t, v in _thin(pts)],

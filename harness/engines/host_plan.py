@@ -33,30 +33,41 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def _plan_ports(plan: LaunchPlan) -> list[int]:
-    return [port for p in plan.processes
-            for port in (p.port, p.bootstrap_port, p.encoder_bootstrap_port, p.metrics_port)
-            if port is not None]
+    return [port for p in plan.processes for port in p.bound_ports()]
 
 
 def plan_here(point: DeploymentPoint, profile: RuntimeProfile, *, ws: Workspace | None,
               model: str | None = None, overrides: Mapping[str, Any] | None = None,
-              base_port: int | None = None, plan_only: bool = False, nvml: Any = None
-              ) -> LaunchPlan:
-    """The plan for this host: accelerator check, devices, model path and ports."""
-    inv, source = host_accelerators(ws, nvml)
-    try:
-        devices: list[int] | None = check_accelerator(point.accelerator, inv, source)
-        where = source
-    except HarnessError as e:
+              base_port: int | None = None, plan_only: bool = False, nvml: Any = None,
+              ib_devices: Mapping[str, str] | None = None) -> LaunchPlan:
+    """The plan for this host: accelerator check, devices, model path and ports. A point
+    over several hosts is only printed here, on its own host names (node-0, node-1, ...;
+    cluster_plan.py plans it on Node Registry hosts)."""
+    nodes = point.accelerator.nodes
+    devices: list[int] | None
+    if nodes > 1:
         if not plan_only:
-            raise
-        devices, where = None, f"the point's own indices; not deployable here: {e}"
+            raise HarnessError(f"the point runs on {nodes} hosts (accelerator.nodes): this "
+                               "host alone cannot deploy it; --plan (with --hosts) prints "
+                               "each host's command lines")
+        devices, where = None, (f"the point's own hosts node-0..node-{nodes - 1}; give "
+                                "--hosts to plan on Node Registry hosts")
+    else:
+        inv, source = host_accelerators(ws, nvml)
+        try:
+            devices = check_accelerator(point.accelerator, inv, source)
+            where = source
+        except HarnessError as e:
+            if not plan_only:
+                raise
+            devices, where = None, f"the point's own indices; not deployable here: {e}"
     if point.accelerator.vendor == "cpu":
         devices = None
     model_s = model or _model_here(ws, point)
     if base_port is not None or plan_only:
         plan = plan_point(point, profile, devices, model=model_s, overrides=overrides,
-                          base_port=base_port or PLAN_BASE_PORT, device_source=where)
+                          base_port=base_port or PLAN_BASE_PORT, device_source=where,
+                          ib_devices=ib_devices)
         taken = [] if plan_only else [p for p in _plan_ports(plan) if not _port_free(p)]
         if taken:
             raise HarnessError(f"ports {', '.join(map(str, taken))} of the plan are in use "
@@ -64,7 +75,7 @@ def plan_here(point: DeploymentPoint, profile: RuntimeProfile, *, ws: Workspace 
         return plan
     return plan_with_free_ports(lambda base: plan_point(
         point, profile, devices, model=model_s, overrides=overrides, base_port=base,
-        device_source=where))
+        device_source=where, ib_devices=ib_devices))
 
 
 def ephemeral_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:

@@ -38,9 +38,19 @@ server uses tp × pp devices; the profile config may repeat the point's sizes bu
 contradict them (the point's topology is the authority).
 
 Devices: `accelerators` is a list of device indices on this host, or {host: indices} for
-several hosts (a server never spans hosts), or None: indices 0..count-1 of the point's
-accelerator. Servers take devices in start order, contiguously, never overlapping; too few is
-a HarnessError naming what each role needs. NVIDIA sets CUDA_VISIBLE_DEVICES (and
+several hosts, or None: indices 0..count-1 of the point's accelerator on each of its
+`accelerator.nodes` hosts (127.0.0.1 for one; node-0, node-1, ... for more). Servers take
+devices in start order, contiguously, never overlapping, a server on the first host with
+room; too few is a HarnessError naming what each role needs.
+Several hosts: a server larger than every host spans whole untouched hosts of one size
+(tp × pp = nnodes × devices per host, else a one-line refusal naming tp x pp): one process
+per host (`<role>-<i>`, then `<role>-<i>-node<r>`) with `--nnodes --node-rank
+--dist-init-addr HOST0:P` (P from rank 0's dist-init block, base_port + 2000, DIST_SPAN ports
+a server); rank 0 is the server's entry, a follower's health URL is its /health (SGLang's
+health server for node ranks >= 1); every rank gets rank 0's bootstrap port, only rank 0
+binds it. The router goes on the first host and lists each server's rank 0. `ib_devices`
+({host: value}) sets `--disaggregation-ib-device` for that host's PD servers. Settings SGLang
+would rewrite at start are refused per role by plan_rules.py. NVIDIA sets CUDA_VISIBLE_DEVICES (and
 CUDA_DEVICE_ORDER=PCI_BUS_ID, so that an index is the GPU nvidia-smi and NVML call by it:
 the host state's GPUs are the deployment's), AMD HIP_VISIBLE_DEVICES; a cpu accelerator
 assigns none.
@@ -61,7 +71,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from ...ledger.clock import digest
 from ...ledger.secrets.names import REDACTED, is_secret_name
@@ -69,6 +79,7 @@ from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
 from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of
 from .image import VISIBILITY_ENV, ImageUse, container_argv, container_name, model_mounts
+from .plan_rules import check_server
 from .sglang import HARNESS_KEYS, check_options, options_to_args, parse_version, server_options
 from .sglang_routes import binds_encoder_bootstrap
 
@@ -77,13 +88,17 @@ ROLE_ORDER = ("encode", "prefill", "decode", "colocated")
 PLAN_KEYS = {"role_config", "router_launcher", "router_args"}
 # Flags the topology sets: a profile that sets them itself would fight the plan.
 TOPOLOGY_FLAGS = {"disaggregation_mode", "disaggregation_bootstrap_port", "encoder_only",
-                  "language_only", "encoder_urls"}
+                  "language_only", "encoder_urls", "nnodes", "node_rank", "dist_init_addr"}
 PARALLEL_FLAGS = {"tp_size": "tp", "pp_size": "pp", "ep_size": "ep"}
 DEFAULT_TRANSFER_BACKEND = "mooncake"
 DEFAULT_ENCODER_BACKEND = "zmq_to_scheduler"
 # Encoder disaggregation: which releases have these is the flag table's (sglang_flags.py).
 EPD_KEYS = ("encoder_only", "language_only", "encoder_urls")
 BOOTSTRAP_OFFSET = 1000  # bootstrap ports: base_port + 1000 + k on each host
+# A server over several hosts: rank 0's host gives `--dist-init-addr HOST:P`; SGLang binds P
+# (torch's store) and, with DP attention, P+1..P+6 (ZMQ: server_args.py PortArgs): 8 a block.
+DIST_OFFSET = 2000
+DIST_SPAN = 8
 VISIBLE_DEVICES = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES"}
 ROUTER_STARTUP_S = 120.0
 
@@ -109,6 +124,28 @@ class ProcessPlan(BaseModel):
     argv: tuple[str, ...]
     parallelism: dict[str, int] = Field(default_factory=dict)  # tp/pp/dp/ep; router: {}
     startup_timeout_s: float = 900.0
+    # A server over several hosts: one process per host, rank 0 the server's HTTP entry
+    # (the others answer /health only), all with rank 0's `--dist-init-addr`.
+    node_rank: int = 0
+    nnodes: int = 1
+    dist_init_addr: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_single_node(self, handler: Any) -> Any:
+        # A one-host process shows (and digests) as before multi-node plans existed.
+        data = handler(self)
+        if isinstance(data, dict) and self.nnodes == 1:
+            for k in ("node_rank", "nnodes", "dist_init_addr"):
+                data.pop(k, None)
+        return data
+
+    def bound_ports(self) -> list[int]:
+        """Every port this process binds on its host (a follower rank binds only its own)."""
+        out = [self.port, self.bootstrap_port, self.encoder_bootstrap_port, self.metrics_port]
+        if self.dist_init_addr and self.node_rank == 0:
+            first = int(self.dist_init_addr.rpartition(":")[2])
+            out += range(first, first + DIST_SPAN)
+        return [p for p in out if p is not None]
 
     def command_line(self) -> str:
         """The shell line a reader can copy: env assignments, then the command. The value of
@@ -156,6 +193,10 @@ class LaunchPlan(BaseModel):
     def by_role(self, role: str) -> list[ProcessPlan]:
         return [p for p in self.processes if p.role == role]
 
+    def hosts(self) -> list[str]:
+        """The plan's hosts, in order of first use."""
+        return list(dict.fromkeys(p.host for p in self.processes))
+
     def lines(self) -> list[str]:
         """The human rendering `forge engine up --plan` prints."""
         out = [f"launch plan{f' of {self.point}' if self.point else ''}: "
@@ -172,8 +213,10 @@ class LaunchPlan(BaseModel):
                 if p.encoder_bootstrap_port is not None else "") + (
                 f" metrics {p.metrics_port}" if p.metrics_port is not None else "")
             devs = (f" devices {','.join(map(str, p.devices))}" if p.devices else "")
-            out.append(f"  [{p.name}] {p.url}{boot}{devs}{' ' + par if par else ''} "
-                       f"health {p.health_url}")
+            rank = (f" node {p.node_rank}/{p.nnodes} dist-init {p.dist_init_addr}"
+                    if p.nnodes > 1 else "")
+            out.append(f"  [{p.name}] {p.url}{boot}{devs}{rank}"
+                       f"{' ' + par if par else ''} health {p.health_url}")
             out.append(f"    {p.command_line()}")
         return out
 
@@ -263,8 +306,10 @@ def _check_topology_keys(cfg: Mapping[str, Any], role: str) -> None:
 
 def _device_pools(point: DeploymentPoint, accelerators: Any
                   ) -> tuple[list[tuple[str, list[int]]], int]:
+    acc = point.accelerator
     if accelerators is None:
-        return [("127.0.0.1", list(range(point.accelerator.count)))], point.accelerator.count
+        names = ["127.0.0.1"] if acc.nodes == 1 else [f"node-{i}" for i in range(acc.nodes)]
+        return [(h, list(range(acc.count))) for h in names], acc.count * acc.nodes
     if isinstance(accelerators, Mapping):
         pools = [(str(h), [int(d) for d in ds]) for h, ds in accelerators.items()]
     else:
@@ -280,6 +325,7 @@ class _Ports:
         self.base = base
         self.next: dict[str, int] = {}
         self.boot: dict[str, int] = {}
+        self.dists: dict[str, int] = {}
 
     def port(self, host: str) -> int:
         p = self.next.get(host, self.base)
@@ -291,18 +337,56 @@ class _Ports:
         self.boot[host] = p + 1
         return p
 
+    def dist(self, host: str) -> int:
+        p = self.dists.get(host, self.base + DIST_OFFSET)
+        self.dists[host] = p + DIST_SPAN
+        return p
+
+
+def _place(free: list[tuple[str, list[int]]], pools: list[tuple[str, list[int]]], n: int,
+           role: str, par: Parallelism) -> list[tuple[str, tuple[int, ...]]]:
+    """(host, devices) per node rank of one server needing `n` devices; takes them from
+    `free`. One host with room, else whole untouched hosts of one size that `n` fills."""
+    for i, (h, ds) in enumerate(free):
+        if len(ds) >= n:
+            free[i] = (h, ds[n:])
+            return [(h, tuple(ds[:n]))]
+    size = max((len(ds) for _, ds in pools), default=0)
+    what = f"a {role} server needs tp {par.tp} x pp {par.pp} = {n} devices"
+    if n <= size:
+        raise HarnessError(f"launch plan: no host has {n} free devices left for a {role} "
+                           "server (a server spans hosts only when no host could hold it)")
+    if n % size:
+        raise HarnessError(f"launch plan: {what}, more than a host's {size}; across hosts "
+                           f"tp x pp must be nnodes x {size} devices per host")
+    k = n // size
+    whole = [i for i, (h, ds) in enumerate(free) if len(ds) == size
+             and len(ds) == len(dict(pools)[h])]
+    if len(whole) < k:
+        raise HarnessError(f"launch plan: {what}: {k} whole hosts of {size} devices "
+                           f"(nnodes {k}), {len(whole)} left")
+    out = []
+    for i in whole[:k]:
+        h, ds = free[i]
+        free[i] = (h, [])
+        out.append((h, tuple(ds)))
+    return out
+
 
 def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
                accelerators: Sequence[int] | Mapping[str, Sequence[int]] | None,
                sglang_version: str | None = None, *, model: str | None = None,
                overrides: Mapping[str, Any] | None = None, base_port: int = 30000,
-               device_source: str | None = None) -> LaunchPlan:
+               device_source: str | None = None,
+               ib_devices: Mapping[str, str] | None = None) -> LaunchPlan:
     """The launch plan of `point` served by `profile` (pure; see the module docstring).
 
     `sglang_version`: the version whose flag names to use (None: the profile's framework
     pin, else its config `version`). `model`: the path or hub id servers load (default: the
     point's model source). `overrides`: engine config keys, as `apply_overrides` takes them.
-    `base_port`: the entry's port; servers count up from it, bootstrap ports from +1000."""
+    `base_port`: the entry's port; servers count up from it, bootstrap ports from +1000,
+    dist-init blocks from +2000. `ib_devices`: {host: `--disaggregation-ib-device` value}
+    for the PD servers on that host (the KV transfer's InfiniBand devices)."""
     engine, base_cfg = engine_config_of(profile)
     if engine != "sglang":
         raise HarnessError(f"launch plan: runtime profile {profile.service} rev {profile.rev} "
@@ -329,6 +413,7 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
     for role, par in roles_of(point):
         cfg = _role_config(base_cfg, role.role)
         _check_topology_keys(cfg, role.role)
+        check_server(cfg, par, role.role, point.model.experts)
         opts_cfg = _parallel_options(cfg, par, role.role)
         replicas = role.count * (1 if _dp_attention(cfg) else par.dp)
         for _ in range(replicas):
@@ -339,46 +424,53 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
         per: dict[str, int] = {}
         for r, n, _, _ in servers:
             per[r] = per.get(r, 0) + n
+        dp_servers = [f"; {r} dp {p.dp} without DP attention is {p.dp} servers of "
+                      f"{n} devices" for r, n, p, c in servers
+                      if p.dp > 1 and not c.get("enable_dp_attention")]
         raise HarnessError(
             f"launch plan: the point needs {need} devices "
             f"({', '.join(f'{r} {n}' for r, n in per.items())}) but {available} are available "
-            f"({device_source or 'point'})")
+            f"({device_source or 'point'})" + (dp_servers[0] if dp_servers else ""))
 
-    # Devices: contiguous, in start order, a server on the first host with room.
+    # Devices: contiguous, in start order, a server on the first host with room; a server
+    # larger than any host spans whole hosts (one process per host, --nnodes/--node-rank).
     free = [(h, list(ds)) for h, ds in pools] or [("127.0.0.1", [])]
     counters: dict[str, int] = {}
-    placed: list[tuple[str, str, int, tuple[int, ...], Parallelism, dict[str, Any]]] = []
+    placed: list[tuple[str, int, list[tuple[str, tuple[int, ...]]], Parallelism,
+                       dict[str, Any]]] = []
     for role_name, n, par, opts_cfg in servers:
-        host = free[0][0]
-        devs: tuple[int, ...] = ()
+        ranks: list[tuple[str, tuple[int, ...]]] = [(free[0][0], ())]
         if visible:
-            for i, (h, ds) in enumerate(free):
-                if len(ds) >= n:
-                    host, devs = h, tuple(ds[:n])
-                    free[i] = (h, ds[n:])
-                    break
-            else:
-                raise HarnessError(f"launch plan: no host has {n} free devices left for a "
-                                   f"{role_name} server (a server never spans hosts)")
+            ranks = _place(free, pools, n, role_name, par)
         idx = counters.get(role_name, 0)
         counters[role_name] = idx + 1
-        placed.append((role_name, host, idx, devs, par, opts_cfg))
+        placed.append((role_name, idx, ranks, par, opts_cfg))
 
     # Ports and URLs first: prefill servers need the encoders', the router everyone's.
-    addr: list[tuple[int, str, int | None, int | None]] = []
+    # Per rank: (host, port, url); per server: bootstrap, encoder bootstrap, dist-init addr
+    # (all on rank 0's host: the followers are given rank 0's values).
+    addr: list[tuple[list[tuple[str, int, str]], int | None, int | None, str | None]] = []
     enc_boot = arch == "epd" and binds_encoder_bootstrap(version)
-    for role_name, host, _idx, _devs, _par, _cfg in placed:
-        port = ports.port(host)
-        boot = ports.bootstrap(host) if role_name == "prefill" and arch != "colocated" else None
-        eboot = ports.bootstrap(host) if role_name == "prefill" and enc_boot else None
-        addr.append((port, f"http://{host}:{port}", boot, eboot))
-    encoder_urls = [url for (r, *_), (_, url, _, _) in zip(placed, addr, strict=True)
+    for role_name, _idx, ranks, _par, _cfg in placed:
+        host0 = ranks[0][0]
+        where = [(h, p, f"http://{h}:{p}") for h, p in ((h, ports.port(h)) for h, _ in ranks)]
+        boot = ports.bootstrap(host0) if role_name == "prefill" and arch != "colocated" \
+            else None
+        eboot = ports.bootstrap(host0) if role_name == "prefill" and enc_boot else None
+        dist = f"{host0}:{ports.dist(host0)}" if len(ranks) > 1 else None
+        addr.append((where, boot, eboot, dist))
+    encoder_urls = [where[0][2] for (r, *_), (where, *_) in zip(placed, addr, strict=True)
                     if r == "encode"]
+    hosts = {h for h, _ in pools}
+    bad_ib = sorted(set(ib_devices or {}) - hosts)
+    if bad_ib:
+        raise HarnessError(f"ib devices: host {bad_ib[0]} is not one of the plan's hosts "
+                           f"({', '.join(h for h, _ in pools)})")
 
     transfer = str(base_cfg.get("disaggregation_transfer_backend") or DEFAULT_TRANSFER_BACKEND)
     processes: list[ProcessPlan] = []
     used: set[tuple[str, int]] = set()
-    for (role_name, host, idx, devs, par, opts_cfg), (port, url, boot, eboot) in zip(
+    for (role_name, idx, ranks, par, opts_cfg), (where, boot, eboot, dist) in zip(
             placed, addr, strict=True):
         cfg = dict(opts_cfg)
         if arch != "colocated" and role_name in ("prefill", "decode"):
@@ -399,26 +491,37 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
                 cfg["encoder_bootstrap_port"] = eboot
         if role_name != "encode" and not (arch == "epd" and role_name == "prefill"):
             cfg.pop("encoder_transfer_backend", None)  # only encoders and their readers
-        argv = _server_argv(cfg, model=model_s, host=host, port=port, version=version)
-        env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
-        if visible:
-            for d in devs:
-                if (host, d) in used:  # by construction never; a plan must not overlap
-                    raise HarnessError(f"launch plan: device {d} on {host} assigned twice")
-                used.add((host, d))
-            env[visible] = ",".join(map(str, devs))
-            if vendor == "nvidia":  # indices as nvidia-smi and NVML number them (host_state)
-                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        processes.append(ProcessPlan(
-            name=f"{role_name}-{idx}", role=role_name, index=idx, host=host, port=port,
-            url=url, health_url=url + ("/health_generate" if arch == "colocated" else "/health"),
-            bootstrap_port=boot, encoder_bootstrap_port=eboot, devices=devs, env=env,
-            argv=tuple(argv),
-            parallelism={"tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep},
-            startup_timeout_s=float(cfg.get("startup_timeout_s", 900))))
+        for rank, ((host, devs), (_, port, url)) in enumerate(zip(ranks, where, strict=True)):
+            rcfg = dict(cfg)
+            if dist is not None:
+                rcfg.update(nnodes=len(ranks), node_rank=rank, dist_init_addr=dist)
+            if ib_devices and host in ib_devices and "disaggregation_mode" in rcfg:
+                rcfg["disaggregation_ib_device"] = ib_devices[host]
+            argv = _server_argv(rcfg, model=model_s, host=host, port=port, version=version)
+            env = {str(k): str(v) for k, v in (rcfg.get("env") or {}).items()}
+            if visible:
+                for d in devs:
+                    if (host, d) in used:  # by construction never; a plan must not overlap
+                        raise HarnessError(f"launch plan: device {d} on {host} assigned "
+                                           "twice")
+                    used.add((host, d))
+                env[visible] = ",".join(map(str, devs))
+                if vendor == "nvidia":  # indices as nvidia-smi and NVML number them
+                    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            # A follower rank answers /health only (SGLang's dummy health server).
+            health = "/health_generate" if arch == "colocated" and rank == 0 else "/health"
+            processes.append(ProcessPlan(
+                name=f"{role_name}-{idx}" + (f"-node{rank}" if rank else ""), role=role_name,
+                index=idx, host=host, port=port, url=url, health_url=url + health,
+                bootstrap_port=boot if rank == 0 else None,
+                encoder_bootstrap_port=eboot if rank == 0 else None, devices=devs, env=env,
+                argv=tuple(argv),
+                parallelism={"tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep},
+                startup_timeout_s=float(rcfg.get("startup_timeout_s", 900)),
+                node_rank=rank, nnodes=len(ranks), dist_init_addr=dist))
 
     entry = f"http://{entry_host}:{router_port}"
-    if arch != "colocated" or len(processes) > 1:
+    if arch != "colocated" or sum(p.node_rank == 0 for p in processes) > 1:
         processes.append(_router(base_cfg, processes, arch, entry_host, router_port, entry,
                                  ports.bootstrap(entry_host)))
     else:
@@ -427,6 +530,8 @@ def plan_point(point: DeploymentPoint, profile: RuntimeProfile,
         point=point.name, architecture=arch, engine=engine, sglang_version=version,
         model=model_s,
         accelerator=f"{vendor} {point.accelerator.model} x{point.accelerator.count}"
+                    + (f" on {point.accelerator.nodes} hosts" if point.accelerator.nodes > 1
+                       else "")
                     + (f" {point.accelerator.memory_gb:g} GB" if point.accelerator.memory_gb
                        else ""),
         device_source=device_source or ("point" if accelerators is None else "given"),
@@ -459,6 +564,7 @@ def _router(base_cfg: Mapping[str, Any], servers: list[ProcessPlan], arch: str, 
         if isinstance(v, str) or not all(isinstance(x, str) for x in v):
             raise HarnessError(f"engine config {name}: expected a list of strings")
     argv = [*launcher]
+    servers = [p for p in servers if p.node_rank == 0]  # a server's entry is its rank 0
     if arch == "colocated":
         argv += ["--worker-urls", *(p.url for p in servers)]
     else:

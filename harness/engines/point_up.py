@@ -4,9 +4,11 @@
 1. loads the point and its runtime profile (the point's `runtime_profile.file`, or the
    profile given, which must be the service and revision the point names);
 2. checks the point's accelerator against this host (`accelerators.py`); the matching GPUs
-   are the devices the plan assigns. With `plan_only`, a host that does not match does not
-   stop the plan from printing: it is planned on the point's own device indices and the
-   plan's `device_source` says why it could not deploy here;
+   are the devices the plan assigns. With `hosts` (a point over several hosts, `--plan`
+   only), against each named host's Node Registry inventory instead (cluster_plan.py).
+   With `plan_only`, a host that does not match does not stop the plan from printing: it
+   is planned on the point's own device indices (a point over several hosts: on its own
+   host names node-0, node-1, ...) and the plan's `device_source` says why;
 3. plans (`plan.py`) on ports from `base_port` (default: 30000 for a printed plan; a free
    block of ports for a deploy; a given base whose ports are taken is refused);
 4. with an image in the profile, wraps every process to run in it by digest (whole.py,
@@ -20,7 +22,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,8 @@ from ...ledger.specs import DeploymentPoint, RuntimeProfile, load_point, load_pr
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
 from .base import apply_overrides
-from .host_plan import plan_here
+from .cluster_plan import plan_on_hosts
+from .host_plan import PLAN_BASE_PORT, plan_here
 from .plan import LaunchPlan
 from .sglang_flags import parse_with_release
 from .up import watch
@@ -71,11 +74,23 @@ def point_up(ws: Workspace | None, point_path: str | Path, *,
              overrides: Mapping[str, Any] | None = None, base_port: int | None = None,
              plan_only: bool = False, once: bool = False, nvml: Any = None,
              stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
-             echo: Callable[[str], None] = print, check_parser: bool = False
+             echo: Callable[[str], None] = print, check_parser: bool = False,
+             hosts: Sequence[str] | None = None, ib_devices: Mapping[str, str] | None = None
              ) -> dict[str, Any]:
     point, profile = point_and_profile(point_path, profile_path)
-    plan = plan_here(point, profile, ws=ws, model=model, overrides=overrides,
-                     base_port=base_port, plan_only=plan_only, nvml=nvml)
+    if hosts:
+        if not plan_only:
+            raise HarnessError("--hosts: launching on several hosts is not built yet; "
+                               "--plan --hosts prints each host's command lines")
+        if ws is None:
+            raise HarnessError("--hosts needs a workspace: the hosts are the Node Registry's")
+        plan, _ = plan_on_hosts(ws, point, profile, hosts, ib_devices=ib_devices,
+                                model=model, overrides=overrides,
+                                base_port=base_port or PLAN_BASE_PORT, claim=False)
+    else:
+        plan = plan_here(point, profile, ws=ws, model=model, overrides=overrides,
+                         base_port=base_port, plan_only=plan_only, nvml=nvml,
+                         ib_devices=ib_devices)
     vendor = point.accelerator.vendor
     if plan_only:  # in the profile's image as it would run; nothing pulled
         out = {"plan": shown_in_image(plan, profile, vendor=vendor).to_json()}

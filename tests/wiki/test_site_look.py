@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from infer_forge.harness.graph.commands import define_graph
+from infer_forge.ledger import events as E
+from infer_forge.ledger.streams import ENDPOINTS_STREAM
 from infer_forge.wiki import build as B
+from infer_forge.wiki.answers import file_answer
+from infer_forge.wiki.ask import ask
 
 from tests.helpers.index_ledger import build as build_ledger
 from tests.wiki.test_browser import _browser
@@ -51,6 +56,9 @@ PAGES: dict[str, Callable[[Path], str]] = {
     "graph": lambda site: "graphs/mini.html",
     "graphs index": lambda site: "graphs.html",
     "artifact": lambda site: _first(site, "artifacts/*.html"),
+    "endpoints": lambda site: "endpoints.html",
+    "answer": lambda site: _first(site, "answers/*.html", but="index.html"),
+    "answers index": lambda site: "answers/index.html",
     "log": lambda site: "log.html",
     "concurrency": lambda site: "concurrency.html",
     "search": lambda site: "search.html?q=deepgemm",
@@ -67,8 +75,14 @@ def test_every_page_kind_fits_both_widths_and_reads_well(workspace, tmp_path):
     build_ledger(workspace)
     _tool_output_and_engine(workspace)  # a tool's output: an artifact page
     define_graph(workspace, _graph_file(tmp_path))
-    rep = B.build(workspace, embeddings=False)
-    assert rep.concepts > 0  # the build compiled the concept pages itself
+    t1 = datetime.now(UTC)
+    workspace.ledger.append(ENDPOINTS_STREAM, [E.EndpointSummarized(  # the endpoints page
+        url="http://127.0.0.1:30000", start=t1 - timedelta(minutes=1), end=t1, interval_s=1.0,
+        samples=60, missed=0, errors=0, last_error="", actor=E.Actor.tool("forge-test"))])
+    first = B.build(workspace, embeddings=False)
+    assert first.concepts > 0  # the build compiled the concept pages itself
+    file_answer(workspace, ask(workspace, "why was deep_gemm rejected?", embeddings=False))
+    B.build(workspace, embeddings=False)  # with the filed answer's pages
     site = workspace.home / "site"
     shots = tmp_path / "screenshots"
     shots.mkdir()

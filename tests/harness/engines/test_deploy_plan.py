@@ -169,13 +169,18 @@ def test_devices_come_from_the_given_accelerators_and_never_overlap():
         plan_point(make_point("pd", PD_ROLES), make_profile(PD_CONFIG), list(range(12)))
 
 
-def test_several_hosts_a_server_never_spans_two():
+def test_several_hosts_a_server_spans_hosts_only_when_none_holds_it():
     plan = plan_point(make_point("pd", PD_ROLES), make_profile(PD_CONFIG),
                       {"node-a": range(8), "node-b": range(8)})
     assert [(p.host, p.devices) for p in plan.processes[:3]] == [
         ("node-a", (0, 1, 2, 3)), ("node-a", (4, 5, 6, 7)), ("node-b", tuple(range(8)))]
     assert plan.processes[2].url == "http://node-b:30000"  # each host counts its own ports
-    with pytest.raises(HarnessError, match="no host has 8 free devices"):
+    with pytest.raises(HarnessError, match="no host has 8 free devices left"):
+        plan_point(make_point("pd", PD_ROLES), make_profile(PD_CONFIG),
+                   {"node-a": range(8), "node-b": range(6), "node-c": range(6)})
+    # larger than every host: whole hosts only (tests/harness/engines/test_multinode_plan.py)
+    with pytest.raises(HarnessError, match="more than a host's 6; across hosts tp x pp must "
+                                           "be nnodes x 6 devices per host"):
         plan_point(make_point("pd", PD_ROLES), make_profile(PD_CONFIG),
                    {"node-a": range(6), "node-b": range(6), "node-c": range(6)})
 

@@ -21,17 +21,29 @@ import pytest
 from infer_forge.harness.engines import sglang_flags
 from infer_forge.harness.engines.plan import plan_point
 from infer_forge.harness.engines.point_up import point_and_profile
-from infer_forge.harness.engines.sglang import sglang_command
+from infer_forge.harness.engines.sglang import HARNESS_KEYS, sglang_command
 from infer_forge.harness.errors import HarnessError
-from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
+from infer_forge.ledger.specs import (
+    DeploymentPoint,
+    RuntimeProfile,
+    SpecError,
+    apply_candidate,
+    load_task,
+)
 
 from tests.conftest import REPO
 from tests.helpers import real_sglang
 
 KIT = real_sglang.KIT_VERSIONS
+SCOPE_TASK = REPO / "examples" / "tasks" / "tune-glm-4.5-h200.yaml"
 PROBE = REPO / "harness" / "engines" / "sglang_parser_probe.py"
 MODEL = "m"
 REFUSAL = re.compile(r"^sglang (\S+) has no (--[a-z0-9-]+) \((.+)\)$")
+CHOICE_REFUSAL = re.compile(r"^sglang (\S+) (--[a-z0-9-]+): (\S+) is not one of (.+)$")
+# Settings spelled per release (translate, NEEDS) or set by the plan: not asked as flags here.
+RENAMED = {"cuda_graph_max_bs", "cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill",
+           "disable_cuda_graph", "cuda_graph_backend_decode", "cuda_graph_backend_prefill",
+           "enable_dp_attention", "attn_dp_size", "dp_size", "moe_runner_backend"}
 
 # Setting -> the flags one of which the release must have to express it.
 NEEDS = {
@@ -74,6 +86,7 @@ class Case:
     refusal: str | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
     values: bool = False  # the parsed namespace must hold the matrix's values
+    wants: list[tuple[str, Any]] = field(default_factory=list)  # (flag, value) it must have
 
 
 def _after_module(argv: tuple[str, ...] | list[str]) -> list[str]:
@@ -113,6 +126,16 @@ def _settings(config: dict[str, Any]) -> list[str]:
             if k in keys]
 
 
+def _wants(config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The (flag, value) pairs an example's config asks for as they are spelled (the renamed
+    settings are NEEDS'): a release must have each flag, with the value among its choices."""
+    merged = dict(config)
+    for per in (config.get("role_config") or {}).values():
+        merged.update(per)
+    return [("--" + k.replace("_", "-"), v) for k, v in sorted(merged.items())
+            if k not in RENAMED and k not in HARNESS_KEYS and v is not None and v is not False]
+
+
 def _examples() -> list[tuple[str, DeploymentPoint, RuntimeProfile]]:
     out = []
     for path in sorted((REPO / "examples" / "points").glob("*.yaml")):
@@ -132,11 +155,13 @@ def _cases(tmp: Path) -> list[Case]:
         _planned(case, point, profile)
         assert case.refusal is None, case.refusal
         cases.append(case)
+    cases += _scope_cases()
     for v in KIT:
         for name, point, profile in examples:
             arch = point.topology.architecture
             case = Case(v, f"example {name}", [*([arch] if arch in NEEDS else []),
-                                                *_settings(profile.config)])
+                                                *_settings(profile.config)],
+                        wants=_wants(profile.config))
             _planned(case, point, profile)
             cases.append(case)
         for name, (cfg, needs) in MATRIX.items():
@@ -166,6 +191,27 @@ def _cases(tmp: Path) -> list[Case]:
             _planned(case, _point(arch, roles), _profile(cfg, v))
             cases.append(case)
     return cases
+
+
+def _scope_cases() -> list[Case]:
+    """Each axis value of the tuning task alone, at the point's pinned version: its argvs,
+    or the plan's refusal (a combination SGLang would rewrite or refuse)."""
+    task = load_task(SCOPE_TASK)
+    point, profile = point_and_profile(SCOPE_TASK.parent / task.point)
+    assert profile.framework is not None
+    out = []
+    for key, allowed in task.scope.items():
+        assert isinstance(allowed, list), key
+        for value in allowed:
+            case = Case(str(profile.framework.version), f"scope {key}={json.dumps(value)}", [])
+            try:
+                case_point, case_profile = apply_candidate(point, profile, {key: value})
+                assert case_point is not None and case_profile is not None
+                _planned(case, case_point, case_profile)
+            except SpecError as e:
+                case.refusal = str(e)
+            out.append(case)
+    return out
 
 
 def _ask(version: str, argvs: list[list[str]], tmp: Path) -> dict[str, Any]:
@@ -199,12 +245,17 @@ def _verdicts(case: Case, flags: dict[str, Any]) -> list[str]:
     """What is wrong with one case, judged by the release's real parser."""
     where = f"sglang {case.version} {case.name}"
     missing = [s for s in case.needs if not any(f in flags for f in NEEDS[s])]
+    missing += [f"{f} {v}" for f, v in case.wants if not _has(flags, f, v)]
     if case.refusal is not None:
         m = REFUSAL.match(case.refusal)
-        if not m or m.group(1) != case.version:
+        c = CHOICE_REFUSAL.match(case.refusal)
+        hit = m or c
+        if hit is None or hit.group(1) != case.version:
             return [f"{where}: refused without the one-line form: {case.refusal}"]
-        if m.group(2) in flags and not flags[m.group(2)].get("retired"):
+        if m and m.group(2) in flags and not flags[m.group(2)].get("retired"):
             return [f"{where}: refused for {m.group(2)}, which its real parser has"]
+        if c and _has(flags, c.group(2), c.group(3)):
+            return [f"{where}: refused {c.group(2)} {c.group(3)}, which its real parser takes"]
         if not missing:
             return [f"{where}: refused ({case.refusal}) though it can express it"]
         return []
@@ -219,6 +270,15 @@ def _verdicts(case: Case, flags: dict[str, Any]) -> list[str]:
         if case.values:
             bad += [f"{where}: {e}" for e in _values(case, r["args"])]
     return bad
+
+
+def _has(flags: dict[str, Any], flag: str, value: Any) -> bool:
+    """The release's real parser has `flag` (not retired) and takes `value` (its choices)."""
+    spec = flags.get(flag)
+    if spec is None or spec.get("retired"):
+        return False
+    choices = spec.get("choices")
+    return not choices or isinstance(value, bool) or str(value) in choices
 
 
 def _values(case: Case, args: dict[str, Any]) -> list[str]:
@@ -253,7 +313,8 @@ def test_boundary_matrix(real, version):
     """Each setting: argv the release's real parser accepts, or a one-line refusal where
     that release's parser indeed lacks every spelling of it (examples re-pinned too)."""
     cases, flags = real
-    mine = [c for c in cases if c.version == version and not c.name.endswith("(pinned)")]
+    mine = [c for c in cases if c.version == version and not c.name.endswith("(pinned)")
+            and not c.name.startswith("scope ")]
     assert len(mine) >= len(MATRIX) + 2
     bad = [v for c in mine for v in _verdicts(c, flags[version])]
     assert not bad, "\n".join(bad)
@@ -319,3 +380,90 @@ def test_reading_the_table():
     with pytest.raises(HarnessError, match=r"^sglang 0\.5\.23 --moe-runner-backend: bogus is "
                                            r"not one of aiter, auto, "):
         t.check("--moe-runner-backend", "bogus", "0.5.23")
+
+
+def test_multi_node_ranks_parse_as_planned(real):
+    """The 4-node PD example (each server over two hosts): every host's argv, parsed by the
+    pinned release's real parser, holds its rank, the node count, its server's rank-0
+    dist-init address, and the MTP / DeepEP / EPLB / FP8-KV settings of the profile."""
+    cases, _ = real
+    case = next(c for c in cases if c.name == "example deepseek-r1-pd-4x8-h200 (pinned)")
+    point, profile = point_and_profile(REPO / "examples/points/deepseek-r1-pd-4x8-h200.yaml")
+    plan = plan_point(point, profile, None, sglang_version=case.version)
+    servers = [p for p in plan.processes if p.role != "router"]
+    assert len(servers) == len(case.results) == 4
+    for p, r in zip(servers, case.results, strict=True):
+        assert r["ok"], (p.name, r["error"])
+        args = r["args"]
+        assert (args["nnodes"], args["node_rank"]) == (2, p.node_rank), p.name
+        rank0 = plan.process(f"{p.role}-{p.index}")
+        assert args["dist_init_addr"] == p.dist_init_addr == rank0.dist_init_addr, p.name
+        assert rank0.dist_init_addr.startswith(f"{rank0.host}:"), p.name
+        assert args["host"] == p.host and args["port"] == p.port
+        assert (args["tp_size"], args["ep_size"], args["attn_dp_size"]) == (16, 16, 16)
+        assert args["speculative_algorithm"] == "EAGLE"
+        assert (args["speculative_num_steps"], args["speculative_eagle_topk"],
+                args["speculative_num_draft_tokens"]) == (3, 1, 4)
+        assert (args["moe_a2a_backend"], args["enable_eplb"], args["kv_cache_dtype"]) == \
+            ("deepep", True, "fp8_e4m3")
+        assert args["disaggregation_mode"] == p.role
+    prefill = [a["args"] for a, p in zip(case.results, servers, strict=True)
+               if p.role == "prefill"]
+    assert {a["disaggregation_bootstrap_port"] for a in prefill} == \
+        {plan.process("prefill-0").bootstrap_port}
+
+
+def test_new_example_points_at_old_releases(real):
+    """Re-pinned to 0.4.0 (no --speculative-algorithm, no --moe-a2a-backend, no fp8_e4m3 in
+    --kv-cache-dtype's choices, per its real parser), each new example is refused in one
+    line naming a flag or value that parser lacks; from 0.5.1 on they parse (the boundary
+    matrix's verdicts)."""
+    cases, flags = real
+    new = ("deepseek-v3-pd-2x8-h200", "deepseek-r1-pd-4x8-h200", "kimi-k2-h200",
+           "glm-4.5-h200")
+    for name in new:
+        old = next(c for c in cases if c.name == f"example {name}" and c.version == "0.4.0")
+        assert old.refusal is not None and old.refusal.startswith("sglang 0.4.0 "), name
+        assert not _verdicts(old, flags["0.4.0"]), name
+    assert "--speculative-algorithm" not in flags["0.4.0"]
+    assert "--moe-a2a-backend" not in flags["0.4.0"]
+    assert "fp8_e4m3" not in flags["0.4.0"]["--kv-cache-dtype"]["choices"]
+    for name in new:
+        later = next(c for c in cases if c.name == f"example {name}" and c.version == "0.5.1")
+        assert later.refusal is None and later.argvs, (name, later.refusal)
+        assert all(r["ok"] for r in later.results), (name, later.results)
+
+
+def test_scope_axes_are_the_real_parsers(real):
+    """The tuning task's axes (speculative decoding, DeepEP, EPLB, FP8 KV, HiCache, two-batch
+    overlap, DP attention): each `engine.<flag>` is a flag of the pinned release's real
+    parser taking each listed value; each value alone either plans to argvs that parser
+    accepts, holding the value, or is refused in one line naming its dimension."""
+    cases, flags = real
+    task = load_task(SCOPE_TASK)
+    mine = [c for c in cases if c.name.startswith("scope ")]
+    assert len(mine) == sum(len(v) for v in task.scope.values())
+    version = mine[0].version
+    for key, allowed in task.scope.items():
+        head, _, name = key.partition(".")
+        if head == "engine":
+            assert all(_has(flags[version], "--" + name.replace("_", "-"), v)
+                       for v in allowed if v is not False), key
+    accepted = 0
+    for c in mine:
+        key, value = c.name[len("scope "):].split("=", 1)
+        dim = key.rpartition(".")[2]
+        if c.refusal is not None:
+            assert "\n" not in c.refusal and dim in c.refusal, (c.name, c.refusal)
+            continue
+        accepted += 1
+        for r in c.results:
+            assert r["ok"], (c.name, r["error"])
+            v = json.loads(value)
+            if key.startswith("engine.") and dim in r["args"] and v is not False \
+                    and dim != "enable_dp_attention":
+                assert str(r["args"][dim]) == str(v), (c.name, r["args"][dim])
+    refused = {c.name for c in mine if c.refusal is not None}
+    assert accepted >= 15 and {"scope engine.speculative_num_steps=1",
+                               "scope engine.enable_two_batch_overlap=true",
+                               "scope topology.parallelism.dp=2"} <= refused, refused
