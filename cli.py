@@ -613,9 +613,11 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
+    from .ledger.correctness import correctness_of
     from .ledger.titles import candidate_title
     from .projections.memory import task_summary
     s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
+    s = {**s, "correctness": correctness_of(s["definition"])}
     if as_json:
         emit_json(s)
         return
@@ -624,6 +626,9 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
                                               if s["exit_state"] else ""))
     click.echo(f"  point {s['point_hash']}  profile {s['profile_hash']}")
     click.echo(f"  contract {s['contract_hash']}")
+    c = s["correctness"]
+    click.echo(f"  correctness: {', '.join(c['gates']) or 'no gate'} ({c['source']}; "
+               f"a {c['type']} task's default: {c['default']})")
     for b in s["blocks"]:
         cand = candidate_title(b["candidate"])
         click.echo(f"    {b['block_id']:<5} {b['status']:<11} verdict={b['verdict'] or '-':<12} "
@@ -1697,6 +1702,11 @@ def compare_cmd(ctx, a: str, b: str, as_json: bool) -> None:
     for side in ("a", "b"):
         for m in lat["missing"][side]:
             click.echo(f"  {side.upper()} {m['run_id']}: {m['why']}")
+    for acc in r.get("accuracy", []):
+        same = {True: "", False: "; NOT the same documents"}.get(acc["same_documents"], "")
+        click.echo(f"\naccuracy items {acc['gate']}: {acc['items']} shared, "
+                   f"{len(acc['lost'])} lost {acc['lost'][:20]}, {len(acc['gained'])} gained "
+                   f"{acc['gained'][:20]}{same}")
 
 
 @main.command("filter")
@@ -2497,8 +2507,12 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
               help="The metric judged (latency metrics: lower is better).")
 @click.option("--min-ratio", type=float, default=1.0, show_default=True,
               help="The candidate/base ratio the whole interval must clear (1.05: 5 % better).")
-@click.option("--correctness", type=float, default=0.99, show_default=True,
-              help="Greedy-output token match against the base at least this.")
+@click.option("--type", "task_type", default="engine-integration", show_default=True,
+              help="What the change is (kernel, quantization, moe-backend, …): its default "
+                   "correctness gate (docs/accuracy.md).")
+@click.option("--correctness", type=float,
+              help="Greedy-output token match against the base at least this (default: "
+                   "the --type's default gate; engine-integration: token match >= 0.99).")
 @click.option("--no-correctness", is_flag=True, help="No correctness gate (dummy weights).")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Runs per side.")
 @click.option("--id", "task_id", help="The task's id (default: ab-<member>-<base>-<cand>).")
@@ -2508,9 +2522,9 @@ def build_cmd(ctx, member: str, task_id: str | None, no_cache: bool, as_json: bo
 @click.pass_context
 @fail_cleanly
 def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
-           profile: Path | None, metric: str, min_ratio: float, correctness: float,
-           no_correctness: bool, repeats: int, task_id: str | None, max_wall_s: float,
-           as_json: bool) -> None:
+           profile: Path | None, metric: str, min_ratio: float, task_type: str,
+           correctness: float | None, no_correctness: bool, repeats: int,
+           task_id: str | None, max_wall_s: float, as_json: bool) -> None:
     """Is CANDIDATE better than BASE at a deployment point? Build both commits of the
     member (cached by their inputs), deploy each at the point, check each server is the
     build it claims, measure both the same way and judge under the gates.
@@ -2530,8 +2544,9 @@ def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
 
     r = run_ab(open_ws(ctx), point=point, base=base, candidate=candidate, member=member,
                profile=profile, metric=metric, min_ratio=min_ratio,
-               correctness=None if no_correctness else correctness, repeats=repeats,
-               task_id=task_id, max_wall_s=max_wall_s, progress=say)
+               correctness=None if no_correctness else "default" if correctness is None
+               else correctness, repeats=repeats, task_id=task_id, max_wall_s=max_wall_s,
+               progress=say, task_type=task_type)
     if as_json:
         emit_json(r.to_json())
     else:
@@ -3257,21 +3272,44 @@ def eval_group() -> None:
     """Evaluate an engine's answers (accuracy with lm-evaluation-harness)."""
 
 
+@eval_group.command("suites")
+@click.option("--json", "as_json", is_flag=True)
+def eval_suites(as_json: bool) -> None:
+    """The named accuracy suites and what each costs (items per side; `--suite NAME`)."""
+    from dataclasses import asdict
+
+    from .ledger.correctness import SUITES
+
+    if as_json:
+        emit_json([{**asdict(s), "items": s.items} for s in SUITES.values()])
+        return
+    print_table(["suite", "lm_eval task", "items", "of", "endpoint", "few-shot"],
+                [(s.name, s.task, s.items, s.test_items, s.endpoint, s.few_shot)
+                 for s in SUITES.values()])
+
+
 @eval_group.command("accuracy")
 @click.option("--url", required=True, help="The candidate engine's base URL.")
 @click.option("--model", required=True, help="Model name sent in the request body.")
-@click.option("--task", default="arith", show_default=True,
-              help="A task of --tasks-dir, else of lm_eval's registry (gsm8k, mmlu, ...).")
+@click.option("--suite", "suite_name",
+              help="A named suite (forge eval suites: gsm8k-quick, mmlu-quick, gsm8k, mmlu): "
+                   "its task, limit and endpoint, unless given.")
+@click.option("--task", help="A task of --tasks-dir, else of lm_eval's registry (gsm8k, "
+                             "mmlu_generative, ...). Default: arith.")
 @click.option("--baseline-url", help="The baseline engine's URL: judge non-inferiority.")
 @click.option("--baseline-model", help="The baseline's model name (default: --model).")
 @click.option("--margin", type=click.FloatRange(min=0), default=0.02, show_default=True,
               help="Largest accuracy loss tolerated (0.02 = 2 points).")
-@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions",
-              show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), help="Evaluate the first N items.")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]),
+              help="Default: the suite's, else completions.")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="Evaluate the first N items (of each task of a group).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--metric", default="exact_match", show_default=True,
               help="The per-item metric that says correct (acc for multiple choice).")
+@click.option("--filter", "filter_name",
+              help="lm_eval's answer filter (gsm8k: strict-match, flexible-extract; default: "
+                   "the task's first).")
 @click.option("--tasks-dir", type=click.Path(file_okay=False),
               help="Folder of lm_eval task YAMLs (default: the shipped examples/accuracy).")
 @click.option("--task-id", help="Record on this task's stream (else 'measurements').")
@@ -3279,8 +3317,9 @@ def eval_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
-def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, endpoint, limit,
-                  concurrency, metric, tasks_dir, task_id, block_id, as_json) -> None:
+def eval_accuracy(ctx, url, model, suite_name, task, baseline_url, baseline_model, margin,
+                  endpoint, limit, concurrency, metric, filter_name, tasks_dir, task_id,
+                  block_id, as_json) -> None:
     """Run an accuracy task with lm-evaluation-harness against --url (and --baseline-url);
     with a baseline, judge non-inferiority (CI of the accuracy difference above -margin).
     Records a MeasurementRecorded (source forge-accuracy). Exit code: 0 pass (or no
@@ -3292,12 +3331,23 @@ def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, e
         --model M --task arith --limit 200
     """
     from .harness.bench import accuracy as acc
+    from .ledger.correctness import suite
 
+    if suite_name is not None:
+        try:
+            chosen = suite(suite_name)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--suite") from None
+        task = task or chosen.task
+        limit = limit if limit is not None else chosen.limit
+        endpoint = endpoint or chosen.endpoint
+    task = task or "arith"
+    endpoint = endpoint or "completions"
     out = acc.evaluate_accuracy(
         open_ws(ctx), url, model, task, baseline_url=baseline_url,
         baseline_model=baseline_model, margin=margin, endpoint=endpoint,
         include_path=tasks_dir or acc.TASKS_DIR, limit=limit, concurrency=concurrency,
-        metric=metric, task_id=task_id, block_id=block_id)
+        metric=metric, filter_name=filter_name, task_id=task_id, block_id=block_id)
     gate = out["gate"]
     if as_json:
         emit_json(out)
@@ -3306,9 +3356,70 @@ def eval_accuracy(ctx, url, model, task, baseline_url, baseline_model, margin, e
                    + (f" (baseline {out['baseline_accuracy']:.4f})" if gate else ""))
         if gate:
             click.echo(f"{gate['verdict']}: {gate['reason']}")
-        click.echo(f"recorded {out['event_id']}")
+        click.echo("runtime: " + ", ".join(f"{k} {v:.1f} s"
+                                           for k, v in out["runtime_s"].items()))
+        revs = {t: d.get("revision") for t, d in out["dataset"].get("tasks", {}).items()}
+        if len(revs) == 1:
+            click.echo(f"dataset: {next(iter(revs))} revision {next(iter(revs.values()))}")
+        elif revs:
+            click.echo(f"dataset: {len(revs)} tasks")
+        click.echo(f"recorded {out['event_id']} (items {out['items_digest']})")
     if gate and gate["verdict"] != "pass":
         ctx.exit(1 if gate["verdict"] == "fail" else 3)
+
+
+@eval_group.command("prefetch")
+@click.argument("suites", nargs=-1, required=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The tarball to write (manifest + the datasets' cache folders).")
+@click.option("--tasks-dir", type=click.Path(file_okay=False),
+              help="Folder of lm_eval task YAMLs (default: the shipped examples/accuracy).")
+@click.option("--json", "as_json", is_flag=True)
+@fail_cleanly
+def eval_prefetch(suites, out: Path, tasks_dir, as_json) -> None:
+    """Fill the Hugging Face datasets cache with SUITES' datasets (on a host with network)
+    and export them as one tarball with a manifest (suite, dataset, revision, file
+    digests) for `forge eval import` on an offline host.
+
+    \b
+    Example:
+      forge eval prefetch gsm8k mmlu_generative --out evals.tar.gz
+    """
+    from .harness.bench import accuracy as acc
+    from .harness.bench.dataset_cache import prefetch
+
+    res = prefetch(list(suites), out, include_path=tasks_dir or acc.TASKS_DIR)
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"{res['out']}: {res['datasets']} datasets, {res['files']} files, "
+               f"{res['bytes']} bytes (from {res['cache']})")
+    for folder, rev in res["revisions"].items():
+        click.echo(f"  {folder}  revision {rev}")
+
+
+@eval_group.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The datasets cache to fill (default: HF_DATASETS_CACHE, HF_HOME/datasets).")
+@click.option("--json", "as_json", is_flag=True)
+@fail_cleanly
+def eval_import(file: Path, cache_dir: Path | None, as_json: bool) -> None:
+    """Import a `forge eval prefetch` tarball into this host's datasets cache; every file's
+    digest is checked against the manifest before anything is written.
+
+    \b
+    Example:
+      HF_HOME=/data/hf forge eval import evals.tar.gz
+    """
+    from .harness.bench.dataset_cache import import_cache
+
+    res = import_cache(file, cache_dir)
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(f"{res['cache']}: {res['datasets']} datasets, {res['files']} files imported "
+               f"({res['kept']} already there, {res['bytes']} bytes written)")
 
 
 @main.command("reproduce")

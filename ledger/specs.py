@@ -48,6 +48,7 @@ from .candidate_keys import (
     same_value,
 )
 from .clock import digest
+from .correctness import with_default_correctness
 from .errors import SpecError
 from .ids import LEDGER_CONTEXT, InvalidIdError, check_id, from_ledger, shown
 from .numbers import bad_number, field_path
@@ -283,6 +284,9 @@ class RuntimeProfile(Spec):
 TASK_TYPES = (
     "kernel", "communication", "engine-integration", "deployment-tuning", "evaluation",
     "diagnosis", "upstream-sync", "scheduler", "profiling",
+    # the kinds of numeric change whose default correctness gate is accuracy, and routing
+    # (ledger/correctness.py: the table of defaults per type)
+    "quantization", "moe-backend", "attention-backend", "speculative-decoding", "routing",
 )
 
 
@@ -419,7 +423,7 @@ class HostLimits(Spec):
 
 class Contract(Spec):
     OMIT_WHEN: ClassVar[dict[str, Any]] = {"review": None, "human": None, "noise": None,
-                                           "host": None, "more_runs": 0}
+                                           "host": None, "more_runs": 0, "correctness": None}
     gates: list[Gate] = Field(min_length=1)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap: int = Field(2000, ge=100)
@@ -438,6 +442,9 @@ class Contract(Spec):
     # Up to this many more runs per block, one at a time after the repeats, while one more
     # could decide a gate (unstable, trending, inconclusive: gates.py `more_runs_reason`).
     more_runs: int = Field(0, ge=0, le=50)
+    # `default`: the task type's default correctness gate (ledger/correctness.py) joins the
+    # gates when none of them checks correctness; the task's definition stores it expanded.
+    correctness: Literal["default"] | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> Contract:
@@ -805,6 +812,12 @@ class TaskDefinition(Spec):
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     code: CodeSpec | None = None  # members of the MonoRepo the task changes
     sandbox: SandboxSpec | None = None  # what its tool calls may reach (default: nothing)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_correctness(cls, data: Any) -> Any:
+        """`contract.correctness: default`: the type's correctness gate, unless one is given."""
+        return with_default_correctness(data)
 
     @field_validator("id")
     @classmethod

@@ -21,6 +21,12 @@ Contract:
   without such records is listed under `latency.missing` with the reason; nothing is made up.
   A side reads at most MAX_RUNS_READ runs' records.
 - Numbers that are not finite come out as None, as in `queries.compare`.
+- Accuracy items (`accuracy`): per accuracy gate (a loop run's `meta.accuracy[<gate>]`) or
+  `forge eval accuracy` task (`meta.items`, keyed `eval:<task>`) that both sides recorded,
+  the items that changed between the side's first run holding it and the other's
+  (`accuracy_items.changed_items`: lost, gained, unchanged, only on one side, accuracies),
+  and whether both read the same documents (their items digests); empty when neither side
+  has per-item results.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import orjson
 
 from ..ledger.bootstrap import bootstrap_ci as _bootstrap
 from ..ledger.errors import ArtifactIntegrityError, LedgerError, NotFoundError
+from .accuracy_items import changed_items, items_of
 from .index.session import open_index
 from .queries import Subject, compare, resolve, valid_runs
 
@@ -251,6 +258,56 @@ def _latency_side(runs: Sequence[tuple[str, str, str | None, str | None]], read:
     return pooled, missing, with_records
 
 
+# --- accuracy items --------------------------------------------------------------------------
+
+
+def _accuracy_side(con: duckdb.DuckDBPyConnection, s: Subject
+                   ) -> dict[str, tuple[dict[Any, bool], str | None]]:
+    """{gate or `eval:<task>`: (items, items digest)} from the side's first run holding it."""
+    pos = [r[0] for r in con.execute(f"SELECT position FROM {s.runs} WHERE {s.where} "
+                                     "ORDER BY position", s.params).fetchall()]
+    if not pos:
+        return {}
+    rows = con.execute(
+        "SELECT position, json_extract_string(payload, '$.meta') FROM events "
+        "WHERE position BETWEEN ? AND ? AND list_contains(?, position) ORDER BY position",
+        [pos[0], pos[-1], pos]).fetchall()
+    out: dict[str, tuple[dict[Any, bool], str | None]] = {}
+    for _, raw in rows:
+        meta = _object(raw.encode()) if raw else None
+        if not meta:
+            continue
+        found: list[tuple[str, dict[str, Any], str | None, str | None]] = []
+        if meta.get("items") and meta.get("task"):  # forge eval accuracy
+            found.append((f"eval:{meta['task']}", {"items": meta["items"]}, None,
+                          (meta.get("dataset") or {}).get("items_digest")))
+        for gate, one in (meta.get("accuracy") or {}).items():
+            if isinstance(one, dict) and one.get("items") and not one.get("error"):
+                found.append((str(gate), {"accuracy": {str(gate): one}}, str(gate),
+                              one.get("items_digest")))
+        for key, m, gate, digest in found:
+            if key in out:
+                continue
+            try:
+                out[key] = (items_of(m, gate), digest)
+            except (ValueError, TypeError):  # a malformed record: no items for this key
+                continue
+    return out
+
+
+def accuracy_changes(con: duckdb.DuckDBPyConnection, a: Subject, b: Subject
+                     ) -> list[dict[str, Any]]:
+    """Per gate both sides recorded items for: which items changed (module contract)."""
+    sa, sb = _accuracy_side(con, a), _accuracy_side(con, b)
+    rows = []
+    for key in sorted(set(sa) & set(sb)):
+        (ia, da), (ib, db) = sa[key], sb[key]
+        rows.append({"gate": key, **changed_items(ia, ib), "items_digest_a": da,
+                     "items_digest_b": db,
+                     "same_documents": None if None in (da, db) else da == db})
+    return rows
+
+
 # --- the comparison ------------------------------------------------------------------------
 
 
@@ -326,7 +383,8 @@ def comparison(con: duckdb.DuckDBPyConnection, a: str, b: str, read: Read) -> di
         latency["runs"][side] = {"runs": len(rs), "with_records": n}
     for key, _ in LATENCIES:
         latency[key] = {side: distribution(pooled[side][key]) for side in ("a", "b")}
-    return {**base, "gated": gated, "other_metrics": others, "latency": latency}
+    return {**base, "gated": gated, "other_metrics": others, "latency": latency,
+            "accuracy": accuracy_changes(con, sides["a"], sides["b"])}
 
 
 def task_pairs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

@@ -4,10 +4,12 @@ them (`compare`).
 
 Each page, in the order people read: what differed (the deployment point's dimensions), the
 gated metrics (each side's median with its 95 % interval, the delta and the ratio with its
-interval, which side is better, each side's verdicts), the latency distributions (TTFT, ITL,
-E2E as overlaid CDFs with their percentiles; the runs without per-request records named),
-then the other metrics. Built from `projections.comparison.comparison`: the same index and
-artifacts give the same pages. At most MAX_PAGES pairs, the latest tasks first.
+interval, which side is better, each side's verdicts), the accuracy items that changed (per
+accuracy gate both blocks recorded: lost, gained, whether the same documents), the latency
+distributions (TTFT, ITL, E2E as overlaid CDFs with their percentiles; the runs without
+per-request records named), then the other metrics. Built from
+`projections.comparison.comparison`: the same index and artifacts give the same pages. At
+most MAX_PAGES pairs, the latest tasks first.
 
 Kept between builds (the wiki's `_compare.json`): each task's comparison with the ledger
 position of its last event; a task with no event since is not compared again (a comparison
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     import duckdb
 
 INDEX = "compare"
-CACHE_VERSION = 1  # bump when a comparison's shape changes: kept ones are computed again
+CACHE_VERSION = 2  # bump when a comparison's shape changes: kept ones are computed again
 MAX_PAGES = 200  # pairs drawn (a comparison, ~40 ms, and 3 CDFs each); the index says when
 # more exist
 UNITS = {"ttft_ms": ("TTFT", "ms", "fraction of requests ≤ x"),
@@ -122,6 +124,8 @@ def compare_page(cmp: dict[str, Any], pair: dict[str, Any], position: int,
                         "verdicts A", "verdicts B"], _metric_rows(cmp["gated"], True))
     else:
         p.add("p", "No gate names a metric of these blocks.")
+    if cmp.get("accuracy"):
+        _accuracy_section(p, cmp["accuracy"])
     p.add("h", "Latency distributions")
     lat = cmp["latency"]
     rows = []
@@ -152,6 +156,27 @@ def compare_page(cmp: dict[str, Any], pair: dict[str, Any], position: int,
     else:
         p.add("p", "(none)")
     return p
+
+
+SHOWN_ITEMS = 20  # item ids listed per gate and direction; the counts say the rest
+
+
+def _ids(ids: list[Any]) -> str:
+    more = f" … ({len(ids) - SHOWN_ITEMS} more)" if len(ids) > SHOWN_ITEMS else ""
+    return ", ".join(str(i) for i in ids[:SHOWN_ITEMS]) + more if ids else "—"
+
+
+def _accuracy_section(p: Page, rows: list[dict[str, Any]]) -> None:
+    """Which accuracy items changed from A to B (projections.comparison.accuracy_changes)."""
+    p.add("h", "Accuracy items")
+    p.add("table", ["gate", "items", "A accuracy", "B accuracy", "lost", "gained",
+                    "unchanged", "same documents"],
+          [(r["gate"], r["items"], num(r["accuracy_a"]), num(r["accuracy_b"]),
+            len(r["lost"]), len(r["gained"]), r["unchanged"],
+            {True: "yes", False: "NO: not paired"}.get(r["same_documents"], "unknown"))
+           for r in rows])
+    p.add("table", ["gate", "lost (right in A, wrong in B)", "gained"],
+          [(r["gate"], _ids(r["lost"]), _ids(r["gained"])) for r in rows])
 
 
 def _kept(path: Path | None) -> dict[str, Any]:

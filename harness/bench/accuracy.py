@@ -21,12 +21,18 @@ Contracts:
   (guard/relay.py): each request goes on by the one outbound client (the address the
   production check resolved, `timeout_s` as the deadline of each whole response, the byte
   cap, no redirect followed), and a request the client cut fails the run with its one-line
-  error. It returns an `AccuracyRun`: the accuracy and one `(doc_id, correct)` per item in
-  doc order (correct: the item's `metric`, `exact_match` by default; `acc` for
-  multiple-choice suites). `limit` evaluates the first `limit` items. `task` is looked up
+  error. It returns an `AccuracyRun`: the accuracy, one `(item id, correct)` per item in
+  id order (correct: the item's `metric`, `exact_match` by default; `acc` for
+  multiple-choice suites; of lm_eval's one sample per filter, `filter_name`'s, else the
+  task's first filter's), lm_eval's `doc_hash` per item, and `dataset` (`dataset_identity`:
+  per lm_eval task its dataset and the datasets-cache folder and revision it was read from,
+  the items digest, the few-shot count, the endpoint). An item id is lm_eval's doc_id; for
+  a group suite (several leaf tasks: mmlu_generative) `<task>/<doc_id>`. `limit`
+  evaluates the first `limit` items (of each leaf task). `task` is looked up
   among the YAML files of `include_path` (the shipped set by default; relative `data_files`
   resolved against the YAML's folder), else in lm_eval's own registry (gsm8k, mmlu, gpqa: a
-  configuration away on a host whose Hugging Face cache holds their datasets). lm_eval is
+  configuration away on a host whose Hugging Face cache holds their datasets:
+  dataset_cache.py carries one there). lm_eval is
   imported inside the function: it is an optional extra (`pip install
   'infer-forge[accuracy]'`), and a missing one is a HarnessError.
 - `judge_accuracy(baseline, candidate, margin=, confidence=, iterations=, seed=)` is pure. The
@@ -39,22 +45,28 @@ Contracts:
   baseline's, `ratio` the difference, `ci` its interval, `threshold` -margin, `n` the
   items). Same inputs and seed -> same result.
 - `record_accuracy` appends one MeasurementRecorded (source `forge-accuracy`, metrics
-  `accuracy`, `items`, and with a baseline `baseline_accuracy`, `accuracy_delta`) with the
-  gate result and the per-item results (doc ids and correctness only, never prompts or
-  answers) in meta, on the task's stream (`task_id`) or `measurements`.
+  `accuracy`, `items`, `runtime_s_<side>`, and with a baseline `baseline_accuracy`,
+  `accuracy_delta`) with the gate result, the per-item results (ids and correctness only,
+  never prompts or answers) and the dataset identity in meta, and the per-item JSONL
+  (`items_jsonl`: id, doc_hash, correct, baseline) as its artifact, on the task's stream
+  (`task_id`) or `measurements`.
 - `evaluate_accuracy` (`forge eval accuracy`) checks that each URL answers (`check_answers`:
   `GET /v1/models`, any status, within `PROBE_TIMEOUT_S`) before lm_eval starts, runs the
-  candidate and, given `baseline_url`, the baseline on the same items, judges, records, and
-  returns a summary dict.
+  candidate and, given `baseline_url`, the baseline on the same items (timing each), refuses
+  to pair two runs whose ids agree but whose items digests differ (other documents: another
+  dataset revision), judges, records, and returns a summary dict (with `runtime_s`,
+  `dataset` and the items artifact's digest).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import random
 import secrets
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,17 +103,44 @@ def arith_jsonl(n: int = ARITH_ITEMS, seed: int = ARITH_SEED) -> bytes:
     return b"".join(orjson.dumps(x) + b"\n" for x in arith_items(n, seed))
 
 
+ItemId = int | str  # lm_eval's doc_id; `<task>/<doc_id>` when the suite is a group
+
+
 @dataclass(frozen=True)
 class AccuracyRun:
     task: str
     accuracy: float
-    items: list[tuple[int, bool]] = field(default_factory=list)  # (doc_id, correct)
+    items: list[tuple[ItemId, bool]] = field(default_factory=list)  # (item id, correct)
+    doc_hashes: dict[ItemId, str] = field(default_factory=dict)  # lm_eval's doc_hash per item
+    dataset: dict[str, Any] = field(default_factory=dict)  # dataset_identity()
+
+
+def dataset_identity(tasks: Sequence[Any], hashes: Mapping[ItemId, str]) -> dict[str, Any]:
+    """What a run evaluated: per lm_eval task its dataset (path, name), the datasets-cache
+    folder it was read from and that folder's hash (`revision`: the hub commit of a hub
+    dataset), and `items_digest`, the sha256 of the evaluated items' `id doc_hash` lines."""
+    out: dict[str, Any] = {"tasks": {}}
+    for t in tasks:
+        folder = None
+        ds: Any = getattr(t, "dataset", None)
+        for split in (ds.values() if hasattr(ds, "values") else []):
+            files = getattr(split, "cache_files", None) or []
+            if files:
+                folder = Path(files[0]["filename"]).parent
+                break
+        out["tasks"][str(t.config.task)] = {
+            "dataset_path": t.config.dataset_path, "dataset_name": t.config.dataset_name,
+            "cache_folder": str(folder) if folder else None,
+            "revision": folder.name if folder else None}
+    lines = "\n".join(f"{i} {h}" for i, h in sorted(hashes.items(), key=lambda x: str(x[0])))
+    out["items_digest"] = "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+    return out
 
 
 def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "completions",
              include_path: str | Path | None = TASKS_DIR, limit: int | None = None,
              concurrency: int = 1, timeout_s: float = 60.0, seed: int = 1234,
-             metric: str = "exact_match") -> AccuracyRun:
+             metric: str = "exact_match", filter_name: str | None = None) -> AccuracyRun:
     """Evaluate `task` against the server at `url` with lm_eval (module contract)."""
     # datasets reads this when imported: a local file or the host's cache, never the Hub
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -121,7 +160,14 @@ def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "comp
     spec: str | dict[str, Any] = shipped or task  # else lm_eval's registry (gsm8k, mmlu, ...)
     # A task given as its config needs no registry: lm_eval's default TaskManager reads every
     # one of its ~14k task YAMLs first (~12 s of each run); one without defaults reads none.
-    manager = None if shipped is None else TaskManager(include_defaults=False)
+    manager = TaskManager(include_defaults=shipped is None)
+    # The tasks are built here, not inside simple_evaluate, to read which dataset (cache
+    # folder, revision) each one loaded; a group (mmlu_generative) is its leaf tasks.
+    try:
+        leaves = list(manager.load([spec])["tasks"].values())
+    except Exception as e:  # lm_eval's and datasets' own errors (unknown task, not cached)
+        why = str(e).splitlines()[0] if str(e) else ""
+        raise HarnessError(f"lm_eval {task}: {type(e).__name__}: {why}") from None
     # In the function for start-up time: the loopback relay loads when lm_eval runs.
     from ..guard.relay import Relay
 
@@ -133,7 +179,7 @@ def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "comp
         try:
             res = lm_eval.simple_evaluate(
                 model="local-chat-completions" if endpoint == "chat" else "local-completions",
-                model_args=args, tasks=[spec], task_manager=manager, log_samples=True,
+                model_args=args, tasks=leaves, task_manager=manager, log_samples=True,
                 limit=limit,
                 apply_chat_template=endpoint == "chat", random_seed=seed,
                 numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
@@ -144,15 +190,39 @@ def run_task(url: str, model: str, task: str = "arith", *, endpoint: str = "comp
             raise HarnessError(f"lm_eval {task} against {url}: {why}") from None
         if relay.errors:  # lm_eval may carry on past a failed request: not a measurement
             raise HarnessError(f"lm_eval {task} against {url}: {relay.errors[0]}")
-    if not res or task not in res.get("samples", {}):
+    names = [str(t.config.task) for t in leaves]
+    got = (res or {}).get("samples", {})
+    if not names or any(n not in got for n in names):
         raise HarnessError(f"lm_eval returned no samples for {task}")
-    samples = res["samples"][task]
-    if samples and metric not in samples[0]:
-        raise HarnessError(f"task {task} has no per-item {metric!r} (it has "
-                           f"{', '.join(samples[0].get('metrics', []))}): pass metric=")
-    items = sorted((int(s["doc_id"]), bool(s[metric])) for s in samples)
+    items: list[tuple[ItemId, bool]] = []
+    hashes: dict[ItemId, str] = {}
+    for name in names:
+        for s in _filtered(got[name], name, metric, filter_name):
+            i: ItemId = int(s["doc_id"]) if len(names) == 1 else f"{name}/{int(s['doc_id'])}"
+            items.append((i, bool(s[metric])))
+            hashes[i] = str(s.get("doc_hash", ""))
+    items.sort(key=lambda x: (isinstance(x[0], str), x[0]))
     acc = sum(c for _, c in items) / len(items) if items else 0.0
-    return AccuracyRun(task, acc, items)
+    ident = dataset_identity(leaves, hashes)
+    ident["n_shot"] = {n: (res.get("n-shot") or {}).get(n) for n in names}
+    ident["endpoint"] = endpoint
+    return AccuracyRun(task, acc, items, hashes, ident)
+
+
+def _filtered(samples: list[dict[str, Any]], name: str, metric: str,
+              filter_name: str | None) -> list[dict[str, Any]]:
+    """One sample per item: lm_eval logs one per filter (gsm8k: strict-match and
+    flexible-extract); `filter_name`, else the task's first filter."""
+    filters = list(dict.fromkeys(str(s.get("filter")) for s in samples))
+    want = filter_name if filter_name is not None else (filters[0] if filters else None)
+    if samples and want not in filters:
+        raise HarnessError(f"task {name} has no filter {want!r} (it has "
+                           f"{', '.join(filters)}): pass filter_name=")
+    chosen = [s for s in samples if str(s.get("filter")) == want]
+    if chosen and metric not in chosen[0]:
+        raise HarnessError(f"task {name} has no per-item {metric!r} (it has "
+                           f"{', '.join(chosen[0].get('metrics', []))}): pass metric=")
+    return chosen
 
 
 def task_config(task: str, include_path: str | Path) -> dict[str, Any] | None:
@@ -227,11 +297,27 @@ def judge_accuracy(baseline: AccuracyRun, candidate: AccuracyRun, *, margin: flo
                              ci=[round(lo, 6), round(hi, 6)], **common)
 
 
+def items_jsonl(baseline: AccuracyRun | None, candidate: AccuracyRun) -> bytes:
+    """One JSON line per item in id order: `{id, doc_hash, correct[, baseline]}` (0/1; the
+    doc_hash is lm_eval's hash of the item's document, never its text)."""
+    base = dict(baseline.items) if baseline is not None else {}
+    rows = []
+    for i, c in candidate.items:
+        row: dict[str, Any] = {"id": i, "doc_hash": candidate.doc_hashes.get(i),
+                               "correct": int(c)}
+        if baseline is not None:
+            row["baseline"] = int(base[i]) if i in base else None
+        rows.append(orjson.dumps(row) + b"\n")
+    return b"".join(rows)
+
+
 def record_accuracy(ws: Workspace, baseline: AccuracyRun, candidate: AccuracyRun,
                     result: GateResult | None, *, url: str, baseline_url: str | None = None,
                     task_id: str | None = None, block_id: str | None = None,
-                    run_id: str | None = None):
+                    run_id: str | None = None, runtime_s: Mapping[str, float] | None = None):
     """Append one MeasurementRecorded for an accuracy check; returns the event."""
+    judged = result is not None
+    digest = ws.artifacts.put(items_jsonl(baseline if judged else None, candidate))
     ev = E.MeasurementRecorded(
         task_id=task_id, block_id=block_id,
         run_id=run_id or f"accuracy-{candidate.task}-{secrets.token_hex(6)}",
@@ -239,14 +325,18 @@ def record_accuracy(ws: Workspace, baseline: AccuracyRun, candidate: AccuracyRun
         metrics={"accuracy": float(candidate.accuracy), "items": float(len(candidate.items)),
                  **({"baseline_accuracy": float(baseline.accuracy),
                      "accuracy_delta": float(candidate.accuracy - baseline.accuracy)}
-                    if result is not None else {})},
+                    if judged else {}),
+                 **{f"runtime_s_{k}": float(v) for k, v in (runtime_s or {}).items()}},
         candidate={"url": url},
         success=True,
+        artifact_digest=digest,
         meta={"task": candidate.task, "baseline_url": baseline_url,
               "gate": result.model_dump(mode="json") if result is not None else None,
+              "dataset": candidate.dataset,
               "items": [[i, int(c)] for i, c in candidate.items],
-              **({"baseline_items": [[i, int(c)] for i, c in baseline.items]}
-                 if result is not None else {})},
+              **({"baseline_items": [[i, int(c)] for i, c in baseline.items],
+                  "baseline_dataset": baseline.dataset}
+                 if judged else {})},
     )
     record_measurements(ws, [ev], task_id=task_id,
                         command_id=f"accuracy:{task_id or ''}:{block_id or ''}:{ev.event_id}")
@@ -274,6 +364,7 @@ def evaluate_accuracy(ws: Workspace, url: str, model: str, task: str = "arith", 
                       margin: float = 0.02, endpoint: str = "completions",
                       include_path: str | Path | None = TASKS_DIR, limit: int | None = None,
                       concurrency: int = 1, metric: str = "exact_match",
+                      filter_name: str | None = None,
                       confidence: float = 0.95, iterations: int = 2000, seed: int = 0,
                       task_id: str | None = None, block_id: str | None = None
                       ) -> dict[str, Any]:
@@ -299,15 +390,27 @@ def evaluate_accuracy(ws: Workspace, url: str, model: str, task: str = "arith", 
         if u:
             check_answers(ws, u, task_id=task_id, block_id=block_id)
     kw: dict[str, Any] = {"endpoint": endpoint, "include_path": include_path, "limit": limit,
-                          "concurrency": concurrency, "metric": metric}
+                          "concurrency": concurrency, "metric": metric,
+                          "filter_name": filter_name}
+    t0 = time.monotonic()
     cand = run_task(url, model, task, **kw)
-    base = run_task(baseline_url, baseline_model or model, task, **kw) if baseline_url \
-        else None
+    runtime = {"candidate": round(time.monotonic() - t0, 3)}
+    base = None
+    if baseline_url:
+        t0 = time.monotonic()
+        base = run_task(baseline_url, baseline_model or model, task, **kw)
+        runtime["baseline"] = round(time.monotonic() - t0, 3)
+    if base is not None and base.dataset.get("items_digest") != cand.dataset.get(
+            "items_digest") and {i for i, _ in base.items} == {i for i, _ in cand.items}:
+        raise HarnessError(f"{task}: the baseline and the candidate read different items "
+                           f"(items digest {base.dataset.get('items_digest')} vs "
+                           f"{cand.dataset.get('items_digest')}): not paired")
     gate = judge_accuracy(base, cand, margin=margin, confidence=confidence,
                           iterations=iterations, seed=seed) if base is not None else None
     ev = record_accuracy(ws, base or cand, cand, gate, url=url, baseline_url=baseline_url,
-                         task_id=task_id, block_id=block_id)
+                         task_id=task_id, block_id=block_id, runtime_s=runtime)
     return {"task": task, "items": len(cand.items), "accuracy": cand.accuracy,
             "baseline_accuracy": base.accuracy if base else None,
             "gate": gate.model_dump(mode="json") if gate else None,
-            "event_id": ev.event_id}
+            "dataset": cand.dataset, "runtime_s": runtime,
+            "items_digest": ev.artifact_digest, "event_id": ev.event_id}

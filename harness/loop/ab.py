@@ -9,10 +9,12 @@ Contract:
   that is not the block's build), a grid sweep that stops after that block. Base and
   candidate are resolved to commits first (a ref that names none is a one-line error).
 - The gates: `faster`, the metric's candidate/base ratio (a bootstrap confidence interval
-  of the ratio of medians, harness/loop/gates.py) at least `min_ratio`; `correctness`,
-  token match of greedy outputs against the base at least `correctness` (left out when
-  None); `stability`, `repeats` runs with no failed request; plus the point's SLO gates
-  (verify.py adds them).
+  of the ratio of medians, harness/loop/gates.py) at least `min_ratio`; `correctness`: with
+  `correctness` a number, token match of greedy outputs against the base at least that;
+  `"default"`, the task type's default correctness gate (ledger/correctness.py: token match
+  >= 0.99 for the default `engine-integration`, an accuracy gate for a `kernel`,
+  `quantization`, … A/B: `task_type`); left out when None; `stability`, `repeats` runs
+  with no failed request; plus the point's SLO gates (verify.py adds them).
 - `ABResult` is read back from the ledger (Task Memory): the verdict of the candidate's
   block (`accepted` when every gate passed, else the loop's `rejected` with its reason, or
   `not measured` when a build or the start check failed), each gate's numbers and interval,
@@ -30,7 +32,9 @@ from typing import Any
 
 import yaml
 
+from ...ledger.correctness import default_correctness
 from ...ledger.ids import check_id
+from ...ledger.specs import TASK_TYPES
 from ...ledger.streams import task_stream
 from ...ledger.workspace import Workspace
 from ...projections.memory import read_memory
@@ -45,6 +49,7 @@ DEFAULT_METRIC = "output_throughput"
 # minutes a side.
 DEFAULT_MAX_WALL_S = 4 * 3600.0
 AB_MORE_RUNS = 3  # contract.more_runs of the A/B task (harness/loop/more_runs.py)
+AB_TYPE = "engine-integration"  # the A/B task's type unless --type says what the change is
 # Metrics where less is better: the gate asks for a ratio at most 1/min_ratio.
 LOWER_IS_BETTER = re.compile(r"(ttft|tpot|itl|e2e|latency)")
 
@@ -101,10 +106,13 @@ def resolve_ref(ws: Workspace, member: str, ref: str, flag: str) -> str:
 
 def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: str,
             profile: Path | None = None, metric: str = DEFAULT_METRIC,
-            min_ratio: float = 1.0, correctness: float | None = 0.99, repeats: int = 3,
-            task_id: str | None = None, max_wall_s: float = DEFAULT_MAX_WALL_S
+            min_ratio: float = 1.0, correctness: float | str | None = "default",
+            repeats: int = 3, task_id: str | None = None,
+            max_wall_s: float = DEFAULT_MAX_WALL_S, task_type: str = AB_TYPE
             ) -> tuple[str, Path, dict[str, Any]]:
     """(task id, task file, its content) for comparing `candidate` against `base`."""
+    if task_type not in TASK_TYPES:
+        raise HarnessError(f"--type {task_type!r}: not a task type ({', '.join(TASK_TYPES)})")
     point = point.resolve()
     if not point.is_file():
         raise HarnessError(f"--point {point}: no such file")
@@ -128,11 +136,16 @@ def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: st
     faster = {"name": "faster", "metric": metric, "vs_baseline": "ratio",
               **({"at_most": round(1 / min_ratio, 6)} if lower else {"at_least": min_ratio})}
     gates: list[dict[str, Any]] = [faster]
-    if correctness is not None:
-        gates.append({"name": "correctness", "metric": "token_match", "at_least": correctness})
+    if correctness == "default":
+        default = default_correctness(task_type)
+        if default is not None:
+            gates.append(dict(default.gate))
+    elif correctness is not None:
+        gates.append({"name": "correctness", "metric": "token_match",
+                      "at_least": float(correctness)})
     gates.append({"name": "stability", "repeats": repeats, "max_failed_requests": 0})
     content: dict[str, Any] = {
-        "id": tid, "type": "engine-integration",
+        "id": tid, "type": task_type,
         "title": f"A/B {member} {candidate} vs {base}",
         "goal": f"Is {member}@{candidate} ({cand_sha[:12]}) better than {base} "
                 f"({base_sha[:12]}) on {metric} at {point.name}?",
@@ -168,8 +181,9 @@ def _free_id(ws: Workspace, stem: str) -> str:
 def run_ab(ws: Workspace, *, point: Path, base: str, candidate: str,
            member: str | None = None, profile: Path | None = None,
            metric: str = DEFAULT_METRIC, min_ratio: float = 1.0,
-           correctness: float | None = 0.99, repeats: int = 3, task_id: str | None = None,
-           max_wall_s: float = DEFAULT_MAX_WALL_S, progress: Progress | None = None
+           correctness: float | str | None = "default", repeats: int = 3,
+           task_id: str | None = None, max_wall_s: float = DEFAULT_MAX_WALL_S,
+           progress: Progress | None = None, task_type: str = "engine-integration"
            ) -> ABResult:
     """Define and run the A/B task, then read its verdict (module contract)."""
     # In the function for start-up time: the loop and its evaluators.
@@ -181,7 +195,7 @@ def run_ab(ws: Workspace, *, point: Path, base: str, candidate: str,
     tid, path, _ = ab_task(ws, point=point, member=m, base=base, candidate=candidate,
                            profile=profile, metric=metric, min_ratio=min_ratio,
                            correctness=correctness, repeats=repeats, task_id=task_id,
-                           max_wall_s=max_wall_s)
+                           max_wall_s=max_wall_s, task_type=task_type)
     say(f"A/B task {tid} ({path})")
     define_task(ws, path)
     run_task(ws, tid, progress=say)

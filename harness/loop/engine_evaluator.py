@@ -50,6 +50,7 @@ Contract (an `Evaluator`, see evaluator_protocol.py):
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -285,14 +286,22 @@ class EngineEvaluator:
                 continue
             say(f"accuracy gate {g.name}: lm_eval {g.task}"
                 + (f" on {g.limit} items" if g.limit else ""))
+            t0 = time.monotonic()
             try:
                 run = accuracy.run_task(url, model, g.task, endpoint=g.endpoint or "completions",
                                         limit=g.limit)
             except HarnessError as e:
                 out[g.name] = {"task": g.task, "error": " ".join(str(e).split())[:300]}
                 continue
+            took = round(time.monotonic() - t0, 3)
+            say(f"accuracy gate {g.name}: {run.accuracy:.4f} over {len(run.items)} items "
+                f"in {took:.1f} s")
             out[g.name] = {"task": g.task, "accuracy": round(run.accuracy, 6),
-                           "items": [[i, int(c)] for i, c in run.items]}
+                           "items": [[i, int(c)] for i, c in run.items],
+                           "items_digest": run.dataset.get("items_digest"),
+                           "revisions": {k: v.get("revision") for k, v in
+                                         run.dataset.get("tasks", {}).items()},
+                           "runtime_s": took}
         return out
 
     def _token_match(self, outputs: list[Any], baseline: Baseline | None) -> float | None:

@@ -21,8 +21,9 @@ Contract:
 - Accuracy (`kind: accuracy`): the block's per-item results of the gate's lm_eval task (the
   runs' `accuracy[<gate>]`: task, accuracy, items [[doc_id, 0|1], ...], or an `error`) are
   judged non-inferior to the baseline block's within `margin` (default 0.02) by
-  `bench.accuracy.judge_accuracy`; no items on either side, or not the same items, is
-  `inconclusive`. The baseline block is not judged against itself (as relative gates).
+  `bench.accuracy.judge_accuracy`; no items on either side, or not the same items (their
+  ids, or with both recorded, their items digest: the documents), is `inconclusive`. The
+  baseline block is not judged against itself (as relative gates).
 - The overall verdict: `fail` if any gate fails, else `inconclusive` if any is, else `pass`.
   Every gate result records its numbers and a one-line reason.
 - Noise band (only when the contract says `noise: learned`; otherwise results are exactly as
@@ -258,8 +259,10 @@ def _accuracy_of(runs: Sequence[Run], name: str) -> tuple[Any, str | None]:
         if acc.get("error"):
             why = acc["error"]
             continue
-        items = [(int(i), bool(c)) for i, c in acc.get("items", [])]
-        return AccuracyRun(str(acc.get("task")), float(acc.get("accuracy", 0.0)), items), None
+        items = [(i if isinstance(i, str) else int(i), bool(c)) for i, c in acc.get("items", [])]
+        ident = {"items_digest": acc["items_digest"]} if acc.get("items_digest") else {}
+        return AccuracyRun(str(acc.get("task")), float(acc.get("accuracy", 0.0)), items,
+                           dataset=ident), None
     return None, why or "no per-item results recorded"
 
 
@@ -280,6 +283,12 @@ def _accuracy(gate: Gate, runs: Sequence[Run],
     if base is None:
         return GateResult.judged("inconclusive", reason=f"{gate.task}: baseline: {bwhy}",
                                  n=len(cand.items), median=_r(cand.accuracy), **common)
+    digests = (base.dataset.get("items_digest"), cand.dataset.get("items_digest"))
+    if None not in digests and digests[0] != digests[1]:  # same ids, other documents
+        return GateResult.judged("inconclusive", reason=f"{gate.task}: the block read other "
+                                 f"items than the baseline (items digest {digests[1]} vs "
+                                 f"{digests[0]}): not paired", n=len(cand.items),
+                                 median=_r(cand.accuracy), **common)
     try:
         return judge_accuracy(base, cand, margin=margin, name=gate.name,
                               confidence=contract.confidence, iterations=contract.bootstrap,

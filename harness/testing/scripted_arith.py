@@ -5,7 +5,9 @@ accuracy tests (harness/bench/accuracy.py; lm_eval's `local-completions` and
 `POST /v1/completions` (`prompt`: a string or a list of strings, one choice per prompt) and
 `POST /v1/chat/completions` (the last user message) answer non-streaming with ` <value>`,
 the value of the last `What is A op B?` in the prompt (op one of + - *), or ` I don't know`
-when there is none. `corrupt_every=N` (N >= 2) alters the answer (value + 1) of every N-th
+when there is none. When lettered choices follow that question (`A. 7` lines, as lm_eval's
+MMLU prompts list them) the answer is the letter of the value's choice (` I don't know`
+when no choice holds it). `corrupt_every=N` (N >= 2) alters the answer (value + 1) of every N-th
 distinct question the server sees (the N-th, 2N-th, ...): exactly one answer in N is wrong,
 and a question asked again gets the same answer (retries do not shift the count); which
 questions are altered follows the request order (lm_eval sends in a fixed order). `altered`
@@ -26,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 QUESTION = re.compile(r"What is (-?\d+) ([+\-*]) (-?\d+)\?")
+CHOICE = re.compile(r"^([A-Z])\. (.*)$", re.M)
 
 
 def solve(prompt: str) -> tuple[str, int] | None:
@@ -63,7 +66,12 @@ class ScriptedArith:
                 if self._seen[q]:
                     self.altered.append(q)
             bad = self._seen[q]
-        return f" {val + 1 if bad else val}"
+        value = str(val + 1 if bad else val)
+        letters = {text.strip(): letter
+                   for letter, text in CHOICE.findall(prompt[prompt.rfind(q):])}
+        if letters:
+            return f" {letters[value]}" if value in letters else " I don't know"
+        return f" {value}"
 
     def start(self) -> ScriptedArith:
         outer = self

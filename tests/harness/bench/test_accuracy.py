@@ -263,9 +263,14 @@ def test_engine_evaluator_runs_the_accuracy_gate_and_the_gate_rejects(tmp_path):
     assert list(base) == ["acc"] and base["acc"]["accuracy"] == 1.0
     assert len(base["acc"]["items"]) == 40 and {c for _, c in base["acc"]["items"]} == {1}
     assert cand["acc"]["accuracy"] == pytest.approx(32 / 40)
-    assert set(cand["acc"]) == {"task", "accuracy", "items"}  # ids and 0/1, never text
+    # ids and 0/1, digests and timing, never text
+    assert set(cand["acc"]) == {"task", "accuracy", "items", "items_digest", "revisions",
+                                "runtime_s"}
+    assert cand["acc"]["items_digest"] == base["acc"]["items_digest"]  # the same documents
     assert "error" in prod["acc"] and "production" in prod["acc"]["error"]
     assert any("accuracy gate acc" in s for s in said)
+    assert any(s.startswith("accuracy gate acc: 1.0000 over 40 items in ") for s in said)
+    assert 0 < base["acc"]["runtime_s"] < 120
 
     def runs(acc):
         return [Run({"output_throughput": 100.0}, accuracy=acc)]
