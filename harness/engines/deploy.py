@@ -22,7 +22,8 @@
 - With `check_flags`, every server's flags are checked against its launcher's own `--help`
   before any server starts (the help texts become artifacts); an unknown flag names the
   process.
-- Processes are started on this host only: a plan placing one on another host is refused.
+- Processes are started on this host only: a plan placing one on another host is refused
+  (ray_launch.py's `RayDeployment` places them on their hosts through Ray).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _what(p: ProcessPlan) -> str:
 class Deployment:
     """A point's processes, started and stopped together (see the module docstring)."""
 
+    LOCAL_ONLY = True  # a subclass placing processes on other hosts (ray_launch.py) clears it
+
     def __init__(self, plan: LaunchPlan, *, ws: Workspace | None = None,
                  stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
                  logs: Path | None = None, grace_s: float = 10.0,
@@ -67,7 +70,7 @@ class Deployment:
                  router_view_timeout_s: float = ROUTER_VIEW_TIMEOUT_S,
                  check_flags: bool = False):
         local = LOCAL_HOSTS | {socket.gethostname()}
-        for p in plan.processes:
+        for p in plan.processes if self.LOCAL_ONLY else ():
             if p.host not in local:
                 raise HarnessError(f"{p.name} is planned on host {p.host}: forge starts "
                                    "processes on this host only (run it there)")

@@ -1,0 +1,306 @@
+"""Launching a multi-node plan through Ray: one actor per host, the one-host lifecycle.
+
+`RayDeployment(plan, nodes, ...)` is a `Deployment` (deploy.py) whose processes run on the
+plan's hosts instead of this one; everything else is the one-host lifecycle unchanged: the
+plan recorded (`LaunchPlanned`) before anything starts, each server's health URL polled from
+here while every started process is watched (one that dies fails the deploy at once, named),
+each server's `/server_info` checked against its role, the router started last and its
+`/workers` view checked to list every planned server, `EngineLaunched`/`EngineStopped` per
+process, teardown in reverse start order.
+
+Placement: `nodes` maps each plan host to a Ray node id (`ray_nodes(hosts)` finds them: the
+node offering the custom resource `host:<name>`, else the node whose hostname or address is
+the host). Each host gets one `HostAgent` actor pinned to its node (a hard
+`NodeAffinitySchedulingStrategy`, 0 CPUs), which starts that host's processes as
+`process.ServerProcess`es (own process group, log on that host) and answers liveness, exit
+codes, log tails and stops for them. No remote shell: Ray is the only way in.
+
+No orphans: the agents are ordinary (not detached) actors, so Ray ends them when the driver
+dies (a crash, SIGKILL, Ctrl-C). Ray then kills the worker and its direct children (the
+process group leaders), which leaves a server's other processes (SGLang's scheduler and
+detokenizer) behind; so each agent has a keeper (forked off into its own session, not the
+worker's child, so Ray's kill misses it) reading a pipe from the agent with the process
+groups still running: when the agent dies, however, the pipe closes and the keeper kills
+those groups. The processes also carry `PR_SET_PDEATHSIG` where the agent forks them from its main
+thread. `stop()` stops
+the processes in reverse order, then every agent's leftovers, then kills the agents.
+
+Ray is optional (`pip install 'infer-forge[ray]'`): importing this module does not import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import HarnessError
+from .deploy import Deployment
+from .plan import LaunchPlan, ProcessPlan
+
+HOST_RESOURCE = "host:"  # a node offering {"host:<name>": 1} is that plan host
+AGENT_START_TIMEOUT_S = 120.0
+# The agent's keeper (its own session): reads "PGID" (held) and "-PGID" (stopped) lines;
+# when the agent's end of the pipe closes, for any reason, kills every group still held.
+KEEPER = """
+import os, signal, sys
+if os.fork():  # not the worker's child: Ray kills a dead worker's children too
+    os._exit(0)
+held = set()
+for line in sys.stdin:
+    g = int(line)
+    held.add(g) if g > 0 else held.discard(-g)
+for g in held:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise HarnessError("Ray is not installed: pip install 'infer-forge[ray]'") from None
+    return ray
+
+
+def connect(address: str) -> None:
+    """This process as a driver of the Ray cluster at `address` (once)."""
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    except Exception as e:  # ConnectionError, RuntimeError, ...: one line for the CLI
+        raise HarnessError(f"--ray {address}: cannot join the Ray cluster: {e}") from None
+
+
+def match_nodes(hosts: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """{plan host: Ray node id} from Ray's node table (pure): the alive node offering the
+    resource `host:<host>`, else the one whose hostname or address is the host. A host
+    matched by no node, or by two, is refused naming it."""
+    alive = [r for r in rows if r.get("Alive", True)]
+    out: dict[str, str] = {}
+    for h in hosts:
+        by_res = [r for r in alive if f"{HOST_RESOURCE}{h}" in (r.get("Resources") or {})]
+        found = by_res or [r for r in alive
+                           if h in (r.get("NodeManagerHostname"), r.get("NodeManagerAddress"))]
+        if len(found) != 1:
+            seen = ", ".join(f"{r.get('NodeManagerHostname')}/{r.get('NodeManagerAddress')}"
+                             for r in alive) or "none"
+            how = "no Ray node" if not found else f"{len(found)} Ray nodes"
+            raise HarnessError(f"host {h}: {how} offers resource {HOST_RESOURCE}{h} or has "
+                               f"that hostname or address (alive nodes: {seen})")
+        out[h] = str(found[0]["NodeID"])
+    return out
+
+
+def ray_nodes(hosts: Sequence[str]) -> dict[str, str]:
+    """{plan host: node id} in the connected cluster (`match_nodes` on `ray.nodes()`)."""
+    return match_nodes(hosts, _ray().nodes())
+
+
+class HostAgent:
+    """Runs on one host (a Ray actor): that host's processes of the plan."""
+
+    def __init__(self, host: str, logs: str, grace_s: float = 10.0):
+        from .process import ServerProcess
+
+        self.host = host
+        self.logs = Path(logs)
+        self.grace_s = grace_s
+        self.servers: dict[str, ServerProcess] = {}
+        self._lock = threading.Lock()
+        # The keeper outlives this worker however it ends (Ray kills an orphaned actor's
+        # worker without running its cleanup) and then kills every group still held.
+        self.keeper = subprocess.Popen([sys.executable, "-c", KEEPER], stdin=subprocess.PIPE,
+                                       start_new_session=True)
+        self.keeper.wait()  # its fork keeps the pipe
+
+    def where(self) -> dict[str, Any]:
+        ctx = _ray().get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid(),
+                "main_thread": threading.current_thread() is threading.main_thread()}
+
+    def start(self, p: ProcessPlan) -> dict[str, Any]:
+        from .process import ServerProcess
+
+        server = ServerProcess(
+            p.argv, health_url=p.health_url, name=f"{p.name} on {self.host}", env=p.env,
+            log_path=self.logs / f"{p.name}-{p.port}-{os.getpid()}.log",
+            startup_timeout_s=p.startup_timeout_s, grace_s=self.grace_s)
+        with self._lock:
+            self.servers[p.name] = server
+            server.start()
+            assert server.pid is not None
+            self._keep(server.pid, True)
+        return {"pid": server.pid, "log": str(server.log_path)}
+
+    def poll(self, name: str) -> int | None:
+        """None while running, else its exit code."""
+        proc = self.servers[name].proc
+        return proc.poll() if proc is not None else None
+
+    def tail(self, name: str) -> str:
+        from .process import tail
+
+        return tail(self.servers[name].log_path)
+
+    def stop(self, name: str, reason: str) -> int | None:
+        s = self.servers[name]
+        code = s.stop(reason=reason)
+        if s.pid is not None:
+            self._keep(s.pid, False)
+        return code
+
+    def stop_all(self, reason: str = "agent-exit") -> None:
+        with self._lock:
+            for s in reversed(list(self.servers.values())):
+                with contextlib.suppress(Exception):
+                    s.stop(reason=reason)
+                if s.pid is not None:
+                    self._keep(s.pid, False)
+
+    def _keep(self, pgid: int, held: bool) -> None:
+        pipe = self.keeper.stdin
+        assert pipe is not None
+        with contextlib.suppress(OSError):  # a keeper gone has already killed them
+            pipe.write(f"{'' if held else '-'}{pgid}\n".encode())
+            pipe.flush()
+
+
+class RemoteProcess:
+    """The driver's handle of one process an agent runs: what `Deployment` asks of a
+    `ServerProcess` (pid, alive, poll, stop, startup_s, log_path, log_digest)."""
+
+    def __init__(self, agent: Any, p: ProcessPlan, node_id: str, logs: Path):
+        self.agent = agent
+        self.plan = p
+        self.node_id = node_id
+        self.log_path = logs / f"{p.name}-{p.port}.log"  # on its host; the agent's, once started
+        self.pid: int | None = None
+        self.proc: RemoteProcess | None = None
+        self.startup_s: float | None = None
+        self.exit_code: int | None = None
+        self.log_digest: str | None = None
+
+    def start(self) -> RemoteProcess:
+        ray = _ray()
+        started = ray.get(self.agent.start.remote(self.plan))
+        self.pid, self.log_path = int(started["pid"]), Path(started["log"])
+        self.proc = self
+        return self
+
+    def poll(self) -> int | None:
+        if self.proc is None:
+            return None
+        code = _ray().get(self.agent.poll.remote(self.plan.name))
+        if code is not None:
+            self.exit_code = code
+        return code
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.poll() is None
+
+    def tail(self) -> str:
+        with contextlib.suppress(Exception):
+            return str(_ray().get(self.agent.tail.remote(self.plan.name), timeout=10))
+        return "(no log: its host's agent did not answer)"
+
+    def stop(self, reason: str = "teardown") -> int | None:
+        if self.proc is None:
+            return None
+        code = _ray().get(self.agent.stop.remote(self.plan.name, reason))
+        self.exit_code = code if self.exit_code is None else self.exit_code
+        return self.exit_code
+
+
+class RayDeployment(Deployment):
+    """A multi-node plan run through Ray (see the module docstring)."""
+
+    LOCAL_ONLY = False
+
+    def __init__(self, plan: LaunchPlan, nodes: Mapping[str, str], **kwargs: Any):
+        missing = [h for h in plan.hosts() if h not in nodes]
+        if missing:
+            raise HarnessError(f"host {missing[0]} of the plan has no Ray node")
+        super().__init__(plan, **kwargs)
+        self.nodes = dict(nodes)
+        self.agents: dict[str, Any] = {}
+        self.agent_info: dict[str, dict[str, Any]] = {}
+
+    def _agent(self, host: str) -> Any:
+        if host in self.agents:
+            return self.agents[host]
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        actor = ray.remote(num_cpus=0, max_restarts=0)(HostAgent).options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[host], soft=False),
+            name=None)
+        agent = actor.remote(host, str(self.logs), self.grace_s)
+        self.agents[host] = agent
+        try:
+            info = ray.get(agent.where.remote(), timeout=AGENT_START_TIMEOUT_S)
+        except Exception as e:
+            raise HarnessError(f"host {host}: its agent did not start on Ray node "
+                               f"{self.nodes[host]}: {e}") from None
+        if info["node_id"] != self.nodes[host]:  # the hard affinity makes this impossible
+            raise HarnessError(f"host {host}: agent placed on node {info['node_id']}, "
+                               f"not {self.nodes[host]}")
+        self.agent_info[host] = info
+        return agent
+
+    def _spawn(self, p: ProcessPlan) -> None:
+        agent = self._agent(p.host)
+        server = RemoteProcess(agent, p, self.nodes[p.host], self.logs)
+        self.servers[p.name] = server  # type: ignore[assignment]
+        self.started.append(p)
+        server.start()
+
+    def _died(self, p: ProcessPlan, when: str) -> HarnessError:
+        s = self.servers[p.name]
+        code = s.poll() if isinstance(s, RemoteProcess) else None
+        how = f"killed by signal {-code}" if code is not None and code < 0 else \
+            f"exit code {code}"
+        log = s.tail() if isinstance(s, RemoteProcess) else ""
+        return HarnessError(f"{p.name} ({p.role}) on host {p.host} exited {when} ({how}); "
+                            f"last lines of its log:\n{log}")
+
+    def stop(self, reason: str = "teardown") -> None:
+        try:
+            super().stop(reason)
+        finally:
+            ray = _ray()
+            for host in reversed(list(self.agents)):
+                agent = self.agents.pop(host)
+                with contextlib.suppress(Exception):
+                    ray.get(agent.stop_all.remote(reason), timeout=60)
+                with contextlib.suppress(Exception):
+                    ray.kill(agent)
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        for row in info["processes"]:
+            host = self.plan.process(row["name"]).host
+            row["host"] = host
+            row["ray_node"] = self.nodes[host]
+        info["ray_nodes"] = dict(self.nodes)
+        return info
+
+
+def ray_deploy(plan: LaunchPlan, address: str, *, nodes: Mapping[str, str] | None = None,
+               **kwargs: Any) -> RayDeployment:
+    """Join the cluster at `address`, map the plan's hosts to its nodes (unless given), and
+    start the plan; ready when returned (stop it, or use it as a context manager)."""
+    connect(address)
+    dep = RayDeployment(plan, nodes or ray_nodes(plan.hosts()), **kwargs)
+    dep.start()
+    return dep

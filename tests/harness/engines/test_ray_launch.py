@@ -1,0 +1,223 @@
+"""A multi-node plan launched through Ray (harness/engines/ray_launch.py) on a real local Ray
+cluster of two nodes (two raylets on this machine, `ray.cluster_utils.Cluster`, each node
+offering the custom resource `host:<its plan host>`): the plan's two hosts are 127.0.0.1 and
+127.0.0.2 (both the loopback, so each host's ports count from the same base without
+colliding). The stand-in SGLang server and router speak the real HTTP protocol
+(test_deploy_lifecycle.py). What is checked is Ray's placement (the node of each process's
+agent), the process table (by PID) and the ledger's events."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from infer_forge.harness.engines.plan import LaunchPlan, plan_point
+from infer_forge.harness.engines.ray_launch import match_nodes
+from infer_forge.harness.errors import HarnessError
+from infer_forge.harness.proc import alive, group_alive
+from infer_forge.ledger import events as E
+from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
+from infer_forge.ledger.streams import ENGINES_STREAM
+
+from tests.conftest import REPO, TESTS, need
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+FAKE = [sys.executable, str(TESTS / "data" / "sglang" / "fake_server.py")]
+FAKE_ROUTER = [sys.executable, str(REPO / "harness" / "testing" / "fake_router.py")]
+HOSTS = ("127.0.0.1", "127.0.0.2")
+ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": ""}
+
+
+# A server whose process group holds more than its leader (as SGLang's scheduler and
+# detokenizer children): a shell leader with the stand-in server as its child.
+GROUP = ["sh", "-c", '"$@" & wait', "sh", *FAKE]
+
+
+def two_host_plan(base_port: int, launcher: list[str] = FAKE) -> LaunchPlan:
+    """PD on 2 hosts x 2 GPUs: prefill (tp 2) on the first, decode (tp 2) on the second,
+    the router on the first."""
+    point = DeploymentPoint.model_validate({
+        "name": "stand-in-pd-2-hosts", "model": {"name": "m", "source": "Qwen/Qwen3-8B"},
+        "scenario": {"traffic": {"concurrency": 4}},
+        "topology": {"architecture": "pd", "roles": [
+            {"role": "prefill", "count": 1, "parallelism": {"tp": 2}},
+            {"role": "decode", "count": 1, "parallelism": {"tp": 2}}]},
+        "runtime_profile": {"service": "s", "rev": 1, "file": "profile.yaml"},
+        "accelerator": {"vendor": "nvidia", "model": "H200", "count": 2, "nodes": 2}})
+    profile = RuntimeProfile.model_validate({
+        "service": "s", "rev": 1, "engine": "sglang",
+        "config": {"launcher": launcher, "router_launcher": FAKE_ROUTER, "startup_timeout_s": 60},
+        "framework": {"kind": "sglang", "version": "0.5.23"}})
+    return plan_point(point, profile, {h: [0, 1] for h in HOSTS}, base_port=base_port)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Ray nodes on this machine (1 CPU each), sessions under a short temp dir; every
+    process the cluster started is gone at the end."""
+    need(HAS_RAY, "ray is not installed: pip install 'infer-forge[ray]'")
+    import psutil
+
+    tmp = tempfile.mkdtemp(prefix="forge-rl-")
+    # Ray on the loopback; its sessions and its "current cluster" file under our temp dir,
+    # not the machine's /tmp/ray (another user's Ray must not see this cluster).
+    saved = {k: os.environ.get(k) for k in ENV}
+    os.environ.update(ENV, RAY_TMPDIR=tmp)
+    import ray
+    from ray.cluster_utils import Cluster
+
+    others = {p.pid for p in psutil.Process().children(recursive=True)}
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {f"host:{HOSTS[0]}": 1}, "include_dashboard": False,
+        "node_ip_address": "127.0.0.1"})
+    c.add_node(num_cpus=1, resources={f"host:{HOSTS[1]}": 1}, node_ip_address="127.0.0.1")
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c
+    finally:
+        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in others]
+        ray.shutdown()
+        c.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _, left = psutil.wait_procs(procs, timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert not left, f"Ray processes left behind: {left}"
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The pids (process groups) still alive after waiting up to `seconds` for them."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [p for p in pids if alive(p) or group_alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)  # poll interval of a wait loop, not a synchronization
+
+
+def test_hosts_map_to_nodes_by_resource_then_name():
+    rows = [{"NodeID": "a", "Alive": True, "NodeManagerHostname": "gpu-1",
+             "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 8}},
+            {"NodeID": "b", "Alive": True, "NodeManagerHostname": "gpu-2",
+             "NodeManagerAddress": "10.0.0.2", "Resources": {"host:node-0": 1}},
+            {"NodeID": "c", "Alive": False, "NodeManagerHostname": "gpu-3",
+             "NodeManagerAddress": "10.0.0.3", "Resources": {}}]
+    assert match_nodes(["node-0", "gpu-1", "10.0.0.1"], rows) == {
+        "node-0": "b", "gpu-1": "a", "10.0.0.1": "a"}
+    with pytest.raises(HarnessError, match=r"host gpu-3: no Ray node .*alive nodes: gpu-1"):
+        match_nodes(["gpu-3"], rows)
+
+
+def test_two_node_pd_plan_through_ray(cluster, workspace, tmp_path):
+    import ray
+    from infer_forge.harness.engines.base import request_json
+    from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+
+    from .test_deploy_lifecycle import groups_alive
+
+    nodes = ray_nodes(HOSTS)
+    assert len(set(nodes.values())) == 2
+    assert set(nodes.values()) == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    plan = two_host_plan(base_port=31400)
+    assert [(p.name, p.host) for p in plan.processes] == [
+        ("prefill-0", HOSTS[0]), ("decode-0", HOSTS[1]), ("router", HOSTS[0])]
+    with RayDeployment(plan, nodes, ws=workspace, grace_s=5, logs=tmp_path) as dep:
+        desc = dep.describe()
+        pids = [p["pid"] for p in desc["processes"]]
+        assert len(groups_alive(pids)) == 3
+        # each process ran in the agent Ray placed on its host's node
+        assert {h: i["node_id"] for h, i in dep.agent_info.items()} == nodes
+        assert [(p["name"], p["ray_node"]) for p in desc["processes"]] == [
+            (p.name, nodes[p.host]) for p in plan.processes]
+        assert [(p["name"], p["disaggregation_mode"]) for p in desc["processes"]] == [
+            ("prefill-0", "prefill"), ("decode-0", "decode"), ("router", None)]
+        assert {w["url"] for w in dep.router_workers} == {
+            p.url for p in plan.processes if p.role != "router"}
+        out = request_json("POST", plan.entry_url + "/v1/completions",
+                           {"model": "m", "prompt": "one two three", "max_tokens": 2})
+        assert out["disaggregation_mode"] == "decode"
+    assert groups_alive(pids) == []
+    evs = [r.event for r in workspace.ledger.stream(ENGINES_STREAM)]
+    assert isinstance(evs[0], E.LaunchPlanned) and evs[0].plan_digest == plan.digest()
+    launched = [e.url for e in evs if isinstance(e, E.EngineLaunched)]
+    stopped = [e.url for e in evs if isinstance(e, E.EngineStopped)]
+    assert launched == [p.url for p in plan.processes]
+    assert stopped == launched[::-1]  # reverse order
+    assert not dep.agents
+
+
+def test_a_crash_on_the_second_host_fails_the_deploy_naming_it(cluster, tmp_path):
+    from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+
+    plan = two_host_plan(base_port=31500)
+    decode = plan.process("decode-0")
+    crashed = decode.model_copy(update={"env": {**decode.env, "FAKE_SGLANG_MODE": "crash"}})
+    plan = plan.model_copy(update={"processes": tuple(
+        crashed if p.name == "decode-0" else p for p in plan.processes)})
+    dep = RayDeployment(plan, ray_nodes(HOSTS), grace_s=5, logs=tmp_path)
+    with pytest.raises(HarnessError, match=r"(?s)decode-0 \(decode\) on host 127\.0\.0\.2 exited"
+                       r" while starting \(exit code 1\).*OutOfMemoryError"):
+        dep.start()
+    pids = [s.pid for s in dep.servers.values()]
+    assert pids and _gone_within([p for p in pids if p], 10) == []
+
+
+DRIVER = """
+import json, sys
+from infer_forge.harness.engines.ray_launch import ray_deploy
+from infer_forge.harness.engines.plan import LaunchPlan
+plan = LaunchPlan.model_validate_json(sys.argv[2])
+dep = ray_deploy(plan, sys.argv[1], logs=__import__("pathlib").Path(sys.argv[3]), grace_s=5)
+print(json.dumps({"pids": [s.pid for s in dep.servers.values()],
+                  "agents": [i["pid"] for i in dep.agent_info.values()]}), flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_killing_the_driver_leaves_no_process_on_any_host(cluster, tmp_path):
+    """SIGKILL of the driver: Ray ends its agents, and every process group of the plan,
+    leader and children alike, is gone (the agents' keepers)."""
+    import psutil
+
+    plan = two_host_plan(base_port=31600, launcher=GROUP)
+    env = dict(os.environ)  # the fixture's RAY_TMPDIR and loopback setting
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, cluster.address, plan.model_dump_json(), str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        cwd=REPO, start_new_session=True)
+    try:
+        line = driver.stdout.readline() if driver.stdout else b""
+        assert line, driver.stderr.read().decode() if driver.stderr else ""
+        started = json.loads(line)
+        pids, agents = started["pids"], started["agents"]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        children = [c.pid for p in pids for c in psutil.Process(p).children(recursive=True)]
+        assert len(children) == 2  # each server's stand-in under its shell leader
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        assert len(agents) == 2 and all(alive(a) for a in agents)
+        assert _gone_within(pids + children + agents, 30) == []
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=10)
+
+
+def test_a_plan_host_without_a_node_is_refused(tmp_path):
+    from infer_forge.harness.engines.ray_launch import RayDeployment
+
+    with pytest.raises(HarnessError, match="host 127.0.0.2 of the plan has no Ray node"):
+        RayDeployment(two_host_plan(31700), {HOSTS[0]: "x"}, logs=Path(tmp_path))
