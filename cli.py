@@ -1090,8 +1090,13 @@ def _host_values(items: tuple[str, ...], what: str) -> dict[str, str]:
               help="With --point --plan: parse every server's command line with the real "
                    "argument parser of the pinned SGLang release (its wheel, ~39 MB, is "
                    "fetched from the package index once); exit 1 when one is rejected.")
-@click.option("--hosts", help="With --point --plan: the Node Registry hosts of a point over "
-                             "several hosts, comma-separated (rank 0 and the router first).")
+@click.option("--hosts", help="With --point --plan (or --ray): the Node Registry hosts of a "
+                             "point over several hosts, comma-separated (rank 0 and the "
+                             "router first).")
+@click.option("--ray", "ray_address", metavar="ADDRESS",
+              help="With --point --hosts: launch the plan through the Ray cluster at ADDRESS "
+                   "(one agent per host, pinned to the node offering resource host:NAME, or "
+                   "named NAME).")
 @click.option("--ib-device", "ib_devices", multiple=True, metavar="HOST=DEVICES",
               help="With --point: that host's --disaggregation-ib-device (repeatable), "
                    "e.g. node-0=mlx5_0,mlx5_1.")
@@ -1101,7 +1106,7 @@ def _host_values(items: tuple[str, ...], what: str) -> dict[str, str]:
 def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
                   base_port: int | None, model: str | None, sets: tuple[str, ...], once: bool,
                   check_parser: bool, hosts: str | None, ib_devices: tuple[str, ...],
-                  as_json: bool) -> None:
+                  ray_address: str | None, as_json: bool) -> None:
     """Launch a runtime profile's engine, print what runs, keep it up until Ctrl-C.
 
     \b
@@ -1111,6 +1116,8 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
       forge engine up --point examples/points/qwen3-235b-pd-h200.yaml --plan --check-parser
       forge engine up --point examples/points/deepseek-v3-pd-2x8-h200.yaml --plan \
           --hosts gpu-a,gpu-b --ib-device gpu-a=mlx5_0,mlx5_1 --ib-device gpu-b=mlx5_0,mlx5_1
+      forge engine up --point examples/points/deepseek-v3-pd-2x8-h200.yaml \
+          --hosts gpu-a,gpu-b --ray gpu-a:6379
     """
     from .harness.engines.up import engine_up
     if check_parser and not (point is not None and plan_only):
@@ -1129,7 +1136,7 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
                        echo=lambda s: click.echo(s, err=True), check_parser=check_parser,
                        hosts=[h.strip() for h in hosts.split(",") if h.strip()] if hosts
                        else None,
-                       ib_devices=_host_values(ib_devices, "--ib-device"))
+                       ib_devices=_host_values(ib_devices, "--ib-device"), ray=ray_address)
         check = out.get("parser_check")
         if as_json:
             emit_json(out)
@@ -1140,8 +1147,11 @@ def engine_up_cmd(ctx, profile: str | None, point: str | None, plan_only: bool,
             click.echo("\n".join(plan.lines()))
             click.echo(f"  plan digest {out['plan']['digest']}")
             for p in (out.get("deployment") or {}).get("processes", []):
-                click.echo(f"  ran {p['name']}: pid {p['pid']}, ready in {p['startup_s']:.1f}s, "
-                           f"sglang {p['version'] or '-'}, log {p['log_path']}")
+                where = f" on {p['host']} (Ray node {p['ray_node'][:12]})" \
+                    if p.get("ray_node") else ""
+                click.echo(f"  ran {p['name']}{where}: pid {p['pid']}, ready in "
+                           f"{p['startup_s']:.1f}s, sglang {p['version'] or '-'}, "
+                           f"log {p['log_path']}")
             for r in (check or {}).get("servers", []):
                 click.echo(f"  sglang {(check or {})['version']} parser: {r['name']} "
                            f"{'accepted' if r['ok'] else 'REJECTED: ' + r['error']}")

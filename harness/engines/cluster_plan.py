@@ -61,11 +61,12 @@ def host_devices(ws: Workspace, point: DeploymentPoint, hosts: Sequence[str]
 
 def plan_resources(plan: LaunchPlan, uuids: Mapping[tuple[str, int], str]
                    ) -> list[E.ResourceRef]:
-    """What the plan takes on each host: every bound port, every GPU (by UUID)."""
+    """What the plan takes on each host: every bound port, every GPU (by UUID; a host whose
+    inventory has none, as Ray's node table gives, is claimed by its ports only)."""
     out = [E.ResourceRef(host=p.host, kind="port", id=str(port))
            for p in plan.processes for port in p.bound_ports()]
     out += [E.ResourceRef(host=p.host, kind="gpu", id=uuids[(p.host, d)])
-            for p in plan.processes for d in p.devices if (p.host, d) in uuids]
+            for p in plan.processes for d in p.devices if uuids.get((p.host, d))]
     return out
 
 

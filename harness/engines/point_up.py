@@ -5,7 +5,8 @@
    profile given, which must be the service and revision the point names);
 2. checks the point's accelerator against this host (`accelerators.py`); the matching GPUs
    are the devices the plan assigns. With `hosts` (a point over several hosts, `--plan`
-   only), against each named host's Node Registry inventory instead (cluster_plan.py).
+   only), against each named host's Node Registry inventory instead (cluster_plan.py);
+   with `ray` (a Ray cluster's address), the plan is launched there (ray_launch.py).
    With `plan_only`, a host that does not match does not stop the plan from printing: it
    is planned on the point's own device indices (a point over several hosts: on its own
    host names node-0, node-1, ...) and the plan's `device_source` says why;
@@ -75,15 +76,24 @@ def point_up(ws: Workspace | None, point_path: str | Path, *,
              plan_only: bool = False, once: bool = False, nvml: Any = None,
              stream: str | None = None, event_fields: Mapping[str, Any] | None = None,
              echo: Callable[[str], None] = print, check_parser: bool = False,
-             hosts: Sequence[str] | None = None, ib_devices: Mapping[str, str] | None = None
-             ) -> dict[str, Any]:
+             hosts: Sequence[str] | None = None, ib_devices: Mapping[str, str] | None = None,
+             ray: str | None = None) -> dict[str, Any]:
     point, profile = point_and_profile(point_path, profile_path)
+    if ray is not None and (plan_only or not hosts):
+        raise HarnessError("--ray launches a plan over --hosts (without --plan)")
     if hosts:
-        if not plan_only:
-            raise HarnessError("--hosts: launching on several hosts is not built yet; "
-                               "--plan --hosts prints each host's command lines")
         if ws is None:
             raise HarnessError("--hosts needs a workspace: the hosts are the Node Registry's")
+        if ray is not None:
+            from .ray_launch import ray_point_up
+            return ray_point_up(ws, point, profile, hosts, ray, ib_devices=ib_devices,
+                                model=model, overrides=overrides,
+                                base_port=base_port or PLAN_BASE_PORT, once=once,
+                                stream=stream, event_fields=event_fields, echo=echo)
+        if not plan_only:
+            raise HarnessError("--hosts: launching on several hosts goes through Ray "
+                               "(--ray ADDRESS); --plan --hosts prints each host's command "
+                               "lines")
         plan, _ = plan_on_hosts(ws, point, profile, hosts, ib_devices=ib_devices,
                                 model=model, overrides=overrides,
                                 base_port=base_port or PLAN_BASE_PORT, claim=False)

@@ -35,13 +35,17 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...ledger.specs import DeploymentPoint, RuntimeProfile
+from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from .cluster_plan import CLAIM_HEARTBEAT_S, plan_on_hosts
 from .deploy import Deployment
 from .plan import LaunchPlan, ProcessPlan
+from .whole import PinnedDeployment
 
 HOST_RESOURCE = "host:"  # a node offering {"host:<name>": 1} is that plan host
 AGENT_START_TIMEOUT_S = 120.0
@@ -304,3 +308,73 @@ def ray_deploy(plan: LaunchPlan, address: str, *, nodes: Mapping[str, str] | Non
     dep = RayDeployment(plan, nodes or ray_nodes(plan.hosts()), **kwargs)
     dep.start()
     return dep
+
+
+def node_host(row: Mapping[str, Any]) -> str | None:
+    """The plan host a Ray node says it is (its `host:<name>` resource), or None."""
+    names = [k[len(HOST_RESOURCE):] for k in (row.get("Resources") or {})
+             if k.startswith(HOST_RESOURCE)]
+    return names[0] if len(names) == 1 else None
+
+
+def register_nodes(ws: Workspace, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Ray's alive nodes into the Node Registry (graph/ray_backend.py's inventory), each
+    under its `host:<name>` resource's name where it offers one, else its hostname."""
+    from ..graph.ray_backend import ray_inventory
+    from ..nodes.registry import register_host
+
+    out = []
+    for row in rows:
+        if not row.get("Alive"):
+            continue
+        host, inv = ray_inventory(dict(row))
+        host = node_host(row) or host
+        register_host(ws, host, inv)
+        out.append(host)
+    return out
+
+
+class RayPinnedDeployment(PinnedDeployment, RayDeployment):
+    """A plan through Ray whose servers are checked against the runtime profile (whole.py:
+    version and resolved arguments), as `forge engine up --point` does on one host."""
+
+
+def ray_point_up(ws: Workspace, point: DeploymentPoint, profile: RuntimeProfile,
+                 hosts: Sequence[str], address: str, *,
+                 ib_devices: Mapping[str, str] | None = None, model: str | None = None,
+                 overrides: Mapping[str, Any] | None = None, base_port: int = 30000,
+                 once: bool = False, stream: str | None = None,
+                 event_fields: Mapping[str, Any] | None = None,
+                 echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """`forge engine up --point P --hosts A,B --ray ADDRESS`: join the cluster, register its
+    nodes, plan on `hosts` with their ports and GPUs claimed (cluster_plan.py), run the plan
+    through Ray (the lease held meanwhile, released after), until Ctrl-C or at once."""
+    from ..nodes import claims
+    from .image import image_ref
+    from .up import watch
+
+    if image_ref(profile) is not None:
+        raise HarnessError(f"--ray: runtime profile {profile.service} rev {profile.rev} pins "
+                           "an image; launching images through Ray is not built yet (pull it "
+                           "on every host and drop `image`, or deploy per host)")
+    connect(address)
+    register_nodes(ws, _ray().nodes())
+    nodes = ray_nodes(hosts)
+    plan, lease = plan_on_hosts(ws, point, profile, hosts, ib_devices=ib_devices, model=model,
+                                overrides=overrides, base_port=base_port,
+                                purpose=f"ray launch of {point.name}")
+    beats = contextlib.nullcontext() if lease is None else claims.Lease(
+        str(ws.home), lease.claim_id, CLAIM_HEARTBEAT_S)
+    try:
+        with beats, RayPinnedDeployment(plan, profile, None, nodes=nodes, ws=ws,
+                                        stream=stream, event_fields=event_fields) as dep:
+            info = dep.describe()
+            if not once:
+                echo(f"{plan.architecture} deployment of {plan.point} up at {plan.entry_url} "
+                     f"({len(plan.processes)} processes on {len(nodes)} Ray nodes); Ctrl-C "
+                     "to stop")
+                watch(dep.check, echo)
+    finally:
+        if lease is not None:
+            claims.release(ws, lease.claim_id, reason="deployment stopped", missing_ok=True)
+    return {"plan": plan.to_json(), "deployment": info}

@@ -278,8 +278,8 @@ def test_engine_up_plans_on_registry_hosts_at_the_cli(workspace):
 
     for args, code, line in (
             (["--plan", "--ib-device", "gpu-b"], 1, "--ib-device 'gpu-b': expected HOST=VALUE"),
-            (["--hosts", "gpu-a,gpu-b"], 1, "--hosts: launching on several hosts is not "
-                                            "built yet"),
+            (["--hosts", "gpu-a,gpu-b"], 1, "--hosts: launching on several hosts goes "
+                                            "through Ray (--ray ADDRESS)"),
             ([], 1, "the point runs on 2 hosts (accelerator.nodes): this host alone cannot "
                     "deploy it"),
             (["--plan", "--hosts", "gpu-a,gpu-c"], 1, "host gpu-c is not in the Node "

@@ -28,7 +28,7 @@ from infer_forge.ledger import events as E
 from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
 from infer_forge.ledger.streams import ENGINES_STREAM
 
-from tests.conftest import REPO, TESTS, need
+from tests.conftest import REPO, TESTS, need, run_forge
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 FAKE = [sys.executable, str(TESTS / "data" / "sglang" / "fake_server.py")]
@@ -42,21 +42,29 @@ ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": ""}
 GROUP = ["sh", "-c", '"$@" & wait', "sh", *FAKE]
 
 
-def two_host_plan(base_port: int, launcher: list[str] = FAKE) -> LaunchPlan:
+def point_spec() -> dict:
     """PD on 2 hosts x 2 GPUs: prefill (tp 2) on the first, decode (tp 2) on the second,
     the router on the first."""
-    point = DeploymentPoint.model_validate({
+    return {
         "name": "stand-in-pd-2-hosts", "model": {"name": "m", "source": "Qwen/Qwen3-8B"},
         "scenario": {"traffic": {"concurrency": 4}},
         "topology": {"architecture": "pd", "roles": [
             {"role": "prefill", "count": 1, "parallelism": {"tp": 2}},
             {"role": "decode", "count": 1, "parallelism": {"tp": 2}}]},
         "runtime_profile": {"service": "s", "rev": 1, "file": "profile.yaml"},
-        "accelerator": {"vendor": "nvidia", "model": "H200", "count": 2, "nodes": 2}})
-    profile = RuntimeProfile.model_validate({
-        "service": "s", "rev": 1, "engine": "sglang",
-        "config": {"launcher": launcher, "router_launcher": FAKE_ROUTER, "startup_timeout_s": 60},
-        "framework": {"kind": "sglang", "version": "0.5.23"}})
+        "accelerator": {"vendor": "nvidia", "model": "H200", "count": 2, "nodes": 2}}
+
+
+def profile_spec(launcher: list[str] = FAKE) -> dict:
+    return {"service": "s", "rev": 1, "engine": "sglang",
+            "config": {"launcher": launcher, "router_launcher": FAKE_ROUTER,
+                       "startup_timeout_s": 60},
+            "framework": {"kind": "sglang", "version": "0.5.23"}}
+
+
+def two_host_plan(base_port: int, launcher: list[str] = FAKE) -> LaunchPlan:
+    point = DeploymentPoint.model_validate(point_spec())
+    profile = RuntimeProfile.model_validate(profile_spec(launcher))
     return plan_point(point, profile, {h: [0, 1] for h in HOSTS}, base_port=base_port)
 
 
@@ -76,10 +84,14 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     others = {p.pid for p in psutil.Process().children(recursive=True)}
+    # Each node says which plan host it is, and that it has 2 H200s (Ray's node table is
+    # what `--ray` registers in the Node Registry; the plan's processes use no GPU).
     c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {f"host:{HOSTS[0]}": 1}, "include_dashboard": False,
+        "num_cpus": 1, "num_gpus": 2, "include_dashboard": False,
+        "resources": {f"host:{HOSTS[0]}": 1, "accelerator_type:H200": 1},
         "node_ip_address": "127.0.0.1"})
-    c.add_node(num_cpus=1, resources={f"host:{HOSTS[1]}": 1}, node_ip_address="127.0.0.1")
+    c.add_node(num_cpus=1, num_gpus=2, node_ip_address="127.0.0.1",
+               resources={f"host:{HOSTS[1]}": 1, "accelerator_type:H200": 1})
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
     try:
@@ -221,3 +233,28 @@ def test_a_plan_host_without_a_node_is_refused(tmp_path):
 
     with pytest.raises(HarnessError, match="host 127.0.0.2 of the plan has no Ray node"):
         RayDeployment(two_host_plan(31700), {HOSTS[0]: "x"}, logs=Path(tmp_path))
+
+
+def test_forge_engine_up_over_ray(cluster, workspace, tmp_path):
+    """The CLI: Ray's nodes registered as the hosts they name, the plan's ports claimed, the
+    plan launched through Ray, described, stopped (`--once`), the claim released."""
+    from infer_forge.projections.nodes import read_claims, read_hosts
+
+    (tmp_path / "point.yaml").write_text(json.dumps(point_spec()))
+    (tmp_path / "profile.yaml").write_text(json.dumps(profile_spec()))
+    args = ["engine", "up", "--point", str(tmp_path / "point.yaml"), "--hosts",
+            ",".join(HOSTS), "--once", "--json"]
+    r = run_forge(*args, "--ray", cluster.address, home=workspace.home)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    procs = out["deployment"]["processes"]
+    assert [(p["name"], p["host"]) for p in procs] == [
+        ("prefill-0", HOSTS[0]), ("decode-0", HOSTS[1]), ("router", HOSTS[0])]
+    assert len({p["ray_node"] for p in procs}) == 2
+    assert all(not alive(p["pid"]) for p in procs)
+    hosts = read_hosts(workspace.ledger).hosts
+    assert {h: len(hosts[h].inventory.gpus) for h in HOSTS} == {h: 2 for h in HOSTS}
+    book = read_claims(workspace.ledger)
+    assert book.claims and not book.active()
+    bad = run_forge(*args, "--ray", cluster.address, "--plan", home=workspace.home)
+    assert bad.returncode != 0 and "--ray launches a plan over --hosts" in bad.stderr
