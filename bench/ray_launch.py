@@ -37,10 +37,10 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="forge-rlb-")
     os.environ.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_TMPDIR=tmp)
     import ray
-    from ray.cluster_utils import Cluster
-
     from infer_forge.harness.engines.deploy import Deployment
     from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+    from ray.cluster_utils import Cluster
+
     from tests.harness.engines.test_ray_launch import HOSTS, two_host_plan
 
     class Bare(Deployment):
