@@ -180,6 +180,10 @@ class HostAgent:
             pipe.flush()
 
 
+class AgentGone(HarnessError):
+    """A host's agent died (its worker killed, its node lost)."""
+
+
 class RemoteProcess:
     """The driver's handle of one process an agent runs: what `Deployment` asks of a
     `ServerProcess` (pid, alive, poll, stop, startup_s, log_path, log_digest)."""
@@ -196,16 +200,27 @@ class RemoteProcess:
         self.log_digest: str | None = None
 
     def start(self) -> RemoteProcess:
-        ray = _ray()
-        started = ray.get(self.agent.start.remote(self.plan))
+        started = self._call("start", self.plan)
         self.pid, self.log_path = int(started["pid"]), Path(started["log"])
         self.proc = self
         return self
 
+    def _call(self, method: str, *args: Any) -> Any:
+        ray = _ray()
+        try:
+            return ray.get(getattr(self.agent, method).remote(*args))
+        except ray.exceptions.RayActorError as e:
+            raise AgentGone(f"{self.plan.name} on host {self.plan.host}: its Ray agent is "
+                            f"gone ({type(e).__name__}); its keeper kills what it ran") from None
+
     def poll(self) -> int | None:
+        """None while running, else its exit code (an agent gone: SIGKILL's, -9)."""
         if self.proc is None:
             return None
-        code = _ray().get(self.agent.poll.remote(self.plan.name))
+        try:
+            code = self._call("poll", self.plan.name)
+        except AgentGone:
+            code = -9
         if code is not None:
             self.exit_code = code
         return code
@@ -221,7 +236,10 @@ class RemoteProcess:
     def stop(self, reason: str = "teardown") -> int | None:
         if self.proc is None:
             return None
-        code = _ray().get(self.agent.stop.remote(self.plan.name, reason))
+        try:
+            code = self._call("stop", self.plan.name, reason)
+        except AgentGone:  # nothing left to stop there (the keeper's work)
+            code = -9
         self.exit_code = code if self.exit_code is None else self.exit_code
         return self.exit_code
 

@@ -258,3 +258,29 @@ def test_forge_engine_up_over_ray(cluster, workspace, tmp_path):
     assert book.claims and not book.active()
     bad = run_forge(*args, "--ray", cluster.address, "--plan", home=workspace.home)
     assert bad.returncode != 0 and "--ray launches a plan over --hosts" in bad.stderr
+
+
+def test_an_agent_killed_takes_its_hosts_processes_and_is_reported(cluster, tmp_path):
+    """The second host's agent dies (its worker SIGKILLed, as a lost node's would): its
+    process groups go with it (the keeper), `check()` names the process and host, and the
+    teardown stops the rest without error."""
+    import psutil
+    from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+
+    plan = two_host_plan(base_port=31800, launcher=GROUP)
+    dep = RayDeployment(plan, ray_nodes(HOSTS), grace_s=5, logs=tmp_path).start()
+    try:
+        decode = dep.servers["decode-0"].pid
+        assert decode is not None
+        children = [c.pid for c in psutil.Process(decode).children(recursive=True)]
+        assert len(children) == 1
+        os.kill(dep.agent_info[HOSTS[1]]["pid"], signal.SIGKILL)
+        assert _gone_within([decode, *children], 30) == []
+        with pytest.raises(HarnessError, match=r"decode-0 \(decode\) on host 127\.0\.0\.2 "
+                                               r"exited while running \(killed by signal 9\)"):
+            dep.check()
+        prefill = dep.servers["prefill-0"].pid
+        assert prefill is not None and alive(prefill)
+    finally:
+        dep.stop()
+    assert _gone_within([s.pid for s in dep.servers.values() if s.pid], 10) == []
