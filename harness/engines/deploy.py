@@ -8,9 +8,10 @@
   each server's `/server_info` answers as its role (`disaggregation_mode`; by the route of the
   plan's SGLang version, `/get_server_info` before 0.5.6: sglang_routes.py) — an encoder-only
   server has no info route in any SGLang version, so an encoder is ready when its `/health`
-  answers and records no server info — then starts the router and waits until its `/workers`
-  view (the real router has no `/list_workers`) lists every planned prefill, decode or
-  colocated server with the right type, healthy. Each ready process records
+  answers and records no server info, and so is a follower rank (node rank >= 1) of a server
+  over several hosts — then starts the router and waits until its `/workers` view (the real
+  router has no `/list_workers`) lists every planned prefill, decode or colocated server
+  (by its rank 0) with the right type, healthy. Each ready process records
   `EngineLaunched`; `on_ready(process_plan, server_info)` runs after each (a version check
   belongs there).
 - Any failure or interrupt while starting (an exception, Ctrl-C, SIGTERM through the process
@@ -187,7 +188,9 @@ class Deployment:
 
     def _ready(self, p: ProcessPlan) -> None:
         info: dict[str, Any] = {}
-        if p.role not in ("router", "encode"):  # an encoder has no info route (module doc)
+        # An encoder has no info route (module doc), nor has a follower rank of a server
+        # over several hosts (SGLang's dummy health server: /health only).
+        if p.role not in ("router", "encode") and p.node_rank == 0:
             info = validate_server_info(*get_info(p.url, "server", self.plan.sglang_version))
             self._check_role(p, info)
         self.server_info[p.name] = info
@@ -206,7 +209,8 @@ class Deployment:
     def _check_router_view(self, router: ProcessPlan) -> None:
         """Poll the router's worker list until it shows every planned server, healthy."""
         want = {p.url.rstrip("/"): ("regular" if p.role == "colocated" else p.role)
-                for p in self.plan.processes if p.role in ("prefill", "decode", "colocated")}
+                for p in self.plan.processes
+                if p.role in ("prefill", "decode", "colocated") and p.node_rank == 0}
         deadline = time.monotonic() + self.router_view_timeout_s
         interval, problem = 0.02, ""
         while True:

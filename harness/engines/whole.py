@@ -10,7 +10,8 @@ Contracts:
   report the pinned SGLang version and resolve its command line's arguments as asked
   (`image.check_server`: a mismatch fails the deploy naming the process and both values, and
   tears every process down; an encoder-only server has no `/server_info` in any SGLang
-  release, so encoders are not checked), and whose containers are removed after their
+  release, so encoders are not checked, nor a server's follower ranks: their rank 0 is),
+  and whose containers are removed after their
   clients stop.
 - `placement_problem(point, profile)` (pure): why a point cannot be deployed as it is, or
   None: for sglang (with a pinned version), the launch plan's refusal on the point's own
@@ -117,7 +118,7 @@ class PinnedDeployment(Deployment):
         check_args = profile.config.get("check_args", True) is not False
 
         def on_ready(p: ProcessPlan, info: dict[str, Any]) -> None:
-            if p.role in ("router", "encode"):  # an encoder has no /server_info to check
+            if p.role in ("router", "encode") or p.node_rank:  # no /server_info to check
                 return
             self.unreported[p.name] = check_server(
                 info, version=plan.sglang_version, requested=requested_of(p, use),

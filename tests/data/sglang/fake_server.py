@@ -261,6 +261,8 @@ def main():
     version = os.environ.get("FAKE_SGLANG_VERSION") or "0.5.23"
     served = routes(version, bool(opts.get("encoder_only")),
                     bool(opts.get("enable_metrics")) or not ROUTES_STRICT)
+    if int(opts.get("node_rank", 0)) >= 1:  # a follower rank: SGLang's dummy health server
+        served = {("GET", "/health"), ("GET", "/health_generate"), ("GET", "/ping")}
     held = bind_bootstrap_ports(opts, version)
     if MODE != "malformed":
         info = json.loads(info_text)

@@ -42,15 +42,17 @@ ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": ""}
 GROUP = ["sh", "-c", '"$@" & wait', "sh", *FAKE]
 
 
-def point_spec() -> dict:
-    """PD on 2 hosts x 2 GPUs: prefill (tp 2) on the first, decode (tp 2) on the second,
-    the router on the first."""
+PD_ROLES = [{"role": "prefill", "count": 1, "parallelism": {"tp": 2}},
+            {"role": "decode", "count": 1, "parallelism": {"tp": 2}}]
+
+
+def point_spec(arch: str = "pd", roles: list[dict] = PD_ROLES) -> dict:
+    """On 2 hosts x 2 GPUs; by default PD: prefill (tp 2) on the first, decode (tp 2) on the
+    second, the router on the first."""
     return {
         "name": "stand-in-pd-2-hosts", "model": {"name": "m", "source": "Qwen/Qwen3-8B"},
         "scenario": {"traffic": {"concurrency": 4}},
-        "topology": {"architecture": "pd", "roles": [
-            {"role": "prefill", "count": 1, "parallelism": {"tp": 2}},
-            {"role": "decode", "count": 1, "parallelism": {"tp": 2}}]},
+        "topology": {"architecture": arch, "roles": roles},
         "runtime_profile": {"service": "s", "rev": 1, "file": "profile.yaml"},
         "accelerator": {"vendor": "nvidia", "model": "H200", "count": 2, "nodes": 2}}
 
@@ -62,8 +64,9 @@ def profile_spec(launcher: list[str] = FAKE) -> dict:
             "framework": {"kind": "sglang", "version": "0.5.23"}}
 
 
-def two_host_plan(base_port: int, launcher: list[str] = FAKE) -> LaunchPlan:
-    point = DeploymentPoint.model_validate(point_spec())
+def two_host_plan(base_port: int, launcher: list[str] = FAKE, arch: str = "pd",
+                  roles: list[dict] = PD_ROLES) -> LaunchPlan:
+    point = DeploymentPoint.model_validate(point_spec(arch, roles))
     profile = RuntimeProfile.model_validate(profile_spec(launcher))
     return plan_point(point, profile, {h: [0, 1] for h in HOSTS}, base_port=base_port)
 
@@ -284,3 +287,34 @@ def test_an_agent_killed_takes_its_hosts_processes_and_is_reported(cluster, tmp_
     finally:
         dep.stop()
     assert _gone_within([s.pid for s in dep.servers.values() if s.pid], 10) == []
+
+
+def test_a_server_over_both_hosts_rank_0_and_its_follower(cluster, workspace, tmp_path):
+    """One tp 4 server over 2 hosts x 2 GPUs: rank 0 on the first host, its follower (node
+    rank 1, /health only, as SGLang's) on the second, each started by its host's agent and
+    healthy; the server checked by its rank 0 (the follower has no /server_info)."""
+    from infer_forge.harness.engines.base import request_json
+    from infer_forge.harness.engines.process import http_get
+    from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+    from infer_forge.harness.engines.whole import PinnedDeployment
+
+    class Pinned(PinnedDeployment, RayDeployment):
+        pass
+
+    plan = two_host_plan(31900, arch="colocated",
+                         roles=[{"role": "colocated", "count": 1, "parallelism": {"tp": 4}}])
+    rank0, follower = plan.processes
+    assert (rank0.host, follower.host, follower.node_rank) == (HOSTS[0], HOSTS[1], 1)
+    assert follower.health_url.endswith("/health") and plan.entry_url == rank0.url
+    profile = RuntimeProfile.model_validate(profile_spec())
+    nodes = ray_nodes(HOSTS)
+    with Pinned(plan, profile, None, nodes=nodes, ws=workspace, grace_s=5,
+                logs=tmp_path) as dep:
+        desc = dep.describe()
+        assert [(p["name"], p["ray_node"], p["version"]) for p in desc["processes"]] == [
+            ("colocated-0", nodes[HOSTS[0]], "0.5.23"),
+            ("colocated-0-node1", nodes[HOSTS[1]], None)]
+        assert http_get(follower.url + "/server_info")[0] == 404
+        assert request_json("GET", rank0.url + "/server_info")["node_rank"] == 0
+    assert [e.url for e in (r.event for r in workspace.ledger.stream(ENGINES_STREAM))
+            if isinstance(e, E.EngineStopped)] == [follower.url, rank0.url]
