@@ -57,18 +57,20 @@ def point_spec(arch: str = "pd", roles: list[dict] = PD_ROLES) -> dict:
         "accelerator": {"vendor": "nvidia", "model": "H200", "count": 2, "nodes": 2}}
 
 
-def profile_spec(launcher: list[str] = FAKE) -> dict:
+def profile_spec(launcher: list[str] = FAKE, router: list[str] = FAKE_ROUTER) -> dict:
     return {"service": "s", "rev": 1, "engine": "sglang",
-            "config": {"launcher": launcher, "router_launcher": FAKE_ROUTER,
+            "config": {"launcher": launcher, "router_launcher": router,
                        "startup_timeout_s": 60},
             "framework": {"kind": "sglang", "version": "0.5.23"}}
 
 
 def two_host_plan(base_port: int, launcher: list[str] = FAKE, arch: str = "pd",
-                  roles: list[dict] = PD_ROLES) -> LaunchPlan:
+                  roles: list[dict] = PD_ROLES, router: list[str] = FAKE_ROUTER,
+                  model: str | None = None) -> LaunchPlan:
     point = DeploymentPoint.model_validate(point_spec(arch, roles))
-    profile = RuntimeProfile.model_validate(profile_spec(launcher))
-    return plan_point(point, profile, {h: [0, 1] for h in HOSTS}, base_port=base_port)
+    profile = RuntimeProfile.model_validate(profile_spec(launcher, router))
+    return plan_point(point, profile, {h: [0, 1] for h in HOSTS}, base_port=base_port,
+                      model=model)
 
 
 @pytest.fixture(scope="module")
@@ -318,3 +320,24 @@ def test_a_server_over_both_hosts_rank_0_and_its_follower(cluster, workspace, tm
         assert request_json("GET", rank0.url + "/server_info")["node_rank"] == 0
     assert [e.url for e in (r.event for r in workspace.ledger.stream(ENGINES_STREAM))
             if isinstance(e, E.EngineStopped)] == [follower.url, rank0.url]
+
+
+def test_the_real_router_in_front_of_both_hosts(cluster, tiny_model, tmp_path):
+    """The real router (`smg`, a Rust binary from PyPI) started by the first host's agent
+    lists the second host's decode server in its worker view, and a completion goes
+    through it to both hosts' servers."""
+    from infer_forge.harness.engines.base import request_json
+    from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+
+    from .test_real_router import router_launcher, seen
+
+    plan = two_host_plan(32100, router=router_launcher("smg"), model=str(tiny_model))
+    with RayDeployment(plan, ray_nodes(HOSTS), grace_s=5, logs=tmp_path) as dep:
+        assert {(w["url"], w["worker_type"]) for w in dep.router_workers} == {
+            (plan.process("prefill-0").url, "prefill"), (plan.process("decode-0").url,
+                                                           "decode")}
+        out = request_json("POST", plan.entry_url + "/v1/completions",
+                           {"model": plan.model, "prompt": "one two three", "max_tokens": 2})
+        assert out["choices"][0]["text"]
+        assert seen(dep, "prefill-0", "/v1/completions")
+        assert seen(dep, "decode-0", "/v1/completions")
