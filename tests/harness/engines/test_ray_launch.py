@@ -341,3 +341,42 @@ def test_the_real_router_in_front_of_both_hosts(cluster, tiny_model, tmp_path):
         assert out["choices"][0]["text"]
         assert seen(dep, "prefill-0", "/v1/completions")
         assert seen(dep, "decode-0", "/v1/completions")
+
+
+def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path):
+    """SIGINT to a real `forge engine up --ray` mid-run: the reverse teardown recorded
+    (Ctrl-C ends the watch, as on one host), every process of the plan gone, exit 0."""
+    from tests.conftest import FORGE
+
+    home = tmp_path / "home"
+    assert run_forge("init", home=home).returncode == 0
+    (tmp_path / "point.yaml").write_text(json.dumps(point_spec()))
+    (tmp_path / "profile.yaml").write_text(json.dumps(profile_spec()))
+    p = subprocess.Popen([*FORGE, "engine", "up", "--point", str(tmp_path / "point.yaml"),
+                          "--hosts", ",".join(HOSTS), "--ray", cluster.address,
+                          "--base-port", "32200"],
+                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         cwd=str(REPO), env={**os.environ, "FORGE_HOME": str(home)})
+    try:
+        seen = []
+        assert p.stderr is not None
+        for line in p.stderr:  # until the deployment is up (or the command died: EOF)
+            seen.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        assert "Ctrl-C to stop" in "".join(seen), "".join(seen)
+        r = run_forge("log", "--json", "--type", "EngineLaunched", home=home)
+        pids = [json.loads(x)["pid"] for x in r.stdout.splitlines()]
+        assert len(pids) == 3 and all(alive(x) for x in pids)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    assert _gone_within(pids, 10) == []
+    r = run_forge("log", "--json", "--type", "EngineStopped", home=home)
+    stops = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [s["reason"] for s in stops] == ["teardown"] * 3
+    assert [s["url"] for s in stops] == [
+        x.url for x in reversed(two_host_plan(32200).processes)]
