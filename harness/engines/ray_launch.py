@@ -21,9 +21,15 @@ process group leaders), which leaves a server's other processes (SGLang's schedu
 detokenizer) behind; so each agent has a keeper (forked off into its own session, not the
 worker's child, so Ray's kill misses it) reading a pipe from the agent with the process
 groups still running: when the agent dies, however, the pipe closes and the keeper kills
-those groups. The processes also carry `PR_SET_PDEATHSIG` where the agent forks them from its main
-thread. `stop()` stops
-the processes in reverse order, then every agent's leftovers, then kills the agents.
+those groups. An agent gone (`AgentGone`) reads as its processes killed (-9): `check()`
+names the process and host, and its teardown has nothing left to do. `stop()` stops the
+processes in reverse order, then every agent's leftovers, then kills the agents.
+
+`ray_point_up` is `forge engine up --point P --hosts A,B --ray ADDRESS`: join the cluster,
+register its nodes in the Node Registry (`register_nodes`: under their `host:` names), plan
+on the hosts with ports (and GPUs with a UUID) claimed, run a `RayPinnedDeployment` (the
+servers checked against the runtime profile, whole.py) with the lease heartbeated, release
+it after. A profile with an image is refused (not launched through Ray yet).
 
 Ray is optional (`pip install 'infer-forge[ray]'`): importing this module does not import it.
 """
