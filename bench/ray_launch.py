@@ -58,9 +58,9 @@ def main() -> None:
     try:
         nodes = ray_nodes(HOSTS)
         times: dict[str, list[tuple[float, float]]] = {"bare": [], "ray": []}
-        for i in range(args.rounds + 1):
+        for _ in range(args.rounds + 1):
             for kind in ("bare", "ray"):
-                plan = two_host_plan(base_port=32000 + 50 * i + (0 if kind == "bare" else 25))
+                plan = two_host_plan()  # a free block of ports here
                 dep = (Bare(plan, grace_s=5, logs=logs) if kind == "bare"
                        else RayDeployment(plan, nodes, grace_s=5, logs=logs))
                 t1 = time.perf_counter()

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from infer_forge.harness.engines.host_plan import plan_with_free_ports
 from infer_forge.harness.engines.plan import LaunchPlan, plan_point
 from infer_forge.harness.engines.ray_launch import match_nodes
 from infer_forge.harness.errors import HarnessError
@@ -64,13 +65,18 @@ def profile_spec(launcher: list[str] = FAKE, router: list[str] = FAKE_ROUTER) ->
             "framework": {"kind": "sglang", "version": "0.5.23"}}
 
 
-def two_host_plan(base_port: int, launcher: list[str] = FAKE, arch: str = "pd",
-                  roles: list[dict] = PD_ROLES, router: list[str] = FAKE_ROUTER,
-                  model: str | None = None) -> LaunchPlan:
+def two_host_plan(base_port: int | None = None, launcher: list[str] = FAKE,
+                  arch: str = "pd", roles: list[dict] = PD_ROLES,
+                  router: list[str] = FAKE_ROUTER, model: str | None = None) -> LaunchPlan:
+    """The plan on HOSTS (2 GPUs each); without `base_port`, on a block of ports free here."""
     point = DeploymentPoint.model_validate(point_spec(arch, roles))
     profile = RuntimeProfile.model_validate(profile_spec(launcher, router))
-    return plan_point(point, profile, {h: [0, 1] for h in HOSTS}, base_port=base_port,
-                      model=model)
+
+    def build(base: int) -> LaunchPlan:
+        return plan_point(point, profile, {h: [0, 1] for h in HOSTS}, base_port=base,
+                          model=model)
+
+    return build(base_port) if base_port is not None else plan_with_free_ports(build)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +154,7 @@ def test_two_node_pd_plan_through_ray(cluster, workspace, tmp_path):
     nodes = ray_nodes(HOSTS)
     assert len(set(nodes.values())) == 2
     assert set(nodes.values()) == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-    plan = two_host_plan(base_port=31400)
+    plan = two_host_plan()
     assert [(p.name, p.host) for p in plan.processes] == [
         ("prefill-0", HOSTS[0]), ("decode-0", HOSTS[1]), ("router", HOSTS[0])]
     with RayDeployment(plan, nodes, ws=workspace, grace_s=5, logs=tmp_path) as dep:
@@ -179,7 +185,7 @@ def test_two_node_pd_plan_through_ray(cluster, workspace, tmp_path):
 def test_a_crash_on_the_second_host_fails_the_deploy_naming_it(cluster, tmp_path):
     from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
 
-    plan = two_host_plan(base_port=31500)
+    plan = two_host_plan()
     decode = plan.process("decode-0")
     crashed = decode.model_copy(update={"env": {**decode.env, "FAKE_SGLANG_MODE": "crash"}})
     plan = plan.model_copy(update={"processes": tuple(
@@ -209,7 +215,7 @@ def test_killing_the_driver_leaves_no_process_on_any_host(cluster, tmp_path):
     leader and children alike, is gone (the agents' keepers)."""
     import psutil
 
-    plan = two_host_plan(base_port=31600, launcher=GROUP)
+    plan = two_host_plan(launcher=GROUP)
     env = dict(os.environ)  # the fixture's RAY_TMPDIR and loopback setting
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, cluster.address, plan.model_dump_json(), str(tmp_path)],
@@ -247,8 +253,9 @@ def test_forge_engine_up_over_ray(cluster, workspace, tmp_path):
 
     (tmp_path / "point.yaml").write_text(json.dumps(point_spec()))
     (tmp_path / "profile.yaml").write_text(json.dumps(profile_spec()))
+    base = two_host_plan().processes[-1].port  # a free block here
     args = ["engine", "up", "--point", str(tmp_path / "point.yaml"), "--hosts",
-            ",".join(HOSTS), "--once", "--json"]
+            ",".join(HOSTS), "--once", "--json", "--base-port", str(base)]
     r = run_forge(*args, "--ray", cluster.address, home=workspace.home)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -272,7 +279,7 @@ def test_an_agent_killed_takes_its_hosts_processes_and_is_reported(cluster, tmp_
     import psutil
     from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
 
-    plan = two_host_plan(base_port=31800, launcher=GROUP)
+    plan = two_host_plan(launcher=GROUP)
     dep = RayDeployment(plan, ray_nodes(HOSTS), grace_s=5, logs=tmp_path).start()
     try:
         decode = dep.servers["decode-0"].pid
@@ -303,7 +310,7 @@ def test_a_server_over_both_hosts_rank_0_and_its_follower(cluster, workspace, tm
     class Pinned(PinnedDeployment, RayDeployment):
         pass
 
-    plan = two_host_plan(31900, arch="colocated",
+    plan = two_host_plan(arch="colocated",
                          roles=[{"role": "colocated", "count": 1, "parallelism": {"tp": 4}}])
     rank0, follower = plan.processes
     assert (rank0.host, follower.host, follower.node_rank) == (HOSTS[0], HOSTS[1], 1)
@@ -331,7 +338,7 @@ def test_the_real_router_in_front_of_both_hosts(cluster, tiny_model, tmp_path):
 
     from .test_real_router import router_launcher, seen
 
-    plan = two_host_plan(32100, router=router_launcher("smg"), model=str(tiny_model))
+    plan = two_host_plan(router=router_launcher("smg"), model=str(tiny_model))
     with RayDeployment(plan, ray_nodes(HOSTS), grace_s=5, logs=tmp_path) as dep:
         assert {(w["url"], w["worker_type"]) for w in dep.router_workers} == {
             (plan.process("prefill-0").url, "prefill"), (plan.process("decode-0").url,
@@ -350,11 +357,13 @@ def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path):
 
     home = tmp_path / "home"
     assert run_forge("init", home=home).returncode == 0
+    plan = two_host_plan()
+    base = plan.processes[-1].port  # the router's: the entry port is the base
     (tmp_path / "point.yaml").write_text(json.dumps(point_spec()))
     (tmp_path / "profile.yaml").write_text(json.dumps(profile_spec()))
     p = subprocess.Popen([*FORGE, "engine", "up", "--point", str(tmp_path / "point.yaml"),
                           "--hosts", ",".join(HOSTS), "--ray", cluster.address,
-                          "--base-port", "32200"],
+                          "--base-port", str(base)],
                          stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                          cwd=str(REPO), env={**os.environ, "FORGE_HOME": str(home)})
     try:
@@ -379,4 +388,4 @@ def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path):
     stops = [json.loads(x) for x in r.stdout.splitlines()]
     assert [s["reason"] for s in stops] == ["teardown"] * 3
     assert [s["url"] for s in stops] == [
-        x.url for x in reversed(two_host_plan(32200).processes)]
+        x.url for x in reversed(plan.processes)]
