@@ -246,9 +246,11 @@ def test_a_plan_host_without_a_node_is_refused(tmp_path):
         RayDeployment(two_host_plan(31700), {HOSTS[0]: "x"}, logs=Path(tmp_path))
 
 
-def test_forge_engine_up_over_ray(cluster, workspace, tmp_path):
+def test_forge_engine_up_over_ray(cluster, backend_home, tmp_path):
     """The CLI: Ray's nodes registered as the hosts they name, the plan's ports claimed, the
-    plan launched through Ray, described, stopped (`--once`), the claim released."""
+    plan launched through Ray, described, stopped (`--once`), the claim released; on SQLite
+    and on PostgreSQL (the ledger a real cluster's hosts share)."""
+    from infer_forge.ledger.workspace import open_workspace
     from infer_forge.projections.nodes import read_claims, read_hosts
 
     (tmp_path / "point.yaml").write_text(json.dumps(point_spec()))
@@ -256,7 +258,7 @@ def test_forge_engine_up_over_ray(cluster, workspace, tmp_path):
     base = two_host_plan().processes[-1].port  # a free block here
     args = ["engine", "up", "--point", str(tmp_path / "point.yaml"), "--hosts",
             ",".join(HOSTS), "--once", "--json", "--base-port", str(base)]
-    r = run_forge(*args, "--ray", cluster.address, home=workspace.home)
+    r = run_forge(*args, "--ray", cluster.address, home=backend_home)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     procs = out["deployment"]["processes"]
@@ -264,11 +266,15 @@ def test_forge_engine_up_over_ray(cluster, workspace, tmp_path):
         ("prefill-0", HOSTS[0]), ("decode-0", HOSTS[1]), ("router", HOSTS[0])]
     assert len({p["ray_node"] for p in procs}) == 2
     assert all(not alive(p["pid"]) for p in procs)
-    hosts = read_hosts(workspace.ledger).hosts
-    assert {h: len(hosts[h].inventory.gpus) for h in HOSTS} == {h: 2 for h in HOSTS}
-    book = read_claims(workspace.ledger)
-    assert book.claims and not book.active()
-    bad = run_forge(*args, "--ray", cluster.address, "--plan", home=workspace.home)
+    with open_workspace(backend_home) as ws:
+        hosts = read_hosts(ws.ledger).hosts
+        assert {h: len(hosts[h].inventory.gpus) for h in HOSTS} == {h: 2 for h in HOSTS}
+        book = read_claims(ws.ledger)
+        assert book.claims and not book.active()
+        launched = [r.event for r in ws.ledger.stream(ENGINES_STREAM)
+                    if isinstance(r.event, E.EngineLaunched)]
+        assert [e.pid for e in launched] == [p["pid"] for p in procs]
+    bad = run_forge(*args, "--ray", cluster.address, "--plan", home=backend_home)
     assert bad.returncode != 0 and "--ray launches a plan over --hosts" in bad.stderr
 
 
