@@ -136,8 +136,7 @@ class HostAgent:
 
     def where(self) -> dict[str, Any]:
         ctx = _ray().get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "pid": os.getpid(),
-                "main_thread": threading.current_thread() is threading.main_thread()}
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid()}
 
     def start(self, p: ProcessPlan) -> dict[str, Any]:
         from .process import ServerProcess
