@@ -46,16 +46,18 @@ def main() -> None:
     class Bare(Deployment):
         LOCAL_ONLY = False  # 127.0.0.2 is this machine's loopback too
 
-    t0 = time.perf_counter()
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1",
-        "resources": {f"host:{HOSTS[0]}": 1}})
-    c.add_node(num_cpus=1, node_ip_address="127.0.0.1", resources={f"host:{HOSTS[1]}": 1})
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
-    cluster_s = time.perf_counter() - t0
     logs = Path(tmp) / "logs"
+    c = None
     try:
+        t0 = time.perf_counter()
+        c = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1",
+            "resources": {f"host:{HOSTS[0]}": 1}})
+        c.add_node(num_cpus=1, node_ip_address="127.0.0.1",
+                   resources={f"host:{HOSTS[1]}": 1})
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        cluster_s = time.perf_counter() - t0
         nodes = ray_nodes(HOSTS)
         times: dict[str, list[tuple[float, float]]] = {"bare": [], "ray": []}
         for _ in range(args.rounds + 1):
@@ -86,7 +88,8 @@ def main() -> None:
               f"worker process, per launch), stop {med['ray'][1] / med['bare'][1]:.2f}x")
     finally:
         ray.shutdown()
-        c.shutdown()
+        if c is not None:
+            c.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -95,22 +95,24 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     others = {p.pid for p in psutil.Process().children(recursive=True)}
-    # Each node says which plan host it is, and that it has 2 H200s (Ray's node table is
-    # what `--ray` registers in the Node Registry; the plan's processes use no GPU).
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "num_gpus": 2, "include_dashboard": False,
-        "resources": {f"host:{HOSTS[0]}": 1, "accelerator_type:H200": 1},
-        "node_ip_address": "127.0.0.1"})
-    c.add_node(num_cpus=1, num_gpus=2, node_ip_address="127.0.0.1",
-               resources={f"host:{HOSTS[1]}": 1, "accelerator_type:H200": 1})
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
+    c = None
     try:
+        # Each node says which plan host it is, and that it has 2 H200s (Ray's node table
+        # is what `--ray` registers in the Node Registry; the plan's processes use no GPU).
+        c = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "num_gpus": 2, "include_dashboard": False,
+            "resources": {f"host:{HOSTS[0]}": 1, "accelerator_type:H200": 1},
+            "node_ip_address": "127.0.0.1"})
+        c.add_node(num_cpus=1, num_gpus=2, node_ip_address="127.0.0.1",
+                   resources={f"host:{HOSTS[1]}": 1, "accelerator_type:H200": 1})
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
         yield c
     finally:
         procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in others]
         ray.shutdown()
-        c.shutdown()
+        if c is not None:
+            c.shutdown()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
