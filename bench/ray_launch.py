@@ -9,8 +9,9 @@ the other, the router; the stand-in SGLang server and router). Per round, the sa
 (deploy.py: health per process, role check, router started and its worker view checked),
 start to ready and teardown timed apart:
 - bare: `Deployment` spawning the three processes here (subprocess + process group);
-- ray: `RayDeployment`, the processes spawned by one agent actor per node (the first
-  round also starts the agents' workers: shown apart as `ray first`).
+- ray: `RayDeployment`, the processes spawned by one agent actor per node; every launch
+  starts its own two agents (each a Ray worker process: Python, Ray and infer_forge
+  imported), the bulk of the difference. The warm-up round is shown apart (`ray first`).
 Ratio of the medians (ray / bare). Printed with the 1-minute load average (2 shared cores).
 """
 
@@ -79,7 +80,7 @@ def main() -> None:
         print(f"2-node local Ray cluster up in {cluster_s:.1f} s; {args.rounds} rounds of a "
               f"3-process 2-host PD plan (stand-ins), load {load:.2f}")
         print(f"  ray first : start {first[0] * 1000:7.0f} ms  stop {first[1] * 1000:6.0f} ms "
-              "(agents' workers started)")
+              "(the warm-up round, not in the medians)")
         for k in ("bare", "ray"):
             print(f"  {k:<10}: start {med[k][0] * 1000:7.0f} ms  stop {med[k][1] * 1000:6.0f} "
                   "ms (median)")
