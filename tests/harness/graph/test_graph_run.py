@@ -26,6 +26,8 @@ from infer_forge.projections.repos import read_repo_history
 
 from tests.conftest import FORGE, REPO, need, run_forge
 
+SGLANG_PIN = "0.5.23"  # the example's pinned upstream (examples/graphs/serving-project/tasks.py)
+
 # The first layer's nodes wait (bounded) until RENDEZVOUS of them have started: with several
 # workers the run must overlap them, and the peak in flight shows it.
 RENDEZVOUS = r'''
@@ -254,6 +256,11 @@ edges:
 def test_serving_project_example_completes(forge_home):
     need(shutil.which("gcc") is not None, "gcc is needed by the example's kernel nodes")
     need(shutil.which("git") is not None, "git is needed by the example's sync nodes")
+    from tests.helpers import real_sglang
+
+    # The real parts: the pinned release from the kit's cache (fetched once, never per run).
+    real_sglang.release(SGLANG_PIN)
+    real = {"FORGE_SGLANG_CACHE": str(real_sglang.CACHE), "FORGE_SERVING_PROJECT": "real"}
     example = REPO / "examples" / "graphs" / "serving-project.yaml"
     assert run_forge("init").returncode == 0
     # The shared repos are MonoRepo members: the local manifest, its remotes made in tmp.
@@ -266,9 +273,26 @@ def test_serving_project_example_completes(forge_home):
     assert r.returncode == 0, r.stderr
     r = run_forge("graph", "new", str(example))
     assert r.returncode == 0, r.stderr
-    r = run_forge("graph", "run", "-j", "2", "--json", timeout=600)
+    r = run_forge("graph", "run", "-j", "2", "--json", timeout=600, env=real)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "delivered" in r.stderr  # progress was printed while it ran
+    out = forge_home / "graphs" / "serving-project" / "work" / "out"
+
+    def result(node: str) -> dict:
+        return json.loads((out / node / "result.json").read_text())
+
+    # The real SGLang release was vendored, its parser took the profile's flags, and its
+    # bench client measured the stand-ins: the tuned point inside the SLO, the default not.
+    sync = result("sync-sglang")
+    assert sync["real"] == 1 and sync["wheel"].startswith(f"sglang-{SGLANG_PIN}-")
+    assert sync["vendored_files"] > 1000 and sync["version_matches"] == 1
+    profile = result("tune-runtime-profile")
+    assert profile["flags_parser"] == f"sglang {SGLANG_PIN} (vendored)"
+    assert profile["flags_rejected"] == 0
+    slo = result("eval-slo-goodput")
+    assert slo["measured_by"] == f"sglang {SGLANG_PIN} bench client (vendored)"
+    assert slo["completed"] == 16 and slo["meets_slo"] == 1 and slo["baseline_meets_slo"] == 0
+    assert slo["baseline_tpot_p99_ms"] > 60 >= slo["tpot_p99_ms"]
     ws, _ = init_workspace(forge_home)
     with ws:
         v = load_graph(ws.ledger, "serving-project")
