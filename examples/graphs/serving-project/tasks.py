@@ -936,13 +936,68 @@ def eval_release_gate() -> None:
 
 
 def diag_prod_latency() -> None:
-    snap = prod_snapshot()
-    q = np.array([s["queue_depth"] for s in snap["samples"]], float)
-    ttft = np.array([s["ttft_p99_ms"] for s in snap["samples"]], float)
+    if FAST:  # the export's samples
+        snap = prod_snapshot()["samples"]
+        q = np.array([s["queue_depth"] for s in snap], float)
+        ttft = np.array([s["ttft_p99_ms"] for s in snap], float)
+        rate = float(np.mean([s["arrivals_per_s"] for s in snap]))
+        how = {"source": "metrics.json"}
+    else:
+        q, ttft, rate, how = monitor_prod()
     corr = float(np.corrcoef(q, ttft)[0, 1])
-    rate = float(np.mean([s["arrivals_per_s"] for s in snap["samples"]]))
-    done(corr_queue_ttft=round(corr, 3), arrival_rate_per_s=round(rate, 2),
-         root_cause="queueing behind long prefills" if corr > 0.8 else "unknown")
+    done(corr_queue_ttft=round(corr, 3), arrival_rate_per_s=round(rate, 2), minutes=len(q),
+         root_cause="queueing behind long prefills" if corr > 0.8 else "unknown", **how)
+
+
+PROD_URL_ENV = "FORGE_PROD_ENDPOINT"
+SCRAPES = 60  # one per minute of the replayed hour
+
+
+def monitor_prod():
+    """`forge monitor` the production endpoint (`$FORGE_PROD_ENDPOINT`; unset: the stand-in,
+    prod-endpoint/serve.py, started here for the scrapes and stopped after) for SCRAPES
+    scrapes, then read its samples back from the ledger (the window's samples artifact).
+    Each scrape of the stand-in is one minute of production: (queue depth per scrape, TTFT
+    p99 of the requests finished since the previous one, arrivals per second, how)."""
+    home = Path(os.environ.get("FORGE_HOME") or WORK.parents[2])  # <home>/graphs/<id>/work
+    url = os.environ.get(PROD_URL_ENV, "")
+    server = None
+    if not url:
+        server = subprocess.Popen([sys.executable, str(HERE / "prod-endpoint" / "serve.py"),
+                                   "--port", "0"], stdout=subprocess.PIPE, text=True)
+        assert server.stdout is not None
+        line = server.stdout.readline()  # `listening on URL` once bound
+        if not line.startswith("listening on "):
+            server.kill()
+            sys.exit(f"the stand-in production endpoint did not start ({server.wait()})")
+        url = line.split()[-1]
+    try:
+        r = subprocess.run([sys.executable, "-m", "infer_forge.cli", "monitor", url,
+                            "--interval", "0.05", "--count", str(SCRAPES), "--window", "3600",
+                            "--json"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "FORGE_HOME": str(home)})
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+    if r.returncode != 0:
+        sys.exit(f"forge monitor {url} failed: {r.stderr.strip()[-400:]}")
+    from infer_forge.ledger.samples import decode_samples
+    from infer_forge.ledger.workspace import init_workspace
+
+    res = json.loads(r.stdout)
+    ws, _ = init_workspace(home)
+    with ws:
+        cols = [decode_samples(ws.artifacts.get(a))["metrics"] for a in res["artifacts"]]
+    m = {k: [v for c in cols for v in c[k]] for k in
+         ("num_queue_reqs", "ttft_ms_p99", "num_requests_total")}
+    pairs = [(a, b) for a, b in zip(m["num_queue_reqs"], m["ttft_ms_p99"], strict=True)
+             if a is not None and b is not None]
+    reqs = [x for x in m["num_requests_total"] if x is not None]
+    rate = float(np.mean(np.diff(reqs))) / 60.0  # requests per replayed minute, per second
+    return (np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), rate,
+            {"source": "forge monitor", "scrapes": res["samples"],
+             "endpoint": "given" if server is None else "stand-in started here"})
 
 
 def diag_moe_path() -> None:
