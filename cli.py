@@ -613,11 +613,9 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
-    from .ledger.correctness import correctness_of
     from .ledger.titles import candidate_title
     from .projections.memory import task_summary
     s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
-    s = {**s, "correctness": correctness_of(s["definition"])}
     if as_json:
         emit_json(s)
         return

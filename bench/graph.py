@@ -173,6 +173,9 @@ def bench_example(jobs: int) -> dict:
 
 
 def main() -> None:
+    # the example's toy SGLang parts (no release fetched): these numbers are the graph
+    # runner's, comparable across runs; tests/harness/graph/test_graph_run.py runs the real ones
+    os.environ.setdefault("FORGE_SERVING_PROJECT", "fast")
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--edges", type=int, default=5000)

@@ -83,6 +83,9 @@ def example(backend: str, jobs: int) -> dict:
 
 
 def main() -> None:
+    # the example's toy SGLang parts (no release fetched): these numbers are the graph
+    # runner's, comparable across runs; tests/harness/graph/test_graph_run.py runs the real ones
+    os.environ.setdefault("FORGE_SERVING_PROJECT", "fast")
     ap = argparse.ArgumentParser()
     ap.add_argument("--chain", type=int, default=40)
     ap.add_argument("--fan", type=int, default=40)

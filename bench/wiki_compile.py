@@ -92,6 +92,9 @@ def best(fn, repeats: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    # the example's toy SGLang parts (no release fetched): these numbers are the graph
+    # runner's, comparable across runs; tests/harness/graph/test_graph_run.py runs the real ones
+    os.environ.setdefault("FORGE_SERVING_PROJECT", "fast")
     ap = argparse.ArgumentParser()
     ap.add_argument("--home", type=Path)
     ap.add_argument("--repeats", type=int, default=5)

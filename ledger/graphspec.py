@@ -35,17 +35,9 @@ from pydantic import (
 from .clock import digest
 from .errors import LedgerError, SpecError
 from .ids import InvalidIdError, check_id, from_ledger, shown
+from .specs import TASK_TYPES  # a node is a task: the task definition's types, one list
 from .yamlio import load_yaml
 
-TASK_TYPES = (
-    "kernel",
-    "communication",
-    "engine-integration",
-    "deployment-tuning",
-    "evaluation",
-    "diagnosis",
-    "upstream-sync",
-)
 # Edge kinds that gate readiness (a `control` edge gates only with action `start`).
 GATING = ("handoff", "control:start")
 # Edge kinds along which rework propagates from a reworked or invalidated node.

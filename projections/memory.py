@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..ledger import events as E
+from ..ledger.correctness import correctness_of
 from ..ledger.errors import NotFoundError
 from ..ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
 from ..ledger.specs import Contract
@@ -302,4 +303,7 @@ def task_summary(ledger: Ledger, task_id: str, on_error: OnError = None) -> dict
                         "outcome": b.handoff["outcome"] if b.handoff else None}
                        for b in mem.execution_record],
             "best_so_far": mem.best_so_far,
+            # which correctness gate judges it, and where it came from (`forge task show`,
+            # the agents' `task_show`)
+            "correctness": correctness_of(mem.definition),
             "prior_tasks": [prior_brief(ledger, t) for t in prior_tasks_of(mem.definition)]}

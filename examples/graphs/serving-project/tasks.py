@@ -6,6 +6,15 @@ graph runner's metric gates read it). Everything is deterministic (fixed seeds, 
 dates) so a re-run after rework or a crash rebuilds the same deliverables.
 
     python tasks.py <subcommand> [args]      (run by `forge graph run`, not by hand)
+
+Real SGLang where this machine allows it (the default): sync-sglang vendors the source tree of
+the pinned release's wheel from the package registry (fetched once into the kit's cache,
+`$FORGE_SGLANG_CACHE`, else ~/.cache/infer-forge/sglang; harness/engines/sglang_release.py),
+tune-runtime-profile parses the profile's flags with that vendored release's own parser, and
+eval-slo-goodput runs the release's own bench client against scripted stand-in servers.
+`FORGE_SERVING_PROJECT=fast` keeps the toy parts instead (a two-file SGLang snapshot, flags
+checked against the committed flag table, the SLO read off the scheduler simulation): no
+SGLang release needed, for the backend-equality test and the benchmarks.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +43,9 @@ OUT = WORK / "out" / NODE
 GIT_ENV = {"GIT_AUTHOR_NAME": "forge", "GIT_AUTHOR_EMAIL": "forge@localhost",
            "GIT_COMMITTER_NAME": "forge", "GIT_COMMITTER_EMAIL": "forge@localhost",
            "GIT_AUTHOR_DATE": "2026-11-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-11-01T00:00:00Z"}
+# The pinned upstream release, and whether to use the real one (see the module docstring).
+SGLANG_VERSION = "0.5.23"
+FAST = os.environ.get("FORGE_SERVING_PROJECT", "real") == "fast"
 F32P = ctypes.POINTER(ctypes.c_float)
 I32P = ctypes.POINTER(ctypes.c_int)
 
@@ -94,17 +107,54 @@ def commit_all(repo: Path, msg: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
+def vendor_release(repo: Path, version: str) -> dict:
+    """Unpack the release's wheel (fetched once from the package registry into the kit's
+    cache) under repo/python: its `sglang/` sources, not the compiled extensions (build
+    outputs, which upstream's repository does not hold either)."""
+    import zipfile
+
+    from infer_forge.harness.engines import sglang_release
+
+    whl = sglang_release.wheel(version)
+    with zipfile.ZipFile(whl) as z:
+        names = [n for n in z.namelist()
+                 if n.startswith("sglang/") and not n.endswith((".so", "/"))]
+        z.extractall(repo / "python", names)
+    return {"wheel": whl.name, "wheel_sha256": hashlib.sha256(whl.read_bytes()).hexdigest(),
+            "vendored_files": len(names)}
+
+
+def vendored_version() -> str:
+    """The version string the vendored tree declares (`_version.py`, else `version.py`)."""
+    for name in ("_version.py", "version.py"):
+        f = SGLANG / "python" / "sglang" / name
+        m = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]",
+                      f.read_text()) if f.exists() else None
+        if m:
+            return m.group(1)
+    return ""
+
+
 def sync_sglang() -> None:
     fresh_repo(SGLANG)
-    srt = SGLANG / "python" / "sglang" / "srt"
-    srt.mkdir(parents=True)
-    (SGLANG / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.23"\n')
-    (srt / "server_args.py").write_text(
-        "chunked_prefill_size = 8192\nmax_running_requests = None\nmoe_runner_backend = 'auto'\n")
-    head = commit_all(SGLANG, "upstream sglang v0.5.23 (vendored snapshot)")
+    if FAST:
+        srt = SGLANG / "python" / "sglang" / "srt"
+        srt.mkdir(parents=True)
+        (SGLANG / "python" / "sglang" / "version.py").write_text(
+            f'__version__ = "{SGLANG_VERSION}"\n')
+        (srt / "server_args.py").write_text("chunked_prefill_size = 8192\n"
+                                            "max_running_requests = None\n"
+                                            "moe_runner_backend = 'auto'\n")
+        info = {"wheel": "", "vendored_files": 2}
+        msg = f"upstream sglang v{SGLANG_VERSION} (toy snapshot)"
+    else:
+        info = vendor_release(SGLANG, SGLANG_VERSION)
+        msg = f"upstream sglang v{SGLANG_VERSION} (vendored from {info['wheel']})"
+    head = commit_all(SGLANG, msg)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "head.txt").write_text(head + "\n")
-    done(files=len(list(SGLANG.rglob("*.py"))), head=head)
+    done(files=len(list(SGLANG.rglob("*.py"))), head=head, real=int(not FAST),
+         version_matches=int(vendored_version() == SGLANG_VERSION), **info)
 
 
 def sync_kernels() -> None:
@@ -161,7 +211,12 @@ def sync_rebase_check() -> None:
     ours_branch = git(tmp, "rev-parse", "--abbrev-ref", "HEAD")  # the repo node's branch
     base = (WORK / "out" / "sync-sglang" / "head.txt").read_text().strip()
     git(tmp, "checkout", "-q", "-b", "upstream-next", base)
-    (tmp / "python" / "sglang" / "version.py").write_text('__version__ = "0.5.24"\n')
+    for name in ("_version.py", "version.py"):  # the file holding the version string
+        f = tmp / "python" / "sglang" / name
+        if f.exists() and SGLANG_VERSION in f.read_text():
+            f.write_text(f.read_text().replace(SGLANG_VERSION, "0.5.24")
+                         .replace("(0, 5, 23)", "(0, 5, 24)"))
+            break
     commit_all(tmp, "upstream sglang v0.5.24")
     git(tmp, "checkout", "-q", ours_branch)
     rc = subprocess.run(["git", "-C", str(tmp), "rebase", "-q", "upstream-next"],
@@ -712,7 +767,45 @@ def tune_runtime_profile() -> None:
     if git(SGLANG, "status", "--porcelain"):
         commit_all(SGLANG, "profiles: serving-project rev 2")
     back = yaml.safe_load(path.read_text())
-    done(keys=len(back["engine_config"]), rev=back["rev"])
+    done(keys=len(back["engine_config"]), rev=back["rev"], **check_flags(back["engine_config"]))
+
+
+def check_flags(engine_config: dict) -> dict:
+    """The profile's engine_config as `sglang.launch_server` flags, parsed by the vendored
+    release's own parser (harness/engines/sglang_parser_probe.py, in a child with the tree
+    importable; no bytecode written, so the member's tree stays clean); every flag must parse
+    and come back with the chosen value. Fast mode: the committed flag table (generated from
+    the same parsers) instead."""
+    flags = {"--" + k.replace("_", "-"): v for k, v in sorted(engine_config.items())}
+    if FAST:
+        from infer_forge.harness.engines import sglang_flags
+        from infer_forge.harness.errors import HarnessError
+
+        try:
+            sglang_flags.check_options(flags, SGLANG_VERSION)
+            return {"flags_rejected": 0, "flags_parser": "flag table"}
+        except HarnessError as e:
+            print(e, file=sys.stderr)
+            return {"flags_rejected": 1, "flags_parser": "flag table"}
+    from infer_forge.harness.engines import sglang_flags
+
+    argv = ["--model-path", "serving-project"] + [x for f, v in flags.items()
+                                                  for x in (f, str(v))]
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "argv.json").write_text(json.dumps([argv]))
+    r = subprocess.run([sys.executable, "-m", "infer_forge.harness.engines.sglang_import",
+                        str(SGLANG / "python"), str(sglang_flags.PROBE), "parse",
+                        str(OUT / "argv.json")], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    if r.returncode != 0:
+        sys.exit(f"the vendored SGLang's parser failed: {r.stderr.strip()[-400:]}")
+    (res,) = json.loads(r.stdout)
+    wrong = [f for f, v in flags.items() if res["args"].get(f[2:].replace("-", "_")) != v]
+    if not res["ok"] or wrong:
+        print(f"rejected by sglang {vendored_version()}: {res['error'] or wrong}",
+              file=sys.stderr)
+    return {"flags_rejected": len(wrong) if res["ok"] else len(flags),
+            "flags_parser": f"sglang {vendored_version()} (vendored)"}
 
 
 # --- evaluation ---------------------------------------------------------------------------
@@ -750,12 +843,76 @@ def eval_slo_goodput() -> None:
     tuned = simulate(prof["engine_config"]["chunked_prefill_size"], rate)
     base = simulate(8192, rate)  # the upstream default
 
-    def meets(v):
-        return int(v[0] <= SLO["ttft_p99_ms"] and v[1] <= SLO["tpot_p99_ms"])
+    def meets(ttft, tpot):
+        return int(ttft <= SLO["ttft_p99_ms"] and tpot <= SLO["tpot_p99_ms"])
 
-    done(ttft_p99_ms=round(tuned[0], 1), tpot_p99_ms=round(tuned[1], 1),
-         baseline_tpot_p99_ms=round(base[1], 1), meets_slo=meets(tuned),
-         baseline_meets_slo=meets(base))
+    if FAST:  # the SLO read off the scheduler simulation
+        done(ttft_p99_ms=round(tuned[0], 1), tpot_p99_ms=round(tuned[1], 1),
+             baseline_tpot_p99_ms=round(base[1], 1), meets_slo=meets(*tuned[:2]),
+             baseline_meets_slo=meets(*base[:2]), measured_by="simulation")
+        return
+    got = bench_stand_ins({"tuned": tuned, "baseline": base})
+    t, b = got["tuned"], got["baseline"]
+    done(ttft_p99_ms=round(t["p99_ttft_ms"], 1), tpot_p99_ms=round(t["p99_tpot_ms"], 1),
+         baseline_ttft_p99_ms=round(b["p99_ttft_ms"], 1),
+         baseline_tpot_p99_ms=round(b["p99_tpot_ms"], 1),
+         meets_slo=meets(t["p99_ttft_ms"], t["p99_tpot_ms"]),
+         baseline_meets_slo=meets(b["p99_ttft_ms"], b["p99_tpot_ms"]),
+         completed=t["completed"] + b["completed"],
+         measured_by=f"sglang {vendored_version()} bench client (vendored)")
+
+
+BENCH_PROMPTS, BENCH_OUTPUT_LEN = 8, 6
+
+
+def bench_stand_ins(configs: dict) -> dict:
+    """The vendored release's own bench client (`sglang.benchmark.serving`, backend `sglang`)
+    against one stand-in server per configuration: the scripted OpenAI-compatible server
+    (harness/testing/scripted_server.py, SGLang's native /generate) playing the engine with
+    the first-token delay and inter-token gap the scheduler simulation gives that
+    configuration (TTFT p99, TPOT p99), as no engine can serve here. {name: the client's
+    result line}; every request must complete with BENCH_OUTPUT_LEN tokens."""
+    from infer_forge.harness.bench.datasets import small_bpe_tokenizer
+    from infer_forge.harness.testing.scripted_server import Script, ScriptedServer
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    tok = small_bpe_tokenizer(OUT / "tokenizer")
+    data = OUT / "sharegpt.json"
+    text = "The quick brown fox jumps over the lazy dog near the river bank at dawn"
+    data.write_text(json.dumps([{"id": str(i), "conversations": [
+        {"from": "human", "value": f"{text} {i}"}, {"from": "gpt", "value": text}]}
+        for i in range(2 * BENCH_PROMPTS)]))
+    servers = {name: ScriptedServer(Script(first_token_ms=v[0], itl_ms=v[1])).start_in_thread()
+               for name, v in configs.items()}
+    outs = {name: OUT / f"bench-{name}.jsonl" for name in configs}
+    try:
+        argv: list[str] = []
+        for name, srv in servers.items():
+            outs[name].unlink(missing_ok=True)  # the client appends
+            argv += (["+++"] if argv else []) + [
+                "--backend", "sglang", "--host", srv.host, "--port", str(srv.port),
+                "--model", str(tok), "--tokenizer", str(tok), "--dataset-name", "sharegpt",
+                "--dataset-path", str(data), "--num-prompts", str(BENCH_PROMPTS),
+                "--sharegpt-output-len", str(BENCH_OUTPUT_LEN), "--output-file", str(outs[name])]
+        r = subprocess.run([sys.executable, "-m", "infer_forge.harness.engines.sglang_import",
+                            str(SGLANG / "python"), str(HERE / "bench_client.py"), *argv],
+                           capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        (OUT / "bench.log").write_text(r.stdout + r.stderr)
+        if r.returncode != 0:
+            sys.exit(f"the SGLang bench client failed: {r.stderr.strip()[-400:]}")
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    got = {}
+    for name, out in outs.items():
+        (line,) = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+        if line["completed"] != BENCH_PROMPTS or \
+                line["total_output_tokens"] != BENCH_PROMPTS * BENCH_OUTPUT_LEN:
+            sys.exit(f"bench {name}: {line['completed']}/{BENCH_PROMPTS} requests completed, "
+                     f"{line['total_output_tokens']} tokens")
+        got[name] = line
+    return got
 
 
 def eval_regression() -> None:
@@ -779,13 +936,68 @@ def eval_release_gate() -> None:
 
 
 def diag_prod_latency() -> None:
-    snap = prod_snapshot()
-    q = np.array([s["queue_depth"] for s in snap["samples"]], float)
-    ttft = np.array([s["ttft_p99_ms"] for s in snap["samples"]], float)
+    if FAST:  # the export's samples
+        snap = prod_snapshot()["samples"]
+        q = np.array([s["queue_depth"] for s in snap], float)
+        ttft = np.array([s["ttft_p99_ms"] for s in snap], float)
+        rate = float(np.mean([s["arrivals_per_s"] for s in snap]))
+        how = {"source": "metrics.json"}
+    else:
+        q, ttft, rate, how = monitor_prod()
     corr = float(np.corrcoef(q, ttft)[0, 1])
-    rate = float(np.mean([s["arrivals_per_s"] for s in snap["samples"]]))
-    done(corr_queue_ttft=round(corr, 3), arrival_rate_per_s=round(rate, 2),
-         root_cause="queueing behind long prefills" if corr > 0.8 else "unknown")
+    done(corr_queue_ttft=round(corr, 3), arrival_rate_per_s=round(rate, 2), minutes=len(q),
+         root_cause="queueing behind long prefills" if corr > 0.8 else "unknown", **how)
+
+
+PROD_URL_ENV = "FORGE_PROD_ENDPOINT"
+SCRAPES = 60  # one per minute of the replayed hour
+
+
+def monitor_prod():
+    """`forge monitor` the production endpoint (`$FORGE_PROD_ENDPOINT`; unset: the stand-in,
+    prod-endpoint/serve.py, started here for the scrapes and stopped after) for SCRAPES
+    scrapes, then read its samples back from the ledger (the window's samples artifact).
+    Each scrape of the stand-in is one minute of production: (queue depth per scrape, TTFT
+    p99 of the requests finished since the previous one, arrivals per second, how)."""
+    home = Path(os.environ.get("FORGE_HOME") or WORK.parents[2])  # <home>/graphs/<id>/work
+    url = os.environ.get(PROD_URL_ENV, "")
+    server = None
+    if not url:
+        server = subprocess.Popen([sys.executable, str(HERE / "prod-endpoint" / "serve.py"),
+                                   "--port", "0"], stdout=subprocess.PIPE, text=True)
+        assert server.stdout is not None
+        line = server.stdout.readline()  # `listening on URL` once bound
+        if not line.startswith("listening on "):
+            server.kill()
+            sys.exit(f"the stand-in production endpoint did not start ({server.wait()})")
+        url = line.split()[-1]
+    try:
+        r = subprocess.run([sys.executable, "-m", "infer_forge.cli", "monitor", url,
+                            "--interval", "0.05", "--count", str(SCRAPES), "--window", "3600",
+                            "--json"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "FORGE_HOME": str(home)})
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+    if r.returncode != 0:
+        sys.exit(f"forge monitor {url} failed: {r.stderr.strip()[-400:]}")
+    from infer_forge.ledger.samples import decode_samples
+    from infer_forge.ledger.workspace import init_workspace
+
+    res = json.loads(r.stdout)
+    ws, _ = init_workspace(home)
+    with ws:
+        cols = [decode_samples(ws.artifacts.get(a))["metrics"] for a in res["artifacts"]]
+    m = {k: [v for c in cols for v in c[k]] for k in
+         ("num_queue_reqs", "ttft_ms_p99", "num_requests_total")}
+    pairs = [(a, b) for a, b in zip(m["num_queue_reqs"], m["ttft_ms_p99"], strict=True)
+             if a is not None and b is not None]
+    reqs = [x for x in m["num_requests_total"] if x is not None]
+    rate = float(np.mean(np.diff(reqs))) / 60.0  # requests per replayed minute, per second
+    return (np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), rate,
+            {"source": "forge monitor", "scrapes": res["samples"],
+             "endpoint": "given" if server is None else "stand-in started here"})
 
 
 def diag_moe_path() -> None:

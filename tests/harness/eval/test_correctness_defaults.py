@@ -128,6 +128,19 @@ def test_forge_task_show_says_where_the_correctness_gate_came_from(tmp_path, for
                                  "default": "token_match >= 0.99"}
     gates = js["definition"]["contract"]["gates"]
     assert [g["name"] for g in gates] == ["throughput"]
+    # An agent's task_show (MCP and the executor: the same registry) answers the same.
+    from infer_forge.harness.agents import tool_registry as T
+    from infer_forge.harness.mcp.loop_tools import TOOLS
+    from infer_forge.ledger import events as E
+    from infer_forge.ledger.workspace import open_workspace
+
+    with open_workspace(forge_home) as ws:
+        r = T.call(T.ToolContext(ws, E.Actor.agent("reader", "m1"), task_id="k1", tools=TOOLS),
+                   "task_show", {"task_id": "k1"})
+    assert r.ok, r.error
+    assert json.loads(r.text())["correctness"] == {
+        "type": "quantization", "gates": ["correctness"], "source": "default",
+        "default": "accuracy gsm8k (300 items, margin 0.03, chat)"}
 
 
 @pytest.mark.parametrize(("n", "flips", "verdict"), [

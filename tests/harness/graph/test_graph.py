@@ -114,6 +114,15 @@ def test_bad_nodes_are_named(bad, match):
         parse_graph_spec({"name": "g", "nodes": [bad]})
 
 
+def test_a_node_takes_every_task_type_a_task_file_takes():
+    from infer_forge.ledger.specs import TASK_TYPES
+
+    spec = parse_graph_spec({"name": "g", "nodes": [
+        {"id": f"n{i}", "type": t, "work": WORK} for i, t in enumerate(TASK_TYPES)]})
+    assert [n.type for n in spec.nodes] == list(TASK_TYPES)
+    assert {"quantization", "moe-backend", "scheduler", "profiling"} <= set(TASK_TYPES)
+
+
 def test_edge_kind_rules():
     sysnode = {"id": "prod", "kind": "system"}
     with pytest.raises(GraphSpecError, match="read-only"):

@@ -46,6 +46,11 @@ def ray_address():
     # otherwise swaps 127.0.0.1 for the host's reachable address).
     before = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # The workers' node commands inherit the raylet's environment, fixed here: the
+    # serving-project example's toy parts (no SGLang release; test_graph_run.py runs the
+    # real ones), the same in the local run of the equality test.
+    before_mode = os.environ.get("FORGE_SERVING_PROJECT")
+    os.environ["FORGE_SERVING_PROJECT"] = "fast"
     import ray
 
     tmp = tempfile.mkdtemp(prefix="forge-ray-")
@@ -65,6 +70,10 @@ def ray_address():
             os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
         else:
             os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = before
+        if before_mode is None:
+            os.environ.pop("FORGE_SERVING_PROJECT", None)
+        else:
+            os.environ["FORGE_SERVING_PROJECT"] = before_mode
         _, left = psutil.wait_procs(procs, timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
     assert not left, f"Ray processes left behind: {left}"
@@ -311,7 +320,7 @@ def test_serving_project_on_ray_with_2_workers_equals_the_local_backend(ray_addr
         # Ray's driver as a process of its own: ray.init joins a process to one cluster for
         # its life, and the tasks' workers flush what they did when their driver exits.
         r = run_forge("graph", "run", "-j", "2", *args, "--json", home=home, timeout=600,
-                      process=backend == "ray")
+                      process=backend == "ray", env={"FORGE_SERVING_PROJECT": "fast"})
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         ws, _ = init_workspace(home)
         with ws:

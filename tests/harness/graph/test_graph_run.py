@@ -18,13 +18,15 @@ from infer_forge.harness.graph.commands import define_graph, request_rework
 from infer_forge.harness.graph.run import run_graph
 from infer_forge.ledger import events as E
 from infer_forge.ledger.check import check_workspace
-from infer_forge.ledger.streams import graph_stream
+from infer_forge.ledger.streams import ENDPOINTS_STREAM, graph_stream
 from infer_forge.ledger.workspace import init_workspace
 from infer_forge.projections.graph import load_graph, node_task_id
 from infer_forge.projections.nodes import read_claims
 from infer_forge.projections.repos import read_repo_history
 
 from tests.conftest import FORGE, REPO, need, run_forge
+
+SGLANG_PIN = "0.5.23"  # the example's pinned upstream (examples/graphs/serving-project/tasks.py)
 
 # The first layer's nodes wait (bounded) until RENDEZVOUS of them have started: with several
 # workers the run must overlap them, and the peak in flight shows it.
@@ -254,6 +256,11 @@ edges:
 def test_serving_project_example_completes(forge_home):
     need(shutil.which("gcc") is not None, "gcc is needed by the example's kernel nodes")
     need(shutil.which("git") is not None, "git is needed by the example's sync nodes")
+    from tests.helpers import real_sglang
+
+    # The real parts: the pinned release from the kit's cache (fetched once, never per run).
+    real_sglang.release(SGLANG_PIN)
+    real = {"FORGE_SGLANG_CACHE": str(real_sglang.CACHE), "FORGE_SERVING_PROJECT": "real"}
     example = REPO / "examples" / "graphs" / "serving-project.yaml"
     assert run_forge("init").returncode == 0
     # The shared repos are MonoRepo members: the local manifest, its remotes made in tmp.
@@ -266,9 +273,42 @@ def test_serving_project_example_completes(forge_home):
     assert r.returncode == 0, r.stderr
     r = run_forge("graph", "new", str(example))
     assert r.returncode == 0, r.stderr
-    r = run_forge("graph", "run", "-j", "2", "--json", timeout=600)
+    # The production endpoint: its stand-in server, monitored by the diagnosis node.
+    prod = subprocess.Popen([sys.executable, str(example.parent / "serving-project" /
+                                                 "prod-endpoint" / "serve.py"), "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert prod.stdout is not None
+        line = prod.stdout.readline()  # `listening on URL` once bound
+        assert line.startswith("listening on "), line
+        url = line.split()[-1]
+        r = run_forge("graph", "run", "-j", "2", "--json", timeout=600,
+                      env={**real, "FORGE_PROD_ENDPOINT": url})
+    finally:
+        prod.terminate()
+        prod.wait(10)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "delivered" in r.stderr  # progress was printed while it ran
+    out = forge_home / "graphs" / "serving-project" / "work" / "out"
+
+    def result(node: str) -> dict:
+        return json.loads((out / node / "result.json").read_text())
+
+    # The real SGLang release was vendored, its parser took the profile's flags, and its
+    # bench client measured the stand-ins: the tuned point inside the SLO, the default not.
+    sync = result("sync-sglang")
+    assert sync["real"] == 1 and sync["wheel"].startswith(f"sglang-{SGLANG_PIN}-")
+    assert sync["vendored_files"] > 1000 and sync["version_matches"] == 1
+    profile = result("tune-runtime-profile")
+    assert profile["flags_parser"] == f"sglang {SGLANG_PIN} (vendored)"
+    assert profile["flags_rejected"] == 0
+    slo = result("eval-slo-goodput")
+    assert slo["measured_by"] == f"sglang {SGLANG_PIN} bench client (vendored)"
+    assert slo["completed"] == 16 and slo["meets_slo"] == 1 and slo["baseline_meets_slo"] == 0
+    assert slo["baseline_tpot_p99_ms"] > 60 >= slo["tpot_p99_ms"]
+    diag = result("diag-prod-latency")
+    assert (diag["source"], diag["endpoint"], diag["scrapes"]) == ("forge monitor", "given", 60)
+    assert diag["corr_queue_ttft"] >= 0.8 and 2.5 < diag["arrival_rate_per_s"] < 3.5
     ws, _ = init_workspace(forge_home)
     with ws:
         v = load_graph(ws.ledger, "serving-project")
@@ -279,6 +319,10 @@ def test_serving_project_example_completes(forge_home):
         assert all(n.evidence for n in rejected.values())  # rejected directions keep evidence
         assert all(n.state == "delivered" for n in tasks if n.id not in rejected)
         assert {n.kind for n in v.nodes.values()} == {"task", "repo", "system"}
+        # the monitor's windows of the endpoint are in the ledger, every scrape answered
+        windows = [r.event for r in ws.ledger.stream(ENDPOINTS_STREAM)
+                   if isinstance(r.event, E.EndpointSummarized) and r.event.url == url]
+        assert sum(w.samples for w in windows) == 60 and not any(w.errors for w in windows)
         # The repo nodes are worktrees of their members, pinned at the run's snapshot.
         started = [r.event for r in ws.ledger.stream("graph:serving-project")
                    if r.event.TYPE == "GraphRunStarted"]
