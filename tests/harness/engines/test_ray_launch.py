@@ -358,9 +358,13 @@ def test_the_real_router_in_front_of_both_hosts(cluster, tiny_model, tmp_path):
         assert seen(dep, "decode-0", "/v1/completions")
 
 
-def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path):
-    """SIGINT to a real `forge engine up --ray` mid-run: the reverse teardown recorded
-    (Ctrl-C ends the watch, as on one host), every process of the plan gone, exit 0."""
+@pytest.mark.parametrize(("sig", "clean", "reason"), [
+    (signal.SIGINT, True, "teardown"), (signal.SIGTERM, False, "terminated")])
+def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path, sig, clean,
+                                                               reason):
+    """SIGINT (or SIGTERM) to a real `forge engine up --ray` mid-run: the reverse teardown
+    recorded (Ctrl-C ends the watch, as on one host; SIGTERM unwinds as "terminated"),
+    every process of the plan gone."""
     from tests.conftest import FORGE
 
     home = tmp_path / "home"
@@ -385,8 +389,8 @@ def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path):
         r = run_forge("log", "--json", "--type", "EngineLaunched", home=home)
         pids = [json.loads(x)["pid"] for x in r.stdout.splitlines()]
         assert len(pids) == 3 and all(alive(x) for x in pids)
-        p.send_signal(signal.SIGINT)
-        assert p.wait(timeout=60) == 0
+        p.send_signal(sig)
+        assert (p.wait(timeout=60) == 0) is clean
     finally:
         if p.poll() is None:
             p.kill()
@@ -394,6 +398,6 @@ def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path):
     assert _gone_within(pids, 10) == []
     r = run_forge("log", "--json", "--type", "EngineStopped", home=home)
     stops = [json.loads(x) for x in r.stdout.splitlines()]
-    assert [s["reason"] for s in stops] == ["teardown"] * 3
+    assert [s["reason"] for s in stops] == [reason] * 3
     assert [s["url"] for s in stops] == [
         x.url for x in reversed(plan.processes)]
