@@ -41,6 +41,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ from .whole import PinnedDeployment
 
 HOST_RESOURCE = "host:"  # a node offering {"host:<name>": 1} is that plan host
 AGENT_START_TIMEOUT_S = 120.0
+AGENT_STOP_TIMEOUT_S = 10.0
 # The agent's keeper (its own session): reads "PGID" (held) and "-PGID" (stopped) lines;
 # when the agent's end of the pipe closes, for any reason, kills every group still held.
 KEEPER = """
@@ -185,6 +187,22 @@ class HostAgent:
             pipe.flush()
 
 
+def _wait_dead(agent: Any, seconds: float = AGENT_STOP_TIMEOUT_S) -> None:
+    """Return once Ray reports the killed `agent` dead (a call to it fails), or after
+    `seconds`: `ray.kill` only asks, and a launch right after would share the nodes with
+    agents still ending."""
+    ray = _ray()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            ray.get(agent.where.remote(), timeout=max(0.1, deadline - time.monotonic()))
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            return
+        time.sleep(0.05)  # poll interval of a wait loop, not a synchronization
+
+
 class AgentGone(HarnessError):
     """A host's agent died (its worker killed, its node lost)."""
 
@@ -312,6 +330,7 @@ class RayDeployment(Deployment):
                     ray.get(agent.stop_all.remote(reason), timeout=60)
                 with contextlib.suppress(Exception):
                     ray.kill(agent)
+                    _wait_dead(agent)
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

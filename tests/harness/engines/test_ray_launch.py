@@ -198,6 +198,8 @@ def test_a_crash_on_the_second_host_fails_the_deploy_naming_it(cluster, tmp_path
         dep.start()
     pids = [s.pid for s in dep.servers.values()]
     assert pids and _gone_within([p for p in pids if p], 10) == []
+    agents = [i["pid"] for i in dep.agent_info.values()]
+    assert len(agents) == 2 and _gone_within(agents, 10) == []  # the agents end too
 
 
 DRIVER = """
@@ -233,7 +235,9 @@ def test_killing_the_driver_leaves_no_process_on_any_host(cluster, tmp_path):
         assert len(children) == 2  # each server's stand-in under its shell leader
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(timeout=10)
-        assert len(agents) == 2 and all(alive(a) for a in agents)
+        assert len(agents) == 2 and all(alive(a) for a in agents), [
+            (a, psutil.Process(a).as_dict(["status", "cmdline", "ppid"]) if psutil.pid_exists(a)
+             else None) for a in agents]
         assert _gone_within(pids + children + agents, 30) == []
     finally:
         if driver.poll() is None:
