@@ -34,6 +34,7 @@ from .base import apply_overrides
 from .cluster_plan import plan_on_hosts
 from .host_plan import PLAN_BASE_PORT, plan_here
 from .plan import LaunchPlan
+from .ray_launch import ray_point_up
 from .sglang_flags import parse_with_release
 from .up import watch
 from .whole import PinnedDeployment, pin_plan, shown_in_image
@@ -85,7 +86,6 @@ def point_up(ws: Workspace | None, point_path: str | Path, *,
         if ws is None:
             raise HarnessError("--hosts needs a workspace: the hosts are the Node Registry's")
         if ray is not None:
-            from .ray_launch import ray_point_up
             return ray_point_up(ws, point, profile, hosts, ray, ib_devices=ib_devices,
                                 model=model, overrides=overrides,
                                 base_port=base_port or PLAN_BASE_PORT, once=once,

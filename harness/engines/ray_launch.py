@@ -49,9 +49,15 @@ from typing import Any
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
 from ...ledger.workspace import Workspace
 from ..errors import HarnessError
+from ..nodes import claims
+from ..nodes.ray_table import ray_inventory
+from ..nodes.registry import register_host
 from .cluster_plan import CLAIM_HEARTBEAT_S, plan_on_hosts
 from .deploy import Deployment
+from .image import image_ref
 from .plan import LaunchPlan, ProcessPlan
+from .process import ServerProcess, tail
+from .up import watch
 from .whole import PinnedDeployment
 
 HOST_RESOURCE = "host:"  # a node offering {"host:<name>": 1} is that plan host
@@ -123,8 +129,6 @@ class HostAgent:
     """Runs on one host (a Ray actor): that host's processes of the plan."""
 
     def __init__(self, host: str, logs: str, grace_s: float = 10.0):
-        from .process import ServerProcess
-
         self.host = host
         self.logs = Path(logs)
         self.grace_s = grace_s
@@ -141,8 +145,6 @@ class HostAgent:
         return {"node_id": ctx.get_node_id(), "pid": os.getpid()}
 
     def start(self, p: ProcessPlan) -> dict[str, Any]:
-        from .process import ServerProcess
-
         server = ServerProcess(
             p.argv, health_url=p.health_url, name=f"{p.name} on {self.host}", env=p.env,
             log_path=self.logs / f"{p.name}-{p.port}-{os.getpid()}.log",
@@ -160,8 +162,6 @@ class HostAgent:
         return proc.poll() if proc is not None else None
 
     def tail(self, name: str) -> str:
-        from .process import tail
-
         return tail(self.servers[name].log_path)
 
     def stop(self, name: str, reason: str) -> int | None:
@@ -360,11 +360,8 @@ def node_host(row: Mapping[str, Any]) -> str | None:
 
 
 def register_nodes(ws: Workspace, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Ray's alive nodes into the Node Registry (graph/ray_backend.py's inventory), each
+    """Ray's alive nodes into the Node Registry (nodes/ray_table.py's inventory), each
     under its `host:<name>` resource's name where it offers one, else its hostname."""
-    from ..graph.ray_backend import ray_inventory
-    from ..nodes.registry import register_host
-
     out = []
     for row in rows:
         if not row.get("Alive"):
@@ -391,10 +388,6 @@ def ray_point_up(ws: Workspace, point: DeploymentPoint, profile: RuntimeProfile,
     """`forge engine up --point P --hosts A,B --ray ADDRESS`: join the cluster, register its
     nodes, plan on `hosts` with their ports and GPUs claimed (cluster_plan.py), run the plan
     through Ray (the lease held meanwhile, released after), until Ctrl-C or at once."""
-    from ..nodes import claims
-    from .image import image_ref
-    from .up import watch
-
     if image_ref(profile) is not None:
         raise HarnessError(f"--ray: runtime profile {profile.service} rev {profile.rev} pins "
                            "an image; launching images through Ray is not built yet (pull it "

@@ -71,6 +71,7 @@ from ...ledger.workspace import Workspace, open_workspace
 from ...ledger.yamlio import load_yaml
 from ...projections.graph import GraphView, catch_up, load_graph
 from ..errors import HarnessError
+from ..nodes.ray_table import ray_inventory
 from ..nodes.registry import register_host
 from ..proc import kill_group, session_launch
 from . import lease
@@ -148,21 +149,6 @@ def run_node_task(home: str, graph_id: str, run_id: str, node: str, ticket: str
                 "pid": os.getpid()}
     finally:
         ws.close()
-
-
-def ray_inventory(node: dict[str, Any]) -> tuple[str, E.HostInventory]:
-    """A host name and inventory from one row of `ray.nodes()` (what Ray knows: CPUs, the
-    memory it offers tasks, GPU count and type; no GPU UUIDs)."""
-    res = node.get("Resources") or {}
-    kinds = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
-    model = kinds[0] if kinds else ""
-    vendor = "amd" if model.upper().startswith("AMD") else "nvidia"
-    gpus = tuple(E.GpuInfo(index=i, uuid="", vendor=vendor, model=model)
-                 for i in range(int(res.get("GPU", 0))))
-    host = str(node.get("NodeManagerHostname") or node.get("NodeManagerAddress") or "")
-    return host, E.HostInventory(
-        cpus=int(res.get("CPU", 0)), memory_mib=int(res.get("memory", 0)) // 2**20, gpus=gpus,
-        accelerator_note="from Ray's node table: no GPU UUIDs" if gpus else "", source="ray")
 
 
 def register_ray_nodes(ws: Workspace, nodes: list[dict[str, Any]], echo: Echo = quiet

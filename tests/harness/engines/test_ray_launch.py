@@ -394,7 +394,8 @@ def test_ctrl_c_on_forge_engine_up_over_ray_stops_every_host(cluster, tmp_path, 
         pids = [json.loads(x)["pid"] for x in r.stdout.splitlines()]
         assert len(pids) == 3 and all(alive(x) for x in pids)
         p.send_signal(sig)
-        assert (p.wait(timeout=60) == 0) is clean
+        code = p.wait(timeout=60)
+        assert (code == 0) is clean, f"exit {code}: " + "".join(seen) + p.stderr.read()
     finally:
         if p.poll() is None:
             p.kill()

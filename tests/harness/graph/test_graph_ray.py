@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 from infer_forge.harness.graph.commands import define_graph
-from infer_forge.harness.graph.ray_backend import point_gpus, ray_inventory, run_graph_ray
+from infer_forge.harness.graph.ray_backend import point_gpus, run_graph_ray
 from infer_forge.harness.graph.run import run_graph
+from infer_forge.harness.nodes.ray_table import ray_inventory
 from infer_forge.harness.proc import alive
 from infer_forge.ledger import events as E
 from infer_forge.ledger.check import check_workspace
