@@ -202,6 +202,18 @@ def gpu_args(kind: RuntimeKind, vendor: str, devices: Sequence[int] | None) -> l
     return [a for d in devices for a in ("--device", f"nvidia.com/gpu={d}")]
 
 
+# What a server moving KV caches over InfiniBand (PD's transfer engine, named devices) needs
+# in a container: the verbs devices, and locked memory without a limit for its registered
+# buffers (IPC_LOCK and memlock=-1, as RDMA containers are run). Both docker and podman flags.
+RDMA_ARGS = ("--device", "/dev/infiniband", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1")
+
+
+def uses_rdma(argv: Sequence[str]) -> bool:
+    """A server told which InfiniBand devices to use (`--disaggregation-ib-device`): they
+    exist on its host, so the container gets them (a host without them would refuse it)."""
+    return "--disaggregation-ib-device" in argv
+
+
 def image_launcher(argv: Sequence[str], host_python: str) -> list[str]:
     """`argv` with the host's python (`python -m sglang…`) replaced by the image's."""
     out = list(argv)
@@ -213,12 +225,14 @@ def image_launcher(argv: Sequence[str], host_python: str) -> list[str]:
 def container_argv(use: ImageUse, argv: Sequence[str], *, name: str, vendor: str = "nvidia",
                    devices: Sequence[int] | None = None, env_names: Iterable[str] = (),
                    mounts: Iterable[str | Path] = (), host_python: str = sys.executable,
-                   rw_mounts: Iterable[str | Path] = ()) -> list[str]:
+                   rw_mounts: Iterable[str | Path] = (), rdma: bool = False) -> list[str]:
     """The command that runs `argv` in the image, as container `name`. `mounts` read-only,
-    `rw_mounts` read-write (the profiler's trace root), each at its own path."""
+    `rw_mounts` read-write (the profiler's trace root), each at its own path. `rdma`: the
+    host's InfiniBand devices and the right to pin memory for them (RDMA_ARGS)."""
     kind = use.runtime.kind
     out = [use.runtime.exe, "run", "--rm", "--name", name, "--label", LABEL,
-           "--network", "host", "--ipc", "host", *gpu_args(kind, vendor, devices)]
+           "--network", "host", "--ipc", "host", *gpu_args(kind, vendor, devices),
+           *(RDMA_ARGS if rdma else ())]
     for m in sorted({str(Path(m)) for m in mounts}):
         out += ["-v", f"{m}:{m}:ro"]
     for m in sorted({str(Path(m)) for m in rw_mounts}):

@@ -78,7 +78,14 @@ from ...ledger.secrets.names import REDACTED, is_secret_name
 from ...ledger.specs import DeploymentPoint, Parallelism, Role, RuntimeProfile
 from ..errors import HarnessError
 from .base import apply_overrides, engine_config_of
-from .image import VISIBILITY_ENV, ImageUse, container_argv, container_name, model_mounts
+from .image import (
+    VISIBILITY_ENV,
+    ImageUse,
+    container_argv,
+    container_name,
+    model_mounts,
+    uses_rdma,
+)
 from .plan_rules import check_server
 from .sglang import HARNESS_KEYS, check_options, options_to_args, parse_version, server_options
 from .sglang_routes import binds_encoder_bootstrap
@@ -595,7 +602,8 @@ __all__ = ["HARNESS_KEYS", "LaunchPlan", "ProcessPlan", "plan_point", "roles_of"
 def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executable,
               vendor: str = "nvidia") -> LaunchPlan:
     """The plan with every process run in the image (pure; `forge engine up --plan` shows
-    it). GPUs by the plan's devices; the router (no devices) gets none."""
+    it). GPUs by the plan's devices; the router (no devices) gets none; a server given
+    InfiniBand devices gets them (image.uses_rdma)."""
     procs = []
     mounts = model_mounts(plan.model)
     for p in plan.processes:
@@ -603,7 +611,7 @@ def wrap_plan(plan: LaunchPlan, use: ImageUse, *, host_python: str = sys.executa
             else None
         argv = container_argv(use, p.argv, name=container_name(p.name, p.port), vendor=vendor,
                               devices=devices, env_names=p.env, mounts=mounts,
-                              host_python=host_python)
+                              host_python=host_python, rdma=uses_rdma(p.argv))
         env = {k: v for k, v in p.env.items() if k not in VISIBILITY_ENV}
         procs.append(p.model_copy(update={"argv": tuple(argv), "env": env}))
     return plan.model_copy(update={"processes": tuple(procs)})

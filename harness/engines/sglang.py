@@ -73,6 +73,7 @@ from .image import (
     model_mounts,
     owned,
     remove_container,
+    uses_rdma,
 )
 from .metrics import parse_prometheus, summarize
 from .process import free_port
@@ -451,7 +452,7 @@ class SGLangEngine(Engine):
             rw = [trace_root(ws.home)] if ws is not None else []
             cmd = owned(container_argv(use, cmd, name=container, env_names=env,
                                        mounts=model_mounts(model_s), host_python=python,
-                                       rw_mounts=rw))
+                                       rw_mounts=rw, rdma=uses_rdma(cmd)))
         sink = EventSink(ws, stream, event_fields)
         try:
             server = start_server("sglang", cmd, base_url=base_url,

@@ -332,7 +332,7 @@ def pull(ref: str) -> int:
 
 
 _RUN_VALUED = ("--name", "--label", "--network", "--ipc", "--gpus", "--device", "-v", "-e",
-               "--group-add", "--entrypoint")
+               "--group-add", "--entrypoint", "--cap-add", "--ulimit")
 
 
 def run(args: list[str]) -> int:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from infer_forge.harness.engines.cluster_plan import BASE_STEP, plan_on_hosts
-from infer_forge.harness.engines.plan import DIST_SPAN, LaunchPlan, plan_point
+from infer_forge.harness.engines.image import ContainerRuntime, ImageUse
+from infer_forge.harness.engines.plan import DIST_SPAN, LaunchPlan, plan_point, wrap_plan
 from infer_forge.harness.engines.point_up import point_and_profile
 from infer_forge.harness.errors import HarnessError
 from infer_forge.harness.nodes import claims
@@ -90,6 +91,28 @@ def test_two_node_pd_example_plans_across_the_hosts():
     plain = plan_point(point, profile, None)
     assert {flag(p.argv, "--disaggregation-ib-device") for p in plain.processes
             if p.role != "router"} == {profile.config["disaggregation_ib_device"]}
+
+
+def test_a_server_given_ib_devices_gets_them_in_its_container():
+    # Mooncake's transfer engine registers KV buffers with the verbs devices: in a container
+    # it needs /dev/infiniband and unlimited locked memory; the router and a server with no
+    # devices named get neither.
+    point, profile = example("deepseek-v3-pd-2x8-h200")
+    plan = plan_point(point, profile, {"gpu-a": range(8), "gpu-b": range(8)},
+                      ib_devices={"gpu-a": "mlx5_0,mlx5_1", "gpu-b": "mlx5_4,mlx5_5"})
+    digest = "sha256:" + "a" * 64
+    use = ImageUse(runtime=ContainerRuntime(kind="docker", exe="/usr/bin/docker"),
+                   ref=f"lmsysorg/sglang@{digest}", digest=digest, profile="example rev 1")
+    wrapped = {p.name: p.argv for p in wrap_plan(plan, use).processes}
+    for name in ("prefill-0", "decode-0"):
+        argv = wrapped[name]
+        head = tuple(argv[:argv.index(use.target)])  # docker's own options, before the image
+        assert flag(head, "--device") == "/dev/infiniband"
+        assert flag(head, "--cap-add") == "IPC_LOCK" and flag(head, "--ulimit") == "memlock=-1"
+    assert "/dev/infiniband" not in wrapped["router"]
+    bare = plan_point(point, profile.model_copy(update={"config": {
+        k: v for k, v in profile.config.items() if k != "disaggregation_ib_device"}}), None)
+    assert all("/dev/infiniband" not in p.argv for p in wrap_plan(bare, use).processes)
 
 
 def test_four_node_pd_example_spans_two_hosts_per_server():
