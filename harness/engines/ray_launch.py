@@ -13,7 +13,10 @@ node offering the custom resource `host:<name>`, else the node whose hostname or
 the host). Each host gets one `HostAgent` actor pinned to its node (a hard
 `NodeAffinitySchedulingStrategy`, 0 CPUs), which starts that host's processes as
 `process.ServerProcess`es (own process group, log on that host) and answers liveness, exit
-codes, log tails and stops for them. No remote shell: Ray is the only way in.
+codes, log tails and stops for them. No remote shell: Ray is the only way in. On stop each
+process's log comes back through its agent (its last 16 MiB) into the local logs directory
+and, with a workspace, into the artifact store, redacted: `EngineStopped.log_digest` names
+it as for a local server.
 
 No orphans: the agents are ordinary (not detached) actors, so Ray ends them when the driver
 dies (a crash, SIGKILL, Ctrl-C). Ray then kills the worker and its direct children (the
@@ -63,6 +66,7 @@ from .whole import PinnedDeployment
 HOST_RESOURCE = "host:"  # a node offering {"host:<name>": 1} is that plan host
 AGENT_START_TIMEOUT_S = 120.0
 AGENT_STOP_TIMEOUT_S = 10.0
+REMOTE_LOG_CAP = 16 * 2**20  # bytes of a host's log brought back on stop (its end)
 # The agent's keeper (its own session): reads "PGID" (held) and "-PGID" (stopped) lines;
 # when the agent's end of the pipe closes, for any reason, kills every group still held.
 KEEPER = """
@@ -164,6 +168,18 @@ class HostAgent:
     def tail(self, name: str) -> str:
         return tail(self.servers[name].log_path)
 
+    def log_bytes(self, name: str, cap: int) -> bytes:
+        """The process's log as written on this host (its last `cap` bytes, after a line
+        saying how much was left out when longer)."""
+        path = self.servers[name].log_path
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            if size <= cap:
+                return f.read()
+            f.seek(size - cap)
+            return (f"[forge] the first {size - cap} bytes of this log were left on host "
+                    f"{self.host} ({path})\n").encode() + f.read()
+
     def stop(self, name: str, reason: str) -> int | None:
         s = self.servers[name]
         code = s.stop(reason=reason)
@@ -211,10 +227,13 @@ class RemoteProcess:
     """The driver's handle of one process an agent runs: what `Deployment` asks of a
     `ServerProcess` (pid, alive, poll, stop, startup_s, log_path, log_digest)."""
 
-    def __init__(self, agent: Any, p: ProcessPlan, node_id: str, logs: Path):
+    def __init__(self, agent: Any, p: ProcessPlan, node_id: str, logs: Path,
+                 artifacts: Any = None):
         self.agent = agent
         self.plan = p
         self.node_id = node_id
+        self.logs = logs
+        self.artifacts = artifacts
         self.log_path = logs / f"{p.name}-{p.port}.log"  # on its host; the agent's, once started
         self.pid: int | None = None
         self.proc: RemoteProcess | None = None
@@ -264,7 +283,28 @@ class RemoteProcess:
         except AgentGone:  # nothing left to stop there (the keeper's work)
             code = -9
         self.exit_code = code if self.exit_code is None else self.exit_code
+        self._fetch_log()
         return self.exit_code
+
+    def _fetch_log(self) -> None:
+        """The host's log brought here (next to the local logs, `<name>-<port>-<host>.log`)
+        and, with an artifact store, stored as the process's `log_digest`, redacted as a
+        local server's log is. An agent gone leaves no log to fetch: the digest stays None."""
+        if self.log_digest is not None:
+            return
+        try:
+            data = _ray().get(self.agent.log_bytes.remote(self.plan.name, REMOTE_LOG_CAP),
+                              timeout=60)
+        except Exception:  # the agent or its host gone: nothing to bring back
+            return
+        self.logs.mkdir(parents=True, exist_ok=True)
+        local = self.logs / f"{self.plan.name}-{self.plan.port}-{self.plan.host}.log"
+        local.write_bytes(data)
+        self.log_path = local
+        if self.artifacts is not None:
+            red = getattr(self.artifacts, "redactor", None)
+            red = red.for_env(self.plan.env) if red is not None and self.plan.env else None
+            self.log_digest = self.artifacts.put_file(local, redactor=red)
 
 
 class RayDeployment(Deployment):
@@ -305,7 +345,8 @@ class RayDeployment(Deployment):
 
     def _spawn(self, p: ProcessPlan) -> None:
         agent = self._agent(p.host)
-        server = RemoteProcess(agent, p, self.nodes[p.host], self.logs)
+        server = RemoteProcess(agent, p, self.nodes[p.host], self.logs,
+                               artifacts=self.ws.artifacts if self.ws is not None else None)
         self.servers[p.name] = server  # type: ignore[assignment]
         self.started.append(p)
         server.start()

@@ -182,6 +182,16 @@ def test_two_node_pd_plan_through_ray(cluster, workspace, tmp_path):
     assert launched == [p.url for p in plan.processes]
     assert stopped == launched[::-1]  # reverse order
     assert not dep.agents
+    # each host's log came back through its agent, stored as the stop's artifact
+    for e in evs:
+        if isinstance(e, E.EngineStopped):
+            assert e.log_digest, e
+            log = workspace.artifacts.get(e.log_digest).decode()
+            assert log.rstrip().endswith(
+                f"[forge] stopped (teardown), exit code {e.exit_code}"), log[-300:]
+            assert log.startswith("$ ") and e.url.rsplit(":", 1)[1] in log.splitlines()[0]
+            if e.url == plan.entry_url:  # the router's own lines: the request it routed
+                assert '"POST /v1/completions HTTP/1.1" 200' in log, log
 
 
 def test_a_crash_on_the_second_host_fails_the_deploy_naming_it(cluster, tmp_path):
