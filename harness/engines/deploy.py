@@ -102,9 +102,9 @@ class Deployment:
             entry_url=self.plan.entry_url, plan=self.plan.shown(),
             plan_digest=self.plan.digest(), **self.sink.fields))
         self.logs.mkdir(parents=True, exist_ok=True)
-        if self.check_flags:
-            self._check_flags()
         try:
+            if self.check_flags:  # inside: a Ray deployment's agents asked end with it
+                self._check_flags()
             roles = [p for p in self.plan.processes if p.role != "router"]
             for p in roles:
                 self._spawn(p)
@@ -130,16 +130,23 @@ class Deployment:
             if p.role == "router":
                 continue
             i = p.argv.index("--model-path")
-            launcher = tuple(p.argv[:i])
+            launcher = self._help_key(p)
             if launcher not in helps:
-                helps[launcher] = server_help(list(p.argv),
-                                                 for_launch(self.ws, self.sink.fields))
+                helps[launcher] = self._launcher_help(p)
                 if self.ws is not None:
                     self.help_digests[p.name] = self.ws.artifacts.put(helps[launcher])
             try:
                 check_flags(list(p.argv[i:]), helps[launcher], self.plan.sglang_version)
             except HarnessError as e:
                 raise HarnessError(f"{_what(p)}: {e}") from None
+
+    def _help_key(self, p: ProcessPlan) -> tuple[str, ...]:
+        """What one `--help` answers for: the launcher (the argv before `--model-path`)."""
+        return tuple(p.argv[:p.argv.index("--model-path")])
+
+    def _launcher_help(self, p: ProcessPlan) -> str:
+        """`p`'s launcher's `--help`, run where `p` runs (here)."""
+        return server_help(list(p.argv), for_launch(self.ws, self.sink.fields))
 
     def _spawn(self, p: ProcessPlan) -> None:
         server = ServerProcess(

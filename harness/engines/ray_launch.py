@@ -13,7 +13,9 @@ node offering the custom resource `host:<name>`, else the node whose hostname or
 the host). Each host gets one `HostAgent` actor pinned to its node (a hard
 `NodeAffinitySchedulingStrategy`, 0 CPUs), which starts that host's processes as
 `process.ServerProcess`es (own process group, log on that host) and answers liveness, exit
-codes, log tails and stops for them. No remote shell: Ray is the only way in. On stop each
+codes, log tails and stops for them. No remote shell: Ray is the only way in. With the
+profile's `check_flags`, each host's launcher answers `--help` through its agent (once per
+host and launcher) and every server's flags are checked against its own host's. On stop each
 process's log comes back through its agent (its last 16 MiB) into the local logs directory
 and, with a workspace, into the artifact store, redacted: `EngineStopped.log_digest` names
 it as for a local server.
@@ -60,12 +62,14 @@ from .deploy import Deployment
 from .image import image_ref
 from .plan import LaunchPlan, ProcessPlan
 from .process import ServerProcess, tail
+from .sglang import server_help
 from .up import watch
 from .whole import PinnedDeployment
 
 HOST_RESOURCE = "host:"  # a node offering {"host:<name>": 1} is that plan host
 AGENT_START_TIMEOUT_S = 120.0
 AGENT_STOP_TIMEOUT_S = 10.0
+AGENT_HELP_TIMEOUT_S = 330.0  # a launcher's --help is given 300 s on its host (sglang.py)
 REMOTE_LOG_CAP = 16 * 2**20  # bytes of a host's log brought back on stop (its end)
 # The agent's keeper (its own session): reads "PGID" (held) and "-PGID" (stopped) lines;
 # when the agent's end of the pipe closes, for any reason, kills every group still held.
@@ -167,6 +171,10 @@ class HostAgent:
 
     def tail(self, name: str) -> str:
         return tail(self.servers[name].log_path)
+
+    def help(self, argv: list[str]) -> str:
+        """The launcher's `--help` as this host has it (deploy.py's flag check)."""
+        return server_help(argv)
 
     def log_bytes(self, name: str, cap: int) -> bytes:
         """The process's log as written on this host (its last `cap` bytes, after a line
@@ -342,6 +350,19 @@ class RayDeployment(Deployment):
                                f"not {self.nodes[host]}")
         self.agent_info[host] = info
         return agent
+
+    def _help_key(self, p: ProcessPlan) -> tuple[str, ...]:
+        return (p.host, *super()._help_key(p))  # each host has its own install
+
+    def _launcher_help(self, p: ProcessPlan) -> str:
+        """The `--help` of `p`'s launcher on `p`'s host, through its agent."""
+        ray = _ray()
+        try:
+            return str(ray.get(self._agent(p.host).help.remote(list(p.argv)),
+                               timeout=AGENT_HELP_TIMEOUT_S))
+        except Exception as e:  # RayTaskError wraps the agent's HarnessError: its own line
+            cause = getattr(e, "cause", None)
+            raise HarnessError(f"host {p.host}: {cause if cause is not None else e}") from None
 
     def _spawn(self, p: ProcessPlan) -> None:
         agent = self._agent(p.host)

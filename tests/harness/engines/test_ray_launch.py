@@ -194,6 +194,34 @@ def test_two_node_pd_plan_through_ray(cluster, workspace, tmp_path):
                 assert '"POST /v1/completions HTTP/1.1" 200' in log, log
 
 
+def test_flags_are_checked_against_each_hosts_own_help(cluster, workspace, tmp_path):
+    """check_flags through Ray: each host's agent runs its launcher's `--help` (the shell
+    wrapper writes down who asked: its parent, the agent) and every server's flags are checked
+    against its own host's; a flag the help lacks starts nothing, naming the process."""
+    from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+
+    asked = tmp_path / "helps"
+    who = ["sh", "-c", f'case " $* " in *" --help "*) echo $PPID >> {asked};; esac; exec "$@"',
+           "sh", *FAKE]
+    plan = two_host_plan(launcher=who)
+    with RayDeployment(plan, ray_nodes(HOSTS), ws=workspace, grace_s=5, logs=tmp_path,
+                       check_flags=True) as dep:
+        agents = sorted(i["pid"] for i in dep.agent_info.values())
+        assert sorted(int(x) for x in asked.read_text().split()) == agents  # once per host
+        assert sorted(dep.help_digests) == ["decode-0", "prefill-0"]
+        assert len(dep.started) == 3
+    decode = plan.process("decode-0")
+    bad = decode.model_copy(update={"argv": (*decode.argv, "--made-up-knob", "3")})
+    plan = plan.model_copy(update={"processes": tuple(
+        bad if p.name == "decode-0" else p for p in plan.processes)})
+    dep = RayDeployment(plan, ray_nodes(HOSTS), ws=workspace, grace_s=5, logs=tmp_path,
+                        check_flags=True)
+    with pytest.raises(HarnessError, match=r"decode-0 \(decode server\): sglang 0\.5\.23 does "
+                                           r"not accept --made-up-knob"):
+        dep.start()
+    assert dep.started == [] and not dep.agents  # the agents that answered are gone
+
+
 def test_a_crash_on_the_second_host_fails_the_deploy_naming_it(cluster, tmp_path):
     from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
 
