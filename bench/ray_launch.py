@@ -52,10 +52,10 @@ def main() -> None:
     try:
         t0 = time.perf_counter()
         c = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1",
-            "resources": {f"host:{HOSTS[0]}": 1}})
-        c.add_node(num_cpus=1, node_ip_address="127.0.0.1",
-                   resources={f"host:{HOSTS[1]}": 1})
+            "num_cpus": 1, "num_gpus": 2, "include_dashboard": False,
+            "node_ip_address": "127.0.0.1", "resources": {f"host:{HOSTS[0]}": 1}})
+        c.add_node(num_cpus=1, num_gpus=2, node_ip_address="127.0.0.1",
+                   resources={f"host:{HOSTS[1]}": 1})  # the GPUs each agent reserves
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=False)
         cluster_s = time.perf_counter() - t0

@@ -103,6 +103,7 @@ class Deployment:
             plan_digest=self.plan.digest(), **self.sink.fields))
         self.logs.mkdir(parents=True, exist_ok=True)
         try:
+            self._prepare()
             if self.check_flags:  # inside: a Ray deployment's agents asked end with it
                 self._check_flags()
             roles = [p for p in self.plan.processes if p.role != "router"]
@@ -139,6 +140,10 @@ class Deployment:
                 check_flags(list(p.argv[i:]), helps[launcher], self.plan.sglang_version)
             except HarnessError as e:
                 raise HarnessError(f"{_what(p)}: {e}") from None
+
+    def _prepare(self) -> None:
+        """Before the flag check and the first process: nothing here (a subclass placing
+        processes elsewhere readies every host first: ray_launch.py's agents)."""
 
     def _help_key(self, p: ProcessPlan) -> tuple[str, ...]:
         """What one `--help` answers for: the launcher (the argv before `--model-path`)."""

@@ -11,7 +11,9 @@ process, teardown in reverse start order.
 Placement: `nodes` maps each plan host to a Ray node id (`ray_nodes(hosts)` finds them: the
 node offering the custom resource `host:<name>`, else the node whose hostname or address is
 the host). Each host gets one `HostAgent` actor pinned to its node (a hard
-`NodeAffinitySchedulingStrategy`, 0 CPUs), which starts that host's processes as
+`NodeAffinitySchedulingStrategy`, 0 CPUs, as many GPUs as the plan uses there: Ray then
+schedules no other GPU work, a graph node's task for one, on them; the ids Ray gives it must
+be the plan's, else the start is refused naming both), which starts that host's processes as
 `process.ServerProcess`es (own process group, log on that host) and answers liveness, exit
 codes, log tails and stops for them. No remote shell: Ray is the only way in. With the
 profile's `check_flags`, each host's launcher answers `--help` through its agent (once per
@@ -149,8 +151,10 @@ class HostAgent:
         self.keeper.wait()  # its fork keeps the pipe
 
     def where(self) -> dict[str, Any]:
-        ctx = _ray().get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "pid": os.getpid()}
+        """Its node, pid, and the GPUs Ray reserved for it (ids on its node)."""
+        ray = _ray()
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "gpu_ids": [int(g) for g in ray.get_gpu_ids()]}
 
     def start(self, p: ProcessPlan) -> dict[str, Any]:
         server = ServerProcess(
@@ -225,6 +229,10 @@ def _wait_dead(agent: Any, seconds: float = AGENT_STOP_TIMEOUT_S) -> None:
         except ray.exceptions.GetTimeoutError:
             return
         time.sleep(0.05)  # poll interval of a wait loop, not a synchronization
+
+
+def _ids(ids: Iterable[int]) -> str:
+    return ",".join(map(str, ids)) or "none"
 
 
 class AgentGone(HarnessError):
@@ -335,21 +343,43 @@ class RayDeployment(Deployment):
         ray = _ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        actor = ray.remote(num_cpus=0, max_restarts=0)(HostAgent).options(
+        devices = self.host_devices(host)
+        actor = ray.remote(num_cpus=0, num_gpus=len(devices), max_restarts=0)(HostAgent).options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[host], soft=False),
             name=None)
         agent = actor.remote(host, str(self.logs), self.grace_s)
         self.agents[host] = agent
         try:
             info = ray.get(agent.where.remote(), timeout=AGENT_START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            held = f"; it asks for {len(devices)} GPUs: is other Ray work holding them?" \
+                if devices else ""
+            raise HarnessError(f"host {host}: its agent did not start on Ray node "
+                               f"{self.nodes[host]} within {AGENT_START_TIMEOUT_S:.0f} s"
+                               f"{held}") from None
         except Exception as e:
             raise HarnessError(f"host {host}: its agent did not start on Ray node "
                                f"{self.nodes[host]}: {e}") from None
+        self.agent_info[host] = info
         if info["node_id"] != self.nodes[host]:  # the hard affinity makes this impossible
             raise HarnessError(f"host {host}: agent placed on node {info['node_id']}, "
                                f"not {self.nodes[host]}")
-        self.agent_info[host] = info
+        if devices and sorted(info["gpu_ids"]) != devices:
+            raise HarnessError(
+                f"host {host}: Ray gave its agent GPUs {_ids(info['gpu_ids'])}, the plan uses "
+                f"{_ids(devices)} (other Ray work holds some of the plan's GPUs: stop it, or "
+                "plan on the GPUs Ray has free)")
         return agent
+
+    def _prepare(self) -> None:
+        """Every host's agent up (and its GPUs held) before any process starts: a host Ray
+        cannot serve refuses the deployment with nothing started."""
+        for host in self.plan.hosts():
+            self._agent(host)
+
+    def host_devices(self, host: str) -> list[int]:
+        """The GPUs the plan's processes on `host` use: what its agent reserves in Ray."""
+        return sorted({d for p in self.plan.processes if p.host == host for d in p.devices})
 
     def _help_key(self, p: ProcessPlan) -> tuple[str, ...]:
         return (p.host, *super()._help_key(p))  # each host has its own install

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -220,6 +221,42 @@ def test_flags_are_checked_against_each_hosts_own_help(cluster, workspace, tmp_p
                                            r"not accept --made-up-knob"):
         dep.start()
     assert dep.started == [] and not dep.agents  # the agents that answered are gone
+
+
+def test_each_agent_holds_its_hosts_gpus_of_the_plan_in_ray(cluster, tmp_path):
+    """An agent reserves in Ray the GPUs the plan uses on its host (a Ray task wanting one
+    waits); GPU ids Ray gives that are not the plan's (other Ray work holds one) refuse the
+    start, naming both, before anything runs."""
+    import ray
+    from infer_forge.harness.engines.ray_launch import RayDeployment, ray_nodes
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = ray_nodes(HOSTS)
+    plan = two_host_plan()
+    with RayDeployment(plan, nodes, grace_s=5, logs=tmp_path) as dep:
+        assert {h: i["gpu_ids"] for h, i in dep.agent_info.items()} == {
+            h: [0, 1] for h in HOSTS}
+
+    class Holder:  # other Ray work on one GPU of the second host (pickled by value)
+        def gpus(self) -> list[int]:
+            return [int(g) for g in ray.get_gpu_ids()]
+
+    holder = ray.remote(num_gpus=1, num_cpus=0)(Holder).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[HOSTS[1]], soft=False)).remote()
+    try:
+        held = ray.get(holder.gpus.remote(), timeout=60)
+        free = [g for g in (0, 1) if g not in held]
+        decode = plan.process("decode-0").model_copy(update={"devices": tuple(held)})
+        clash = plan.model_copy(update={"processes": tuple(
+            decode if p.name == "decode-0" else p for p in plan.processes)})
+        dep = RayDeployment(clash, nodes, grace_s=5, logs=tmp_path)
+        with pytest.raises(HarnessError, match=(
+                rf"^host {re.escape(HOSTS[1])}: Ray gave its agent GPUs {free[0]}, the plan "
+                rf"uses {held[0]} \(other Ray work holds")):
+            dep.start()
+        assert not dep.agents and not any(s.pid for s in dep.servers.values())
+    finally:
+        ray.kill(holder)
 
 
 def test_a_crash_on_the_second_host_fails_the_deploy_naming_it(cluster, tmp_path):
