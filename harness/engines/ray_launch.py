@@ -36,7 +36,10 @@ processes in reverse order, then every agent's leftovers, then kills the agents.
 register its nodes in the Node Registry (`register_nodes`: under their `host:` names), plan
 on the hosts with ports (and GPUs with a UUID) claimed, run a `RayPinnedDeployment` (the
 servers checked against the runtime profile, whole.py) with the lease heartbeated, release
-it after. A profile with an image is refused (not launched through Ray yet).
+it after. A profile with an image (`pin_on_hosts`): on every host a Ray task pulls it by
+digest where missing, checks the digest and removes containers a dead forge left there;
+each host's processes are wrapped for the runtime found on that host; the agent labels each
+container with itself as owner, and the containers are removed through the agents at the end.
 
 Ray is optional (`pip install 'infer-forge[ray]'`): importing this module does not import it.
 """
@@ -51,7 +54,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...ledger.specs import DeploymentPoint, RuntimeProfile
 from ...ledger.workspace import Workspace
@@ -61,10 +64,26 @@ from ..nodes.ray_table import ray_inventory
 from ..nodes.registry import register_host
 from .cluster_plan import CLAIM_HEARTBEAT_S, plan_on_hosts
 from .deploy import Deployment
-from .image import image_ref
-from .plan import LaunchPlan, ProcessPlan
+from .image import (
+    PULL_TIMEOUT_S,
+    ContainerRuntime,
+    ImageUse,
+    RuntimeKind,
+    clear_stale_container,
+    container_name,
+    ensure_image,
+    image_ref,
+    image_use_of,
+    name_of,
+    owned,
+    profile_label,
+    remove_container,
+    with_trace_mount,
+)
+from .plan import LaunchPlan, ProcessPlan, wrap_plan
 from .process import ServerProcess, tail
 from .sglang import server_help
+from .trace_dir import trace_root
 from .up import watch
 from .whole import PinnedDeployment
 
@@ -157,8 +176,11 @@ class HostAgent:
                 "gpu_ids": [int(g) for g in ray.get_gpu_ids()]}
 
     def start(self, p: ProcessPlan) -> dict[str, Any]:
+        # A container's owner is this agent (host, pid, start): after the agent's death the
+        # next launch on this host finds the owner gone and removes what was left.
+        argv = owned(p.argv) if name_of(p.argv) is not None else list(p.argv)
         server = ServerProcess(
-            p.argv, health_url=p.health_url, name=f"{p.name} on {self.host}", env=p.env,
+            argv, health_url=p.health_url, name=f"{p.name} on {self.host}", env=p.env,
             log_path=self.logs / f"{p.name}-{p.port}-{os.getpid()}.log",
             startup_timeout_s=p.startup_timeout_s, grace_s=self.grace_s)
         with self._lock:
@@ -179,6 +201,12 @@ class HostAgent:
     def help(self, argv: list[str]) -> str:
         """The launcher's `--help` as this host has it (deploy.py's flag check)."""
         return server_help(argv)
+
+    def remove_containers(self, runtime: tuple[str, str], names: list[str]) -> None:
+        """`rm -f` each container (best effort) with this host's runtime (kind, exe)."""
+        use = ImageUse(ContainerRuntime(cast(RuntimeKind, runtime[0]), runtime[1]), "", "", "")
+        for name in names:
+            remove_container(use, name)
 
     def log_bytes(self, name: str, cap: int) -> bytes:
         """The process's log as written on this host (its last `cap` bytes, after a line
@@ -415,14 +443,18 @@ class RayDeployment(Deployment):
         try:
             super().stop(reason)
         finally:
-            ray = _ray()
-            for host in reversed(list(self.agents)):
-                agent = self.agents.pop(host)
-                with contextlib.suppress(Exception):
-                    ray.get(agent.stop_all.remote(reason), timeout=60)
-                with contextlib.suppress(Exception):
-                    ray.kill(agent)
-                    _wait_dead(agent)
+            self._end_agents(reason)
+
+    def _end_agents(self, reason: str) -> None:
+        """Each agent stops what it still runs, then is killed (and seen dead)."""
+        ray = _ray()
+        for host in reversed(list(self.agents)):
+            agent = self.agents.pop(host)
+            with contextlib.suppress(Exception):
+                ray.get(agent.stop_all.remote(reason), timeout=60)
+            with contextlib.suppress(Exception):
+                ray.kill(agent)
+                _wait_dead(agent)
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
@@ -467,7 +499,102 @@ def register_nodes(ws: Workspace, rows: Sequence[Mapping[str, Any]]) -> list[str
 
 class RayPinnedDeployment(PinnedDeployment, RayDeployment):
     """A plan through Ray whose servers are checked against the runtime profile (whole.py:
-    version and resolved arguments), as `forge engine up --point` does on one host."""
+    version and resolved arguments), as `forge engine up --point` does on one host. In the
+    profile's image: `runtimes` ({host: (kind, exe)}, from `pin_on_hosts`) says which
+    container runtime runs each host's containers; they are removed there, through the
+    host's agent, before the agents end."""
+
+    def __init__(self, *args: Any, runtimes: Mapping[str, tuple[str, str]] | None = None,
+                 **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.runtimes = dict(runtimes or {})
+
+    def _spawn(self, p: ProcessPlan) -> None:
+        # The trace root as on one host; the owner label is the agent's (HostAgent.start).
+        if self.use is not None and name_of(p.argv) is not None and self.ws is not None \
+                and p.role != "router":
+            p = p.model_copy(update={"argv": tuple(
+                with_trace_mount(p.argv, self.use.target, trace_root(self.ws.home)))})
+        RayDeployment._spawn(self, p)
+
+    def stop(self, reason: str = "teardown") -> None:
+        # Not PinnedDeployment.stop: its containers are on the hosts, removed by the agents
+        # while they live; then the agents end.
+        try:
+            Deployment.stop(self, reason)
+        finally:
+            try:
+                for host in reversed(list(self.agents)):
+                    names = [n for p in self.started if p.host == host
+                             and (n := name_of(p.argv)) is not None]
+                    if names and host in self.runtimes:
+                        with contextlib.suppress(Exception):
+                            _ray().get(self.agents[host].remove_containers.remote(
+                                self.runtimes[host], names), timeout=120)
+            finally:
+                self._end_agents(reason)
+
+
+def _pin_here(ref: str, fallback: str, label: str, names: list[str]) -> dict[str, Any] | None:
+    """On one host (a Ray task): the image pulled by digest when missing and its digest
+    checked, containers a dead forge left on `names` removed; the runtime that runs it
+    ({kind, exe}), or None where the host has none and the profile allows the local install."""
+    use = image_use_of({"image": ref, "image_fallback": fallback})
+    if use is None:
+        return None
+    use = ImageUse(use.runtime, use.ref, use.digest, label)
+    said: list[str] = []
+    ensure_image(use, say=said.append)
+    for name in names:
+        clear_stale_container(use, name, say=said.append)
+    return {"kind": use.runtime.kind, "exe": use.runtime.exe, "said": said}
+
+
+def pin_on_hosts(plan: LaunchPlan, profile: RuntimeProfile, nodes: Mapping[str, str], *,
+                 vendor: str = "nvidia", echo: Callable[[str], None] = print
+                 ) -> tuple[LaunchPlan, ImageUse | None, dict[str, tuple[str, str]]]:
+    """`whole.pin_plan` across hosts: on each host (a Ray task pinned to its node) the
+    profile's image is made present and checked (`_pin_here`), and that host's processes are
+    wrapped for the runtime found there. Returns the plan as it will run, the ImageUse the
+    servers are checked with (None: no image anywhere), and {host: (kind, exe)}."""
+    ref = image_ref(profile)
+    if ref is None:
+        return plan, None, {}
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(_pin_here)
+    asked = {h: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        nodes[h], soft=False)).remote(ref, profile.image_fallback, profile_label(profile),
+                                      [container_name(p.name, p.port)
+                                       for p in plan.processes if p.host == h])
+        for h in plan.hosts()}
+    host_python = str(profile.config.get("python") or sys.executable)
+    runtimes: dict[str, tuple[str, str]] = {}
+    wrapped: dict[str, ProcessPlan] = {}
+    first: ImageUse | None = None
+    for h, ref_h in asked.items():
+        try:
+            got = ray.get(ref_h, timeout=PULL_TIMEOUT_S + 60)
+        except Exception as e:  # RayTaskError wraps the host's HarnessError: its own line
+            cause = getattr(e, "cause", None)
+            raise HarnessError(f"host {h}: {cause if cause is not None else e}") from None
+        if got is None:
+            echo(f"host {h}: no container runtime; its processes run the local install "
+                 "(image_fallback: local)")
+            continue
+        for line in got["said"]:
+            echo(f"host {h}: {line}")
+        use = ImageUse(ContainerRuntime(got["kind"], got["exe"]), ref,
+                       ref.rpartition("@")[2], profile_label(profile))
+        first = first or use
+        runtimes[h] = (use.runtime.kind, use.runtime.exe)
+        mine = plan.model_copy(update={"processes": tuple(
+            p for p in plan.processes if p.host == h)})
+        for p in wrap_plan(mine, use, host_python=host_python, vendor=vendor).processes:
+            wrapped[p.name] = p
+    return plan.model_copy(update={"processes": tuple(
+        wrapped.get(p.name, p) for p in plan.processes)}), first, runtimes
 
 
 def ray_point_up(ws: Workspace, point: DeploymentPoint, profile: RuntimeProfile,
@@ -480,10 +607,6 @@ def ray_point_up(ws: Workspace, point: DeploymentPoint, profile: RuntimeProfile,
     """`forge engine up --point P --hosts A,B --ray ADDRESS`: join the cluster, register its
     nodes, plan on `hosts` with their ports and GPUs claimed (cluster_plan.py), run the plan
     through Ray (the lease held meanwhile, released after), until Ctrl-C or at once."""
-    if image_ref(profile) is not None:
-        raise HarnessError(f"--ray: runtime profile {profile.service} rev {profile.rev} pins "
-                           "an image; launching images through Ray is not built yet (pull it "
-                           "on every host and drop `image`, or deploy per host)")
     connect(address)
     register_nodes(ws, _ray().nodes())
     nodes = ray_nodes(hosts)
@@ -493,8 +616,11 @@ def ray_point_up(ws: Workspace, point: DeploymentPoint, profile: RuntimeProfile,
     beats = contextlib.nullcontext() if lease is None else claims.Lease(
         str(ws.home), lease.claim_id, CLAIM_HEARTBEAT_S)
     try:
-        with beats, RayPinnedDeployment(plan, profile, None, nodes=nodes, ws=ws,
-                                        stream=stream, event_fields=event_fields) as dep:
+        plan, use, runtimes = pin_on_hosts(plan, profile, nodes, vendor=point.accelerator.vendor,
+                                           echo=echo)
+        with beats, RayPinnedDeployment(plan, profile, use, nodes=nodes, ws=ws,
+                                        stream=stream, event_fields=event_fields,
+                                        runtimes=runtimes) as dep:
             info = dep.describe()
             if not once:
                 echo(f"{plan.architecture} deployment of {plan.point} up at {plan.entry_url} "

@@ -31,6 +31,7 @@ from infer_forge.ledger.specs import DeploymentPoint, RuntimeProfile
 from infer_forge.ledger.streams import ENGINES_STREAM
 
 from tests.conftest import REPO, TESTS, need, run_forge
+from tests.helpers import fake_docker
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 FAKE = [sys.executable, str(TESTS / "data" / "sglang" / "fake_server.py")]
@@ -90,8 +91,14 @@ def cluster():
     tmp = tempfile.mkdtemp(prefix="forge-rl-")
     # Ray on the loopback; its sessions and its "current cluster" file under our temp dir,
     # not the machine's /tmp/ray (another user's Ray must not see this cluster).
-    saved = {k: os.environ.get(k) for k in ENV}
+    saved = {k: os.environ.get(k) for k in (*ENV, "PATH")}
     os.environ.update(ENV, RAY_TMPDIR=tmp)
+    # The hosts' container runtime: a stand-in docker first on the raylets' PATH (their
+    # workers, the agents, inherit it); its state shared, as both "hosts" are this machine.
+    docker_state = Path(tmp) / "docker"
+    docker_state.mkdir()
+    fake_docker.install(Path(tmp) / "bin", docker_state)
+    os.environ["PATH"] = f"{Path(tmp) / 'bin'}:{os.environ['PATH']}"
     import ray
     from ray.cluster_utils import Cluster
 
@@ -108,6 +115,7 @@ def cluster():
                    resources={f"host:{HOSTS[1]}": 1, "accelerator_type:H200": 1})
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=False)
+        c.forge_docker_state = docker_state  # type: ignore[attr-defined]
         yield c
     finally:
         procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in others]
@@ -180,8 +188,10 @@ def test_two_node_pd_plan_through_ray(cluster, workspace, tmp_path):
     assert isinstance(evs[0], E.LaunchPlanned) and evs[0].plan_digest == plan.digest()
     launched = [e.url for e in evs if isinstance(e, E.EngineLaunched)]
     stopped = [e.url for e in evs if isinstance(e, E.EngineStopped)]
-    assert launched == [p.url for p in plan.processes]
-    assert stopped == launched[::-1]  # reverse order
+    # launched as each became healthy (the servers in any order, the router after them)
+    assert sorted(launched[:2]) == sorted(p.url for p in plan.processes[:2])
+    assert launched[2] == plan.entry_url
+    assert stopped == [p.url for p in reversed(plan.processes)]  # reverse start order
     assert not dep.agents
     # each host's log came back through its agent, stored as the stop's artifact
     for e in evs:
@@ -257,6 +267,72 @@ def test_each_agent_holds_its_hosts_gpus_of_the_plan_in_ray(cluster, tmp_path):
         assert not dep.agents and not any(s.pid for s in dep.servers.values())
     finally:
         ray.kill(holder)
+
+
+IMAGE_DIGEST = "sha256:" + "ab" * 32
+IMAGE = {"name": "lmsysorg/sglang:v0.5.23-cu129", "digest": IMAGE_DIGEST}
+IMAGE_REF = f"{IMAGE['name']}@{IMAGE_DIGEST}"
+
+
+def _docker_calls(state: Path) -> list[list[str]]:
+    path = state / "calls.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_pinned_image_runs_on_each_host_through_its_agent(cluster, workspace):
+    """`--ray` with a profile's image: each host pulls it by digest and checks it (a Ray task
+    on that host), its servers run in containers labelled with their agent as owner, every
+    server is checked against the pin, and the containers are removed on their hosts."""
+    from infer_forge.harness.engines.ray_launch import ray_point_up
+
+    state = cluster.forge_docker_state
+    (state / "registry.json").write_text(json.dumps({IMAGE_REF: [IMAGE_DIGEST]}))
+    (state / "images.json").write_text("{}")
+    before = len(_docker_calls(state))
+    point = DeploymentPoint.model_validate(point_spec())
+    profile = RuntimeProfile.model_validate({**profile_spec(), "image": IMAGE, "config": {
+        "router_launcher": FAKE_ROUTER, "startup_timeout_s": 60}})
+    base = two_host_plan().processes[-1].port  # a free block of ports here
+    said: list[str] = []
+    out = ray_point_up(workspace, point, profile, list(HOSTS), cluster.address, once=True,
+                       base_port=base, echo=said.append)
+    desc = out["deployment"]
+    assert desc["image"] == {"ref": IMAGE_REF, "digest": IMAGE_DIGEST, "runtime": "docker"}
+    assert [(p["name"], p["version"]) for p in desc["processes"]] == [
+        ("prefill-0", "0.5.23"), ("decode-0", "0.5.23"), ("router", None)]
+    calls = _docker_calls(state)[before:]
+    pulls = [c for c in calls if c[:1] == ["pull"]]
+    assert pulls and all(c == ["pull", IMAGE_REF] for c in pulls)  # by digest, per host
+    runs = [c for c in calls if c[:1] == ["run"]]
+    assert sorted(c[c.index("--name") + 1] for c in runs) == sorted(
+        f"forge-{p['name']}-{p['url'].rsplit(':', 1)[1]}" for p in desc["processes"])
+    owners = {c[c.index("--label", c.index("--label") + 1) + 1] for c in runs}
+    assert all(o.startswith("org.infer-forge.owner=") for o in owners)
+    assert str(os.getpid()) not in {o.split(":")[1] for o in owners}  # the agents, not here
+    assert len(owners) == 2  # one agent a host
+    assert json.loads((state / "containers.json").read_text()) == {}  # removed there
+    assert [c[1] for c in calls if c[:1] == ["rm"]].count("-f") == 3
+
+
+def test_an_image_whose_digest_differs_on_a_host_starts_nothing(cluster, workspace):
+    from infer_forge.harness.engines.ray_launch import ray_point_up
+
+    state = cluster.forge_docker_state
+    other = "sha256:" + "cd" * 32
+    (state / "registry.json").write_text(json.dumps({IMAGE_REF: [other]}))
+    (state / "images.json").write_text("{}")
+    before = len(_docker_calls(state))
+    point = DeploymentPoint.model_validate(point_spec())
+    profile = RuntimeProfile.model_validate({**profile_spec(), "image": IMAGE})
+    base = two_host_plan().processes[-1].port
+    with pytest.raises(HarnessError, match=(
+            rf"^host 127\.0\.0\.[12]: runtime profile s rev 1: image\.digest pins "
+            rf"{IMAGE_DIGEST}, docker reports {other}")):
+        ray_point_up(workspace, point, profile, list(HOSTS), cluster.address, once=True,
+                     base_port=base, echo=lambda _: None)
+    assert not [c for c in _docker_calls(state)[before:] if c[:1] == ["run"]]
+    r = run_forge("log", "--json", "--type", "EngineLaunched", home=workspace.home)
+    assert r.stdout.strip() == ""
 
 
 def test_a_crash_on_the_second_host_fails_the_deploy_naming_it(cluster, tmp_path):
@@ -354,7 +430,8 @@ def test_forge_engine_up_over_ray(cluster, backend_home, tmp_path):
         assert book.claims and not book.active()
         launched = [r.event for r in ws.ledger.stream(ENGINES_STREAM)
                     if isinstance(r.event, E.EngineLaunched)]
-        assert [e.pid for e in launched] == [p["pid"] for p in procs]
+        assert sorted(e.pid for e in launched) == sorted(p["pid"] for p in procs)
+        assert launched[-1].pid == procs[-1]["pid"]  # the router last, after the servers
     bad = run_forge(*args, "--ray", cluster.address, "--plan", home=backend_home)
     assert bad.returncode != 0 and "--ray launches a plan over --hosts" in bad.stderr
 
