@@ -15,7 +15,7 @@ import pytest
 import yaml
 from infer_forge.harness.engines.base import request_json
 from infer_forge.harness.engines.deploy import Deployment
-from infer_forge.harness.engines.host_plan import plan_here
+from infer_forge.harness.engines.host_plan import plan_here, plan_with_free_ports
 from infer_forge.harness.engines.plan import plan_point
 from infer_forge.harness.engines.point_up import point_and_profile
 from infer_forge.harness.errors import HarnessError
@@ -157,7 +157,8 @@ def test_the_router_must_list_every_worker(workspace):
     profile = RuntimeProfile.model_validate({
         "service": "s", "rev": 1, "engine": "sglang", "config": config(),
         "framework": {"kind": "sglang", "version": "0.5.23"}})
-    plan = plan_point(point, profile, None, base_port=_free_base())
+    # a block below the ephemeral range, all free now (a free_port() base raced other tests)
+    plan = plan_with_free_ports(lambda base: plan_point(point, profile, None, base_port=base))
     router = plan.processes[-1]
     argv = list(router.argv)
     i = argv.index("--prefill")
@@ -169,11 +170,6 @@ def test_the_router_must_list_every_worker(workspace):
         dep.start()
     assert f"does not list {plan.processes[0].url} (prefill)" in str(err.value)
     assert groups_alive([s.pid for s in dep.servers.values()]) == []
-
-
-def _free_base() -> int:
-    from infer_forge.harness.engines.process import free_port
-    return free_port()
 
 
 @pytest.mark.slow
