@@ -57,7 +57,7 @@ from .yamlio import dotted_path, line_of, load_yaml, number_problems
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     # Fields added after specs of this kind were first hashed, with the value that means
     # "not used": left out of the stored shape while they hold it, so a spec that does not
     # use them keeps the hash (and the stored shape) it had before they existed.

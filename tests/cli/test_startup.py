@@ -11,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_forge
 
 HEAVY = ("pyarrow", "numpy", "duckdb", "torch", "transformers", "sentence_transformers",
          "matplotlib", "markdown_it", "networkx", "aiohttp", "detect_secrets")
@@ -99,6 +99,31 @@ def test_a_command_loads_what_it_calls_not_every_command():
     for pkg in ("harness.loop", "harness.graph", "harness.bench", "harness.engines",
                 "harness.agents", "wiki.build", "projections.index"):
         assert not any(m.startswith(f"infer_forge.{pkg}") for m in loaded["mods"]), pkg
+
+
+def test_task_list_reads_the_folds_without_the_specs(workspace, forge_home):
+    # `forge task list` on a workspace with a task, as the console script runs it: each row
+    # comes from the task's fold (ledger/task.py), not from Task Memory's views, which need
+    # the specs (the contract's primary metric) and with them the YAML reader.
+    r = run_forge("task", "new", "examples/tasks/tune-tiny-cpu.yaml")
+    assert r.returncode == 0, r.stderr
+    loaded = _loaded_after(
+        "import io, json, sys\n"
+        f"sys.argv = ['forge', '--home', {str(forge_home)!r}, 'task', 'list', '--json']\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "from infer_forge.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "rows, sys.stdout = json.loads(sys.stdout.getvalue()), out\n"
+        "print(json.dumps({'rows': rows, 'mods': sorted(m for m in sys.modules\n"
+        "  if m.split('.')[0] in ('yaml', 'pydantic') or m.startswith('infer_forge.ledger.'))}))")
+    assert [(x["task_id"], x["status"], x["blocks"]) for x in loaded["rows"]] == [
+        ("tune-tiny-cpu", "defined", 0)]
+    assert "infer_forge.ledger.task" in loaded["mods"]  # the fold was read
+    assert "infer_forge.ledger.specs" not in loaded["mods"]
+    assert "yaml" not in loaded["mods"]
 
 
 def test_the_help_of_every_command_loads_no_heavy_library():
