@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from tests.conftest import REPO, run_forge
 
@@ -101,29 +102,43 @@ def test_a_command_loads_what_it_calls_not_every_command():
         assert not any(m.startswith(f"infer_forge.{pkg}") for m in loaded["mods"]), pkg
 
 
-def test_task_list_reads_the_folds_without_the_specs(workspace, forge_home):
-    # `forge task list` on a workspace with a task, as the console script runs it: each row
-    # comes from the task's fold (ledger/task.py), not from Task Memory's views, which need
-    # the specs (the contract's primary metric) and with them the YAML reader.
-    r = run_forge("task", "new", "examples/tasks/tune-tiny-cpu.yaml")
-    assert r.returncode == 0, r.stderr
+def _read_command_loads(home: object, argv: list[str]) -> dict[str, Any]:
+    """Run `forge --home HOME *argv --json` as the console script runs it, in a fresh
+    interpreter: its JSON output and the YAML, pydantic and ledger modules it loaded."""
     loaded = _loaded_after(
         "import io, json, sys\n"
-        f"sys.argv = ['forge', '--home', {str(forge_home)!r}, 'task', 'list', '--json']\n"
+        f"sys.argv = ['forge', '--home', {str(home)!r}, *{argv!r}, '--json']\n"
         "out, sys.stdout = sys.stdout, io.StringIO()\n"
         "from infer_forge.entry import main\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as e:\n"
         "    assert e.code in (0, None), e.code\n"
-        "rows, sys.stdout = json.loads(sys.stdout.getvalue()), out\n"
-        "print(json.dumps({'rows': rows, 'mods': sorted(m for m in sys.modules\n"
+        "result, sys.stdout = json.loads(sys.stdout.getvalue()), out\n"
+        "print(json.dumps({'out': result, 'mods': sorted(m for m in sys.modules\n"
         "  if m.split('.')[0] in ('yaml', 'pydantic') or m.startswith('infer_forge.ledger.'))}))")
-    assert [(x["task_id"], x["status"], x["blocks"]) for x in loaded["rows"]] == [
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_read_commands_load_no_yaml_and_task_list_no_specs(workspace, forge_home):
+    # `forge task list` on a workspace with a task: each row comes from the task's fold
+    # (ledger/task.py), not from Task Memory's views, which need the specs (the contract's
+    # primary metric). `forge task memory` reads the stored contract: the specs, but not
+    # the YAML reader (spec files only).
+    r = run_forge("task", "new", "examples/tasks/tune-tiny-cpu.yaml")
+    assert r.returncode == 0, r.stderr
+    listed = _read_command_loads(forge_home, ["task", "list"])
+    assert [(x["task_id"], x["status"], x["blocks"]) for x in listed["out"]] == [
         ("tune-tiny-cpu", "defined", 0)]
-    assert "infer_forge.ledger.task" in loaded["mods"]  # the fold was read
-    assert "infer_forge.ledger.specs" not in loaded["mods"]
-    assert "yaml" not in loaded["mods"]
+    assert "infer_forge.ledger.task" in listed["mods"]  # the fold was read
+    assert "infer_forge.ledger.specs" not in listed["mods"]
+    memory = _read_command_loads(forge_home, ["task", "memory", "tune-tiny-cpu"])
+    assert memory["out"]["primary_metric"] == "output_throughput"  # the contract was read
+    assert "infer_forge.ledger.specs" in memory["mods"]
+    for loaded in (listed, memory):
+        assert "yaml" not in loaded["mods"]
+        assert "infer_forge.ledger.yamlio" not in loaded["mods"]
 
 
 def test_the_help_of_every_command_loads_no_heavy_library():
