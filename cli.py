@@ -16,44 +16,39 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
 
 from .harness.errors import HarnessError
-from .ledger.candidates import shown_differences
-from .ledger.check import check_home
-from .ledger.errors import LedgerError
-from .ledger.graphspec import load_graph_yaml
+from .ledger.errors import LedgerError, SpecError
 from .ledger.numbers import check_finite, finite_float, json_safe
-from .ledger.replay import replay_task
-from .ledger.secrets.redactor import redact_message
-from .ledger.specs import (
-    SpecError,
-    canonical,
-    detect_kind,
-    diff_specs,
-    load_spec,
-    spec_hash,
-)
-from .ledger.state import fingerprint
 from .ledger.text import PrintableStream, printable
-from .ledger.workspace import Workspace, init_workspace, open_workspace
-from .ledger.yamlio import load_yaml
 from .projections.errors import ProjectionError
 from .repos.errors import RepoError
 from .wiki.errors import WikiError
 
+if TYPE_CHECKING:
+    from .ledger.workspace import Workspace
+
 # Every in-function import in this module is for start-up time: each command imports the
-# harness, projections, wiki or repos function it calls in its own body, so one `forge` call
-# loads its own command's floors, not every command's (ARCHITECTURE.md; held by
-# tests/cli/test_startup.py).
+# ledger, harness, projections, wiki or repos function it calls in its own body, so one
+# `forge` call loads its own command's floors, not every command's, and `forge --help` loads
+# no pydantic model and no yaml: at the top only click, the packages' error bases (standard
+# library only) and the printing edge (ARCHITECTURE.md; held by tests/cli/test_startup.py).
 
 # --- shared helpers ---------------------------------------------------------------------
 
 # The packages' own error bases: each becomes one line (and a non-zero exit).
 DOMAIN_ERRORS = (HarnessError, ProjectionError, WikiError, RepoError)
+
+
+def redact_message(message: str) -> str:
+    """The secret redactor's (ledger/secrets/redactor.py) text of `message`, which loads on
+    the first message that needs it."""
+    from .ledger.secrets.redactor import redact_message as redact
+
+    return redact(message)
 
 
 def fail_cleanly(fn):
@@ -100,6 +95,8 @@ def emit_json(value: Any) -> None:
 
 
 def open_ws(ctx: click.Context) -> Workspace:
+    from .ledger.workspace import open_workspace
+
     ws = open_workspace(ctx.obj.get("home"))
     ctx.call_on_close(ws.close)
     return ws
@@ -177,6 +174,8 @@ def init(ctx: click.Context, init_home: Path | None, ledger_url: str | None, as_
     Example:
       forge init --home ./.forge
     """
+    from .ledger.workspace import init_workspace
+
     ws, created = init_workspace(init_home or ctx.obj.get("home"), ledger_url=ledger_url)
     with ws:
         info = {"home": str(ws.home), "created": created, "ledger": ws.config.ledger_url}
@@ -271,6 +270,9 @@ def replay(ctx, task: str, until: str | None, as_json: bool) -> None:
     Example:
       forge replay tune-tiny-cpu --until 120 --json
     """
+    from .ledger.replay import replay_task
+    from .ledger.state import fingerprint
+
     position = _position_arg(until, "--until")
     ws = open_ws(ctx)
     state = replay_task(ws.ledger, task, position)
@@ -368,6 +370,8 @@ def check(ctx, as_json: bool) -> None:
     Example:
       forge check
     """
+    from .ledger.check import check_home
+
     # A ledger too damaged to open is reported here (what, where), not raised.
     report = check_home(ctx.obj.get("home"))
     if as_json:
@@ -441,6 +445,11 @@ def point_show(file: Path, as_json: bool) -> None:
     Example:
       forge point show examples/points/tiny-cpu.yaml
     """
+    import yaml
+
+    from .ledger.specs import canonical, detect_kind, load_spec, spec_hash
+    from .ledger.yamlio import load_yaml
+
     try:
         spec = load_spec(file)
     except SpecError as e:
@@ -465,6 +474,8 @@ def point_validate(files: tuple[Path, ...], as_json: bool) -> None:
     Example:
       forge point validate examples/points/*.yaml examples/tasks/*.yaml
     """
+    from .ledger.specs import load_spec, spec_hash
+
     results: list[dict[str, Any]] = []
     bad = False
     for f in files:
@@ -498,6 +509,8 @@ def point_diff(a: Path, b: Path, as_json: bool) -> None:
     Example:
       forge point diff examples/points/tiny-cpu.yaml examples/points/qwen-h200.yaml
     """
+    from .ledger.specs import diff_specs, load_spec, spec_hash
+
     try:
         sa, sb = load_spec(a), load_spec(b)
     except SpecError as e:
@@ -613,6 +626,7 @@ def task_show(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task show tune-tiny-cpu
     """
+    from .ledger.candidates import shown_differences
     from .ledger.titles import candidate_title
     from .projections.memory import task_summary
     s = task_summary(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
@@ -1356,9 +1370,9 @@ def bench(ctx, url, model, tokenizer_dir, dataset, dataset_path, input_len, outp
       forge bench --point examples/points/tiny-cpu.yaml --url URL --model M --tokenizer DIR
       forge bench import results.jsonl --task tune-tiny-cpu
     """
-    from .harness.bench.client import bench_command, format_table
     if ctx.invoked_subcommand is not None:
-        return
+        return  # (click runs a group's body before its subcommand's, --help included)
+    from .harness.bench.client import bench_command, format_table
     if not url or not model:
         raise click.UsageError("forge bench needs --url and --model (or a subcommand)")
     if (task_id or block_id) and not record:
@@ -1462,6 +1476,7 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
       FORGE_HOME=/tmp/forge-demo forge demo
     """
     from .harness.demo import run_demo
+    from .ledger.workspace import init_workspace
     from .wiki.build import build
     from .wiki.concepts.compiler import compile_wiki
     ws, _ = init_workspace(ctx.obj.get("home"))
@@ -2110,6 +2125,7 @@ def graph_add_node(ctx, graph_id, node_file, node_id, kind, task_type, title, sh
       forge graph add-node --id kernel-rope --type kernel --sh 'make rope' --verify './check'
     """
     from .harness.graph.commands import add_node
+    from .ledger.graphspec import load_graph_yaml
     if node_file:
         data = load_graph_yaml(node_file)
     else:
@@ -2545,6 +2561,7 @@ def ab_cmd(ctx, point: Path, base: str, candidate: str, member: str | None,
       forge ab --point points/qwen-h200.yaml --base main --candidate my-branch
     """
     from .harness.loop.ab import run_ab
+    from .ledger.candidates import shown_differences
 
     def say(line: str) -> None:
         click.echo(line, err=as_json)

@@ -22,7 +22,7 @@ import io
 import itertools
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -49,9 +49,18 @@ def _bounded(f: BinaryIO, path: str | Path, limit: int | None) -> Iterator[bytes
 
 
 class ArtifactStore:
-    def __init__(self, root: Path, redactor: Redactor | None = None):
+    def __init__(self, root: Path,
+                 redactor: Redactor | Callable[[], Redactor] | None = None):
+        """`redactor`: the one text is redacted with, or a function that returns it when
+        first needed (the ledger's, whose patterns compile at first use)."""
         self.root = Path(root)
-        self.redactor = redactor
+        self._redactor = redactor
+
+    @property
+    def redactor(self) -> Redactor | None:
+        if callable(self._redactor):
+            self._redactor = self._redactor()
+        return self._redactor
 
     def _path(self, digest: str) -> Path:
         if not digest.startswith(PREFIX) or len(digest) != len(PREFIX) + 64:

@@ -107,7 +107,7 @@ root = "monorepo"
 
 class _Table(BaseModel):
     # strict: TOML values are typed already; "5" is not a number of seconds, 5.0 not an int.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True, strict=True)
 
 
 class LedgerSettings(_Table):

@@ -87,7 +87,7 @@ def check_event_values(cls: type[Event], values: Mapping[str, Any], floats: bool
 class Actor(BaseModel):
     """Who or what produced an event: a human, an agent (with its model), a tool, or forge."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     kind: Literal["human", "agent", "tool", "system"] = "system"
     name: str = "forge"
@@ -302,7 +302,7 @@ class ProfileOp(BaseModel):
     """One entry of a profile's top list: an operator, kernel or function, its time over
     the capture (ms), its share of the ranked total and how many events or samples it had."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     total_ms: float
@@ -315,7 +315,7 @@ class PhaseOp(BaseModel):
     (ms), share of the phase, time per output token of the window (None: unknown) and the
     time of the calls a CUDA-graph replay launched."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     count: int
@@ -329,7 +329,7 @@ class PhaseOp(BaseModel):
 class ProfilePhase(BaseModel):
     """A capture's table for one phase (prefill, decode, ... ; harness/perf/phases.py)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     kind: str
@@ -833,7 +833,7 @@ class ReworkRequested(Event):
 
 
 class GpuInfo(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     index: int
     uuid: str
@@ -846,7 +846,7 @@ class HostInventory(BaseModel):
     """What a host has: CPUs, memory, accelerators. `accelerator_note` says why none are
     listed when the host could not be asked (NVML absent), as opposed to having none."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     cpus: int
     memory_mib: int
@@ -878,7 +878,7 @@ class GpuWindow(BaseModel):
     window's end, in which the GPU had no compute process (a missed sample resets it, so a
     gap in observation never counts as idle)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     uuid: str
     samples: int
@@ -912,7 +912,7 @@ class HostSummarized(Event):
 class ResourceRef(BaseModel):
     """A claimable resource: a GPU (by UUID), a port, or a whole host."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     host: str
     kind: Literal["gpu", "port", "host"]
@@ -925,7 +925,7 @@ class ResourceRef(BaseModel):
 class ClaimHolder(BaseModel):
     """Who holds a claim: a process on a host (pid with its start time), and what for."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     host: str
     pid: int
@@ -956,7 +956,7 @@ class ClaimReleased(Event):
 
 
 class GpuIdleSignal(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     uuid: str
     idle_streak: int | None  # None: no fresh observation of this GPU
@@ -969,7 +969,7 @@ class StaleSignals(BaseModel):
     process is gone, the heartbeat is older than k intervals, and every claimed GPU showed no
     compute process for N consecutive fresh observations."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     holder_gone: bool | None  # None: cannot be checked from here (another host)
     holder_detail: str = ""
@@ -997,7 +997,7 @@ class ClaimCleanedUp(Event):
 class LogEvidence(BaseModel):
     """One log line a rule matched: its 1-based number in the file, and its text."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     line: int
     text: str
@@ -1007,7 +1007,7 @@ class DiagnosisFinding(BaseModel):
     """A rule that fired: its name, what it says, and the evidence (the metric values over
     the window that made it fire, in scrape order; the matching log lines)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     rule: str
     summary: str

@@ -46,7 +46,7 @@ class GateResult(BaseModel):
     its coefficient of variation `cv` and failure counts. `task`: the loop task whose
     outcome a `task-loop` check is."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     kind: GateKind
@@ -150,7 +150,7 @@ class StepResult(BaseModel):
     names its recorded tool call; a `diagnose` step's DiagnosisRecorded is in the
     verification's evidence."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     name: str
     kind: Literal["phase", "command", "diagnose"]
@@ -168,7 +168,7 @@ class Difference(BaseModel):
     `topology.roles.prefill.parallelism.tp`, `engine.<flag>`, `profile.<field>`,
     `code.<member>`) and both values (None: that side does not have it)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
 
     path: str
     baseline: Any = None
@@ -179,7 +179,7 @@ class UntrackedFile(BaseModel):
     """An untracked (not ignored) file of a snapshot: its path, mode and content digest (a
     symbolic link: the digest of its target)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
     path: str
     digest: str  # artifact, stored verbatim
     executable: bool = False
@@ -191,7 +191,7 @@ class MemberState(BaseModel):
     is uncommitted. `name` is the member's name ("." for the root itself); `diff_digest` is
     the artifact of `git diff --binary HEAD` (None when the tree is clean)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
     name: str
     path: str  # relative to the root ("." for the root)
     url: str | None = None  # the origin remote's URL
@@ -208,7 +208,7 @@ class MemberState(BaseModel):
 class SyncConflict(BaseModel):
     """One file a sync could not rebase cleanly: the path and its conflict hunks, as text."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid")
     path: str
     hunks: list[str] = Field(default_factory=list)
 

@@ -23,10 +23,9 @@ import ipaddress
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -52,12 +51,13 @@ from .correctness import with_default_correctness
 from .errors import SpecError
 from .ids import LEDGER_CONTEXT, InvalidIdError, check_id, from_ledger, shown
 from .numbers import bad_number, field_path
-from .secrets.spec_check import secret_problems
-from .yamlio import dotted_path, line_of, load_yaml, number_problems
+
+if TYPE_CHECKING:
+    import yaml
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     # Fields added after specs of this kind were first hashed, with the value that means
     # "not used": left out of the stored shape while they hold it, so a spec that does not
     # use them keeps the hash (and the stored shape) it had before they existed.
@@ -914,6 +914,11 @@ def scope_allows(scope: dict[str, ScopeValue], key: str, value: Any) -> bool:
 def parse_spec(kind: str, data: Any, *, path: str | Path = "<spec>",
                node: yaml.Node | None = None) -> Spec:
     """Validate `data` as a spec of `kind`; problems carry the YAML line when `node` is given."""
+    # For start-up time: the YAML reader loads for a spec file, not for a spec read back from
+    # the ledger (Task Memory's contract: `forge task memory`).
+    from .secrets.spec_check import secret_problems
+    from .yamlio import dotted_path, line_of, number_problems
+
     cls = SPEC_KINDS[kind]
     if not isinstance(data, dict):
         raise SpecError([f"{path}:1: (top): expected a mapping for a {kind} spec"])
@@ -948,6 +953,8 @@ def detect_kind(data: Any) -> str:
 
 
 def load_spec(path: str | Path, kind: str | None = None) -> Spec:
+    from .yamlio import load_yaml  # for start-up time, as in parse_spec
+
     data, node = load_yaml(path)
     if isinstance(data, dict) and "kind" in data:
         data = {k: v for k, v in data.items() if k != "kind"}
@@ -1033,6 +1040,8 @@ def apply_candidate(point: DeploymentPoint | None, profile: RuntimeProfile | Non
         new_point = DeploymentPoint.model_validate(pdata) if pdata is not None else None
         new_profile = RuntimeProfile.model_validate(rdata) if rdata is not None else None
     except ValidationError as e:
+        from .yamlio import dotted_path  # for start-up time, as in parse_spec
+
         first = e.errors()[0]
         loc = tuple(first["loc"])
         dim = dimension_of(loc, pdata) if e.title == "DeploymentPoint" else None

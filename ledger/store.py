@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid4
@@ -151,9 +152,17 @@ class Ledger:
         self.recorder = recorder
         self._factory = factory
         self._file_key = file_key  # the SQLite file this ledger holds open (see _OPEN_FILES)
-        self.redactor = Redactor(secret_values_from(config.secret_env, config.secret_files)
-                                 + config.secret_values())
+        # The secret values are read at open; the redactor's patterns compile at its first
+        # use (a write, a redaction): ~20 ms that a command which only reads never pays.
+        self._secret_values = (secret_values_from(config.secret_env, config.secret_files)
+                               + config.secret_values())
         self._versions: dict[str, int] = {}  # stream -> last version this process wrote
+
+    @cached_property
+    def redactor(self) -> Redactor:
+        """The redactor of every payload this ledger writes: the rules and the workspace's
+        secret values (configured, and the environment's, as they were at open)."""
+        return Redactor(self._secret_values)
 
     # --- lifecycle ------------------------------------------------------------------------
 

@@ -96,7 +96,7 @@ class Block(BaseModel):
     (step names and outcomes), and the counts of tool calls and measurements (kept also by a
     task folded without records)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     block_id: str
     index: int
@@ -176,7 +176,7 @@ class Task(BaseModel):
     """A task as its events left it. `exits` is its exit history, oldest first: each exit's
     state and reason, and the reason it was reopened (None while the exit stands)."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", arbitrary_types_allowed=True)
 
     task_id: str | None = None
     title: str = ""

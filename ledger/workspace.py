@@ -49,7 +49,8 @@ def open_workspace(home: str | Path | None = None, *, create: bool = False) -> W
     damaged ledger raises DamagedLedgerError (only `create`, from init, makes a new one)."""
     config = load_config(home)
     ledger = Ledger.open(config=config, create=create)
-    return Workspace(config, ledger, ArtifactStore(config.artifacts_dir, ledger.redactor))
+    # The ledger's redactor, built when an artifact first needs it (reads never do).
+    return Workspace(config, ledger, ArtifactStore(config.artifacts_dir, lambda: ledger.redactor))
 
 
 def init_workspace(

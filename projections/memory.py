@@ -15,8 +15,8 @@ state (`memory_of`, pure), with its views:
   the trailing no-progress streak, the time spent exited before a reopen.
 
 `build_memory(events)` is a pure fold; `read_memory(ledger, task_id)` reads the stream and
-folds it (the loop, `forge task memory`); `list_tasks` and `task_summary` are the read
-queries of `forge task list` and `forge task show`.
+folds it (the loop, `forge task memory`); `list_tasks` (the fold alone, `read_task`) and
+`task_summary` are the read queries of `forge task list` and `forge task show`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from ..ledger import events as E
 from ..ledger.correctness import correctness_of
 from ..ledger.errors import NotFoundError
 from ..ledger.ids import LEDGER_CONTEXT, shown, unknown_id_hint
-from ..ledger.specs import Contract
 from ..ledger.store import Ledger, OnError, Undecodable
 from ..ledger.streams import task_of, task_stream
 from ..ledger.task import Block, Task, VerificationRecord, fold, median_of, runs_of
@@ -44,7 +43,7 @@ class TaskMemory(BaseModel):
     """Fields marked `exclude` serve the loop (reopened tasks, the writer's checks) and are
     not part of the `forge task memory` output."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
     task_id: str | None = None
     status: str = "undefined"  # undefined | defined | running | exited
@@ -100,6 +99,9 @@ class TaskMemory(BaseModel):
 def _primary(definition: dict[str, Any]) -> tuple[str | None, str | None]:
     """The contract's primary metric and its direction (None: no contract, or not a task
     loop's definition: a graph node's, say)."""
+    # For start-up time: the specs (and YAML) load for a memory, not for `forge task list`.
+    from ..ledger.specs import Contract
+
     try:
         gate = Contract.model_validate(definition.get("contract"), context=LEDGER_CONTEXT).primary
     except ValidationError:
@@ -219,6 +221,13 @@ def read_memory(ledger: Ledger, task_id: str, on_error: OnError = None
     """The task's memory and its stream's version (what a save appends after). An
     undecodable event raises, naming its position (a loop must not act on part of a
     history), or, given `on_error` (readers), is handed to it and left out."""
+    task, version = read_task(ledger, task_id, on_error)
+    return memory_of(task), version
+
+
+def read_task(ledger: Ledger, task_id: str, on_error: OnError = None) -> tuple[Task, int]:
+    """The task's folded stream (`ledger.task`) and its version, read as `read_memory`
+    reads it, without the views Task Memory computes from it."""
     bad: list[Undecodable] = []
     records = ledger.stream(task_stream(task_id),
                             on_error=None if on_error is None else bad.append)
@@ -228,7 +237,7 @@ def read_memory(ledger: Ledger, task_id: str, on_error: OnError = None
     for u in bad:
         on_error(u)  # type: ignore[misc]
     version = max([r.version for r in records[-1:]] + [u.version for u in bad[-1:]])
-    return build_memory(r.event for r in records), version
+    return fold(r.event for r in records), version
 
 
 def task_memory(ledger: Ledger, task_id: str, on_error: OnError = None) -> TaskMemory:
@@ -251,13 +260,14 @@ def list_tasks(ledger: Ledger, on_error: OnError = None) -> list[dict[str, Any]]
     out = []
     for tid in ids:
         damaged: list[Undecodable] = []
-        mem, _ = read_memory(ledger, tid, None if on_error is None else damaged.append)
+        # The fold alone: the row needs none of Task Memory's views (nor the specs they load).
+        t, _ = read_task(ledger, tid, None if on_error is None else damaged.append)
         for u in damaged:
             on_error(u)  # type: ignore[misc]
-        row = {"task_id": tid, "type": mem.definition.get("type"),
-               "status": mem.status, "exit_state": mem.exit_state,
-               "blocks": len(mem.execution_record), "accepted": len(mem.accepted),
-               "rejected": len(mem.rejected), "goal": mem.definition.get("goal")}
+        row = {"task_id": tid, "type": t.definition.get("type"),
+               "status": t.status, "exit_state": t.exit_state,
+               "blocks": len(t.blocks), "accepted": len(t.accepted),
+               "rejected": len(t.rejected), "goal": t.definition.get("goal")}
         if damaged:
             row["damaged_events"] = [u.position for u in damaged]
         out.append(row)

@@ -1,18 +1,23 @@
 """Startup stays cheap: importing the CLI, asking any command for its help, or importing any
 module of the package loads none of the heavy libraries. They are imported where they are
 used (the index's catch-up, SQL, the wiki's renderer and vectors, the bench's metrics, the
-engines), so `forge --help` or a command that fails on its input does not pay for them."""
+engines), so `forge --help` or a command that fails on its input does not pay for them.
+Asking for help loads no pydantic model, YAML reader or event store either (issue 36):
+cli.py imports the ledger inside each command."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from typing import Any
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_forge
 
 HEAVY = ("pyarrow", "numpy", "duckdb", "torch", "transformers", "sentence_transformers",
          "matplotlib", "markdown_it", "networkx", "aiohttp", "detect_secrets")
+# What the ledger's models, spec files and event store load: no `--help` needs them.
+MODELS = ("pydantic", "pydantic_core", "yaml", "eventsourcing", "orjson")
 
 
 def _loaded_after(code: str) -> object:
@@ -30,17 +35,50 @@ def test_importing_the_cli_loads_no_heavy_library():
     assert loaded == []
 
 
-def test_importing_the_cli_loads_only_the_ledger_and_the_error_bases():
-    # Each command imports the harness, projections, wiki or repos module it calls: importing
-    # the CLI (what every `forge` call pays) loads none of them but their errors.
+def test_importing_the_cli_loads_only_the_error_bases_and_the_printing_edge():
+    # Each command imports the ledger, harness, projections, wiki or repos module it calls:
+    # importing the CLI (what every `forge` call pays) loads none of them but their errors
+    # and the printing edge, and so no pydantic model, no yaml, no event store.
     loaded = _loaded_after(
         "import infer_forge.cli, sys, json\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('infer_forge.'))))")
-    upper = [m for m in loaded
-             if m.split(".")[1] in ("harness", "projections", "wiki", "repos")
-             and m.count(".") > 1 and not m.endswith(".errors")]
-    assert upper == []
-    assert "infer_forge.ledger.workspace" in loaded  # the walk saw the modules
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('infer_forge.')\n"
+        f"  or m.split('.')[0] in {MODELS!r})))")
+    ours = [m for m in loaded if m.startswith("infer_forge.")]
+    light = {"infer_forge.cli", "infer_forge.ledger.numbers", "infer_forge.ledger.text"}
+    beyond = [m for m in ours
+              if m.count(".") > 1 and not m.endswith(".errors") and m not in light]
+    assert beyond == []
+    assert "infer_forge.ledger.errors" in ours  # the walk saw the modules
+    assert [m for m in loaded if not m.startswith("infer_forge.")] == []
+
+
+def _console_script_loads(argv: list[str]) -> object:
+    """What the console script (entry.py `main`, as `forge` runs it) has loaded once it
+    has answered `argv`: third-party model, YAML and event-store modules and the ledger's."""
+    return _loaded_after(
+        "import json, sys\n"
+        f"sys.argv = ['forge', *{argv!r}]\n"
+        "from infer_forge.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {MODELS!r}\n"
+        "  or m.startswith('infer_forge.ledger.'))))")
+
+
+def test_help_through_the_console_script_loads_no_model_no_yaml_no_store():
+    # `forge --help` and a group's --help: click and the error bases, nothing of the ledger's
+    # models (pydantic), its YAML reader or the event store.
+    for argv in (["--help"], ["task", "--help"], ["bench", "import", "--help"]):
+        loaded = _console_script_loads(argv)
+        assert isinstance(loaded, list)
+        assert [m for m in loaded if not m.startswith("infer_forge.")] == [], argv
+        # The error bases and the printing edge (cli.py), the glance at a workspace and the
+        # streams' names (the MCP front): standard library only.
+        assert set(loaded) <= {f"infer_forge.ledger.{m}" for m in (
+            "errors", "numbers", "text", "home", "streams")}, argv
+        assert "infer_forge.ledger.errors" in loaded  # the walk saw the modules
 
 
 def test_a_command_loads_what_it_calls_not_every_command():
@@ -64,6 +102,45 @@ def test_a_command_loads_what_it_calls_not_every_command():
         assert not any(m.startswith(f"infer_forge.{pkg}") for m in loaded["mods"]), pkg
 
 
+def _read_command_loads(home: object, argv: list[str]) -> dict[str, Any]:
+    """Run `forge --home HOME *argv --json` as the console script runs it, in a fresh
+    interpreter: its JSON output and the YAML, pydantic and ledger modules it loaded."""
+    loaded = _loaded_after(
+        "import io, json, sys\n"
+        f"sys.argv = ['forge', '--home', {str(home)!r}, *{argv!r}, '--json']\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "from infer_forge.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "result, sys.stdout = json.loads(sys.stdout.getvalue()), out\n"
+        "print(json.dumps({'out': result, 'mods': sorted(m for m in sys.modules\n"
+        "  if m.split('.')[0] in ('yaml', 'pydantic') or m.startswith('infer_forge.ledger.'))}))")
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_read_commands_load_no_yaml_and_task_list_no_specs(workspace, forge_home):
+    # `forge task list` on a workspace with a task: each row comes from the task's fold
+    # (ledger/task.py), not from Task Memory's views, which need the specs (the contract's
+    # primary metric). `forge task memory` reads the stored contract: the specs, but not
+    # the YAML reader (spec files only).
+    r = run_forge("task", "new", "examples/tasks/tune-tiny-cpu.yaml")
+    assert r.returncode == 0, r.stderr
+    listed = _read_command_loads(forge_home, ["task", "list"])
+    assert [(x["task_id"], x["status"], x["blocks"]) for x in listed["out"]] == [
+        ("tune-tiny-cpu", "defined", 0)]
+    assert "infer_forge.ledger.task" in listed["mods"]  # the fold was read
+    assert "infer_forge.ledger.specs" not in listed["mods"]
+    memory = _read_command_loads(forge_home, ["task", "memory", "tune-tiny-cpu"])
+    assert memory["out"]["primary_metric"] == "output_throughput"  # the contract was read
+    assert "infer_forge.ledger.specs" in memory["mods"]
+    for loaded in (listed, memory):
+        assert "yaml" not in loaded["mods"]
+        assert "infer_forge.ledger.yamlio" not in loaded["mods"]
+
+
 def test_the_help_of_every_command_loads_no_heavy_library():
     # Every command and group, at every depth, renders its --help (each one's parameters,
     # defaults and choices are built): none of that may import a heavy library.
@@ -80,11 +157,11 @@ def test_the_help_of_every_command_loads_no_heavy_library():
         "        todo += [((*path, n), c) for n, c in cmd.commands.items()]\n"
         "runner = CliRunner()\n"
         "bad = [p for p in paths if runner.invoke(main, [*p, '--help']).exit_code != 0]\n"
-        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        f"heavy = sorted(m for m in {HEAVY + MODELS!r} if m in sys.modules)\n"
         "print(json.dumps({'commands': len(paths), 'failed': bad, 'heavy': heavy}))")
     assert loaded["commands"] > 40  # the walk reached the subcommands
     assert loaded["failed"] == []
-    assert loaded["heavy"] == []
+    assert loaded["heavy"] == []  # (a group's body runs before its subcommand's --help)
 
 
 def test_importing_any_package_module_loads_no_heavy_library():

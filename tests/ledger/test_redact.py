@@ -272,6 +272,26 @@ def test_planted_secrets_are_absent_from_ledger_file_and_artifacts(forge_home, t
     assert "--api-key" in export.stdout
 
 
+def test_a_reader_compiles_no_redactor_and_a_writer_redacts_the_values_seen_at_open(
+        forge_home, monkeypatch):
+    # Reading (forge task list, log, memory) never redacts: the redactor's patterns compile
+    # at the first write (issue 36, start-up time). The secret values are those of open.
+    init_workspace(forge_home)[0].close()
+    monkeypatch.setenv("MY_SERVICE_TOKEN", ENV_SECRET)
+    with open_workspace(forge_home) as ws:
+        monkeypatch.delenv("MY_SERVICE_TOKEN")  # gone before the first write: still secret
+        assert list(ws.ledger.events()) != []  # init's events, read
+        assert "redactor" not in vars(ws.ledger)
+        digest = ws.artifacts.put(f"the server said {ENV_SECRET}")
+        assert "redactor" in vars(ws.ledger)  # the artifacts share the ledger's redactor
+        assert ENV_SECRET not in ws.artifacts.text(digest)
+        ws.ledger.save(Append("task:late", [E.TaskDefined(
+            task_id="late", title="t", task_type="x", goal=f"use {ENV_SECRET}",
+            definition={}, definition_hash="sha256:" + HEX64)]))
+        goal = ws.ledger.stream("task:late")[0].event.goal
+    assert ENV_SECRET not in goal and "[REDACTED:" in goal
+
+
 # --- secret names: one rule for the env digest, mapping keys, flags and NAME=value text -------
 
 SECRET_NAMES = ["AWS_SECRET_ACCESS_KEY", "MY_API_KEY", "HF_TOKEN", "apiKey", "x-api-key",
