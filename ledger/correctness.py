@@ -16,7 +16,11 @@ Contracts:
 - `is_correctness_gate(gate)`: an accuracy gate (`task`) or a gate on `token_match`. An
   explicit one in the contract wins: the default is added only when the contract has none
   (`with_default_correctness`, applied to a task's data before it is validated, so the
-  stored definition holds the gate it is judged by and its hash covers it).
+  stored definition holds the gate it is judged by and its hash covers it). A new
+  definition judged by the engine evaluator gets its type's default without asking
+  (`correctness: default` is written into it); `correctness: none` opts out; a definition
+  read back from the ledger is never changed (a task defined before the default keeps its
+  gates and hash), nor is one judged by a command evaluator.
 - `correctness_of(definition)` says, for `forge task show`, which correctness gates a stored
   definition has and where they came from (`explicit`, `default`, `none`), with the type's
   default beside it.
@@ -134,21 +138,32 @@ def is_correctness_gate(gate: Mapping[str, Any]) -> bool:
         or gate.get("metric") == "token_match"
 
 
-def with_default_correctness(data: Any) -> Any:
+def with_default_correctness(data: Any, *, new: bool = False) -> Any:
     """A task's data with its type's default correctness gate appended when its contract
-    says `correctness: default` and has no correctness gate of its own (else unchanged);
-    ValueError when the type has no default or the gate name is taken by another gate."""
+    has no correctness gate of its own and either says `correctness: default`, or (a `new`
+    definition, not one read back from the ledger) says nothing and is judged by the engine
+    evaluator: then `correctness: default` is written in too, so the stored definition says
+    where its gate came from. `correctness: none` opts out. Else unchanged. ValueError when
+    `default` is asked of a type without one or the gate name is taken by another gate."""
     if not isinstance(data, Mapping):
         return data
     contract = data.get("contract")
-    if not isinstance(contract, Mapping) or contract.get("correctness") != "default":
+    if not isinstance(contract, Mapping):
         return data
+    asked = contract.get("correctness")
+    task_type = data.get("type")
     gates = contract.get("gates") or []
     if not isinstance(gates, list):
         return data  # the contract's own validation names the problem
-    if any(isinstance(g, Mapping) and is_correctness_gate(g) for g in gates):
-        return data  # an explicit correctness gate wins
-    task_type = data.get("type")
+    if asked not in (None, "default") or \
+            any(isinstance(g, Mapping) and is_correctness_gate(g) for g in gates):
+        return data  # opted out, or an explicit correctness gate wins (the data unchanged)
+    if asked is None:
+        if not (new and _engine_judged(data) and isinstance(task_type, str)
+                and CORRECTNESS_DEFAULTS.get(task_type) is not None):
+            return data
+        contract = {**contract, "correctness": "default"}
+        data = {**data, "contract": contract}
     if not isinstance(task_type, str) or task_type not in CORRECTNESS_DEFAULTS:
         return data  # the type's own validation names the problem
     default = CORRECTNESS_DEFAULTS[task_type]
@@ -159,6 +174,15 @@ def with_default_correctness(data: Any) -> Any:
         raise ValueError(f"contract.correctness: default: gate name {DEFAULT_GATE_NAME!r} is "
                          "taken by a gate that checks no correctness; rename it")
     return {**data, "contract": {**contract, "gates": [*gates, dict(default.gate)]}}
+
+
+def _engine_judged(data: Mapping[str, Any]) -> bool:
+    """The engine evaluator judges the task (the default): the gates' runs are the engine's,
+    whose outputs an accuracy suite or token match can be taken from. A command evaluator's
+    metrics are its own; nothing is added to them."""
+    evaluator = data.get("evaluator")
+    kind = evaluator.get("kind", "engine") if isinstance(evaluator, Mapping) else "engine"
+    return kind == "engine"
 
 
 def describe(default: CorrectnessDefault | None) -> str:
@@ -182,7 +206,7 @@ def correctness_of(definition: Mapping[str, Any] | None) -> dict[str, Any]:
     gates = [g for g in contract.get("gates") or [] if isinstance(g, Mapping)
              and is_correctness_gate(g)]
     default = CORRECTNESS_DEFAULTS.get(task_type)
-    source = "none"
+    source = "opted out" if contract.get("correctness") == "none" else "none"
     if gates:
         source = "explicit"
         if contract.get("correctness") == "default" and default is not None \

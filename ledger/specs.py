@@ -444,7 +444,8 @@ class Contract(Spec):
     more_runs: int = Field(0, ge=0, le=50)
     # `default`: the task type's default correctness gate (ledger/correctness.py) joins the
     # gates when none of them checks correctness; the task's definition stores it expanded.
-    correctness: Literal["default"] | None = None
+    # A new engine-judged definition that says nothing gets `default`; `none` opts out.
+    correctness: Literal["default", "none"] | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> Contract:
@@ -815,9 +816,10 @@ class TaskDefinition(Spec):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_correctness(cls, data: Any) -> Any:
-        """`contract.correctness: default`: the type's correctness gate, unless one is given."""
-        return with_default_correctness(data)
+    def _default_correctness(cls, data: Any, info: ValidationInfo) -> Any:
+        """The type's correctness gate, unless one is given: asked for (`correctness:
+        default`), or a new engine-judged definition that says nothing."""
+        return with_default_correctness(data, new=not from_ledger(info))
 
     @field_validator("id")
     @classmethod

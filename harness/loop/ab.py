@@ -154,7 +154,9 @@ def ab_task(ws: Workspace, *, point: Path, member: str, base: str, candidate: st
         "scope": {f"code.{member}": [cand_sha]},
         "code": {"members": [member], "base": {member: base_sha}},
         # A side whose runs are noisy or still trending gets extra runs, not a shrug.
-        "contract": {"gates": gates, "more_runs": AB_MORE_RUNS},
+        "contract": {"gates": gates, "more_runs": AB_MORE_RUNS,
+                     # --no-correctness: said in the file, or the type's default joins
+                     **({"correctness": "none"} if correctness is None else {})},
         "exit": {"when": "all_gates_pass", "max_blocks": 2, "no_progress_blocks": 1,
                  "max_wall_s": max_wall_s},
         "executor": {"kind": "sweep", "strategy": "grid"},

@@ -43,6 +43,8 @@ def dummy_refusal(contract: Contract | None, profile: RuntimeProfile, where: str
     if not gates:
         return None
     how = "weights: dummy" if profile.weights == "dummy" else "config.load_format: dummy"
+    drop = "say contract.correctness: none (the gate is the task type's default)" \
+        if contract.correctness == "default" else "drop the gate"
     return (f"gate {', '.join(gates)} needs the model's real outputs, but runtime profile "
             f"{where} loads dummy weights ({how}): use a profile with real weights for this "
-            "task, or drop the gate")
+            f"task, or {drop}")

@@ -93,16 +93,43 @@ def test_an_explicit_correctness_gate_wins(tmp_path, explicit):
                  "default": "accuracy gsm8k (300 items, margin 0.03, chat)"}
 
 
-def test_without_the_field_nothing_is_added_and_the_hash_is_as_before(tmp_path):
+def test_a_new_engine_judged_definition_gets_the_default_unasked(tmp_path):
+    # Saying nothing: the type's default joins, and the definition says so.
     t = load_task(task_file(tmp_path, "kernel", correctness=None))
+    assert [g.name for g in t.contract.gates] == ["throughput", "correctness"]
+    assert canonical(t)["contract"]["correctness"] == "default"
+    assert correctness_of(canonical(t))["source"] == "default"
+    # `none` opts out, said in the definition.
+    t = load_task(task_file(tmp_path, "kernel", correctness="none"))
     assert [g.name for g in t.contract.gates] == ["throughput"]
-    assert "correctness" not in canonical(t)["contract"]
-    assert correctness_of(canonical(t))["source"] == "none"
+    assert correctness_of(canonical(t))["source"] == "opted out"
+    # A command evaluator's metrics are its own: nothing added.
+    p = task_file(tmp_path, "kernel", correctness=None, name="cmd")
+    data = yaml.safe_load(p.read_text())
+    data["evaluator"] = {"kind": "command", "argv": ["true"]}
+    p.write_text(yaml.safe_dump(data))
+    assert [g.name for g in load_task(p).contract.gates] == ["throughput"]
+    # A type without outputs gets none, and saying nothing is no error.
+    t = load_task(task_file(tmp_path, "profiling", correctness=None, name="prof"))
+    assert [g.name for g in t.contract.gates] == ["throughput"]
+    # An explicit gate stays as written, the field unset: the example's hash is as before.
     ex = load_task(REPO / "examples" / "tasks" / "tune-tiny-cpu.yaml")
     assert "correctness" not in canonical(ex)["contract"]
     assert correctness_of(canonical(ex)) == {
         "type": "deployment-tuning", "gates": ["correctness"], "source": "explicit",
         "default": "token_match >= 0.99"}
+
+
+def test_a_definition_read_back_from_the_ledger_is_never_changed(tmp_path):
+    # A task defined before the default (no correctness field, no gate) keeps its gates and
+    # its hash when the ledger reads it.
+    data = yaml.safe_load(task_file(tmp_path, "kernel", correctness=None).read_text())
+    data["point"] = str(POINT)
+    old = TaskDefinition.model_validate(data, context=LEDGER_CONTEXT)
+    assert [g.name for g in old.contract.gates] == ["throughput"]
+    again = TaskDefinition.model_validate(canonical(old), context=LEDGER_CONTEXT)
+    assert again == old and spec_hash(again) == spec_hash(old)
+    assert correctness_of(canonical(old))["source"] == "none"
 
 
 def test_a_gate_named_correctness_that_checks_nothing_is_refused(tmp_path):
@@ -115,7 +142,7 @@ def test_a_gate_named_correctness_that_checks_nothing_is_refused(tmp_path):
 
 def test_forge_task_show_says_where_the_correctness_gate_came_from(tmp_path, forge_home):
     run_forge("init", home=forge_home)
-    for name, typ, corr in (("k1", "quantization", "default"), ("s1", "scheduler", None)):
+    for name, typ, corr in (("k1", "quantization", "default"), ("s1", "scheduler", "none")):
         p = task_file(tmp_path, typ, correctness=corr, name=name)
         made = run_forge("task", "new", str(p), home=forge_home)
         assert made.returncode == 0, made.stderr
@@ -124,7 +151,7 @@ def test_forge_task_show_says_where_the_correctness_gate_came_from(tmp_path, for
     assert ("  correctness: correctness (default; a quantization task's default: accuracy "
             "gsm8k (300 items, margin 0.03, chat))") in shown.stdout.splitlines()
     js = json.loads(run_forge("task", "show", "s1", "--json", home=forge_home).stdout)
-    assert js["correctness"] == {"type": "scheduler", "gates": [], "source": "none",
+    assert js["correctness"] == {"type": "scheduler", "gates": [], "source": "opted out",
                                  "default": "token_match >= 0.99"}
     gates = js["definition"]["contract"]["gates"]
     assert [g["name"] for g in gates] == ["throughput"]
