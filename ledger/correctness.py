@@ -17,10 +17,13 @@ Contracts:
   explicit one in the contract wins: the default is added only when the contract has none
   (`with_default_correctness`, applied to a task's data before it is validated, so the
   stored definition holds the gate it is judged by and its hash covers it). A new
-  definition judged by the engine evaluator gets its type's default without asking
-  (`correctness: default` is written into it); `correctness: none` opts out; a definition
-  read back from the ledger is never changed (a task defined before the default keeps its
-  gates and hash), nor is one judged by a command evaluator.
+  definition of a numerics-changing type judged by the engine evaluator gets its accuracy
+  gate without asking (`correctness: default` is written into it): greedy token match, the
+  gate such tasks were written with before, would reject most real wins. `correctness: none`
+  opts out. Output-identical types get token match when asked (`default`) or written, as
+  before: a task measured by hand or by `forge bench import` has no greedy outputs to match.
+  A definition read back from the ledger is never changed (a task defined before the
+  default keeps its gates and hash), nor is one judged by a command evaluator.
 - `correctness_of(definition)` says, for `forge task show`, which correctness gates a stored
   definition has and where they came from (`explicit`, `default`, `none`), with the type's
   default beside it.
@@ -141,10 +144,11 @@ def is_correctness_gate(gate: Mapping[str, Any]) -> bool:
 def with_default_correctness(data: Any, *, new: bool = False) -> Any:
     """A task's data with its type's default correctness gate appended when its contract
     has no correctness gate of its own and either says `correctness: default`, or (a `new`
-    definition, not one read back from the ledger) says nothing and is judged by the engine
-    evaluator: then `correctness: default` is written in too, so the stored definition says
-    where its gate came from. `correctness: none` opts out. Else unchanged. ValueError when
-    `default` is asked of a type without one or the gate name is taken by another gate."""
+    definition, not one read back from the ledger, of a type whose default is an accuracy
+    gate) says nothing and is judged by the engine evaluator: then `correctness: default` is
+    written in too, so the stored definition says where its gate came from. `correctness:
+    none` opts out. Else unchanged. ValueError when `default` is asked of a type without one
+    or the gate name is taken by another gate."""
     if not isinstance(data, Mapping):
         return data
     contract = data.get("contract")
@@ -159,8 +163,9 @@ def with_default_correctness(data: Any, *, new: bool = False) -> Any:
             any(isinstance(g, Mapping) and is_correctness_gate(g) for g in gates):
         return data  # opted out, or an explicit correctness gate wins (the data unchanged)
     if asked is None:
-        if not (new and _engine_judged(data) and isinstance(task_type, str)
-                and CORRECTNESS_DEFAULTS.get(task_type) is not None):
+        unasked = CORRECTNESS_DEFAULTS.get(task_type) if isinstance(task_type, str) else None
+        if not (new and _engine_judged(data) and unasked is not None
+                and unasked.kind == "accuracy"):
             return data
         contract = {**contract, "correctness": "default"}
         data = {**data, "contract": contract}

@@ -93,7 +93,7 @@ def test_an_explicit_correctness_gate_wins(tmp_path, explicit):
                  "default": "accuracy gsm8k (300 items, margin 0.03, chat)"}
 
 
-def test_a_new_engine_judged_definition_gets_the_default_unasked(tmp_path):
+def test_a_new_engine_judged_numeric_task_gets_its_accuracy_gate_unasked(tmp_path):
     # Saying nothing: the type's default joins, and the definition says so.
     t = load_task(task_file(tmp_path, "kernel", correctness=None))
     assert [g.name for g in t.contract.gates] == ["throughput", "correctness"]
@@ -109,9 +109,12 @@ def test_a_new_engine_judged_definition_gets_the_default_unasked(tmp_path):
     data["evaluator"] = {"kind": "command", "argv": ["true"]}
     p.write_text(yaml.safe_dump(data))
     assert [g.name for g in load_task(p).contract.gates] == ["throughput"]
-    # A type without outputs gets none, and saying nothing is no error.
-    t = load_task(task_file(tmp_path, "profiling", correctness=None, name="prof"))
-    assert [g.name for g in t.contract.gates] == ["throughput"]
+    # A type without outputs gets none, and saying nothing is no error; an output-identical
+    # type gets token match only when asked (measured by hand, there are no greedy outputs).
+    for typ in ("profiling", "deployment-tuning", "scheduler"):
+        t = load_task(task_file(tmp_path, typ, correctness=None, name=typ))
+        assert [g.name for g in t.contract.gates] == ["throughput"], typ
+        assert "correctness" not in canonical(t)["contract"]
     # An explicit gate stays as written, the field unset: the example's hash is as before.
     ex = load_task(REPO / "examples" / "tasks" / "tune-tiny-cpu.yaml")
     assert "correctness" not in canonical(ex)["contract"]
@@ -142,7 +145,7 @@ def test_a_gate_named_correctness_that_checks_nothing_is_refused(tmp_path):
 
 def test_forge_task_show_says_where_the_correctness_gate_came_from(tmp_path, forge_home):
     run_forge("init", home=forge_home)
-    for name, typ, corr in (("k1", "quantization", "default"), ("s1", "scheduler", "none")):
+    for name, typ, corr in (("k1", "quantization", None), ("s1", "scheduler", "none")):
         p = task_file(tmp_path, typ, correctness=corr, name=name)
         made = run_forge("task", "new", str(p), home=forge_home)
         assert made.returncode == 0, made.stderr
