@@ -8,6 +8,10 @@ Configuration: keys are SGLang ServerArgs field names (`tp_size`, `chunked_prefi
 `env`, `startup_timeout_s`; `image` (`name@sha256:…`) and `image_fallback` (from the runtime
 profile, `base.engine_config_of`): the server runs in that image by digest (image.py);
 `check_args: false` skips the resolved-arguments check below (the version is still checked);
+`nsys: true` (or `{cuda_graph_trace: node|graph}`) launches the server under Nsight Systems
+(`nsys_launch.profile_argv`: recording only between SGLang's CUDA_PROFILER start and stop), its
+report `<FORGE_HOME>/perf-traces/nsys/<stem>.nsys-rep` (`describe()["nsys_report"]`; `forge
+perf nsys --report` records it); `nsys` must be on PATH (in the image, the image's own);
 `role_config`, `router_launcher`, `router_args` are the deployment plan's (plan.py), never flags.
 
 Flag mapping (`server_options`): booleans are bare flags (false: omitted), lists are nargs,
@@ -39,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -76,13 +81,14 @@ from .image import (
     uses_rdma,
 )
 from .metrics import parse_prometheus, summarize
+from .nsys_launch import profile_argv
 from .process import free_port
 from .sglang_release import version_key
 from .sglang_routes import get_info
 from .trace_dir import trace_root
 
 HARNESS_KEYS = {"version", "python", "launcher", "use_config_file", "check_flags", "extra_args",
-                "env", "startup_timeout_s", "image", "image_fallback", "check_args",
+                "env", "startup_timeout_s", "image", "image_fallback", "check_args", "nsys",
                 # the deployment plan's (plan.py), never server flags
                 "role_config", "router_launcher", "router_args"}
 KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -357,6 +363,7 @@ class SGLangRunning(ManagedEngine, SGLangClient):
         self.help_digest = help_digest
         self.image, self.container = image, container
         self.unreported_args: list[str] = []
+        self.nsys_report: str | None = None  # the Nsight Systems report it writes (config nsys)
 
     def stop(self, reason: str = "teardown") -> None:
         try:
@@ -384,6 +391,8 @@ class SGLangRunning(ManagedEngine, SGLangClient):
                              "runtime": self.image.runtime.kind, "container": self.container}
         if self.unreported_args:
             info["unreported_args"] = list(self.unreported_args)
+        if self.nsys_report is not None:
+            info["nsys_report"] = self.nsys_report
         return info
 
     def metrics(self) -> dict[str, float]:
@@ -440,6 +449,10 @@ class SGLangEngine(Engine):
             help_digest = ws.artifacts.put(help_text) if ws is not None else None
             if yaml_text is None:
                 check_flags(cmd[cmd.index("--model-path"):], help_text, version)
+        nsys_report = None
+        if cfg.get("nsys"):  # after the flag check: the launcher's --help is SGLang's
+            cmd, nsys_report = nsys_wrap(cmd, cfg["nsys"], ws.home if ws is not None
+                                         else logs_dir, stem, in_image=use is not None)
         env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
         base_url = f"http://{host}:{port}"
         container = None
@@ -467,6 +480,7 @@ class SGLangEngine(Engine):
                                 sink=sink, versions={"sglang": version},
                                 yaml_text=yaml_text, help_digest=help_digest, image=use,
                                 container=container)
+        running.nsys_report = nsys_report
         try:
             si = running.server_info()
             sink.launched("sglang", cmd, base_url, server.pid, si)
@@ -479,6 +493,34 @@ class SGLangEngine(Engine):
             running.stop(reason="error")
             raise
         return running
+
+
+def nsys_wrap(cmd: list[str], option: Any, home: Path, stem: str, *, in_image: bool
+              ) -> tuple[list[str], str]:
+    """The server command under `nsys profile` and the report it will write (`nsys:` config:
+    true, or {cuda_graph_trace: node|graph}). On the host, nsys must be on PATH (a one-line
+    refusal otherwise); in an image, the image's `nsys` runs (the report lands in the trace
+    root, mounted read-write at its own path)."""
+    opts = option if isinstance(option, Mapping) else {}
+    if not (option is True or isinstance(option, Mapping)) or set(opts) - {"cuda_graph_trace"}:
+        raise HarnessError(f"engine config nsys {option!r}: expected true or "
+                           "{cuda_graph_trace: node|graph}")
+    exe = "nsys"
+    if not in_image:
+        found = shutil.which("nsys")
+        if found is None:
+            raise HarnessError("engine config nsys: nsys is not on PATH (install Nsight "
+                               "Systems on this host, or drop nsys)")
+        exe = found
+    out_dir = trace_root(home) / "nsys"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = str(out_dir / stem)
+    try:
+        wrapped = profile_argv(cmd, output, nsys=exe,
+                               cuda_graph_trace=str(opts.get("cuda_graph_trace", "node")))
+    except ValueError as e:
+        raise HarnessError(f"engine config nsys: {e}") from None
+    return wrapped, output + ".nsys-rep"
 
 
 def server_help(cmd: list[str], sandbox: EngineSandbox | None = None) -> str:

@@ -24,26 +24,12 @@ import csv
 import io
 from collections.abc import Sequence
 
+from ..engines.nsys_launch import profile_argv
 from .phases import ALL, Phase, PhaseOp
 from .summary import MAX_NAME, TraceError
 
 UNITS = {"ns": 1e-6, "us": 1e-3, "μs": 1e-3, "ms": 1.0, "s": 1e3}  # -> ms
 KERN_SUM = "cuda_gpu_kern_sum"
-
-
-def profile_argv(server: Sequence[str], output: str, *, nsys: str = "nsys",
-                 trace: Sequence[str] = ("cuda", "nvtx"), cuda_graph_trace: str = "node"
-                 ) -> list[str]:
-    """`nsys profile ... <server argv>`: the server launched under Nsight Systems, recording
-    from SGLang's CUDA_PROFILER start to its stop into `<output>.nsys-rep`."""
-    if not server:
-        raise ValueError("nsys: no server command to wrap")
-    if cuda_graph_trace not in ("node", "graph"):
-        raise ValueError(f"cuda_graph_trace {cuda_graph_trace!r}: expected node or graph")
-    return [nsys, "profile", f"--trace={','.join(trace)}",
-            "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-            "--trace-fork-before-exec=true", f"--cuda-graph-trace={cuda_graph_trace}",
-            "--force-overwrite=true", f"--output={output}", *server]
 
 
 def stats_argv(report: str, *, nsys: str = "nsys") -> list[str]:

@@ -343,3 +343,52 @@ def test_cli_engine_up_until_sigterm(tmp_path):
     assert processes_with(str(DATA / "fake_server.py"), port) == []
     r = run_forge("log", "--json", "--type", "EngineStopped", home=home)
     assert json.loads(r.stdout)["reason"] == "terminated"
+
+
+def test_nsys_launches_the_server_under_nsight_systems(workspace, tmp_path, monkeypatch):
+    """Engine config `nsys: true`: the server's command under `nsys profile` (the flags
+    perf/nsys.py documents), its report in the workspace's trace root, named by describe().
+    nsys does not run here: a stand-in on PATH writes down its argv and runs the rest, as
+    `nsys profile [options] app args` runs the app."""
+    from infer_forge.harness.engines.nsys_launch import profile_argv
+    from infer_forge.harness.engines.trace_dir import trace_root
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "nsys-argv.json"
+    stand_in = bin_dir / "nsys"
+    stand_in.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        "args = sys.argv[2:]\n"
+        "while args and args[0].startswith('--'):\n"
+        "    args = args[1:]\n"
+        "os.execv(args[0], args)\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    cfg = {"version": "0.5.23", "launcher": FAKE, "nsys": {"cuda_graph_trace": "graph"}}
+    with engine_for("sglang").launch(cfg, model=MODEL, ws=workspace) as eng:
+        desc = eng.describe()
+        report = desc["nsys_report"]
+        assert report.startswith(str(trace_root(workspace.home) / "nsys" / "sglang-"))
+        assert report.endswith(".nsys-rep")
+        argv = json.loads(seen.read_text())
+        server = argv[argv.index(FAKE[0]):]
+        assert [str(stand_in), *argv] == profile_argv(
+            server, report[:-len(".nsys-rep")], nsys=str(stand_in), cuda_graph_trace="graph")
+        assert server[:2] == FAKE and "--model-path" in server
+    (launched,) = [r.event for r in workspace.ledger.stream("engines")
+                   if r.type == "EngineLaunched"]
+    assert launched.command[:2] == [str(stand_in), "profile"]
+
+
+def test_nsys_without_nsys_on_path_is_refused_before_anything_starts(workspace, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with pytest.raises(HarnessError, match=r"^engine config nsys: nsys is not on PATH"):
+        engine_for("sglang").launch({"version": "0.5.23", "launcher": FAKE, "nsys": True},
+                                    model=MODEL, ws=workspace)
+    with pytest.raises(HarnessError, match=r"^engine config nsys 'yes': expected true or"):
+        engine_for("sglang").launch({"version": "0.5.23", "launcher": FAKE, "nsys": "yes"},
+                                    model=MODEL, ws=workspace)
+    assert workspace.ledger.stream("engines") == []
