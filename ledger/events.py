@@ -231,6 +231,15 @@ class ModelPulled(Event):
     recipe: JSON = Field(default_factory=dict)
 
 
+class ImageResolved(Event):
+    """A profile's image named by tag with `digest: resolve`, pinned at its first use: the
+    digest the runtime pulled for `name` (later launches use it, whatever the tag moves to)."""
+
+    name: str  # repository:tag, as the profile names it
+    digest: str  # sha256:…
+    runtime: str  # docker | podman
+
+
 # --- task stream ------------------------------------------------------------------------
 
 

@@ -222,17 +222,23 @@ class DeploymentPoint(Spec):
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
+RESOLVE_DIGEST = "resolve"  # image.digest: pinned at first use (harness/engines/image_resolve.py)
+
+
 class Image(Spec):
     name: str
-    digest: str | None = None  # sha256:… ; None only for a local, non-container profile
+    # sha256:… ; `resolve`: the digest the runtime pulls for the tag at the first launch,
+    # recorded (ImageResolved) and used from then on; None only for a local profile.
+    digest: str | None = None
 
     @field_validator("digest")
     @classmethod
     def _digest(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is None or from_ledger(info) or IMAGE_DIGEST.fullmatch(v):
+        if v is None or from_ledger(info) or IMAGE_DIGEST.fullmatch(v) or v == RESOLVE_DIGEST:
             return v
         raise ValueError(f"must be sha256: and 64 lowercase hex digits (as `docker inspect` "
-                         f"shows it), got {shown(v, 100)}")
+                         f"shows it), or `{RESOLVE_DIGEST}` (pinned at first use), got "
+                         f"{shown(v, 100)}")
 
 
 class VersionedPart(Spec):

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ...ledger.specs import IMAGE_DIGEST, RuntimeProfile
+from ...ledger.specs import IMAGE_DIGEST, RESOLVE_DIGEST, RuntimeProfile
 from ..errors import HarnessError
 from ..proc import alive, start_time
 
@@ -159,9 +159,10 @@ def image_use_of(config: Mapping[str, Any], *,
     ref = config.get("image")
     if not ref:
         return None
-    if not isinstance(ref, str) or not IMAGE_DIGEST.fullmatch(ref.rpartition("@")[2]):
+    if not isinstance(ref, str) or not (IMAGE_DIGEST.fullmatch(ref.rpartition("@")[2])
+                                        or ref.rpartition("@")[2] == RESOLVE_DIGEST):
         raise HarnessError(f"engine config image {ref!r}: expected name@sha256:<64 hex> "
-                           "(a tag without a digest is refused)")
+                           f"or name@{RESOLVE_DIGEST} (a tag without a digest is refused)")
     fallback = config.get("image_fallback", "refuse")
     if fallback not in ("local", "refuse"):
         raise HarnessError(f"engine config image_fallback {fallback!r}: local or refuse")
@@ -328,6 +329,8 @@ def ensure_image(use: ImageUse, run: Runner = subprocess.run,
     A local build is checked present by its ID, never pulled (module contract)."""
     if use.local:
         return _local_image(use, run)
+    if use.digest == RESOLVE_DIGEST:  # image_resolve.resolve_use comes first
+        raise HarnessError(f"image {use.ref}: its digest is not resolved yet")
     digests = repo_digests(use, run)
     if digests is None:
         if say is not None:
@@ -345,6 +348,29 @@ def ensure_image(use: ImageUse, run: Runner = subprocess.run,
         raise HarnessError(f"{whose}image.digest pins {use.digest}, {use.runtime.kind} reports "
                            f"{have} for {use.ref}")
     return use.digest
+
+
+def pull_digest(use: ImageUse, name: str, *, run: Runner = subprocess.run,
+                say: Callable[[str], None] | None = None) -> str:
+    """`pull name` (a tag), then the image's RepoDigests: the digest of the name's own
+    repository (the first, when none matches). One-line HarnessErrors naming the runtime,
+    its exit code and its last line."""
+    if say is not None:
+        say(f"pulling {name} with {use.runtime.kind} to pin its digest (digest: resolve)")
+    r = _run(use, ["pull", name], PULL_TIMEOUT_S, run)
+    if r.returncode != 0:
+        raise HarnessError(f"{use.runtime.kind} pull {name} exited {r.returncode}: "
+                           f"{_last(r.stderr or r.stdout)}")
+    data = _inspect(use.runtime, name, "RepoDigests", run) or []
+    if not isinstance(data, list):
+        raise HarnessError(f"{use.runtime.kind} image inspect {name}: RepoDigests is not a list")
+    repo = name.rsplit(":", 1)[0] if "/" not in name.rsplit(":", 1)[-1] else name
+    found = [str(d).rpartition("@") for d in data]
+    digests = [d for r_, _, d in found if r_ == repo] or [d for _, _, d in found]
+    if not digests or not IMAGE_DIGEST.fullmatch(digests[0]):
+        raise HarnessError(f"{use.runtime.kind}: {name} has no repo digest after its pull "
+                           f"(RepoDigests {data}): pin image.digest by hand")
+    return digests[0]
 
 
 def image_id(runtime: ContainerRuntime, ref: str, run: Runner = subprocess.run

@@ -107,7 +107,7 @@ def point_up(ws: Workspace | None, point_path: str | Path, *,
         if check_parser:
             out["parser_check"] = parser_check(plan, echo)
         return out
-    plan, use = pin_plan(plan, profile, vendor=vendor, say=echo)
+    plan, use = pin_plan(plan, profile, vendor=vendor, say=echo, ws=ws)
     check = bool(apply_overrides(profile.config, overrides).get("check_flags"))
     with PinnedDeployment(plan, profile, use, ws=ws, stream=stream, event_fields=event_fields,
                           check_flags=check) as dep:

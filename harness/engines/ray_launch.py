@@ -56,8 +56,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from ...ledger.specs import DeploymentPoint, RuntimeProfile
+from ...ledger.specs import RESOLVE_DIGEST, DeploymentPoint, RuntimeProfile
 from ...ledger.workspace import Workspace
+from ...projections.images import resolved_image
 from ..errors import HarnessError
 from ..nodes import claims
 from ..nodes.ray_table import ray_inventory
@@ -77,9 +78,11 @@ from .image import (
     name_of,
     owned,
     profile_label,
+    pull_digest,
     remove_container,
     with_trace_mount,
 )
+from .image_resolve import record_resolution
 from .plan import LaunchPlan, ProcessPlan, wrap_plan
 from .process import ServerProcess, tail
 from .sglang import server_help
@@ -550,8 +553,48 @@ def _pin_here(ref: str, fallback: str, label: str, names: list[str]) -> dict[str
     return {"kind": use.runtime.kind, "exe": use.runtime.exe, "said": said}
 
 
+def _resolve_here(name: str, fallback: str) -> dict[str, Any] | None:
+    """On one host (a Ray task): the digest its runtime pulls for the tag `name` (None: no
+    runtime and the profile allows the local install)."""
+    use = image_use_of({"image": f"{name}@{RESOLVE_DIGEST}", "image_fallback": fallback})
+    if use is None:
+        return None
+    return {"digest": pull_digest(use, name), "kind": use.runtime.kind}
+
+
+def resolved_ref(ws: Workspace | None, ref: str, profile: RuntimeProfile,
+                 nodes: Mapping[str, str], host: str,
+                 echo: Callable[[str], None] = print) -> str:
+    """A `repo:tag@resolve` ref by digest: the workspace's record, else resolved on `host`
+    (a Ray task) and recorded; other refs as they are."""
+    name, _, digest = ref.rpartition("@")
+    if digest != RESOLVE_DIGEST:
+        return ref
+    if ws is None:
+        raise HarnessError(f"image {name} (digest: resolve) needs a workspace to record its "
+                           "resolution")
+    known = resolved_image(ws.ledger, name)
+    if known is not None:
+        return f"{name}@{known.digest}"
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(_resolve_here).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[host], soft=False))
+    try:
+        got = ray.get(task.remote(name, profile.image_fallback), timeout=PULL_TIMEOUT_S + 60)
+    except Exception as e:  # RayTaskError wraps the host's HarnessError: its own line
+        cause = getattr(e, "cause", None)
+        raise HarnessError(f"host {host}: {cause if cause is not None else e}") from None
+    if got is None:
+        raise HarnessError(f"image {name} (digest: resolve): host {host} has no container "
+                           "runtime to resolve it with")
+    return f"{name}@{record_resolution(ws, name, got['digest'], got['kind'], say=echo)}"
+
+
 def pin_on_hosts(plan: LaunchPlan, profile: RuntimeProfile, nodes: Mapping[str, str], *,
-                 vendor: str = "nvidia", echo: Callable[[str], None] = print
+                 vendor: str = "nvidia", echo: Callable[[str], None] = print,
+                 ws: Workspace | None = None
                  ) -> tuple[LaunchPlan, ImageUse | None, dict[str, tuple[str, str]]]:
     """`whole.pin_plan` across hosts: on each host (a Ray task pinned to its node) the
     profile's image is made present and checked (`_pin_here`), and that host's processes are
@@ -560,6 +603,7 @@ def pin_on_hosts(plan: LaunchPlan, profile: RuntimeProfile, nodes: Mapping[str, 
     ref = image_ref(profile)
     if ref is None:
         return plan, None, {}
+    ref = resolved_ref(ws, ref, profile, nodes, plan.hosts()[0], echo)  # `resolve`: pinned
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -617,7 +661,7 @@ def ray_point_up(ws: Workspace, point: DeploymentPoint, profile: RuntimeProfile,
         str(ws.home), lease.claim_id, CLAIM_HEARTBEAT_S)
     try:
         plan, use, runtimes = pin_on_hosts(plan, profile, nodes, vendor=point.accelerator.vendor,
-                                           echo=echo)
+                                           echo=echo, ws=ws)
         with beats, RayPinnedDeployment(plan, profile, use, nodes=nodes, ws=ws,
                                         stream=stream, event_fields=event_fields,
                                         runtimes=runtimes) as dep:

@@ -80,6 +80,7 @@ from .image import (
     remove_container,
     uses_rdma,
 )
+from .image_resolve import resolve_use
 from .metrics import parse_prometheus, summarize
 from .nsys_launch import profile_argv
 from .process import free_port
@@ -430,7 +431,7 @@ class SGLangEngine(Engine):
         def say(m: str) -> None:  # what the image steps tell the user, as they happen
             print(m, file=sys.stderr)
 
-        use = image_use_of(cfg, say=say)
+        use = resolve_use(ws, image_use_of(cfg, say=say), say=say)  # `resolve`: pinned now
         if use is not None and not cfg.get("version"):
             raise HarnessError(f"sglang: image {use.ref} needs the profile's framework.version "
                                "(the flags are built for it and the server is checked against it)")

@@ -57,6 +57,7 @@ from .image import (
     remove_container,
     with_trace_mount,
 )
+from .image_resolve import resolve_use
 from .plan import LaunchPlan, ProcessPlan, plan_point, roles_of, wrap_plan
 from .trace_dir import trace_root
 
@@ -68,8 +69,9 @@ def _quiet(_: str) -> None:
 
 
 def pin_plan(plan: LaunchPlan, profile: RuntimeProfile, *, vendor: str = "nvidia",
-             say: Say = _quiet) -> tuple[LaunchPlan, ImageUse | None]:
-    use = image_use(profile, say=say)
+             say: Say = _quiet, ws: Workspace | None = None
+             ) -> tuple[LaunchPlan, ImageUse | None]:
+    use = resolve_use(ws, image_use(profile, say=say), say=say)  # `resolve`: pinned now
     if use is None:
         return plan, None
     ensure_image(use, say=say)
@@ -268,7 +270,7 @@ def deploy_whole(ws: Workspace | None, point: DeploymentPoint, profile: RuntimeP
                                        event_fields=event_fields,
                                        overrides=point_parallelism(point, profile, config))
     plan = plan_here(point, profile, ws=ws, model=str(model) if model else None)
-    plan, use = pin_plan(plan, profile, vendor=point.accelerator.vendor, say=say)
+    plan, use = pin_plan(plan, profile, vendor=point.accelerator.vendor, say=say, ws=ws)
     say(f"deploying {plan.architecture}: {len(plan.processes)} processes "
         f"({', '.join(p.name for p in plan.processes)})")
     dep = PinnedDeployment(plan, profile, use, ws=ws, stream=stream,

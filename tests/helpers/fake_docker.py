@@ -3,7 +3,8 @@ output shapes the real CLIs print, and `run` executing the stand-in SGLang serve
 as the image would.
 
 State lives in the directory `FAKE_DOCKER_STATE` names:
-- `registry.json`: {"name@sha256:…": ["sha256:…", …]}: what a pull of that reference gets
+- `registry.json`: {"name@sha256:…" or "name:tag": ["sha256:…", …]}: what a pull of that
+  reference gets (a tag pulled is then present by `name@<digest>` too, as with the real one)
   (the repo digests the runtime then reports; a different digest is a registry serving other
   bytes than the pin, which the harness must catch);
 - `images.json`: the same shape, what is present locally (pulls add to it);
@@ -81,7 +82,11 @@ def _load(name: str) -> dict:
 
 
 def _save(name: str, data: dict) -> None:
-    (STATE / name).write_text(json.dumps(data, sort_keys=True))
+    # Whole or not at all: a concurrent client reading mid-write would see half a file (the
+    # real daemon's store is never seen half-written).
+    tmp = STATE / f".{name}.{os.getpid()}"
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, STATE / name)
 
 
 @contextlib.contextmanager
@@ -314,6 +319,11 @@ def repository(ref: str) -> str:
 
 
 def pull(ref: str) -> int:
+    with _locked():  # two hosts' pulls at once must not lose one's images
+        return _pull(ref)
+
+
+def _pull(ref: str) -> int:
     registry = _load("registry.json")
     name = repository(ref)
     if ref not in registry:
@@ -323,8 +333,15 @@ def pull(ref: str) -> int:
     digests = registry[ref]
     images = _load("images.json")
     images[ref] = digests
+    for d in digests if "@" not in ref else ():
+        # a tag pulled: present by its repo digest too, with or without the tag (docker
+        # resolves `repo:tag@digest` by the digest)
+        images.setdefault(f"{name}@{d}", [d])
+        images.setdefault(f"{ref}@{d}", [d])
     _save("images.json", images)
-    print(f"{ref.partition('@')[2]}: Pulling from {name}")
+    # by digest: "sha256:…: Pulling from repo"; by tag: "tag: Pulling from repo"
+    what = ref.partition("@")[2] if "@" in ref else ref.rsplit(":", 1)[-1]
+    print(f"{what}: Pulling from {name}")
     print("Digest: " + digests[0])
     print(f"Status: Downloaded newer image for {ref}")
     print(f"docker.io/{ref}")

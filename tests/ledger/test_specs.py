@@ -259,19 +259,21 @@ BAD_DIGESTS = ["sha256:not-hex", "sha256:" + "0" * 63, "sha256:" + "0" * 65,
 @pytest.mark.parametrize("bad", BAD_DIGESTS)
 def test_image_digest_is_sha256_and_64_lowercase_hex(tmp_path, bad):
     src = (EX / "profiles/qwen-h200-sglang.yaml").read_text()
-    good = "sha256:" + "0" * 64
-    assert good in src and load_profile(EX / "profiles/qwen-h200-sglang.yaml").image.digest == good
+    good = ", digest: resolve}"  # the example's: pinned at first use
+    assert good in src and load_profile(EX / "profiles/qwen-h200-sglang.yaml").image.digest \
+        == "resolve"
     f = tmp_path / "profile.yaml"
-    f.write_text(src.replace(f'"{good}"', json.dumps(bad)))
+    f.write_text(src.replace(good, f", digest: {json.dumps(bad)}}}"))
     with pytest.raises(SpecError) as ei:
         load_profile(f)
     (line,) = ei.value.problems
     assert line == (f"{f}:10: image.digest: must be sha256: and 64 lowercase hex digits (as "
-                    f"`docker inspect` shows it), got {bad!r}"), line
+                    f"`docker inspect` shows it), or `resolve` (pinned at first use), got "
+                    f"{bad!r}"), line
     fine = "sha256:" + "0123456789abcdef" * 4
-    f.write_text(src.replace(f'"{good}"', json.dumps(fine)))
+    f.write_text(src.replace(good, f", digest: {json.dumps(fine)}}}"))
     assert load_profile(f).image.digest == fine
-    data = yaml.safe_load(src.replace(f'"{good}"', json.dumps(bad)))
+    data = yaml.safe_load(src.replace(good, f", digest: {json.dumps(bad)}}}"))
     assert RuntimeProfile.model_validate(data, context=LEDGER_CONTEXT).image.digest == bad
 
 
@@ -279,7 +281,7 @@ def test_cli_refuses_roleless_pd_and_bad_digest_and_records_nothing(forge_home, 
     point, _ = _point_file(tmp_path, "pd", None)
     prof = tmp_path / "profile.yaml"
     prof.write_text((EX / "profiles/qwen-h200-sglang.yaml").read_text().replace(
-        "sha256:" + "0" * 64, "sha256:not-hex"))
+        ", digest: resolve}", ', digest: "sha256:not-hex"}'))
     p = run_forge("point", "validate", str(point), str(prof))
     assert p.returncode == 1 and p.stdout == "" and "Traceback" not in p.stderr
     at = point.read_text().splitlines().index("topology:") + 1
@@ -287,7 +289,7 @@ def test_cli_refuses_roleless_pd_and_bad_digest_and_records_nothing(forge_home, 
         f"error: {point}:{at}: topology: architecture pd needs roles prefill, decode "
         "(missing: prefill, decode)",
         f"error: {prof}:10: image.digest: must be sha256: and 64 lowercase hex digits (as "
-        "`docker inspect` shows it), got 'sha256:not-hex'"]
+        "`docker inspect` shows it), or `resolve` (pinned at first use), got 'sha256:not-hex'"]
     assert run_forge("init").returncode == 0
     from infer_forge.ledger.workspace import open_workspace
 

@@ -269,6 +269,40 @@ def test_server_runs_in_the_image_by_digest_and_is_checked(docker, workspace):
 
 
 @pytest.mark.slow
+def test_digest_resolve_pins_the_tag_at_first_use_and_keeps_it(docker, workspace):
+    """`image: {name: repo:tag, digest: resolve}`: the first launch pulls the tag, records the
+    digest it got (ImageResolved) and runs by that digest; a later launch uses the recorded
+    digest, not the tag, even after the tag has moved in the registry."""
+    (docker / "registry.json").write_text(json.dumps({NAME: [DIGEST], REF: [DIGEST]}))
+    p = profile(image={"name": NAME, "digest": "resolve"})
+    with launch(p, workspace, env={"FAKE_SGLANG_MODE": "ok"}) as running:
+        info = running.describe()
+        assert (info["image"]["ref"], info["image"]["digest"]) == (REF, DIGEST)
+        cmd = info["launch_command"]
+        assert REF in cmd and f"{NAME}@resolve" not in cmd
+    (rec,) = [r.event for r in workspace.ledger.stream("workspace")
+              if r.type == "ImageResolved"]
+    assert (rec.name, rec.digest, rec.runtime) == (NAME, DIGEST, "docker")
+    assert [c for c in calls(docker) if c[:1] == ["pull"]] == [["pull", NAME]]
+    # The tag moves; the recorded digest is what runs.
+    (docker / "registry.json").write_text(json.dumps({NAME: [OTHER], REF: [DIGEST]}))
+    before = len(calls(docker))
+    with launch(p, workspace) as running:
+        assert running.describe()["image"]["digest"] == DIGEST
+    assert not [c for c in calls(docker)[before:] if c[:1] == ["pull"]]
+    assert len([r for r in workspace.ledger.stream("workspace")
+                if r.type == "ImageResolved"]) == 1
+
+
+def test_digest_resolve_needs_a_workspace_and_is_the_only_word(docker):
+    with pytest.raises(HarnessError, match=rf"^image {re.escape(NAME)} \(digest: resolve\) "
+                                           "needs a workspace"):
+        launch(profile(image={"name": NAME, "digest": "resolve"}), None)
+    with pytest.raises(ValueError, match="or `resolve` \\(pinned at first use\\)"):
+        profile(image={"name": NAME, "digest": "latest"})
+
+
+@pytest.mark.slow
 def test_a_digest_mismatch_refuses_the_deploy_naming_both(docker, workspace):
     (docker / "registry.json").write_text(json.dumps({REF: [OTHER]}))
     with pytest.raises(HarnessError) as e:

@@ -314,6 +314,34 @@ def test_a_pinned_image_runs_on_each_host_through_its_agent(cluster, workspace):
     assert [c[1] for c in calls if c[:1] == ["rm"]].count("-f") == 3
 
 
+def test_digest_resolve_is_pinned_on_the_first_host_and_recorded(cluster, workspace):
+    """`digest: resolve` through Ray: the first plan host pulls the tag (a Ray task there),
+    the driver records the digest, every host runs that digest."""
+    from infer_forge.harness.engines.ray_launch import ray_point_up
+
+    state = cluster.forge_docker_state
+    name = IMAGE["name"]
+    (state / "registry.json").write_text(json.dumps({name: [IMAGE_DIGEST],
+                                                     IMAGE_REF: [IMAGE_DIGEST]}))
+    (state / "images.json").write_text("{}")
+    before = len(_docker_calls(state))
+    point = DeploymentPoint.model_validate(point_spec())
+    profile = RuntimeProfile.model_validate({
+        **profile_spec(), "image": {"name": name, "digest": "resolve"},
+        "config": {"router_launcher": FAKE_ROUTER, "startup_timeout_s": 60}})
+    base = two_host_plan().processes[-1].port
+    out = ray_point_up(workspace, point, profile, list(HOSTS), cluster.address, once=True,
+                       base_port=base, echo=lambda _: None)
+    assert out["deployment"]["image"]["digest"] == IMAGE_DIGEST
+    (rec,) = [r.event for r in workspace.ledger.stream("workspace")
+              if r.type == "ImageResolved"]
+    assert (rec.name, rec.digest) == (name, IMAGE_DIGEST)
+    calls = _docker_calls(state)[before:]
+    assert [c for c in calls if c[:1] == ["pull"]][0] == ["pull", name]  # the tag, once
+    runs = [c for c in calls if c[:1] == ["run"]]
+    assert len(runs) == 3 and all(IMAGE_REF in c for c in runs)
+
+
 def test_an_image_whose_digest_differs_on_a_host_starts_nothing(cluster, workspace):
     from infer_forge.harness.engines.ray_launch import ray_point_up
 
