@@ -3,7 +3,8 @@
 - `task:<task id>`: one task's history (TaskDefined, blocks, tool calls, measurements,
   verifications, decisions, exit and reopen). Written through `harness.record` only.
 - `graph:<graph id>`: a task graph's definition, claims and outcomes (the graph commands).
-- `workspace`: the workspace's own facts (init, pinned points, profile revisions, models, images resolved at first use: `harness/engines/image_resolve.py`).
+- `workspace`: the workspace's own facts (init, pinned points, profile revisions, models,
+  images resolved at first use: `harness/engines/image_resolve.py`).
 - `measurements`: measurements that belong to no task (`forge bench --record` or
   `forge bench import` without `--task`).
 - `engines`: engine launches and stops outside any task (`forge engine up`).
