@@ -74,6 +74,7 @@ from .image import (
     container_argv,
     container_name,
     ensure_image,
+    image_launcher,
     image_use_of,
     model_mounts,
     owned,
@@ -453,7 +454,8 @@ class SGLangEngine(Engine):
         nsys_report = None
         if cfg.get("nsys"):  # after the flag check: the launcher's --help is SGLang's
             cmd, nsys_report = nsys_wrap(cmd, cfg["nsys"], ws.home if ws is not None
-                                         else logs_dir, stem, in_image=use is not None)
+                                         else logs_dir, stem, in_image=use is not None,
+                                         host_python=python)
         env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
         base_url = f"http://{host}:{port}"
         container = None
@@ -496,8 +498,8 @@ class SGLangEngine(Engine):
         return running
 
 
-def nsys_wrap(cmd: list[str], option: Any, home: Path, stem: str, *, in_image: bool
-              ) -> tuple[list[str], str]:
+def nsys_wrap(cmd: list[str], option: Any, home: Path, stem: str, *, in_image: bool,
+              host_python: str = sys.executable) -> tuple[list[str], str]:
     """The server command under `nsys profile` and the report it will write (`nsys:` config:
     true, or {cuda_graph_trace: node|graph}). On the host, nsys must be on PATH (a one-line
     refusal otherwise); in an image, the image's `nsys` runs (the report lands in the trace
@@ -507,7 +509,9 @@ def nsys_wrap(cmd: list[str], option: Any, home: Path, stem: str, *, in_image: b
         raise HarnessError(f"engine config nsys {option!r}: expected true or "
                            "{cuda_graph_trace: node|graph}")
     exe = "nsys"
-    if not in_image:
+    if in_image:  # the server is nsys's argument now: name the image's python here
+        cmd = image_launcher(cmd, host_python)
+    else:
         found = shutil.which("nsys")
         if found is None:
             raise HarnessError("engine config nsys: nsys is not on PATH (install Nsight "

@@ -392,3 +392,17 @@ def test_nsys_without_nsys_on_path_is_refused_before_anything_starts(workspace, 
         engine_for("sglang").launch({"version": "0.5.23", "launcher": FAKE, "nsys": "yes"},
                                     model=MODEL, ws=workspace)
     assert workspace.ledger.stream("engines") == []
+
+
+def test_nsys_in_an_image_runs_the_images_nsys_and_python(tmp_path):
+    """In a pinned image the server is nsys's argument: the image's `nsys` and `python3`,
+    not this host's paths (the container wrap only sees nsys first)."""
+    from infer_forge.harness.engines.sglang import nsys_wrap
+
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", MODEL]
+    wrapped, report = nsys_wrap(cmd, True, tmp_path, "sglang-1", in_image=True,
+                                host_python=sys.executable)
+    out = wrapped.index(f"--output={report[:-len('.nsys-rep')]}")
+    assert wrapped[:2] == ["nsys", "profile"]
+    assert wrapped[out + 1:] == ["python3", "-m", "sglang.launch_server", "--model-path", MODEL]
+    assert report == str(tmp_path / "perf-traces" / "nsys" / "sglang-1.nsys-rep")
