@@ -262,6 +262,16 @@ def _wait_dead(agent: Any, seconds: float = AGENT_STOP_TIMEOUT_S) -> None:
         time.sleep(0.05)  # poll interval of a wait loop, not a synchronization
 
 
+def _get_on(host: str, ref: Any, timeout: float) -> Any:
+    """`ray.get` of what runs on `host`; its failure one line naming the host (a RayTaskError
+    wraps the host's own HarnessError: that one's text)."""
+    try:
+        return _ray().get(ref, timeout=timeout)
+    except Exception as e:
+        cause = getattr(e, "cause", None)
+        raise HarnessError(f"host {host}: {cause if cause is not None else e}") from None
+
+
 def _ids(ids: Iterable[int]) -> str:
     return ",".join(map(str, ids)) or "none"
 
@@ -417,13 +427,8 @@ class RayDeployment(Deployment):
 
     def _launcher_help(self, p: ProcessPlan) -> str:
         """The `--help` of `p`'s launcher on `p`'s host, through its agent."""
-        ray = _ray()
-        try:
-            return str(ray.get(self._agent(p.host).help.remote(list(p.argv)),
-                               timeout=AGENT_HELP_TIMEOUT_S))
-        except Exception as e:  # RayTaskError wraps the agent's HarnessError: its own line
-            cause = getattr(e, "cause", None)
-            raise HarnessError(f"host {p.host}: {cause if cause is not None else e}") from None
+        return str(_get_on(p.host, self._agent(p.host).help.remote(list(p.argv)),
+                           AGENT_HELP_TIMEOUT_S))
 
     def _spawn(self, p: ProcessPlan) -> None:
         agent = self._agent(p.host)
@@ -581,11 +586,7 @@ def resolved_ref(ws: Workspace | None, ref: str, profile: RuntimeProfile,
 
     task = ray.remote(num_cpus=0, max_retries=0)(_resolve_here).options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[host], soft=False))
-    try:
-        got = ray.get(task.remote(name, profile.image_fallback), timeout=PULL_TIMEOUT_S + 60)
-    except Exception as e:  # RayTaskError wraps the host's HarnessError: its own line
-        cause = getattr(e, "cause", None)
-        raise HarnessError(f"host {host}: {cause if cause is not None else e}") from None
+    got = _get_on(host, task.remote(name, profile.image_fallback), PULL_TIMEOUT_S + 60)
     if got is None:
         raise HarnessError(f"image {name} (digest: resolve): host {host} has no container "
                            "runtime to resolve it with")
@@ -618,11 +619,7 @@ def pin_on_hosts(plan: LaunchPlan, profile: RuntimeProfile, nodes: Mapping[str, 
     wrapped: dict[str, ProcessPlan] = {}
     first: ImageUse | None = None
     for h, ref_h in asked.items():
-        try:
-            got = ray.get(ref_h, timeout=PULL_TIMEOUT_S + 60)
-        except Exception as e:  # RayTaskError wraps the host's HarnessError: its own line
-            cause = getattr(e, "cause", None)
-            raise HarnessError(f"host {h}: {cause if cause is not None else e}") from None
+        got = _get_on(h, ref_h, PULL_TIMEOUT_S + 60)
         if got is None:
             echo(f"host {h}: no container runtime; its processes run the local install "
                  "(image_fallback: local)")

@@ -68,6 +68,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SGLANG = REPO / "tests" / "data" / "sglang" / "fake_server.py"
@@ -471,6 +472,18 @@ def main() -> int:
         return container_inspect(argv[2:])
     print(f"fake {KIND}: unsupported command {' '.join(argv[:2])}", file=sys.stderr)
     return 2
+
+
+def on_path(tmp_path: Path, monkeypatch: Any, registry: dict[str, list[str]],
+            kind: str = "docker") -> Path:
+    """A stand-in `kind` first on PATH (monkeypatched), its registry serving `registry`;
+    returns its state directory (the tests' `docker` fixtures)."""
+    state = tmp_path / f"{kind}-state"
+    state.mkdir()
+    install(tmp_path / "bin", state, kind=kind)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    (state / "registry.json").write_text(json.dumps(registry))
+    return state
 
 
 def install(bin_dir: Path, state: Path, kind: str = "docker") -> Path:

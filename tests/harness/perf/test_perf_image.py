@@ -46,12 +46,8 @@ def torch_trace(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def docker(tmp_path, monkeypatch):
-    state = tmp_path / "docker-state"
-    state.mkdir()
-    fake_docker.install(tmp_path / "bin", state)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    (state / "registry.json").write_text(json.dumps({REF: [DIGEST]}))
-    return state
+    """A stand-in `docker` first on PATH serving REF; returns its state directory."""
+    return fake_docker.on_path(tmp_path, monkeypatch, {REF: [DIGEST]})
 
 
 def launch(ws, trace: Path):
