@@ -59,7 +59,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/client.py --quick
 	$(BIN)/python bench/engine_lifecycle.py --starts 1
 	$(BIN)/python bench/graph.py --skip-example
-	$(BIN)/python bench/index.py --events 200000 --no-wiki --queries 10 --python-path --stages
+	$(BIN)/python bench/index.py --events 200000 --no-wiki --queries 10 --python-path --stages --floor
 	$(BIN)/python bench/journal.py --quick
 	$(BIN)/python bench/bench_import_memory.py --lines 100000
 	$(BIN)/python bench/demo.py

@@ -303,6 +303,31 @@ def stages(ws, home: Path, n_notes: int, rows_rate: float, batch: int) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def floor(home: Path, n_notes: int, n_events: int, rows_rate: float, catch_up_s: float,
+          batch: int) -> None:
+    """The native floor (bench/index_floor.py) next to catch-up, both against the raw row
+    read of this run: sequential and pipelined, each its wall time and its CPU seconds halved
+    (the bound if both cores were busy all the time); the faster of two runs each."""
+    from index_floor import native_floor
+
+    # Each way twice, the faster counted: a first run pays first uses (Parquet, JSON reader).
+    goal_s = n_notes / (0.3 * rows_rate)
+    events_goal_s = n_events / 150_000
+    for pipelined in (False, True):
+        f = min((native_floor(home / "ledger.sqlite", n_notes, batch, pipelined=pipelined)
+                 for _ in range(2)), key=lambda x: x["wall_s"])
+        by = ", ".join(f"{k} {v:.2f}s" for k, v in f["by"].items())
+        way = "pipelined (read, extract, write in 3 threads)" if pipelined else "sequential"
+        print(f"native floor, {way} ({f['read_with']}; {f['batches']} batches; "
+              f"{f['bytes'] / 1e6:.0f} MB of segments): {f['wall_s']:.2f}s wall = "
+              f"{n_notes / f['wall_s'] / rows_rate:.2f}x of the raw row read, "
+              f"{n_events / f['wall_s']:,.0f} events/s ({by}); {f['cpu_s']:.2f} CPU s, so >= "
+              f"{f['cpu_s'] / 2:.2f}s on 2 cores = {2 * n_notes / f['cpu_s'] / rows_rate:.2f}x "
+              f"at best; load average {os.getloadavg()[0]:.1f}")
+    print(f"catch-up took {catch_up_s:.2f}s ({n_notes / catch_up_s / rows_rate:.2f}x); 0.3x "
+          f"allows {goal_s:.2f}s, 150k events/s {events_goal_s:.2f}s; floor rows {f['rows']}")
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -322,6 +347,10 @@ def main() -> None:
                     help="Also time the reading thread's work and the writer's work alone on "
                          "the same batches (the CPU budget of catch-up on this machine), and "
                          "the writer beside a busy Python thread (the GIL's share).")
+    ap.add_argument("--floor", action="store_true",
+                    help="Also run the native floor (bench/index_floor.py): the idealised "
+                         "pipeline with no Python per event and Parquet segments, and print "
+                         "its ratio to the raw row read of this run next to catch-up's.")
     ap.add_argument("--python-path", action="store_true",
                     help="Also catch up a second fresh index with every event through the "
                          "projector's Python handlers (catch_up(sql_path=False), the SQL "
@@ -388,6 +417,8 @@ def main() -> None:
               f"{os.getloadavg()[0]:.1f}")
     if args.stages:
         stages(ws, home, n_notes, nr / rows_s, args.batch)
+    if args.floor:
+        floor(home, n_notes, r.projected, nr / rows_s, r.seconds, args.batch)
     counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
               for t in ("measurements", "tasks", "decisions", "handoffs")}
     print(f"rows: {counts}")
