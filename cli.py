@@ -1572,11 +1572,19 @@ def _index_report(report: dict[str, Any], as_json: bool) -> None:
                    f"{u['error']} (`forge check` lists the damage)", err=True)
 
 
+def _index_progress(p: Any) -> None:
+    """A catch-up's progress after each batch when it takes more than one, on stderr
+    (stdout stays the report, --json included)."""
+    click.echo(p.line(), err=True)
+
+
 @index_group.command("update")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--batch", type=click.IntRange(min=1), default=None,
+              help="Notifications per transaction (default 200,000).")
 @click.pass_context
 @fail_cleanly
-def index_update(ctx, as_json: bool) -> None:
+def index_update(ctx, as_json: bool, batch: int | None) -> None:
     """Catch the index up with the ledger (exactly once; resumes where it stopped).
 
     \b
@@ -1584,14 +1592,17 @@ def index_update(ctx, as_json: bool) -> None:
       forge index update
     """
     from .projections.index import update
-    _index_report(update(open_ws(ctx)), as_json)
+    more = {} if batch is None else {"batch": batch}
+    _index_report(update(open_ws(ctx), progress=_index_progress, **more), as_json)
 
 
 @index_group.command("rebuild")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--batch", type=click.IntRange(min=1), default=None,
+              help="Notifications per transaction (default 200,000).")
 @click.pass_context
 @fail_cleanly
-def index_rebuild(ctx, as_json: bool) -> None:
+def index_rebuild(ctx, as_json: bool, batch: int | None) -> None:
     """Delete the index and project the whole ledger again.
 
     \b
@@ -1599,7 +1610,8 @@ def index_rebuild(ctx, as_json: bool) -> None:
       forge index rebuild --json
     """
     from .projections.index import rebuild
-    _index_report(rebuild(open_ws(ctx)), as_json)
+    more = {} if batch is None else {"batch": batch}
+    _index_report(rebuild(open_ws(ctx), progress=_index_progress, **more), as_json)
 
 
 @index_group.command("status")

@@ -12,7 +12,7 @@
 The names below are the package's public API (the CLI, the wiki, tests and benchmarks).
 """
 
-from .catchup import DEFAULT_BATCH, CatchUpResult, catch_up
+from .catchup import DEFAULT_BATCH, CatchUpProgress, CatchUpResult, catch_up
 from .schema import (
     DIM_NAMES,
     DIMS,
@@ -35,6 +35,6 @@ from .session import (
 )
 
 __all__ = ["DEFAULT_BATCH", "DIMS", "DIM_NAMES", "INDEX_SCHEMA_VERSION", "LOCKDOWN", "SCHEMA_KEY",
-           "TABLES", "CatchUpResult", "IndexSession", "catch_up", "connect", "fingerprint",
-           "index_path", "locked_connection", "open_index", "rebuild", "status",
+           "TABLES", "CatchUpProgress", "CatchUpResult", "IndexSession", "catch_up", "connect",
+           "fingerprint", "index_path", "locked_connection", "open_index", "rebuild", "status",
            "tracked_position", "update"]

@@ -126,6 +126,22 @@ class CatchUpResult:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class CatchUpProgress:
+    """Where a long catch-up stands after a committed batch."""
+
+    done: int  # notifications committed by this catch-up
+    total: int  # notifications it set out to read
+    position: int  # the tracked position now
+    seconds: float
+
+    def line(self) -> str:
+        rate = self.done / self.seconds if self.seconds > 0 else 0.0
+        left = (self.total - self.done) / rate if rate > 0 else 0.0
+        return (f"index: {self.done:,}/{self.total:,} notifications "
+                f"({100 * self.done / self.total:.0f}%, {rate:,.0f}/s, ~{left:.0f}s left)")
+
+
 def batch_ops(p: Projector, raw: pa.Table) -> list[tuple[Any, ...]]:
     """The projector's pending batch as database operations (Arrow tables built here, in the
     caller's thread): ("raw", rows, runs) for `events` and the SQL path (`raw`: the batch's
@@ -429,13 +445,15 @@ def catch_up(
     before_commit: Callable[[int], None] | None = None,
     artifacts: Callable[[str], bytes] | None = None,
     sql_path: bool = True,
+    progress: Callable[[CatchUpProgress], None] | None = None,
 ) -> CatchUpResult:
     """Project every notification after the tracked position (up to `stop`), one
     transaction per batch. `before_commit(position)` runs inside the transaction just
     before COMMIT (tests inject failures and kills there). `artifacts` reads an artifact by
     digest (the observation summaries' samples; None: samples are not loaded).
     `sql_path=False` projects every row in Python (the reference the SQL path of the
-    high-volume types is tested against; same rows).
+    high-volume types is tested against; same rows). `progress` is called after each
+    committed batch of a catch-up longer than one batch (from the writer thread).
 
     Pipelined: this thread reads and projects batch N+1 (Python) while a writer thread
     inserts and commits batch N (DuckDB, which releases the GIL). Batches commit strictly
@@ -461,6 +479,9 @@ def catch_up(
             try:
                 _commit_batch(con, ops, first, last, before_commit)
                 committed[0], committed[1] = last, committed[1] + 1
+                if progress is not None and head - start > batch:
+                    progress(CatchUpProgress(last - start, head - start, last,
+                                             time.perf_counter() - t0))
             except BaseException as e:  # handed to the reading thread
                 failed.append(e)
 

@@ -7,7 +7,7 @@ read-write process per file; an index of another schema version is rebuilt on op
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,7 @@ from filelock import FileLock, Timeout
 from ...ledger.store import Ledger, one_line
 from ...ledger.workspace import Workspace
 from ..errors import ProjectionError
-from .catchup import DEFAULT_BATCH, CatchUpResult, catch_up
+from .catchup import DEFAULT_BATCH, CatchUpProgress, CatchUpResult, catch_up
 from .schema import INDEX_SCHEMA_VERSION, SCHEMA_KEY, TABLES, ensure_schema, tracked_position
 
 if TYPE_CHECKING:  # imported where used: importing the index (every forge command) stays fast
@@ -108,9 +108,12 @@ class IndexSession:
 @contextmanager
 def open_index(ws: Workspace, *, update: bool = True, rebuild: bool = False,
                batch: int = DEFAULT_BATCH,
-               timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[IndexSession]:
+               timeout_s: float = LOCK_TIMEOUT_S,
+               progress: Callable[[CatchUpProgress], None] | None = None,
+               ) -> Iterator[IndexSession]:
     """Lock the index, (re)build or catch it up, and hand out the connection. Every query
-    command goes through here, so queries always see the ledger as of this call."""
+    command goes through here, so queries always see the ledger as of this call.
+    `progress`: as `catch_up`'s (after each batch of a catch-up longer than one)."""
     path = index_path(ws.home)
     path.parent.mkdir(parents=True, exist_ok=True)
     with index_lock(path, timeout_s):
@@ -121,7 +124,8 @@ def open_index(ws: Workspace, *, update: bool = True, rebuild: bool = False,
                     os.remove(p)
         con = connect(path)
         try:
-            result = (catch_up(con, ws.ledger, batch=batch, artifacts=ws.artifacts.get)
+            result = (catch_up(con, ws.ledger, batch=batch, artifacts=ws.artifacts.get,
+                               progress=progress)
                       if (update or rebuild) else None)
             yield IndexSession(con, path, result, ws.ledger)
         finally:
@@ -160,13 +164,15 @@ def read_index(ws: Workspace, timeout_s: float = LOCK_TIMEOUT_S
             con.close()
 
 
-def update(ws: Workspace, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
-    with open_index(ws, batch=batch) as s:
+def update(ws: Workspace, *, batch: int = DEFAULT_BATCH,
+           progress: Callable[[CatchUpProgress], None] | None = None) -> dict[str, Any]:
+    with open_index(ws, batch=batch, progress=progress) as s:
         return _report(s)
 
 
-def rebuild(ws: Workspace, *, batch: int = DEFAULT_BATCH) -> dict[str, Any]:
-    with open_index(ws, rebuild=True, batch=batch) as s:
+def rebuild(ws: Workspace, *, batch: int = DEFAULT_BATCH,
+            progress: Callable[[CatchUpProgress], None] | None = None) -> dict[str, Any]:
+    with open_index(ws, rebuild=True, batch=batch, progress=progress) as s:
         return _report(s)
 
 

@@ -223,6 +223,32 @@ def test_index_cli(workspace):
     assert "measurement_runs 21" in r.stdout
 
 
+def test_long_catch_up_reports_progress_per_batch(workspace):
+    build(workspace)
+    head = workspace.ledger.max_position()
+    seen: list[I.CatchUpProgress] = []
+    con = I.connect(I.index_path(workspace.home))
+    try:
+        r = I.catch_up(con, workspace.ledger, batch=10, progress=seen.append)
+        assert [p.position for p in seen] == [p.done for p in seen]  # from an empty index
+        assert len(seen) == r.batches > 1
+        assert all(a.done < b.done for a, b in zip(seen, seen[1:], strict=False))
+        assert seen[-1].done == seen[-1].total == head == I.tracked_position(con)
+        assert f"{head}/{head} notifications (100%" in seen[-1].line()
+        # Caught up: nothing to read, no progress; one batch's worth: none either.
+        I.catch_up(con, workspace.ledger, batch=10, progress=seen.append)
+        assert len(seen) == r.batches
+    finally:
+        con.close()
+    r = run_forge("index", "rebuild", "--json", "--batch", "7", home=workspace.home)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("index: ")]
+    assert len(lines) == json.loads(r.stdout)["caught_up"]["batches"] > 1
+    assert f"{head}/{head} notifications (100%" in lines[-1]
+    r = run_forge("index", "update", "--batch", "0", home=workspace.home)
+    assert r.returncode == 2 and "--batch" in r.stderr
+
+
 def test_index_of_another_schema_version_is_rebuilt(workspace):
     build(workspace)
     I.update(workspace)
