@@ -22,7 +22,7 @@ import click
 
 from .harness.errors import HarnessError
 from .ledger.errors import LedgerError, SpecError
-from .ledger.numbers import check_finite, finite_float, json_safe
+from .ledger.numbers import check_finite, finite_float, json_text
 from .ledger.text import PrintableStream, printable
 from .projections.errors import ProjectionError
 from .repos.errors import RepoError
@@ -86,8 +86,7 @@ def printable_streams() -> None:
 def to_json(value: Any, indent: int | None = None) -> str:
     """JSON text of `value`, always valid: a NaN or an infinity (from SQL or a computation)
     is written `null` (ledger.numbers.json_safe), other types by their str()."""
-    return json.dumps(json_safe(value), indent=indent, default=str, ensure_ascii=False,
-                      allow_nan=False)
+    return json_text(value, indent)
 
 
 def emit_json(value: Any) -> None:

@@ -48,7 +48,7 @@ import orjson
 
 from ..ledger.errors import LedgerError
 from ..ledger.home import CONFIG_NAME, DEFAULT_LEDGER_URL, EVENTS_TABLE, resolve_home, sqlite_file
-from ..ledger.numbers import json_safe
+from ..ledger.numbers import json_text
 from ..ledger.seals import MARKER_TYPE, sealed_rows
 from ..ledger.sqlite_file import check_sqlite_file, held_open
 from ..ledger.stored_forms import FORMS, VERSION_KEY, json_form
@@ -227,11 +227,6 @@ def fast_task_memory(home: str | Path | None, task_id: str) -> dict[str, Any] | 
     return _answer(home, read)
 
 
-def memory_json(dump: dict[str, Any]) -> str:
-    """Task Memory's JSON dump as stored and printed (cli.py `to_json`'s rule)."""
-    return json.dumps(json_safe(dump), default=str, ensure_ascii=False, allow_nan=False)
-
-
 def read_task_list(home: str | Path | None, on_error: OnError = None
                    ) -> list[dict[str, Any]]:
     """`forge task list`: from reads.sqlite, else by the fold (projections/memory.py), whose
@@ -277,7 +272,7 @@ def read_task_memory(home: str | Path | None, task_id: str, on_error: OnError = 
 
     with open_workspace(home) as ws:
         mem, version = read_memory(ws.ledger, task_id, seen if on_error is not None else None)
-        text = memory_json(mem.model_dump(mode="json"))
+        text = json_text(mem.model_dump(mode="json"))
         keep = [] if damaged else [(task_id, version, json.dumps(list_row(task_id, mem.task)),
                                     text)]
         _remember(ws.ledger, config, keep)
