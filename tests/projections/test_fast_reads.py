@@ -10,9 +10,11 @@ import json
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
 from infer_forge.ledger import codec
 from infer_forge.ledger import events as E
+from infer_forge.ledger.stored_forms import json_form
 from infer_forge.ledger.streams import task_stream
 from infer_forge.projections import fast_reads as F
 
@@ -177,10 +179,6 @@ def test_a_reads_file_that_cannot_be_written_costs_speed_not_answers(ledger):
 
 def test_the_stored_forms_are_the_models_dumps(ledger):
     """Each stored row of the test ledger, through the table, is its event's JSON dump."""
-    from infer_forge.ledger.stored_forms import json_form
-
-    import orjson
-
     seen = set()
     for pos, _s, _v, topic, state in ledger.ledger.rows():
         if topic == "CommandHandled":
