@@ -180,8 +180,8 @@ def _answer(home: str | Path | None, read: Callable[[_Home, sqlite3.Connection,
             with closing(h.ledger()) as c:
                 c.execute("BEGIN")  # one snapshot for all that is read
                 return read(h, c, reads)
-    except (sqlite3.Error, OSError, LedgerError):
-        return None
+    except (sqlite3.Error, OSError, LedgerError, ValueError):
+        return None  # ValueError: a kept row that is not JSON (see `_write`)
 
 
 # --- task rows -----------------------------------------------------------------------------
@@ -299,15 +299,37 @@ def _remember(ledger: Ledger, config: bytes | None,
             continue  # the stream moved since the fold read it
         digests.append((task_id, stamp, _digest(r[1:] for r in stored), version,
                         list_row_text, memory))
-    with suppress(sqlite3.Error, OSError), closing(sqlite3.connect(root / READS_NAME,
-                                                                   timeout=1)) as db:
+    path = root / READS_NAME
+    for _attempt in range(2):
+        try:
+            _write(path, stamp, digests)
+            return
+        except sqlite3.DatabaseError as e:
+            text = str(e).lower()
+            if "malformed" not in text and "not a database" not in text:
+                return  # busy, read-only, …: the next read tries again
+        except OSError:
+            return
+        # A damaged file (a power loss while it was written: no sync, see `_write`): it is
+        # a projection, made again.
+        with suppress(OSError):
+            path.unlink()
+
+
+def _write(path: Path, stamp: str,
+           rows: Sequence[tuple[str, str, str, int, str, str | None]]) -> None:
+    with closing(sqlite3.connect(path, timeout=1)) as db:
+        # No fsync (~4-12 ms a read): a crash of the process loses nothing, a power loss
+        # may lose or damage the file, which the next read finds (a digest that does not
+        # match, an error) and makes again from the ledger.
+        db.execute("PRAGMA synchronous=OFF")
         with db:
             for statement in _SCHEMA:
                 db.execute(statement)
             db.execute("DELETE FROM stamps WHERE stamp<>?", (stamp,))
             db.execute("INSERT OR IGNORE INTO stamps VALUES (?)", (stamp,))
             db.execute("DELETE FROM task_rows WHERE stamp<>?", (stamp,))
-            for task_id, st, digest, version, list_row_text, memory in digests:
+            for task_id, st, digest, version, list_row_text, memory in rows:
                 if memory is None:  # `task list` computes no memory: keep one already there
                     db.execute("INSERT INTO task_rows VALUES (?,?,?,?,?,NULL) ON CONFLICT"
                                "(task_id) DO UPDATE SET stamp=excluded.stamp, digest="

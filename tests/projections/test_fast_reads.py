@@ -166,15 +166,17 @@ def test_rows_of_another_version_or_code_are_not_used(ledger, monkeypatch):
     assert not any(_fast(home).values())
 
 
-def test_a_reads_file_that_cannot_be_written_costs_speed_not_answers(ledger):
+def test_a_reads_file_that_cannot_be_written_costs_speed_not_answers_and_is_made_again(
+        ledger):
     home = ledger.home
     (home / F.READS_NAME).mkdir()  # not a file: cannot be opened or written
     by_models = _outputs(home)
     assert all(rc == 0 for rc, *_ in by_models.values())
     assert _outputs(home) == by_models and not any(_fast(home).values())
     (home / F.READS_NAME).rmdir()
-    (home / F.READS_NAME).write_bytes(b"not a database")
-    assert _outputs(home) == by_models and not any(_fast(home).values())
+    (home / F.READS_NAME).write_bytes(b"not a database" * 100)  # damaged: made again
+    assert not any(_fast(home).values())
+    assert _outputs(home) == by_models and all(_fast(home).values())
 
 
 def test_the_stored_forms_are_the_models_dumps(ledger):
@@ -196,3 +198,15 @@ def test_the_stored_forms_are_the_models_dumps(ledger):
         is None
     assert json_form("TaskReopened", {**payload, "extra": 1}) is None
     assert json_form("NoSuchEvent", payload) is None
+
+
+def test_a_torn_kept_row_is_read_by_the_models_and_kept_again(ledger):
+    home = ledger.home
+    by_models = _outputs(home)
+    db = sqlite3.connect(home / F.READS_NAME)
+    db.execute("UPDATE task_rows SET memory='{\"status\": ', list_row='[' WHERE task_id=?",
+               (TASK,))
+    db.commit()
+    db.close()
+    assert F.fast_task_memory(home, TASK) is None and F.fast_task_list(home) is None
+    assert _outputs(home) == by_models and all(_fast(home).values())
