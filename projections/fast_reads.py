@@ -108,8 +108,11 @@ def _code() -> bytes:
                         "memory.py", Path(__file__).resolve()])
         parts = []
         for f in files:
-            st = f.stat()
-            parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+            try:
+                st = f.stat()
+                parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+            except OSError:
+                parts.append(f"{f.name}:gone")
         _CODE.append("\n".join(parts).encode())
     return _CODE[0]
 
@@ -167,10 +170,10 @@ def _answer(home: str | Path | None, read: Callable[[_Home, sqlite3.Connection,
                                                      sqlite3.Connection], Any]) -> Any:
     """`read(home, ledger, reads)` in one read transaction of the ledger, or None when it
     cannot answer or anything is amiss (a missing or damaged file: the models say so)."""
-    h = _home(home)
-    if h is None:
-        return None
     try:
+        h = _home(home)
+        if h is None:
+            return None
         reads = h.reads()
         if reads is None:
             return None
@@ -245,7 +248,7 @@ def read_task_list(home: str | Path | None, on_error: OnError = None
         for row, version in task_rows(ws.ledger, on_error):
             out.append(row)
             if "damaged_events" not in row:
-                keep.append((row["task_id"], version, json.dumps(row), None))
+                keep.append((row["task_id"], version, json_text(row), None))
         _remember(ws.ledger, config, keep)
     return out
 
@@ -273,7 +276,7 @@ def read_task_memory(home: str | Path | None, task_id: str, on_error: OnError = 
     with open_workspace(home) as ws:
         mem, version = read_memory(ws.ledger, task_id, seen if on_error is not None else None)
         text = json_text(mem.model_dump(mode="json"))
-        keep = [] if damaged else [(task_id, version, json.dumps(list_row(task_id, mem.task)),
+        keep = [] if damaged else [(task_id, version, json_text(list_row(task_id, mem.task)),
                                     text)]
         _remember(ws.ledger, config, keep)
     out: dict[str, Any] = json.loads(text)
@@ -286,6 +289,14 @@ def _remember(ledger: Ledger, config: bytes | None,
     from each task stream at `version` (`(task_id, version, list row, memory or None)`)
     under the digest of the stream's rows up to it. Never fails a read: a workspace whose
     reads.sqlite cannot be written still answers, by the models."""
+    try:
+        _keep(ledger, config, rows)
+    except (sqlite3.Error, OSError, LedgerError):
+        pass  # the read has its answer; the next one tries again
+
+
+def _keep(ledger: Ledger, config: bytes | None,
+          rows: Sequence[tuple[str, int, str, str | None]]) -> None:
     if ledger.config.backend != "sqlite" or config is None:
         return
     root = ledger.config.home
