@@ -22,7 +22,7 @@ import click
 
 from .harness.errors import HarnessError
 from .ledger.errors import LedgerError, SpecError
-from .ledger.numbers import check_finite, finite_float, json_safe
+from .ledger.numbers import check_finite, finite_float, json_text
 from .ledger.text import PrintableStream, printable
 from .projections.errors import ProjectionError
 from .repos.errors import RepoError
@@ -86,8 +86,7 @@ def printable_streams() -> None:
 def to_json(value: Any, indent: int | None = None) -> str:
     """JSON text of `value`, always valid: a NaN or an infinity (from SQL or a computation)
     is written `null` (ledger.numbers.json_safe), other types by their str()."""
-    return json.dumps(json_safe(value), indent=indent, default=str, ensure_ascii=False,
-                      allow_nan=False)
+    return json_text(value, indent)
 
 
 def emit_json(value: Any) -> None:
@@ -226,30 +225,30 @@ def log_cmd(ctx, task, types, since, until_time, limit, as_json) -> None:
     Example:
       forge log --task tune-tiny-cpu --type MeasurementRecorded --since 2026-11-01
     """
+    from .projections.fast_reads import LogRow, read_log
+
     since_t, until_t = _time_arg(since, "--since"), _time_arg(until_time, "--until")
-    ws = open_ws(ctx)
     # An event that cannot be decoded stays in its place: on stderr (and, with --json, as
     # a record with "error") and reading goes on; `forge check` fails on it.
-    records: list[Any] = []
-    records.extend(ws.ledger.events(task=task, types=types, since=since_t, until=until_t,
-                                    on_error=records.append))
+    records = read_log(ctx.obj.get("home"), task=task, types=types, since=since_t,
+                       until=until_t)
     if limit:
         records = records[-limit:]
     for r in records:
-        if not hasattr(r, "event"):
+        if not isinstance(r, LogRow):  # an Undecodable (ledger/store.py)
             warn_undecodable(r)
             if as_json:
                 click.echo(to_json(r.as_dict()))
             continue
         if as_json:
-            click.echo(to_json(event_row(r)))
+            click.echo(to_json(r.fields()))
         else:
-            ev = r.event
-            where = ev.task_id or r.stream
-            if ev.block_id:
-                where += f"/{ev.block_id}"
-            who = ev.actor.name + (f"({ev.actor.model})" if ev.actor.model else "")
-            click.echo(f"{r.position:>7}  {ev.occurred_at:%Y-%m-%d %H:%M:%S}  {r.type:<22} "
+            at, task_id, block_id, name, model = r.head()
+            where = task_id or r.stream
+            if block_id:
+                where += f"/{block_id}"
+            who = name + (f"({model})" if model else "")
+            click.echo(f"{r.position:>7}  {at:%Y-%m-%d %H:%M:%S}  {r.type:<22} "
                        f"{where:<28} {who}")
 
 
@@ -603,8 +602,8 @@ def task_list(ctx, as_json: bool) -> None:
     Example:
       forge task list --json
     """
-    from .projections.memory import list_tasks
-    rows = list_tasks(open_ws(ctx).ledger, on_error=warn_undecodable)
+    from .projections.fast_reads import read_task_list
+    rows = read_task_list(ctx.obj.get("home"), on_error=warn_undecodable)
     if as_json:
         emit_json(rows)
         return
@@ -721,27 +720,29 @@ def task_memory_cmd(ctx, task_id: str, as_json: bool) -> None:
     Example:
       forge task memory tune-tiny-cpu --json
     """
-    from .projections.memory import task_memory
-    mem = task_memory(open_ws(ctx).ledger, task_id, on_error=warn_undecodable)
+    from .projections.fast_reads import read_task_memory
+    mem = read_task_memory(ctx.obj.get("home"), task_id, on_error=warn_undecodable)
     if as_json:
-        emit_json(mem.model_dump(mode="json"))
+        emit_json(mem)
         return
-    click.echo(f"task {task_id}: {mem.status}" + (f" ({mem.exit_state})" if mem.exit_state else ""))
-    cur, lh, nb, best = mem.current_block, mem.last_handoff, mem.next_block, mem.best_so_far
-    click.echo("  current block: " + (f"{cur.block_id} {cur.sub_goal}" if cur else "-"))
+    click.echo(f"task {task_id}: {mem['status']}"
+               + (f" ({mem['exit_state']})" if mem["exit_state"] else ""))
+    cur, lh, nb, best = (mem["current_block"], mem["last_handoff"], mem["next_block"],
+                         mem["best_so_far"])
+    click.echo("  current block: " + (f"{cur['block_id']} {cur['sub_goal']}" if cur else "-"))
     click.echo("  last handoff: " + (f"{lh['block_id']} {lh['outcome']}: {lh['state_reached']}"
                                      if lh else "-"))
     click.echo("  next block: " + (f"b{nb['index']} {nb['sub_goal'] or ''}" if nb else "-"))
     click.echo("  best so far: " + (json.dumps(best, sort_keys=True) if best else "-"))
-    click.echo(f"  no-progress streak: {mem.no_progress_streak}")
-    click.echo(f"  execution record ({len(mem.execution_record)} blocks):")
-    for b in mem.execution_record:
-        v = b.verdict or "-"
-        click.echo(f"    {b.block_id:<5} {b.routing.get('model_tier', '-'):<6} {v:<12} "
-                   f"{b.decision or '-':<9} {json.dumps(b.candidate, sort_keys=True)}")
-        if b.verification and (steps := b.verification["steps"]):
+    click.echo(f"  no-progress streak: {mem['no_progress_streak']}")
+    click.echo(f"  execution record ({len(mem['execution_record'])} blocks):")
+    for b in mem["execution_record"]:
+        v = (b["verification"]["verdict"] if b["verification"] else None) or "-"
+        click.echo(f"    {b['block_id']:<5} {b['routing'].get('model_tier', '-'):<6} {v:<12} "
+                   f"{b['decision'] or '-':<9} {json.dumps(b['candidate'], sort_keys=True)}")
+        if b["verification"] and (steps := b["verification"]["steps"]):
             click.echo(f"    {'':<5} steps: {_steps_text(steps)}")
-    for r in mem.rejected:
+    for r in mem["rejected"]:
         click.echo(f"  rejected {r['block_id']}: {json.dumps(r['candidate'], sort_keys=True)}: "
                    f"{r['reason']}")
 

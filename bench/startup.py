@@ -15,7 +15,9 @@ PYTHONDONTWRITEBYTECODE set, each run would compile the package's sources again 
 the compiler. CPU time (user + system, from the child's rusage) moves less with the machine's
 load than wall time; both are reported as min and median, and the ratio is the command's
 median wall time over its baseline's. Without --home only the help commands run (build a
-workspace with `FORGE_HOME=DIR forge demo --no-wiki`).
+workspace with `FORGE_HOME=DIR forge demo --no-wiki`). The read commands keep their rows in
+the workspace (`reads.sqlite`, projections/fast_reads.py) after their first read; the cases
+marked "(nothing kept)" remove it before each run: the first read after a write.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ MODELS = ("pydantic", "yaml", "eventsourcing")
 SKIP = re.compile(r"/(tests|notebooks|examples|bench|\.venv|\.git|\.forge)/")
 # The console script's body (pyproject's `forge = "infer_forge.entry:main"`).
 ENTRY = "import sys; from infer_forge.entry import main; sys.exit(main())"
+# The rows the read commands keep in the workspace (projections/fast_reads.py READS_NAME).
+READS = "reads.sqlite"
 
 # The baselines of the read commands: the same rows from the same SQLite file, decoded.
 _OPEN = ("import json, sqlite3, sys\n"
@@ -122,6 +126,13 @@ def cases(home: Path | None, task: str) -> list[tuple[str, list[str], list[str]]
              [py, "-c", BASELINE_TASK_MEMORY, h, task]),
             (f"forge log --task {task}", ["--home", h, "log", "--task", task],
              [py, "-c", BASELINE_LOG_TASK, h, task]),
+            # The same reads with nothing kept (projections/fast_reads.py): what the first
+            # read after a write pays, through the models, keeping its rows. Last: the
+            # memory case leaves the rows every read above uses in the next round.
+            ("forge task list (nothing kept)", ["--home", h, "task", "list"],
+             [py, "-c", BASELINE_TASK_LIST, h]),
+            (f"forge task memory {task} (nothing kept)", ["--home", h, "task", "memory", task],
+             [py, "-c", BASELINE_TASK_MEMORY, h, task]),
         ]
     return out
 
@@ -155,7 +166,10 @@ def main() -> None:
         for _ in range(args.runs + 1):  # the first round warms the file cache, not counted
             for command, argv, baseline in todo:
                 sample = [("baseline", run_once(baseline, base_env))]
-                sample += [(name, run_once([*forge, *argv], env)) for name, env in envs.items()]
+                for name, env in envs.items():
+                    if command.endswith("(nothing kept)"):
+                        (args.home / READS).unlink(missing_ok=True)
+                    sample.append((name, run_once([*forge, *argv], env)))
                 if _ == 0:
                     continue
                 for name, t in sample:

@@ -8,9 +8,8 @@ as a valid, current domain event or rejected with an error naming stream and ver
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from itertools import product
 from math import prod
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from .errors import CorruptEventError, LedgerError, NonFiniteError, UnknownEventError
 from .events import EVENT_TYPES, UPCASTERS, Event, check_event_values
 from .numbers import field_path
+from .seals import seal as seal  # a save's seal (ledger/seals.py: no pydantic)
 from .secrets.redactor import Redactor
 
 VERSION_KEY = "_v"
@@ -64,17 +64,6 @@ def encode(
         topic=event.TYPE,
         state=state,
     )
-
-
-def seal(topics: Sequence[str], states: Sequence[bytes]) -> str:
-    """The seal a save's marker carries (`CommandHandled.seal`): sha256 over its events'
-    types, then their stored payloads, in the order stored. Newlines separate both: no type
-    name holds one and orjson never writes one, so no other split of the same rows gives
-    the same bytes."""
-    h = hashlib.sha256("\n".join(topics).encode())
-    h.update(b"\0")
-    h.update(b"\n".join(states))
-    return "sha256:" + h.hexdigest()
 
 
 def _unencodable(topic: str, payload: Any, error: Exception) -> str:
@@ -448,3 +437,90 @@ def load_current(topic: str, state: bytes) -> dict[str, Any] | None:
     if type(payload) is not dict or not check(payload):
         return None
     return payload
+
+
+# --- stored forms: the table the readers without models use (ledger/stored_forms.py) ---------
+# What a stored payload of each current type looks like, so that a reader that loads no model
+# (`projections/fast_reads.py`) can tell a payload of exactly the current form and print its
+# `model_dump(mode="json")` from the stored JSON. Generated here from the models;
+# tests/ledger/test_stored_forms.py holds ledger/stored_forms.py's copy equal to it.
+
+
+def _form(tp: Any) -> Any:
+    """The stored form of a field of type `tp`: "p" (JSON as dumped: scalars, `Any`, and
+    containers of them), "dt" (a datetime: orjson writes `+00:00` where the JSON dump writes
+    `Z`), ("l", form) a list, ("d", form) a str-keyed dict, ("m", fields, {name: form})
+    a nested model, ("s", fields, required, {name: form}) a nested model whose serializer
+    leaves fields out (GateResult's: a new field while None), so a stored one holds the
+    required fields and some of the others, each dumped as stored; raises _Unsupported for
+    anything else."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any or tp in _SCALARS or tp is UUID:
+        return "p"
+    if tp is datetime:
+        return "dt"
+    if origin is Annotated:
+        if any(type(m).__name__.endswith("Serializer") for m in args[1:]):
+            raise _Unsupported(repr(tp))
+        return _form(args[0])
+    if origin is Literal:
+        if all(type(a) in (str, int, bool) or a is None for a in args):
+            return "p"
+        raise _Unsupported(repr(tp))
+    if origin in (Union, UnionType):
+        forms = {repr(_form(a)) for a in args if a is not type(None)}
+        if len(forms) == 1:
+            return _form(next(a for a in args if a is not type(None)))
+        if forms <= {"'p'"}:
+            return "p"
+        raise _Unsupported(repr(tp))
+    if origin in (list, tuple) and args and (origin is list or (len(args) == 2
+                                                                and args[1] is Ellipsis)):
+        inner = _form(args[0])
+        return "p" if inner == "p" else ("l", inner)
+    if origin is tuple and args and all(_form(a) == "p" for a in args):
+        return "p"  # a fixed tuple of scalars: a list in both dumps
+    if origin is dict and args and args[0] is str:
+        inner = _form(args[1])
+        return "p" if inner == "p" else ("d", inner)
+    if origin in (list, dict) and not args:
+        return "p"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return _model_form(tp)
+    raise _Unsupported(repr(tp))
+
+
+def _model_form(model: type[BaseModel]) -> tuple[Any, ...]:
+    dec = model.__pydantic_decorators__
+    if dec.field_serializers or dec.computed_fields \
+            or model.model_config.get("extra") != "forbid":
+        raise _Unsupported(model.__name__)
+    names = tuple(n for n, f in model.model_fields.items() if not f.exclude)
+    nested = {}
+    for n in names:
+        f = _form(model.model_fields[n].annotation)
+        if f != "p":
+            nested[n] = f
+    if dec.model_serializers:
+        if issubclass(model, Event) or not all(
+                s.info.mode == "wrap" for s in dec.model_serializers.values()):
+            raise _Unsupported(model.__name__)
+        required = tuple(n for n in names if model.model_fields[n].is_required())
+        return ("s", names, required, nested)
+    return ("m", names, nested)
+
+
+def stored_forms() -> dict[str, tuple[int, Any]]:
+    """Per event type: its schema version and stored form (`_form` of the class; None where
+    a field has a type the table cannot express: that type is always decoded)."""
+    out: dict[str, tuple[int, Any]] = {}
+    for name in sorted(EVENT_TYPES):
+        cls = EVENT_TYPES[name]
+        if not cls.__module__.startswith("infer_forge."):
+            continue  # a test's own event type
+        try:
+            form: Any = _model_form(cls)
+        except _Unsupported:
+            form = None
+        out[name] = (cls.SCHEMA_VERSION, form)
+    return out

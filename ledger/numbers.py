@@ -9,6 +9,7 @@ check; the rest are its forms for callers that drop a bad number with its reason
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -160,3 +161,11 @@ def json_safe(value: Any) -> Any:
     if t is list or t is tuple or isinstance(value, list | tuple):
         return [json_safe(x) for x in value]
     return value
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """JSON text of `value`, always valid: a NaN or an infinity is written `null`
+    (`json_safe`), other types by their str(). Every `--json` printer's text (cli.py
+    `to_json`) and what is kept to be printed later (projections/fast_reads.py)."""
+    return json.dumps(json_safe(value), indent=indent, default=str, ensure_ascii=False,
+                      allow_nan=False)

@@ -24,12 +24,9 @@ the reads and opening the backend (with its damage checks) share the recorder an
 
 from __future__ import annotations
 
-import os
 import random
 import sqlite3
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,6 +58,12 @@ from .errors import (
 )
 from .events import EVENT_TYPES, CommandHandled, Event
 from .secrets.redactor import Redactor, secret_values_from
+
+# The file checks and the files this process holds open: ledger/sqlite_file.py (re-exported).
+from .sqlite_file import SQLITE_MAGIC as SQLITE_MAGIC
+from .sqlite_file import check_sqlite_file as check_sqlite_file
+from .sqlite_file import held_open, hold, release
+from .sqlite_file import one_line as one_line
 from .streams import COMMAND_PREFIX, task_stream
 
 if TYPE_CHECKING:
@@ -181,7 +184,7 @@ class Ledger:
         # opening at once would also collide in the catalog ("tuple concurrently updated").
         env["CREATE_TABLE"] = "false"
         db_file = None if postgres else Path(env["SQLITE_DBNAME"])
-        if db_file is not None and not _held_open(db_file):
+        if db_file is not None and not held_open(db_file):
             check_sqlite_file(db_file, missing_ok=create)
         try:
             factory = InfrastructureFactory.construct(env)
@@ -205,13 +208,13 @@ class Ledger:
                 raise DamagedLedgerError(str(db_file), one_line(e)) from None
             raise LedgerError(config.scrub(f"cannot open ledger {config.display_url}: "
                                            f"{one_line(e)}")) from None
-        return cls(config, recorder, factory, _hold(db_file) if db_file is not None else None)
+        return cls(config, recorder, factory, hold(db_file) if db_file is not None else None)
 
     def close(self) -> None:
         key, self._file_key = self._file_key, None
         self._factory.close()
         if key is not None:
-            _release(key)
+            release(key)
 
     def __enter__(self) -> Ledger:
         return self
@@ -572,99 +575,6 @@ def _raw_task_id(ledger: Ledger, u: Undecodable) -> Any:
     return payload.get("task_id") if isinstance(payload, dict) else None
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-# The SQLite ledger files this process holds open, by (device, inode), and how many times.
-# POSIX locks belong to the process: closing ANY descriptor of a file drops every lock the
-# process holds on it, SQLite's included. `check_sqlite_file` opens and closes the file to
-# read its header; done while a connection of this process is open (a second workspace
-# opened in a long-lived process: the MCP server, a graph run's workers, the tests' in-process
-# CLI) it dropped that connection's shared lock, so another process closing the ledger took
-# it for the last user, checkpointed and deleted the write-ahead log under the open
-# connection: later writes went unseen ("file is not a database"). The header is read only
-# when this process holds the file nowhere; SQLite itself shares its descriptors safely.
-_OPEN_FILES: Counter[tuple[int, int]] = Counter()
-_OPEN_LOCK = threading.Lock()
-
-
-def _file_key(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _held_open(path: Path) -> bool:
-    key = _file_key(path)
-    with _OPEN_LOCK:
-        return key is not None and _OPEN_FILES[key] > 0
-
-
-def _hold(path: Path) -> tuple[int, int] | None:
-    key = _file_key(path)
-    if key is not None:
-        with _OPEN_LOCK:
-            _OPEN_FILES[key] += 1
-    return key
-
-
-def _release(key: tuple[int, int]) -> None:
-    with _OPEN_LOCK:
-        _OPEN_FILES[key] -= 1
-        if _OPEN_FILES[key] <= 0:
-            del _OPEN_FILES[key]
-
-
-def check_sqlite_file(path: Path, *, missing_ok: bool = False) -> None:
-    """What can be told of a SQLite ledger file without opening it: it exists and is not
-    empty (unless `missing_ok`: a workspace being created), starts with SQLite's header and
-    is as long as the header says (a leftover write-ahead log with content may still
-    complete it: then SQLite's own recovery decides). Raises DamagedLedgerError naming the
-    file and the fault."""
-    where = str(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        if missing_ok:
-            return
-        wal = path.with_name(path.name + "-wal")
-        left = (f" (its write-ahead log {wal.name} is still there: restore the file beside it)"
-                if wal.exists() else "")
-        raise DamagedLedgerError(where, "the file is missing (the workspace was initialised: "
-                                        f"forge.toml exists); restore it from a backup{left}"
-                                 ) from None
-    except OSError as e:
-        raise DamagedLedgerError(where, f"cannot read it: {one_line(e)}") from None
-    if not path.is_file():
-        raise DamagedLedgerError(where, "it is not a regular file")
-    if size == 0:
-        if missing_ok:  # init after a crash between SQLite creating the file and writing it
-            return
-        raise DamagedLedgerError(where, "the file is empty (0 bytes)")
-    try:
-        with path.open("rb") as f:
-            head = f.read(100)
-    except OSError as e:
-        raise DamagedLedgerError(where, f"cannot read it: {one_line(e)}") from None
-    if not head.startswith(SQLITE_MAGIC[: len(head)]) or len(head) < len(SQLITE_MAGIC):
-        raise DamagedLedgerError(where, "it is not an SQLite database (bad header)")
-    if size < 100:
-        raise DamagedLedgerError(where, f"truncated to {size} bytes (shorter than the "
-                                        "100-byte SQLite header)")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    # The header's page count is valid when its "version valid for" matches the change
-    # counter (SQLite's rule); then the file holds at least that many pages.
-    if pages and head[24:28] == head[92:96] and size < pages * page_size:
-        wal = path.with_name(path.name + "-wal")
-        if not (wal.exists() and wal.stat().st_size > 0):
-            raise DamagedLedgerError(where, f"truncated: {size} bytes, but its header says "
-                                            f"{pages} pages of {page_size} bytes "
-                                            f"({pages * page_size} bytes)")
-
-
 def _is_sqlite_damage(e: BaseException) -> bool:
     """A SQLite error that means the file is not a sound database (not a lock or a bug)."""
     text = str(e).lower()
@@ -684,7 +594,3 @@ def _table_exists(recorder: Recorder) -> bool:
         pc.execute("SELECT to_regclass(%s) AS t", [name])
         row = pc.fetchone()  # to_regclass returns one row: the table, or NULL
         return row is not None and row["t"] is not None
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__

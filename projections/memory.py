@@ -16,7 +16,9 @@ state (`memory_of`, pure), with its views:
 
 `build_memory(events)` is a pure fold; `read_memory(ledger, task_id)` reads the stream and
 folds it (the loop, `forge task memory`); `list_tasks` (the fold alone, `read_task`) and
-`task_summary` are the read queries of `forge task list` and `forge task show`.
+`task_summary` are the read queries of `forge task list` and `forge task show`. The
+`task list` and `task memory` commands read them through projections/fast_reads.py, which
+keeps their rows and JSON for the reads that follow.
 """
 
 from __future__ import annotations
@@ -251,6 +253,12 @@ def task_memory(ledger: Ledger, task_id: str, on_error: OnError = None) -> TaskM
 def list_tasks(ledger: Ledger, on_error: OnError = None) -> list[dict[str, Any]]:
     """Every task with its status. Undecodable events raise, or, given `on_error`, are
     handed to it and left out (a task whose definition is damaged is still listed)."""
+    return [row for row, _version in task_rows(ledger, on_error)]
+
+
+def task_rows(ledger: Ledger, on_error: OnError = None) -> list[tuple[dict[str, Any], int]]:
+    """`list_tasks`' rows, each with the version of the task stream it was folded from
+    (what projections/fast_reads.py keeps them under)."""
     ids = []
     # The task ids are the streams' names: no need to decode the definitions to list them.
     for _pos, stream, version, _topic, _state in ledger.rows(types=[E.TaskDefined.TYPE]):
@@ -261,17 +269,22 @@ def list_tasks(ledger: Ledger, on_error: OnError = None) -> list[dict[str, Any]]
     for tid in ids:
         damaged: list[Undecodable] = []
         # The fold alone: the row needs none of Task Memory's views (nor the specs they load).
-        t, _ = read_task(ledger, tid, None if on_error is None else damaged.append)
+        t, version = read_task(ledger, tid, None if on_error is None else damaged.append)
         for u in damaged:
             on_error(u)  # type: ignore[misc]
-        row = {"task_id": tid, "type": t.definition.get("type"),
-               "status": t.status, "exit_state": t.exit_state,
-               "blocks": len(t.blocks), "accepted": len(t.accepted),
-               "rejected": len(t.rejected), "goal": t.definition.get("goal")}
+        row = list_row(tid, t)
         if damaged:
             row["damaged_events"] = [u.position for u in damaged]
-        out.append(row)
+        out.append((row, version))
     return out
+
+
+def list_row(task_id: str, t: Task) -> dict[str, Any]:
+    """A task's row in `forge task list`, from its fold."""
+    return {"task_id": task_id, "type": t.definition.get("type"),
+            "status": t.status, "exit_state": t.exit_state,
+            "blocks": len(t.blocks), "accepted": len(t.accepted),
+            "rejected": len(t.rejected), "goal": t.definition.get("goal")}
 
 
 def prior_tasks_of(definition: dict[str, Any]) -> list[str]:

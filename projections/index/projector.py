@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import ValidationError
 
-from ...ledger import codec
+from ...ledger import codec, seals
 from ...ledger.errors import LedgerError
-from ...ledger.events import EVENT_TYPES, CommandHandled
+from ...ledger.events import EVENT_TYPES
 from ...ledger.payloads import Digest
 from ...ledger.samples import decode_samples
 from ...ledger.specs import stored_point, stored_profile
@@ -278,23 +278,7 @@ class Projector:
         save's events) is in the batch and carries a seal equal to `codec.seal` of the rows
         just before it: their types and payloads are exactly what the codec wrote. Anything
         else (no seal, a save across batches, rows changed or moved since) stays 0."""
-        marks = bytearray(len(rows))
-        marker = CommandHandled.TYPE
-        at = [i for i, r in enumerate(rows) if r[3] == marker]
-        if not at:
-            return marks
-        for i in at:
-            try:
-                d = orjson.loads(rows[i][4])
-                n = sum(last - first + 1 for first, last in d["appended"].values())
-                seal = d["seal"]
-            except (orjson.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError):
-                continue  # an unsealed (v1) or malformed marker: its save is checked
-            if type(seal) is str and type(n) is int and 0 < n <= i:
-                save = rows[i - n:i]  # a few rows: no transpose of the whole batch
-                if codec.seal([r[3] for r in save], [r[4] for r in save]) == seal:
-                    marks[i - n:i] = b"\x01" * n
-        return marks
+        return seals.sealed_rows(rows)
 
     def _sql_measurement(self, pos: int, d: dict[str, Any]) -> None:
         """What Python adds to a run DuckDB projects: its dimensions, candidate key, repo

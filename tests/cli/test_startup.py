@@ -141,6 +141,54 @@ def test_read_commands_load_no_yaml_and_task_list_no_specs(workspace, forge_home
         assert "infer_forge.ledger.yamlio" not in loaded["mods"]
 
 
+def _console_script_run(home: object, argv: list[str]) -> dict[str, Any]:
+    """Run `forge --home HOME *argv` as the console script runs it, in a fresh interpreter:
+    its exit code, its output and the package's and the models' modules it loaded."""
+    loaded = _loaded_after(
+        "import io, json, sys\n"
+        f"sys.argv = ['forge', '--home', {str(home)!r}, *{argv!r}]\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "from infer_forge.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "    code = 0\n"
+        "except SystemExit as e:\n"
+        "    code = e.code or 0\n"
+        "text, sys.stdout = sys.stdout.getvalue(), out\n"
+        "print(json.dumps({'code': code, 'out': text, 'mods': sorted(m for m in sys.modules\n"
+        f"  if m.split('.')[0] in {MODELS!r} or m.startswith('infer_forge.'))}}))")
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_read_commands_answer_without_the_models_once_their_rows_are_kept(workspace,
+                                                                          forge_home):
+    # `forge task list`, `forge task memory T` and `forge log --task T` (issue 36: <= 0.15 s):
+    # the first read goes through the models (the event store, the fold, Task Memory) and
+    # keeps its rows (projections/fast_reads.py); the next ones read SQLite and stored JSON
+    # only: no pydantic, no event store, no event model, no fold, and the same bytes out.
+    from tests.helpers.index_ledger import build
+
+    build(workspace)
+    task = "tune-tiny-cpu"
+    for argv in (["task", "list"], ["task", "memory", task], ["log", "--task", task]):
+        for args in (argv, [*argv, "--json"]):
+            (forge_home / "reads.sqlite").unlink(missing_ok=True)  # nothing kept
+            first = _console_script_run(forge_home, args)
+            assert first["code"] == 0 and first["out"], (args, first)
+            assert "infer_forge.ledger.events" in first["mods"], args  # the models' path
+            again = _console_script_run(forge_home, args)
+            assert again["code"] == 0 and again["out"] == first["out"], args
+            models = {m.split(".")[0] for m in again["mods"] if not m.startswith("infer_forge.")}
+            assert models <= {"orjson"}, (args, models)  # orjson: the stored JSON's reader
+            ours = {m for m in again["mods"] if m.startswith("infer_forge.")}
+            for heavy in ("ledger.events", "ledger.store", "ledger.codec", "ledger.task",
+                          "ledger.config", "ledger.workspace", "ledger.specs",
+                          "projections.memory"):
+                assert f"infer_forge.{heavy}" not in ours, (args, heavy)
+            assert "infer_forge.projections.fast_reads" in ours
+
+
 def test_the_help_of_every_command_loads_no_heavy_library():
     # Every command and group, at every depth, renders its --help (each one's parameters,
     # defaults and choices are built): none of that may import a heavy library.
