@@ -98,7 +98,19 @@ def open_ws(ctx: click.Context) -> Workspace:
 
     ws = open_workspace(ctx.obj.get("home"))
     ctx.call_on_close(ws.close)
+    ctx.call_on_close(lambda: _keep_reads(ws))  # LIFO: before the close
     return ws
+
+
+def _keep_reads(ws: Workspace) -> None:
+    """After a command that wrote to task streams and ended well (no exception on its way
+    out, Ctrl-C included): keep their `task list` / `task memory` rows for the next reads
+    (projections/fast_reads.py)."""
+    if sys.exc_info()[0] is not None or not ws.ledger.written():
+        return
+    from .projections.fast_reads import keep_written
+
+    keep_written(ws.ledger)
 
 
 def parse_time(value: str | None, field: str) -> datetime | None:

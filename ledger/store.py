@@ -245,6 +245,10 @@ class Ledger:
 
     # --- writing --------------------------------------------------------------------------
 
+    def written(self) -> list[str]:
+        """The streams this object saved events to, in the order first written."""
+        return list(self._versions)
+
     def append(
         self,
         stream: str,

@@ -283,6 +283,36 @@ def read_task_memory(home: str | Path | None, task_id: str, on_error: OnError = 
     return out
 
 
+# A command that wrote more task streams than this keeps none (a graph run, an import): the
+# next read of each pays the models' path once, as before.
+KEEP_WRITTEN_MAX = 8
+
+
+def keep_written(ledger: Ledger) -> int:
+    """After a command that saved to task streams (`Ledger.written`), keep their rows, so the
+    read that follows a write is answered from them too: the writer has the models loaded,
+    folding a task again costs it a few ms, a reader's models' path ~0.2 s. Returns how
+    many tasks were kept. Never fails: the command's work is done and recorded."""
+    from ..ledger.streams import task_of
+
+    tasks = [t for t in (task_of(s) for s in ledger.written()) if t is not None]
+    if not tasks or len(tasks) > KEEP_WRITTEN_MAX or ledger.config.backend != "sqlite":
+        return 0
+    from .memory import list_row, read_memory
+
+    config = _config_bytes(ledger.config.home)
+    keep = []
+    for task_id in tasks:
+        try:
+            mem, version = read_memory(ledger, task_id)  # an undecodable event raises
+        except LedgerError:
+            continue  # damaged (or gone): its readers take the models' path and warn
+        keep.append((task_id, version, json_text(list_row(task_id, mem.task)),
+                     json_text(mem.model_dump(mode="json"))))
+    _remember(ledger, config, keep)
+    return len(keep)
+
+
 def _remember(ledger: Ledger, config: bytes | None,
               rows: Sequence[tuple[str, int, str, str | None]]) -> None:
     """Keep the stamp of the forge.toml the models' open validated, and the rows computed

@@ -125,14 +125,17 @@ def test_read_commands_load_no_yaml_and_task_list_no_specs(workspace, forge_home
     # `forge task list` on a workspace with a task: each row comes from the task's fold
     # (ledger/task.py), not from Task Memory's views, which need the specs (the contract's
     # primary metric). `forge task memory` reads the stored contract: the specs, but not
-    # the YAML reader (spec files only).
+    # the YAML reader (spec files only). The models' path: nothing kept (`task new` kept the
+    # task's rows; the read-after-write test below).
     r = run_forge("task", "new", "examples/tasks/tune-tiny-cpu.yaml")
     assert r.returncode == 0, r.stderr
+    (forge_home / "reads.sqlite").unlink()
     listed = _read_command_loads(forge_home, ["task", "list"])
     assert [(x["task_id"], x["status"], x["blocks"]) for x in listed["out"]] == [
         ("tune-tiny-cpu", "defined", 0)]
     assert "infer_forge.ledger.task" in listed["mods"]  # the fold was read
     assert "infer_forge.ledger.specs" not in listed["mods"]
+    (forge_home / "reads.sqlite").unlink()
     memory = _read_command_loads(forge_home, ["task", "memory", "tune-tiny-cpu"])
     assert memory["out"]["primary_metric"] == "output_throughput"  # the contract was read
     assert "infer_forge.ledger.specs" in memory["mods"]
@@ -234,3 +237,28 @@ def test_importing_any_package_module_loads_no_heavy_library():
         "print(json.dumps({'modules': len(modules), 'offenders': offenders}))")
     assert loaded["offenders"] == {}
     assert loaded["modules"] > 80  # the walk reached the subpackages
+
+
+def test_the_read_after_a_write_command_is_answered_from_rows_the_writer_kept(workspace,
+                                                                             forge_home):
+    # A command that saved to a task stream and ended well keeps that task's rows (cli.py
+    # `_keep_reads`): the agent's next `task memory` / `task list` does not pay the models.
+    from tests.helpers.index_ledger import build
+
+    build(workspace)
+    task = "tune-tiny-cpu"
+    for argv in (["task", "list"], ["task", "memory", task]):
+        _console_script_run(forge_home, argv)  # every task's rows kept by a first read
+    r = run_forge("task", "reopen", task, "--reason", "the blocker is gone", home=forge_home)
+    assert r.returncode == 0, r.stderr
+    for argv in (["task", "memory", task, "--json"], ["task", "list"]):
+        after = _console_script_run(forge_home, argv)
+        assert after["code"] == 0, after
+        assert "infer_forge.ledger.events" not in after["mods"], argv  # the kept rows
+        (forge_home / "reads.sqlite").rename(forge_home / "reads.kept")
+        models = _console_script_run(forge_home, argv)  # nothing kept: the models' path
+        assert "infer_forge.ledger.events" in models["mods"]
+        assert after["out"] == models["out"], argv
+        (forge_home / "reads.kept").replace(forge_home / "reads.sqlite")
+    mem = json.loads(_console_script_run(forge_home, ["task", "memory", task, "--json"])["out"])
+    assert mem["status"] != "exited" and mem["exit_state"] is None  # the reopen, read back
