@@ -17,7 +17,11 @@ load than wall time; both are reported as min and median, and the ratio is the c
 median wall time over its baseline's. Without --home only the help commands run (build a
 workspace with `FORGE_HOME=DIR forge demo --no-wiki`). The read commands keep their rows in
 the workspace (`reads.sqlite`, projections/fast_reads.py) after their first read; the cases
-marked "(nothing kept)" remove it before each run: the first read after a write.
+marked "(nothing kept)" remove it before each run: the first read through the models.
+"(after a write)": each tree first writes to a task of its own (`forge task exit` and `task
+reopen` in turn, on the task examples/tasks/tune-tiny-cpu.yaml defines, added when missing)
+and then reads it: the write's time and the read's are each reported (a command that wrote
+keeps its tasks' rows for the read that follows).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ SKIP = re.compile(r"/(tests|notebooks|examples|bench|\.venv|\.git|\.forge)/")
 ENTRY = "import sys; from infer_forge.entry import main; sys.exit(main())"
 # The rows the read commands keep in the workspace (projections/fast_reads.py READS_NAME).
 READS = "reads.sqlite"
+# The task the "(after a write)" cases write to and read (defined by the bench when missing).
+WRITE_SPEC = REPO / "examples" / "tasks" / "tune-tiny-cpu.yaml"
+WRITE_TASK = "tune-tiny-cpu"
 
 # The baselines of the read commands: the same rows from the same SQLite file, decoded.
 _OPEN = ("import json, sqlite3, sys\n"
@@ -133,8 +140,25 @@ def cases(home: Path | None, task: str) -> list[tuple[str, list[str], list[str]]
              [py, "-c", BASELINE_TASK_LIST, h]),
             (f"forge task memory {task} (nothing kept)", ["--home", h, "task", "memory", task],
              [py, "-c", BASELINE_TASK_MEMORY, h, task]),
+            # Timed by `main` with the write before it (see the module's doc).
+            (f"forge task memory {WRITE_TASK} (after a write)",
+             ["--home", h, "task", "memory", WRITE_TASK],
+             [py, "-c", BASELINE_TASK_MEMORY, h, WRITE_TASK]),
         ]
     return out
+
+
+_WRITES = (["task", "exit", WRITE_TASK, "--state", "aborted-by-human", "--reason", "bench"],
+           ["task", "reopen", WRITE_TASK, "--reason", "bench"])
+
+
+def _define_write_task(forge: list[str], home: Path) -> None:
+    """The task the "(after a write)" cases write to, defined in `home` when missing, and
+    open (an exit left by an interrupted run is reopened)."""
+    subprocess.run([*forge, "--home", str(home), "task", "new", str(WRITE_SPEC)], check=True,
+                   stdout=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+    subprocess.run([*forge, "--home", str(home), *_WRITES[1]], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, cwd=tempfile.gettempdir())  # fails when open
 
 
 def _stats(xs: list[tuple[float, float]]) -> tuple[float, float, float, float]:
@@ -162,6 +186,9 @@ def main() -> None:
         base_env = dict(os.environ)
         todo = cases(args.home, args.task)
         forge = [sys.executable, "-c", ENTRY]
+        if args.home is not None:
+            _define_write_task(forge, args.home)
+        writes = 0
         times: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for _ in range(args.runs + 1):  # the first round warms the file cache, not counted
             for command, argv, baseline in todo:
@@ -169,6 +196,11 @@ def main() -> None:
                 for name, env in envs.items():
                     if command.endswith("(nothing kept)"):
                         (args.home / READS).unlink(missing_ok=True)
+                    if command.endswith("(after a write)"):
+                        assert args.home is not None
+                        write = ["--home", str(args.home), *_WRITES[writes % 2]]
+                        writes += 1
+                        sample.append((f"{name}: the write", run_once([*forge, *write], env)))
                     sample.append((name, run_once([*forge, *argv], env)))
                 if _ == 0:
                     continue
@@ -179,9 +211,12 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|")
         for command, _argv, _baseline in todo:
             base = _stats(times[(command, "baseline")])
-            for name in ["baseline", *envs]:
+            for name in ["baseline", *envs, *(f"{e}: the write" for e in envs)]:
+                if (command, name) not in times:
+                    continue
                 s = _stats(times[(command, name)])
-                ratio = "1" if name == "baseline" else f"{s[1] / base[1]:.1f}x"
+                ratio = ("1" if name == "baseline" else "-" if name.endswith("the write")
+                         else f"{s[1] / base[1]:.1f}x")
                 print(f"| `{command}` | {name} | {s[0]:.3f} | {s[1]:.3f} | {s[2]:.3f} | "
                       f"{s[3]:.3f} | {ratio} |")
         for name, env in envs.items():
