@@ -20,7 +20,7 @@ forge.toml sends the read to the models, which write the row again (not for a ta
 undecodable event: the models' path warns of it on every read). The file is a projection:
 deleted, it is rebuilt by the next reads; a read that cannot write it still answers.
 
-Log (`forge log`, without --since/--until): every stored row in order, each event printed
+Log (`forge log`): every stored row in order, each event printed
 from its stored JSON when its save's seal holds (ledger/seals.py: exactly what the codec
 wrote from a valid event) and its payload has its type's current form
 (ledger/stored_forms.py: the JSON dump the models would print). A row that is neither,
@@ -413,10 +413,12 @@ class LogRow:
                 p["actor"]["name"], p["actor"]["model"])
 
 
-def fast_log(home: str | Path | None, task: str | None, types: Iterable[str]
+def fast_log(home: str | Path | None, task: str | None, types: Iterable[str],
+             since: datetime | None = None, until: datetime | None = None
              ) -> list[LogRow] | None:
-    """The events `forge log [--task T] [--type X]` prints, from the stored JSON, or None
-    (module contract)."""
+    """The events `forge log [--task T] [--type X] [--since A] [--until B]` prints, from the
+    stored JSON, or None (module contract). `since`/`until` are timezone-aware, as the
+    models' path compares them with each event's own time."""
     wanted = tuple(types)
     if any(t not in FORMS for t in wanted):
         return None  # an unknown type: the store names it
@@ -424,12 +426,13 @@ def fast_log(home: str | Path | None, task: str | None, types: Iterable[str]
     def read(h: _Home, c: sqlite3.Connection, reads: sqlite3.Connection) -> Any:
         rows = c.execute(f"SELECT rowid, originator_id, originator_version, topic, state "
                          f"FROM {EVENTS_TABLE} ORDER BY rowid").fetchall()
-        return _log_rows(rows, task, wanted)
+        return _log_rows(rows, task, wanted, since, until)
 
     return _answer(home, read)
 
 
-def _log_rows(rows: list[tuple[Any, ...]], task: str | None, wanted: tuple[str, ...]
+def _log_rows(rows: list[tuple[Any, ...]], task: str | None, wanted: tuple[str, ...],
+              since: datetime | None = None, until: datetime | None = None
               ) -> list[LogRow] | None:
     sealed = sealed_rows(rows)
     stream = task_stream(task) if task is not None else None
@@ -454,6 +457,12 @@ def _log_rows(rows: list[tuple[Any, ...]], task: str | None, wanted: tuple[str, 
             continue  # another task's, as the models would decode it: left out
         if stream is not None and s != stream and dump["task_id"] != task:
             continue
+        # An event's own time, as the models' path compares it (an undecodable event has
+        # none: it is reported whatever the range, so it went to the models above).
+        if since is not None or until is not None:
+            at = datetime.fromisoformat(dump["occurred_at"])
+            if (since is not None and at < since) or (until is not None and at > until):
+                continue
         out.append(LogRow(pos, s, v, topic, payload=dump))
     return out
 
@@ -465,10 +474,9 @@ def read_log(home: str | Path | None, *, task: str | None, types: Iterable[str],
     `Undecodable` of an event that cannot be decoded (the caller reports it). From the
     stored JSON when exact (module contract), else by the event store."""
     types = tuple(types)
-    if since is None and until is None:
-        fast = fast_log(home, task, types)
-        if fast is not None:
-            return list(fast)
+    fast = fast_log(home, task, types, since, until)
+    if fast is not None:
+        return list(fast)
     # For start-up time: the models' path (the event store decodes every event with
     # pydantic) loads only when the stored JSON cannot answer.
     from ..ledger.workspace import open_workspace

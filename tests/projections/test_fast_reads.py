@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -210,3 +211,24 @@ def test_a_torn_kept_row_is_read_by_the_models_and_kept_again(ledger):
     db.close()
     assert F.fast_task_memory(home, TASK) is None and F.fast_task_list(home) is None
     assert _outputs(home) == by_models and all(_fast(home).values())
+
+
+def test_a_time_range_is_read_from_the_stored_json_as_the_models_read_it(ledger):
+    home = ledger.home
+    times = sorted(r.event.occurred_at for r in ledger.ledger.log())
+    lo, hi = times[len(times) // 3], times[2 * len(times) // 3]  # events on both bounds
+    ranges = [("--since", lo.isoformat()), ("--until", hi.isoformat()),
+              ("--since", lo.isoformat(), "--until", hi.isoformat())]
+    cases = [(*base, *r) for r in ranges
+             for base in (("log",), ("log", "--json"), ("log", "--task", TASK, "--json"))]
+    by_models = {args: run_forge(*args, home=home) for args in cases}  # nothing kept yet
+    assert all(r.returncode == 0 for r in by_models.values())
+    assert F.fast_log(home, TASK, (), lo, hi) is not None
+    for args, r in by_models.items():
+        fast = run_forge(*args, home=home)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (0, r.stdout, r.stderr), args
+    # Bounds are inclusive, as the models' path has them: an event at `lo` is in.
+    at_lo = F.fast_log(home, None, (), lo, lo) or []
+    assert at_lo and {datetime.fromisoformat(x.fields()["occurred_at"]) for x in at_lo} == {lo}
+    whole = F.fast_log(home, None, ())
+    assert whole is not None and 0 < len(F.fast_log(home, None, (), lo, hi) or []) < len(whole)
