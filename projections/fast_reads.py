@@ -305,8 +305,8 @@ def keep_written(ledger: Ledger) -> int:
     for task_id in tasks:
         try:
             mem, version = read_memory(ledger, task_id)  # an undecodable event raises
-        except LedgerError:
-            continue  # damaged (or gone): its readers take the models' path and warn
+        except Exception:  # noqa: BLE001 - a cache: nothing here may fail a command that
+            continue  # succeeded; damaged (or gone): its readers take the models' path
         keep.append((task_id, version, json_text(list_row(task_id, mem.task)),
                      json_text(mem.model_dump(mode="json"))))
     _remember(ledger, config, keep)
