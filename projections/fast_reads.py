@@ -102,10 +102,17 @@ _CODE: list[bytes] = []
 
 def _code() -> bytes:
     """This code, as the stamp names it: the size and modification time of the modules the
-    rows are computed and read with."""
+    rows are computed and read with, and of the installed pydantic that dumps them (found,
+    not imported)."""
     if not _CODE:
+        from importlib.util import find_spec
+
         files = sorted([*(_PACKAGE / "ledger").glob("*.py"), _PACKAGE / "projections" /
                         "memory.py", Path(__file__).resolve()])
+        for lib in ("pydantic", "pydantic_core"):
+            spec = find_spec(lib)
+            files.append(Path(spec.origin) if spec is not None and spec.origin else
+                         Path(lib))
         parts = []
         for f in files:
             try:
