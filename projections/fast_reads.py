@@ -52,7 +52,7 @@ from ..ledger.numbers import json_text
 from ..ledger.seals import MARKER_TYPE, sealed_rows
 from ..ledger.sqlite_file import check_sqlite_file, held_open
 from ..ledger.stored_forms import FORMS, VERSION_KEY, json_form
-from ..ledger.streams import TASK_PREFIX, task_stream
+from ..ledger.streams import TASK_PREFIX, task_of, task_stream
 
 if TYPE_CHECKING:
     from ..ledger.store import Ledger, OnError, Undecodable
@@ -300,11 +300,10 @@ def keep_written(ledger: Ledger) -> int:
     read that follows a write is answered from them too: the writer has the models loaded,
     folding a task again costs it a few ms, a reader's models' path ~0.2 s. Returns how
     many tasks were kept. Never fails: the command's work is done and recorded."""
-    from ..ledger.streams import task_of
-
     tasks = [t for t in (task_of(s) for s in ledger.written()) if t is not None]
     if not tasks or len(tasks) > KEEP_WRITTEN_MAX or ledger.config.backend != "sqlite":
         return 0
+    # For start-up time: Task Memory (pydantic) loads only in a writer, which has it loaded.
     from .memory import list_row, read_memory
 
     config = _config_bytes(ledger.config.home)
