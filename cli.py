@@ -1513,6 +1513,7 @@ def demo(ctx, no_wiki: bool, as_json: bool) -> None:
                 f"{forge} wiki serve",
             ):
                 click.echo(f"  {cmd}")
+        _keep_reads(ws)  # the tour's first `forge task memory` reads the kept rows
     if as_json:
         emit_json(result)
     if result["problem"]:

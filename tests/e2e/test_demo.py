@@ -12,6 +12,7 @@ from infer_forge.harness.demo import DEMO_TASK
 from infer_forge.harness.loop.define import define_task
 from infer_forge.harness.loop.evaluator_protocol import RunResult
 from infer_forge.harness.loop.run import run_task
+from infer_forge.projections.fast_reads import fast_task_memory
 from infer_forge.projections.memory import task_memory
 
 from tests.conftest import run_forge
@@ -77,9 +78,12 @@ def test_demo_runs_the_loop_and_leaves_an_explorable_workspace(forge_home):
     assert "baseline (profile as is)" in out
     assert "exit:" in out and "explore:" in out
 
+    # The demo kept its task's rows: the tour's first `task memory` needs no models.
+    kept = fast_task_memory(forge_home, "demo-tune-tiny-cpu")
     mem = run_forge("task", "memory", "demo-tune-tiny-cpu", "--json", home=forge_home)
     assert mem.returncode == 0, mem.stderr
     memory = json.loads(mem.stdout)
+    assert kept == memory
     assert memory["status"] == "exited"
     # Delivered: exit 0; otherwise exit 1 with one line: why and how to continue
     # (test_demo_outcomes.py checks that line and the continuation on scripted numbers).
