@@ -11,16 +11,23 @@ State lives in the directory `FAKE_DOCKER_STATE` names:
 - `calls.jsonl`: every invocation's argv, in order (tests read the command lines back).
 `FAKE_DOCKER_KIND` (docker | podman) picks the error texts.
 
-Shapes, as the real CLIs print them (docker 27, podman 5):
+Shapes, as the real CLIs print them. Docker's are held to a recording of the real docker
+CLI 28.2.2, daemon 20.10.24 and registry 2.8.2 (tests/data/docker/golden.json, made by
+tests/data/docker/record.py; tests/harness/engines/test_fake_docker_golden.py); podman's
+(podman 5) are from its documentation only:
   image inspect --format '{{json .RepoDigests}}' REF  ->  ["lmsysorg/sglang@sha256:…"]
-  (missing, docker)  stderr "Error response from daemon: No such image: REF", exit 1
+  (missing, docker)  an empty stdout line; stderr "Error response from daemon: no such
+                image: REF: No such image: REF", exit 1
   (missing, podman)  stderr "Error: REF: image not known", exit 125
-  pull REF  ->  "REF: Pulling from lmsysorg/sglang" … "Digest: sha256:…",
-                "Status: Downloaded newer image for REF", "docker.io/REF"
-  rm -f NAME  ->  NAME (docker prints the name even when it was already gone)
+  pull REF  ->  "TAG: Pulling from lmsysorg/sglang" … "Digest: sha256:…",
+                "Status: Downloaded newer image for REF", then REF (Docker Hub's in full:
+                "docker.io/REF"); `repo:tag@sha256:…` is pulled by its digest alone
+  rm -f NAME  ->  NAME; one already gone: nothing on stdout, stderr "Error response from
+                daemon: No such container: NAME", exit 0
   container inspect --format '{{index .Config.Labels "KEY"}}' NAME  ->  the label's value,
-                "<no value>" without it
-  (missing, docker)  stderr "Error response from daemon: No such container: NAME", exit 1
+                an empty line without it
+  (missing, docker)  an empty stdout line; stderr "Error response from daemon: No such
+                container: NAME", exit 1
   (missing, podman)  stderr "Error: no such container NAME", exit 125
 - `containers.json`: {"NAME": {"labels": {…}}}: containers the runtime holds. `run` adds its
   `--name` (with its `--label`s) and `rm -f` removes it; a client killed before `rm -f`
@@ -103,7 +110,9 @@ def _no_image(ref: str) -> int:
     if KIND == "podman":
         print(f"Error: {ref}: image not known", file=sys.stderr)
         return 125
-    print(f"Error response from daemon: No such image: {ref}", file=sys.stderr)
+    print()  # the real CLI prints the (empty) format's line even then
+    print(f"Error response from daemon: no such image: {ref}: No such image: {ref}",
+          file=sys.stderr)
     return 1
 
 
@@ -122,12 +131,12 @@ def inspect(args: list[str]) -> int:
         if fmt not in shown:
             print(f"fake {KIND}: unsupported --format {fmt!r}", file=sys.stderr)
             return 2
-        print(json.dumps(shown[fmt]))
+        print(json.dumps(shown[fmt], separators=(",", ":")))  # Go's compact JSON
         return 0
     if fmt != "{{json .RepoDigests}}":
         print(f"fake {KIND}: unsupported --format {fmt!r}", file=sys.stderr)
         return 2
-    print(json.dumps([f"{repository(ref)}@{d}" for d in images[ref]]))
+    print(json.dumps([f"{repository(ref)}@{d}" for d in images[ref]], separators=(",", ":")))
     return 0
 
 
@@ -302,13 +311,14 @@ def container_inspect(args: list[str]) -> int:
         if KIND == "podman":
             print(f"Error: no such container {name}", file=sys.stderr)
             return 125
+        print()  # the format's (empty) line, as the real CLI prints it
         print(f"Error response from daemon: No such container: {name}", file=sys.stderr)
         return 1
     m = re.fullmatch(r'\{\{index \.Config\.Labels "([^"]+)"\}\}', fmt)
     if m is None:
         print(f"fake {KIND}: unsupported --format {fmt!r}", file=sys.stderr)
         return 2
-    print(containers[name]["labels"].get(m.group(1), "<no value>"))
+    print(containers[name]["labels"].get(m.group(1), ""))  # `index` of a missing key: ""
     return 0
 
 
@@ -327,6 +337,11 @@ def pull(ref: str) -> int:
 def _pull(ref: str) -> int:
     registry = _load("registry.json")
     name = repository(ref)
+    if "@" in ref and ref not in registry:
+        # `repo:tag@digest` is pulled by its digest alone (the tag is not asked for)
+        registry[ref] = registry.get(f"{name}@{ref.partition('@')[2]}", [])
+        if not registry[ref]:
+            del registry[ref]
     if ref not in registry:
         print(f"Error response from daemon: manifest for {ref} not found: manifest unknown",
               file=sys.stderr)
@@ -334,6 +349,8 @@ def _pull(ref: str) -> int:
     digests = registry[ref]
     images = _load("images.json")
     images[ref] = digests
+    if "@" in ref:
+        images.setdefault(f"{name}@{ref.partition('@')[2]}", digests)
     for d in digests if "@" not in ref else ():
         # a tag pulled: present by its repo digest too, with or without the tag (docker
         # resolves `repo:tag@digest` by the digest)
@@ -345,7 +362,15 @@ def _pull(ref: str) -> int:
     print(f"{what}: Pulling from {name}")
     print("Digest: " + digests[0])
     print(f"Status: Downloaded newer image for {ref}")
-    print(f"docker.io/{ref}")
+    # The reference pulled, Docker Hub's named in full (`lmsysorg/sglang:…` is
+    # `docker.io/lmsysorg/sglang:…`); another registry's as given.
+    first = ref.split("/", 1)[0]
+    if "/" not in ref:
+        print(f"docker.io/library/{ref}")  # an official image
+    elif "." not in first and ":" not in first and first != "localhost":
+        print(f"docker.io/{ref}")
+    else:
+        print(ref)
     return 0
 
 
@@ -464,9 +489,13 @@ def main() -> int:
     if argv[:2] == ["rm", "-f"]:
         with _locked():
             containers = _load("containers.json")
-            containers.pop(argv[2], None)
+            gone = containers.pop(argv[2], None) is None
             _save("containers.json", containers)
-        print(argv[2])
+        if gone:  # the real CLI says so on stderr, and exits 0
+            print(f"Error response from daemon: No such container: {argv[2]}",
+                  file=sys.stderr)
+        else:
+            print(argv[2])
         return 0
     if argv[:2] == ["container", "inspect"]:
         return container_inspect(argv[2:])
